@@ -1,0 +1,110 @@
+//! Per-queue settings (durability and limits) and store-wide options.
+//!
+//! The defaults are what a user who sets nothing gets: `periodic` durability, no count
+//! or size limit on the queue, items up to 64 MiB, leases that never time out.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How hard an append (and a reader's confirmation) is pushed towards the disk before
+/// the call returns. See `docs/storage.md` for exactly what each mode can lose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Written into the OS page cache through a shared mapping; never fsync'ed on a
+    /// timer, only on close. A killed process loses nothing; an OS crash can lose
+    /// everything since the last clean close or explicit sync.
+    Buffered,
+    /// Written into the OS page cache before the call returns, fsync'ed every
+    /// `interval` by a background thread. A killed process loses nothing; an OS crash
+    /// or power cut can lose up to one interval.
+    Periodic(Duration),
+    /// The call returns only after the bytes are fdatasync'ed. Concurrent callers share
+    /// one fsync (group commit).
+    Synced,
+}
+
+impl Durability {
+    /// The default periodic fsync interval.
+    pub const PERIODIC_INTERVAL_DEFAULT: Duration = Duration::from_millis(200);
+}
+
+impl Default for Durability {
+    fn default() -> Self {
+        Durability::Periodic(Self::PERIODIC_INTERVAL_DEFAULT)
+    }
+}
+
+/// Settings of one queue. `u64::MAX` means "no limit" for the count and size limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    pub durability: Durability,
+    /// Most items the queue keeps (for its slowest reader).
+    pub max_items: u64,
+    /// Most payload bytes the queue keeps (for its slowest reader).
+    pub max_bytes: u64,
+    /// Largest single item accepted.
+    pub max_item_size_bytes: u64,
+    /// Items older than this are treated as expired.
+    pub max_age: Option<Duration>,
+    /// When full: drop the oldest items to make room (true) or refuse the append (false).
+    pub discard_old_when_full: bool,
+    /// Expired items are appended to this queue instead of being dropped.
+    pub expire_to: Option<String>,
+    /// A lease not confirmed within this time is released.
+    pub open_timeout: Option<Duration>,
+    /// Size at which a segment file is sealed and a new one started.
+    pub segment_size_bytes: u64,
+}
+
+impl QueueConfig {
+    pub const MAX_ITEM_SIZE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+    pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 32 * 1024 * 1024;
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            durability: Durability::default(),
+            max_items: u64::MAX,
+            max_bytes: u64::MAX,
+            max_item_size_bytes: Self::MAX_ITEM_SIZE_BYTES_DEFAULT,
+            max_age: None,
+            discard_old_when_full: false,
+            expire_to: None,
+            open_timeout: None,
+            segment_size_bytes: Self::SEGMENT_SIZE_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// Picks the settings of a queue by name; lets a front door apply name patterns.
+pub type ConfigFn = Arc<dyn Fn(&str) -> QueueConfig + Send + Sync>;
+
+/// Options of a whole store.
+#[derive(Clone, Default)]
+pub struct StoreOptions {
+    /// Settings for queues that `config_for` does not decide.
+    pub defaults: QueueConfig,
+    /// Per-queue settings; when set it decides every queue's settings.
+    pub config_for: Option<ConfigFn>,
+}
+
+impl StoreOptions {
+    /// The settings that apply to `queue`.
+    pub fn config(&self, queue: &str) -> QueueConfig {
+        match &self.config_for {
+            Some(f) => f(queue),
+            None => self.defaults.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("defaults", &self.defaults)
+            .field("config_for", &self.config_for.as_ref().map(|_| "fn"))
+            .finish()
+    }
+}

@@ -1,0 +1,99 @@
+//! Errors of the engine, as values a caller can act on.
+//!
+//! Every fallible call returns [`Result`]. [`Error::kind`] folds the variants into the
+//! few kinds a front door maps onto a reply (`CLIENT_ERROR`, `NOT_STORED`,
+//! `SERVER_ERROR`, ...), so callers never match on message text.
+
+use std::io;
+use std::path::PathBuf;
+
+/// The engine's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, coarsely: the part a caller branches on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A queue or reader name outside `[A-Za-z0-9_:-]{1,100}`.
+    InvalidName,
+    /// An item larger than the queue's `max_item_size`.
+    TooLarge,
+    /// The queue is at `max_items` or `max_bytes` and refuses appends.
+    Full,
+    /// The queue or reader does not exist (or was deleted under this handle).
+    NotFound,
+    /// Another process holds the data directory.
+    Locked,
+    /// Stored bytes failed their checksum or framing where no recovery applies.
+    Corrupt,
+    /// The disk (or quota) is full; nothing was stored, retry once space is freed.
+    DiskFull,
+    /// Any other I/O failure.
+    Io,
+    /// The store was closed.
+    Closed,
+    /// A caller's argument is outside what the call accepts.
+    InvalidArgument,
+}
+
+/// An engine error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("item of {size_bytes} bytes is larger than the limit of {size_bytes_max} bytes")]
+    TooLarge { size_bytes: u64, size_bytes_max: u64 },
+    #[error("queue {queue} is full")]
+    Full { queue: String },
+    #[error("{what} not found")]
+    NotFound { what: String },
+    #[error("data directory {path} is in use by another process")]
+    Locked { path: PathBuf },
+    #[error("corrupt data in {path} at offset {offset}: {reason}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the store is closed")]
+    Closed,
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// The coarse kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidName { .. } => ErrorKind::InvalidName,
+            Error::TooLarge { .. } => ErrorKind::TooLarge,
+            Error::Full { .. } => ErrorKind::Full,
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::Locked { .. } => ErrorKind::Locked,
+            Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::Io { source, .. } if is_disk_full(source) => ErrorKind::DiskFull,
+            Error::Io { .. } => ErrorKind::Io,
+            Error::Closed => ErrorKind::Closed,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+        }
+    }
+
+    /// Wraps an I/O error with what the engine was doing.
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// ENOSPC and EDQUOT both mean "no room": the caller may retry after freeing space.
+fn is_disk_full(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == io::ErrorKind::StorageFull
+}

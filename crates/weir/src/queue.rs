@@ -1,0 +1,116 @@
+//! `Queue`: a handle on one named queue of a store.
+//!
+//! Handles are cheap to clone and `Send + Sync`; all of them share one [`QueueCore`],
+//! which holds the queue's lock, its segment files and its readers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::config::QueueConfig;
+use crate::core::QueueCore;
+use crate::error::Result;
+use crate::item::AppendOptions;
+use crate::iter::Iter;
+use crate::reader::Reader;
+use crate::stats::QueueStats;
+
+/// A named, append-only, durable sequence of items.
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) core: Arc<QueueCore>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").field("name", &self.name()).finish()
+    }
+}
+
+impl Queue {
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> QueueConfig {
+        self.core.config()
+    }
+
+    /// Replaces the settings; takes effect for the next call.
+    pub fn set_config(&self, config: QueueConfig) {
+        self.core.set_config(config)
+    }
+
+    /// Appends one item and returns its sequence number, once the queue's durability
+    /// (or `options.sync`) is met. Blocks for an fsync in `synced` mode.
+    pub fn append(&self, data: &[u8], options: AppendOptions) -> Result<u64> {
+        let (seq, ticket) = self.core.append_batch(&[data], options)?;
+        self.core.wait_durable(ticket)?;
+        Ok(seq)
+    }
+
+    /// Appends several items at once, all or none; returns the first sequence number.
+    /// One fsync covers the whole batch in `synced` mode.
+    pub fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<u64> {
+        let (seq, ticket) = self.core.append_batch(items, options)?;
+        self.core.wait_durable(ticket)?;
+        Ok(seq)
+    }
+
+    /// [`Queue::append`] for async callers: an fsync wait runs on tokio's blocking pool,
+    /// so the runtime's threads never block on the disk.
+    pub async fn append_async(&self, data: Bytes, options: AppendOptions) -> Result<u64> {
+        let (seq, ticket) = self.core.append_batch(&[&data[..]], options)?;
+        self.core.wait_durable_async(ticket).await?;
+        Ok(seq)
+    }
+
+    /// A handle on the reader `name` ("" is the default reader); creates it on first
+    /// use, positioned at the oldest item the queue keeps.
+    pub fn reader(&self, name: &str) -> Result<Reader> {
+        self.core.ensure_reader(name)?;
+        Ok(Reader {
+            core: Arc::clone(&self.core),
+            name: Arc::from(name),
+        })
+    }
+
+    /// Names of the readers that exist.
+    pub fn reader_names(&self) -> Vec<String> {
+        self.core.reader_names()
+    }
+
+    /// Deletes a reader and its position; false when there was none.
+    pub fn delete_reader(&self, name: &str) -> Result<bool> {
+        self.core.delete_reader(name)
+    }
+
+    /// Drops every item for every reader (and for a queue with no reader); returns how
+    /// many items the most-behind reader lost.
+    pub fn flush(&self) -> Result<u64> {
+        self.core.flush(None)
+    }
+
+    /// Drops or moves (to `expire_to`) the expired items at the head of every reader;
+    /// returns how many were dropped or moved.
+    pub fn expire(&self) -> Result<u64> {
+        self.core.expire()
+    }
+
+    /// Counters and gauges of the queue and each reader.
+    pub fn stats(&self) -> QueueStats {
+        self.core.stats()
+    }
+
+    /// Every kept item in order, without consuming anything.
+    pub fn iter(&self) -> Result<Iter> {
+        self.core.iter()
+    }
+
+    /// fdatasyncs everything written so far.
+    pub fn sync(&self) -> Result<()> {
+        self.core.sync_now()
+    }
+}

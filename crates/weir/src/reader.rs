@@ -1,0 +1,140 @@
+//! `Reader`: a named position in a queue, with its leases.
+//!
+//! Every reader sees every item (fanout); handles on the same reader compete for items
+//! (work queue). A lease is an item handed out but not yet confirmed; release returns it
+//! to the reader ahead of newer items.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::QueueCore;
+use crate::error::Result;
+use crate::item::{Item, Lease, LeaseId, TakeMode, Taken};
+
+/// A handle on one reader of one queue.
+#[derive(Clone)]
+pub struct Reader {
+    pub(crate) core: Arc<QueueCore>,
+    pub(crate) name: Arc<str>,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("queue", &self.queue_name())
+            .field("name", &self.name())
+            .finish()
+    }
+}
+
+impl Reader {
+    /// The reader's name ("" for the default reader).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The name of the queue it reads.
+    pub fn queue_name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Takes the next item and confirms it at once; `None` when there is none.
+    pub fn take(&self) -> Result<Option<Item>> {
+        Ok(self.take_mode(TakeMode::Take)?.map(|t| t.item))
+    }
+
+    /// Takes the next item under a lease.
+    pub fn take_leased(&self) -> Result<Option<Lease>> {
+        Ok(self.take_mode(TakeMode::Lease)?.and_then(|t| {
+            t.lease.map(|id| Lease { id, item: t.item })
+        }))
+    }
+
+    /// Looks at the next item without taking it.
+    pub fn peek(&self) -> Result<Option<Item>> {
+        Ok(self.take_mode(TakeMode::Peek)?.map(|t| t.item))
+    }
+
+    /// Takes, leases or peeks, by `mode`, without waiting.
+    pub fn take_mode(&self, mode: TakeMode) -> Result<Option<Taken>> {
+        let (taken, ticket) = self.core.take(&self.name, mode)?;
+        self.core.wait_durable(ticket)?;
+        Ok(taken)
+    }
+
+    /// Takes and confirms up to `count_max` items at once.
+    pub fn take_batch(&self, count_max: usize) -> Result<Vec<Item>> {
+        let (items, ticket) = self.core.take_batch(&self.name, count_max)?;
+        self.core.wait_durable(ticket)?;
+        Ok(items)
+    }
+
+    /// Like [`Reader::take_mode`], but waits up to `timeout` for an item to arrive,
+    /// blocking the calling thread. An append wakes the waiter at once.
+    pub fn take_timeout(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(taken) = self.take_mode(mode)? {
+                return Ok(Some(taken));
+            }
+            if !self.core.wait_blocking(&self.name, deadline) {
+                return self.take_mode(mode);
+            }
+        }
+    }
+
+    /// Like [`Reader::take_timeout`] for async callers: the task sleeps, no thread does.
+    /// Dropping the future takes nothing.
+    pub async fn take_async(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Register before looking, so an append between the look and the wait is
+            // not missed.
+            let notify = self.core.reader_notify(&self.name)?;
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (taken, ticket) = self.core.take(&self.name, mode)?;
+            if taken.is_some() {
+                self.core.wait_durable_async(ticket).await?;
+                return Ok(taken);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            let _waiter = self.core.waiter_guard(&self.name);
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                drop(_waiter);
+                let (taken, ticket) = self.core.take(&self.name, mode)?;
+                self.core.wait_durable_async(ticket).await?;
+                return Ok(taken);
+            }
+        }
+    }
+
+    /// Confirms a lease: the item is done for this reader. False when the lease is
+    /// unknown (already confirmed, released, or timed out).
+    pub fn confirm(&self, lease: LeaseId) -> Result<bool> {
+        let (found, ticket) = self.core.confirm(&self.name, lease)?;
+        self.core.wait_durable(ticket)?;
+        Ok(found)
+    }
+
+    /// [`Reader::confirm`] for async callers.
+    pub async fn confirm_async(&self, lease: LeaseId) -> Result<bool> {
+        let (found, ticket) = self.core.confirm(&self.name, lease)?;
+        self.core.wait_durable_async(ticket).await?;
+        Ok(found)
+    }
+
+    /// Releases a lease: the item goes back to this reader, ahead of newer items.
+    /// False when the lease is unknown.
+    pub fn release(&self, lease: LeaseId) -> Result<bool> {
+        self.core.release(&self.name, lease)
+    }
+
+    /// Drops every item for this reader; returns how many.
+    pub fn flush(&self) -> Result<u64> {
+        self.core.flush(Some(&self.name))
+    }
+}
