@@ -1,0 +1,91 @@
+"""pytest fixtures: a fresh weir server (and a reference memcached) per test.
+
+Nothing is built here. The binary is $WEIR_BIN, else target/release/weir
+relative to the repo root; `scripts/test` builds it first. Each server gets
+free loopback ports and a fresh temp data dir, and is killed and removed after
+the test, failed or not. On failure the tail of the server's log is printed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import harness
+
+
+def pytest_configure(config):
+    # The abuse tests hold thousands of sockets; raise the limit before any
+    # server is spawned so the servers inherit it too.
+    harness.raise_nofile_limit(65536)
+
+
+def pytest_collection_modifyitems(config, items):
+    if harness.is_memcached(harness.weir_bin()):
+        skip = pytest.mark.skip(reason="WEIR_BIN is memcached: queue semantics not available")
+        for item in items:
+            if "weir_only" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def _failed(request) -> bool:
+    rep = getattr(request.node, "rep_call", None)
+    return rep is None or rep.failed
+
+
+@pytest.fixture(scope="session")
+def server_bin():
+    path = harness.weir_bin()
+    if not path.is_file():
+        pytest.fail(
+            f"server binary {path} not found: build it with `cargo build --release -p weir-server` "
+            "or point WEIR_BIN at it",
+            pytrace=False,
+        )
+    return path
+
+
+@pytest.fixture
+def make_server(request, server_bin):
+    """A factory of (not yet started) server processes, all cleaned up after the test."""
+    made: list[harness.ServerProcess] = []
+    kind = "memcached" if harness.is_memcached(server_bin) else "weir"
+
+    def make() -> harness.ServerProcess:
+        s = harness.ServerProcess(server_bin, kind)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        if _failed(request):
+            print(s.log_tail())
+        s.stop()
+
+
+@pytest.fixture
+def server(make_server):
+    """A running server (weir, or memcached in the development mode)."""
+    s = make_server().start()
+    yield s
+
+
+@pytest.fixture
+def memcached(request):
+    """A running memcached, the reference for the protocol both share."""
+    s = harness.ServerProcess(harness.memcached_bin(), "memcached")
+    if not s.binary.is_file():
+        pytest.fail("memcached not installed (scripts/test installs it)", pytrace=False)
+    try:
+        s.start()
+        yield s
+    finally:
+        if _failed(request):
+            print(s.log_tail())
+        s.stop()

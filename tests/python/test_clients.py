@@ -1,0 +1,356 @@
+"""Real memcache clients from PyPI (pymemcache, python-memcached) against weir.
+
+These are the clients existing Kestrel users run; weir must work with them
+unchanged, queue options in the key included (`q/open`, `q.reader`, ...).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import memcache  # python-memcached
+import pytest
+from pymemcache.client.base import Client as PymClient
+from pymemcache.exceptions import MemcacheClientError
+
+from harness import wait_for
+
+BINARY = bytes(range(256)) + b"\r\nEND\r\nVALUE x 0 1\r\n\x00\r\n"
+
+
+class FlagSerde:
+    """Leaves bytes alone and hands back the flags the server returned."""
+
+    def serialize(self, key, value):
+        return value, 0
+
+    def deserialize(self, key, value, flags):
+        return value, flags
+
+
+def pym(server, timeout_s: float = 5.0, serde=None) -> PymClient:
+    return PymClient(
+        server.addr, connect_timeout=5, timeout=timeout_s, default_noreply=False, serde=serde
+    )
+
+
+class PyMc:
+    """python-memcached, with its silent 'mark server dead' turned into a test failure."""
+
+    def __init__(self, server, timeout_s: float = 5.0):
+        self.mc = memcache.Client([f"{server.addr[0]}:{server.addr[1]}"], socket_timeout=timeout_s, dead_retry=0)
+
+    def __getattr__(self, name):
+        fn = getattr(self.mc, name)
+
+        def call(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            dead = [s for s in self.mc.servers if s.deaduntil]
+            assert not dead, f"python-memcached marked the server dead during {name}{args}"
+            return result
+
+        return call
+
+    def close(self):
+        self.mc.disconnect_all()
+
+
+@pytest.fixture
+def pm(server):
+    c = pym(server)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def pmf(server):
+    c = pym(server, serde=FlagSerde())
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def mc(server):
+    c = PyMc(server)
+    yield c
+    c.close()
+
+
+# -- plain memcache commands (also pass against memcached) -----------------
+
+
+def test_pymemcache_round_trip_values(pm):
+    values = {
+        "rt_text": b"hello",
+        "rt_empty": b"",
+        "rt_binary": BINARY,
+        "rt_large": bytes(i % 251 for i in range(100_000)),
+    }
+    for key, value in values.items():
+        assert pm.set(key, value) is True, key
+    for key, value in values.items():
+        got = pm.get(key)
+        assert got == value, f"{key}: {got[:40]!r}"
+        assert type(got) is bytes
+
+
+def test_pymemcache_flags_preserved(pmf):
+    for i, flags in enumerate([0, 1, 7, 65535, 65536, 2**31, 2**32 - 1]):
+        key = f"fl{i}"
+        assert pmf.set(key, b"v%d" % i, flags=flags) is True
+        assert pmf.get(key) == (b"v%d" % i, flags)
+
+
+def test_python_memcached_round_trip_and_flags(mc):
+    # python-memcached encodes the value's type in the flags; a wrong flag on
+    # the way back turns into a wrong type, so this proves flags round-trip.
+    values = {
+        "pt_bytes": b"raw\x00bytes",
+        "pt_empty": b"",
+        "pt_text": "h\u00e9llo w\u00f6rld",  # _FLAG_TEXT
+        "pt_int": 42,  # _FLAG_INTEGER
+        "pt_obj": {"a": [1, 2, 3], "b": None},  # _FLAG_PICKLE
+        "pt_binary": BINARY,
+    }
+    for key, value in values.items():
+        assert mc.set(key, value) is True, key
+    for key, value in values.items():
+        got = mc.get(key)
+        assert got == value, key
+        assert type(got) is type(value), key
+
+
+def test_version(pm, server):
+    v = pm.version()
+    if server.kind == "weir":
+        assert v.startswith(b"weir-"), v
+        major, minor, patch = v[len(b"weir-"):].split(b".")
+        assert all(p.isdigit() for p in (major, minor, patch)), v
+    else:
+        assert v[:1].isdigit(), v
+
+
+def test_pymemcache_miss_is_none(pm):
+    assert pm.get("never_set") is None
+    assert pm.get_many(["never_a", "never_b"]) == {}
+
+
+# -- queue semantics (weir only) --------------------------------------------
+
+
+@pytest.mark.weir_only
+def test_fifo_and_take_once(pm, mc):
+    for i in range(5):
+        assert pm.set("fifo", b"item%d" % i) is True
+    assert [pm.get("fifo") for _ in range(3)] == [b"item0", b"item1", b"item2"]
+    # The other client shares the default reader: it continues, never repeats.
+    assert mc.get("fifo") == b"item3"
+    assert pm.get("fifo") == b"item4"
+    assert pm.get("fifo") is None
+    assert mc.get("fifo") is None
+
+
+@pytest.mark.weir_only
+def test_pymemcache_multi_key_get(pm):
+    assert pm.set("mk1", b"one") is True
+    assert pm.set("mk3", b"three") is True
+    assert pm.get_many(["mk1", "mk2", "mk3"]) == {"mk1": b"one", "mk3": b"three"}
+    assert pm.get_many(["mk1", "mk2", "mk3"]) == {}
+
+
+@pytest.mark.weir_only
+def test_pymemcache_open_close(server, pm):
+    for v in (b"a", b"b", b"c", b"d"):
+        assert pm.set("rq", v) is True
+    other = pym(server)
+    try:
+        assert pm.get("rq/open") == b"a"
+        # "a" is leased, so another connection gets the next item.
+        assert other.get("rq") == b"b"
+        assert pm.get("rq/close") is None  # confirms "a"; close alone returns nothing
+        assert pm.get("rq/close") is None  # nothing open: still a plain END
+        assert pm.get("rq/open") == b"c"
+        # One lease per connection and queue (max_open_reads = 1): a second open
+        # is refused. pymemcache drops its connection on any error, which
+        # releases "c" back to the queue, ahead of "d".
+        with pytest.raises(MemcacheClientError, match="close current item first"):
+            pm.get("rq/open")
+        assert wait_for(lambda: other.get("rq/peek") == b"c", 3.0), "lease not released on disconnect"
+        assert other.get("rq") == b"c"
+        assert pm.get("rq/open") == b"d"  # pymemcache reconnected: a new connection
+        assert pm.get("rq/close/open") is None  # confirm "d", take next: queue is empty
+        pm.close()  # disconnect with nothing leased: nothing comes back
+        time.sleep(0.2)
+        assert other.get("rq") is None
+    finally:
+        other.close()
+
+
+@pytest.mark.weir_only
+def test_pymemcache_close_open_chains(pm):
+    for v in (b"1", b"2", b"3"):
+        assert pm.set("chain", v) is True
+    assert pm.get("chain/open") == b"1"
+    assert pm.get("chain/close/open") == b"2"
+    assert pm.get("chain/open/close") == b"3"  # options in any order
+    assert pm.get("chain/close") is None
+    assert pm.get("chain") is None
+
+
+@pytest.mark.weir_only
+def test_pymemcache_abort_returns_item_first(pm):
+    assert pm.set("ab", b"first") is True
+    assert pm.get("ab/open") == b"first"
+    assert pm.set("ab", b"second") is True
+    assert pm.get("ab/abort") is None
+    # Released, it comes back ahead of the newer item.
+    assert pm.get("ab/open") == b"first"
+    assert pm.get("ab/close") is None
+    assert pm.get("ab") == b"second"
+    assert pm.get("ab") is None
+
+
+@pytest.mark.weir_only
+def test_pymemcache_peek(pm):
+    assert pm.get("pk/peek") is None
+    assert pm.set("pk", b"x") is True
+    assert pm.set("pk", b"y") is True
+    assert pm.get("pk/peek") == b"x"
+    assert pm.get("pk/peek") == b"x"
+    assert pm.get("pk") == b"x"
+    assert pm.get("pk/peek") == b"y"
+    assert pm.get("pk") == b"y"
+    assert pm.get("pk/peek") is None
+
+
+@pytest.mark.weir_only
+@pytest.mark.parametrize("client", ["pymemcache", "python-memcached"])
+def test_fanout_readers(server, client):
+    c = pym(server) if client == "pymemcache" else PyMc(server)
+    try:
+        # Readers come into being when first read; create both before the items.
+        assert c.get("fan.r1") is None
+        assert c.get("fan+r2") is None
+        items = [b"i%d" % i for i in range(4)]
+        for v in items:
+            assert c.set("fan", v) is True
+        # Each reader sees every item; QUEUE.READER and QUEUE+READER name the
+        # same reader, so alternating spellings continue one position.
+        assert [c.get("fan.r1"), c.get("fan+r1"), c.get("fan.r1"), c.get("fan+r1")] == items
+        assert [c.get("fan+r2"), c.get("fan.r2"), c.get("fan+r2"), c.get("fan.r2")] == items
+        assert c.get("fan.r1") is None
+        assert c.get("fan+r2") is None
+        # Leases are per reader: r1 holding one does not hide it from r2.
+        assert c.set("fan", b"late") is True
+        assert c.get("fan.r1/open") == b"late"
+        assert c.get("fan.r2/open") == b"late"
+        assert c.get("fan.r1/close") is None
+        assert c.get("fan.r2/abort") is None
+        assert c.get("fan.r2") == b"late"
+        assert c.get("fan.r1") is None
+    finally:
+        c.close()
+
+
+@pytest.mark.weir_only
+def test_multi_queue_set(pm, mc):
+    assert pm.set("mqa+mqb+mqc", b"everywhere") is True
+    assert mc.set("mqa+mqc", b"two") is True
+    assert pm.get("mqa") == b"everywhere"
+    assert pm.get("mqb") == b"everywhere"
+    assert pm.get("mqc") == b"everywhere"
+    assert mc.get("mqa") == b"two"
+    assert mc.get("mqb") is None
+    assert mc.get("mqc") == b"two"
+
+
+@pytest.mark.weir_only
+def test_blocking_read_returns_when_item_arrives(server, pm):
+    writer = pym(server)
+
+    def later():
+        time.sleep(0.3)
+        writer.set("blk", b"arrived")
+
+    t = threading.Thread(target=later)
+    start = time.monotonic()
+    t.start()
+    try:
+        assert pm.get("blk/t=3000") == b"arrived"
+        elapsed = time.monotonic() - start
+    finally:
+        t.join(5)
+        writer.close()
+    assert 0.25 <= elapsed < 2.0, elapsed
+
+
+@pytest.mark.weir_only
+def test_blocking_read_times_out(mc, pm):
+    start = time.monotonic()
+    assert pm.get("blkempty/t=400") is None
+    elapsed = time.monotonic() - start
+    assert 0.35 <= elapsed < 1.5, elapsed
+    start = time.monotonic()
+    assert mc.get("blkempty/t=300/open") is None
+    elapsed = time.monotonic() - start
+    assert 0.25 <= elapsed < 1.5, elapsed
+
+
+@pytest.mark.weir_only
+def test_delete_queue(pm, mc):
+    assert pm.set("del", b"x") is True
+    assert pm.set("del", b"y") is True
+    assert pm.delete("del") is True  # DELETED
+    assert pm.get("del") is None
+    assert pm.delete("del") is False  # NOT_FOUND
+    assert pm.delete("never_existed") is False
+    # python-memcached: 1 on DELETED, 0 otherwise.
+    assert mc.set("del2", b"z") is True
+    assert mc.delete("del2") == 1
+    assert mc.delete("del2") == 0
+    assert mc.get("del2") is None
+
+
+@pytest.mark.weir_only
+def test_delete_reader_keeps_other_readers(pm):
+    assert pm.get("dr.a") is None
+    assert pm.get("dr.b") is None
+    assert pm.set("dr", b"1") is True
+    assert pm.delete("dr.a") is True
+    assert pm.get("dr.b") == b"1"
+    assert pm.delete("dr.a") is False
+
+
+@pytest.mark.weir_only
+def test_stats_pymemcache(server, pm):
+    payloads = [b"aaaa", b"bbbbbb", b""]
+    for p in payloads:
+        assert pm.set("st", p) is True
+    stats = pm.stats()
+    assert stats[b"queue_st_items"] == 3
+    assert stats[b"queue_st_total_items"] == 3
+    assert stats[b"queue_st_bytes"] == sum(len(p) for p in payloads)
+    assert stats[b"queue_st_open_transactions"] == 0
+    for suffix in (b"expired_items", b"discarded", b"waiters", b"age", b"logsize"):
+        assert isinstance(stats[b"queue_st_" + suffix], int), suffix
+    assert stats[b"version"].startswith(b"weir-")
+    assert pm.get("st/open") == b"aaaa"
+    stats = pm.stats()
+    assert stats[b"queue_st_open_transactions"] == 1
+    assert stats[b"queue_st_total_items"] == 3
+    assert pm.get("st/close") is None
+    assert pm.get("st") == b"bbbbbb"
+    stats = pm.stats()
+    assert stats[b"queue_st_items"] == 1
+    assert stats[b"queue_st_open_transactions"] == 0
+    assert stats[b"queue_st_total_items"] == 3
+
+
+@pytest.mark.weir_only
+def test_stats_python_memcached(mc):
+    assert mc.set("pst", b"12345") is True
+    ((_name, stats),) = mc.get_stats()
+    assert stats["queue_pst_items"] == "1"
+    assert stats["queue_pst_bytes"] == "5"
+    assert stats["version"].startswith("weir-")
