@@ -1,0 +1,109 @@
+//! Helpers shared by the engine's integration tests: stores with chosen settings,
+//! payloads that carry their own identity (so a test can tell a wrong item from a
+//! damaged one), and small polling helpers.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use weir::{QueueConfig, Store, StoreOptions};
+
+/// Opens `dir` with `config` as the settings of every queue.
+pub fn open_with_config(dir: &Path, config: QueueConfig) -> weir::Result<Store> {
+    Store::open_with(
+        dir,
+        StoreOptions {
+            defaults: config,
+            config_for: None,
+        },
+    )
+}
+
+/// The settings most tests use: defaults with a small segment size, so that a few
+/// hundred items already roll over into several segment files.
+pub fn small_segments(segment_size_bytes: u64) -> QueueConfig {
+    QueueConfig {
+        segment_size_bytes,
+        ..QueueConfig::default()
+    }
+}
+
+/// A payload of `len` bytes that identifies item `id`: the id (little endian) in the
+/// first 8 bytes (as much of it as fits), then a pattern that depends on the id and
+/// the position, so a shifted, truncated or foreign payload never passes `check`.
+pub fn payload(id: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let id_bytes = id.to_le_bytes();
+    for i in 0..len {
+        if i < 8 {
+            out.push(id_bytes[i]);
+        } else {
+            out.push((id.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8);
+        }
+    }
+    out
+}
+
+/// The id encoded in a payload of at least 8 bytes.
+pub fn payload_id(data: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = data.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// Whether `data` is exactly `payload(id, len)`.
+pub fn is_payload(data: &[u8], id: u64, len: usize) -> bool {
+    data.len() == len && data == payload(id, len).as_slice()
+}
+
+/// The process's resident set size in KiB (VmRSS), and its anonymous part (RssAnon).
+pub fn rss_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").expect("reading /proc/self/status");
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("RssAnon:"))
+}
+
+/// Polls `f` until it is true or `timeout` passes; returns its last answer.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The segment files of queue `name`, sorted by the first sequence number in their
+/// file name (`DIR/queues/NAME/SEQ.seg`).
+pub fn segment_files(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let qdir = dir.join("queues").join(name);
+    let mut segs: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&qdir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+                .map(|p| {
+                    let first = p
+                        .file_stem()
+                        .and_then(|s| s.to_str())
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .unwrap_or(u64::MAX);
+                    (first, p)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    segs.sort();
+    segs.into_iter().map(|(_, p)| p).collect()
+}
