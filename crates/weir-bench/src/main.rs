@@ -1,1 +1,682 @@
-fn main() {}
+//! weir-bench: the seeds' benchmarks (DESIGN.md section 4), reproduced on one load
+//! generator against weir and reference servers in the same run.
+//!
+//! Subcommands: `flood`, `packing`, `packing-unpacking`, `mem-rss` (any memcache-protocol
+//! server, `--target NAME=HOST:PORT` or `--spawn weir|memcached`), `library` (the engine
+//! in-process) and `all`. Each prints a table per benchmark on stdout and leaves JSON,
+//! CSV and a PNG chart in `--out DIR`. Every knob is a flag whose default is the seeds'
+//! value; `--quick` scales everything down for a smoke run.
+//!
+//! Why a tool of our own: the seeds' numbers are the public bar, and they only mean
+//! something when the reference server runs beside weir on the same machine with the
+//! same client, a client that is not itself the limit (its CPU time is reported).
+
+mod chart;
+mod flood;
+mod library;
+mod mem_rss;
+mod packing;
+mod proto;
+mod report;
+mod sys;
+mod target;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use crate::chart::ChartSpec;
+use crate::report::Report;
+use crate::target::{parse_named, Binaries, Kind, Target};
+
+#[derive(Parser)]
+#[command(
+    name = "weir-bench",
+    version,
+    about = "The seeds' queue benchmarks against weir and reference servers: tables, JSON/CSV and PNG charts",
+    after_help = "Example: weir-bench all --spawn weir --spawn memcached --out results/"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+// One value, parsed once: boxing the big variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+enum Cmd {
+    /// Many connections alternating set/get of 64 B items over 10 queues.
+    Flood {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        flood: FloodArgs,
+    },
+    /// One queue growing to 8,388,608 items of 1 KiB; set/get rate at each step.
+    Packing {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        packing: PackingArgs,
+    },
+    /// One queue growing to 265,634,816 items of 64 B and draining back to 0.
+    PackingUnpacking {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        pu: PuArgs,
+    },
+    /// Server RSS after setting and getting N items of 1 KiB.
+    MemRss {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        rss: MemRssArgs,
+    },
+    /// popout's suite on the engine in-process, with physical references.
+    Library {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        lib: LibraryArgs,
+    },
+    /// Every benchmark above, in order (spawned servers are fresh for each).
+    All {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        flood: FloodArgs,
+        #[command(flatten)]
+        packing: PackingArgs,
+        #[command(flatten)]
+        pu: PuArgs,
+        #[command(flatten)]
+        rss: MemRssArgs,
+        #[command(flatten)]
+        lib: LibraryArgs,
+        /// Skip the library suite.
+        #[arg(long)]
+        skip_library: bool,
+        /// Skip packing-unpacking (hours at the seeds' size).
+        #[arg(long)]
+        skip_packing_unpacking: bool,
+    },
+    /// Internal: open a store, print open time, RSS and item count as JSON.
+    #[command(hide = true)]
+    ProbeOpen { dir: PathBuf },
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// A server to test, NAME=HOST:PORT (repeatable; results side by side).
+    #[arg(long = "target", value_name = "NAME=HOST:PORT")]
+    targets: Vec<String>,
+    /// The pid of a --target's server, NAME=PID, for RSS (VmRSS of /proc/PID/status).
+    #[arg(long = "pid", value_name = "NAME=PID")]
+    pids: Vec<String>,
+    /// The data directory of a --target's server, NAME=DIR, for disk use.
+    #[arg(long = "data-dir", value_name = "NAME=DIR")]
+    data_dirs: Vec<String>,
+    /// Start this server on free loopback ports with a fresh data dir (weir, memcached;
+    /// repeatable). Spawned servers come first, in the order given.
+    #[arg(long = "spawn", value_name = "KIND")]
+    spawn: Vec<Kind>,
+    /// The weir binary (default: beside weir-bench, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    weir_bin: Option<PathBuf>,
+    /// The memcached binary (default: on PATH).
+    #[arg(long, value_name = "PATH")]
+    memcached_bin: Option<PathBuf>,
+    /// An extra argument for a spawned `weir serve` (repeatable).
+    #[arg(long = "weir-arg", value_name = "ARG", allow_hyphen_values = true)]
+    weir_args: Vec<String>,
+    /// Where spawned servers' temporary data directories go (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// Output directory for JSON, CSV and PNG files.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    out: PathBuf,
+    /// Scale everything down (a smoke run of a minute or two).
+    #[arg(long)]
+    quick: bool,
+    /// TrueType font for the charts (default: DejaVu Sans from fonts-dejavu-core).
+    #[arg(long, value_name = "FILE")]
+    font: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+struct FloodArgs {
+    /// Connection counts [seeds: 1,2,5,10,50,100,200,300,400,600,800,1000,2000,4000,6000,8000; quick: 1,10,100,1000].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    flood_connections: Option<Vec<usize>>,
+    /// Sets per step, as many gets again [seeds: 1000000; quick: 20000].
+    #[arg(long, value_name = "N")]
+    flood_sets: Option<u64>,
+    /// Queues, db_bench0.. [10].
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    flood_queues: usize,
+    /// Item size [64].
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    flood_item_bytes: usize,
+}
+
+const FLOOD_CONNECTIONS: &[usize] = &[
+    1, 2, 5, 10, 50, 100, 200, 300, 400, 600, 800, 1000, 2000, 4000, 6000, 8000,
+];
+
+impl FloodArgs {
+    fn resolve(&self, quick: bool) -> flood::FloodParams {
+        flood::FloodParams {
+            connections: self.flood_connections.clone().unwrap_or_else(|| {
+                if quick {
+                    vec![1, 10, 100, 1000]
+                } else {
+                    FLOOD_CONNECTIONS.to_vec()
+                }
+            }),
+            sets: self
+                .flood_sets
+                .unwrap_or(if quick { 20_000 } else { 1_000_000 }),
+            queues: self.flood_queues,
+            item_bytes: self.flood_item_bytes,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct PackingArgs {
+    /// Backlog steps [seeds: 0,1024,16384,65536,262144,1048576,4194304,8388608; quick: 0,1024,16384].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    packing_steps: Option<Vec<u64>>,
+    /// Sets per step, interleaved with as many gets [seeds: 100000; quick: 5000].
+    #[arg(long, value_name = "N")]
+    packing_ops: Option<u64>,
+    /// Item size [1024].
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    packing_item_bytes: usize,
+    /// Queue name [packing].
+    #[arg(long, value_name = "NAME", default_value = "packing")]
+    packing_queue: String,
+}
+
+impl PackingArgs {
+    fn resolve(&self, quick: bool) -> packing::PackingParams {
+        packing::PackingParams {
+            bench: "packing",
+            queue: self.packing_queue.clone(),
+            item_bytes: self.packing_item_bytes,
+            steps: self.packing_steps.clone().unwrap_or_else(|| {
+                if quick {
+                    vec![0, 1024, 16384]
+                } else {
+                    vec![0, 1024, 16384, 65536, 262144, 1048576, 4194304, 8388608]
+                }
+            }),
+            ops: self
+                .packing_ops
+                .unwrap_or(if quick { 5_000 } else { 100_000 }),
+        }
+    }
+}
+
+const PU_GROW: &[u64] = &[
+    0, 1024, 17408, 82944, 345088, 1393664, 5587968, 13976576, 30753792, 64308224, 131417088,
+    265634816,
+];
+
+#[derive(Args, Clone)]
+struct PuArgs {
+    /// Growth steps [seeds: 0,1024,17408,82944,345088,1393664,5587968,13976576,30753792,64308224,131417088,265634816; quick: 0,1024,17408,82944].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    pu_steps: Option<Vec<u64>>,
+    /// Drop growth steps above this many items (e.g. 30753792 for a run of an hour).
+    #[arg(long, value_name = "N")]
+    pu_max_items: Option<u64>,
+    /// Items drained per step on the way down [seeds: 22136234; quick: 30000].
+    #[arg(long, value_name = "N")]
+    pu_drain_step: Option<u64>,
+    /// Sets per step, interleaved with as many gets [seeds: 200000; quick: 5000].
+    #[arg(long, value_name = "N")]
+    pu_ops: Option<u64>,
+    /// Item size [64].
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    pu_item_bytes: usize,
+    /// Queue name [packing_unpacking].
+    #[arg(long, value_name = "NAME", default_value = "packing_unpacking")]
+    pu_queue: String,
+}
+
+impl PuArgs {
+    fn resolve(&self, quick: bool) -> packing::PackingParams {
+        let mut grow = self.pu_steps.clone().unwrap_or_else(|| {
+            if quick {
+                vec![0, 1024, 17408, 82944]
+            } else {
+                PU_GROW.to_vec()
+            }
+        });
+        if let Some(max) = self.pu_max_items {
+            grow.retain(|&n| n <= max);
+        }
+        let drain = self
+            .pu_drain_step
+            .unwrap_or(if quick { 30_000 } else { 22_136_234 });
+        packing::PackingParams {
+            bench: "packing-unpacking",
+            queue: self.pu_queue.clone(),
+            item_bytes: self.pu_item_bytes,
+            steps: packing::grow_then_drain(&grow, drain),
+            ops: self.pu_ops.unwrap_or(if quick { 5_000 } else { 200_000 }),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct MemRssArgs {
+    /// Item counts [seeds: 0,1024,2048,4096,8192,16384,32768,65536,131072,262024,524048; quick: 0,1024,2048,4096,8192].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    rss_steps: Option<Vec<u64>>,
+    /// Item size [1024].
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    rss_item_bytes: usize,
+    /// Queue name [mem_rss].
+    #[arg(long, value_name = "NAME", default_value = "mem_rss")]
+    rss_queue: String,
+}
+
+impl MemRssArgs {
+    fn resolve(&self, quick: bool) -> mem_rss::MemRssParams {
+        mem_rss::MemRssParams {
+            queue: self.rss_queue.clone(),
+            item_bytes: self.rss_item_bytes,
+            steps: self.rss_steps.clone().unwrap_or_else(|| {
+                if quick {
+                    vec![0, 1024, 2048, 4096, 8192]
+                } else {
+                    vec![
+                        0, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262024, 524048,
+                    ]
+                }
+            }),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+struct LibraryArgs {
+    /// Directory for the temporary stores: the filesystem under test [system temp dir].
+    #[arg(long, value_name = "DIR")]
+    lib_dir: Option<PathBuf>,
+    /// Record size [512].
+    #[arg(long, value_name = "BYTES", default_value_t = 512)]
+    lib_record_bytes: usize,
+    /// Seconds per timed write case [10; quick: 0.3].
+    #[arg(long, value_name = "S")]
+    lib_seconds: Option<f64>,
+    /// Writer thread counts, buffered and synced [1,2,8].
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,N,...",
+        default_value = "1,2,8"
+    )]
+    lib_threads: Vec<usize>,
+    /// Threads of the group-commit case (synced) [64].
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    lib_group_threads: usize,
+    /// Durability of the 3 writers + 1 reader case [buffered] (buffered|periodic|synced).
+    #[arg(long, value_name = "MODE", default_value = "buffered", value_parser = library::parse_durability)]
+    lib_rw_durability: weir::Durability,
+    /// Records of the iteration case [1000000; quick: 50000].
+    #[arg(long, value_name = "N")]
+    lib_iter_records: Option<u64>,
+    /// Payload bytes of the reopen backlog [10000000000; quick: 33554432].
+    #[arg(long, value_name = "BYTES")]
+    lib_backlog_bytes: Option<u64>,
+    /// Item size of the deep queue and the reopen backlog [1024].
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    lib_backlog_item_bytes: usize,
+    /// Items queued for the deep append+take case [8388608; quick: 32768].
+    #[arg(long, value_name = "N")]
+    lib_deep_items: Option<u64>,
+    /// Append+take pairs per rate measurement [1000000; quick: 10000].
+    #[arg(long, value_name = "N")]
+    lib_apptake_pairs: Option<u64>,
+    /// Upper bound of the 1 MiB-write reference [17179869184].
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 30)]
+    lib_seq_bytes_max: u64,
+}
+
+impl LibraryArgs {
+    fn resolve(&self, quick: bool) -> library::LibraryParams {
+        library::LibraryParams {
+            dir: self.lib_dir.clone(),
+            record_bytes: self.lib_record_bytes,
+            seconds: self.lib_seconds.unwrap_or(if quick { 0.3 } else { 10.0 }),
+            threads: self.lib_threads.clone(),
+            group_threads: self.lib_group_threads,
+            rw_durability: self.lib_rw_durability,
+            iter_records: self
+                .lib_iter_records
+                .unwrap_or(if quick { 50_000 } else { 1_000_000 }),
+            backlog_bytes: self.lib_backlog_bytes.unwrap_or(if quick {
+                32 << 20
+            } else {
+                10_000_000_000
+            }),
+            backlog_item_bytes: self.lib_backlog_item_bytes,
+            deep_items: self
+                .lib_deep_items
+                .unwrap_or(if quick { 32_768 } else { 8_388_608 }),
+            apptake_pairs: self
+                .lib_apptake_pairs
+                .unwrap_or(if quick { 10_000 } else { 1_000_000 }),
+            seq_bytes_max: self.lib_seq_bytes_max,
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = real_main(cli) {
+        target::kill_all_children();
+        eprintln!("weir-bench: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main(cli: Cli) -> Result<()> {
+    if let Cmd::ProbeOpen { dir } = &cli.command {
+        return library::probe_open_main(dir);
+    }
+    sys::raise_nofile_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("weir-bench: interrupted; stopping spawned servers");
+            target::kill_all_children();
+            std::process::exit(130);
+        }
+    });
+    let progress = Progress::new();
+    let mut failures: Vec<String> = Vec::new();
+    match cli.command {
+        Cmd::Flood { common, flood } => {
+            let p = flood.resolve(common.quick);
+            let targets = make_targets(&common)?;
+            let report = runtime.block_on(flood::run(&targets, &p, &progress.steps))?;
+            emit(&common, &report, &[flood_chart()], &mut failures)?;
+        }
+        Cmd::Packing { common, packing } => {
+            let p = packing.resolve(common.quick);
+            run_packing(&runtime, &common, &p, &progress, &mut failures)?;
+        }
+        Cmd::PackingUnpacking { common, pu } => {
+            let p = pu.resolve(common.quick);
+            run_packing(&runtime, &common, &p, &progress, &mut failures)?;
+        }
+        Cmd::MemRss { common, rss } => {
+            let p = rss.resolve(common.quick);
+            run_mem_rss(&runtime, &common, &p, &progress, &mut failures)?;
+        }
+        Cmd::Library { common, lib } => {
+            let p = lib.resolve(common.quick);
+            run_library(&common, &p, &progress, &mut failures)?;
+        }
+        Cmd::All {
+            common,
+            flood,
+            packing,
+            pu,
+            rss,
+            lib,
+            skip_library,
+            skip_packing_unpacking,
+        } => {
+            let q = common.quick;
+            {
+                let targets = make_targets(&common)?;
+                let report =
+                    runtime.block_on(flood::run(&targets, &flood.resolve(q), &progress.steps))?;
+                emit(&common, &report, &[flood_chart()], &mut failures)?;
+            }
+            run_packing(
+                &runtime,
+                &common,
+                &packing.resolve(q),
+                &progress,
+                &mut failures,
+            )?;
+            if !skip_packing_unpacking {
+                run_packing(&runtime, &common, &pu.resolve(q), &progress, &mut failures)?;
+            }
+            run_mem_rss(&runtime, &common, &rss.resolve(q), &progress, &mut failures)?;
+            if !skip_library {
+                run_library(&common, &lib.resolve(q), &progress, &mut failures)?;
+            }
+        }
+        Cmd::ProbeOpen { .. } => unreachable!("handled above"),
+    }
+    progress.clear();
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
+
+/// The two progress bars on stderr: benchmark steps, and the fill/drain in between.
+struct Progress {
+    _multi: MultiProgress,
+    steps: ProgressBar,
+    fill: ProgressBar,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        let multi = MultiProgress::new();
+        let style = |t: &str| {
+            ProgressStyle::with_template(t).unwrap_or_else(|_| ProgressStyle::default_bar())
+        };
+        let steps = multi.add(ProgressBar::new(0));
+        steps.set_style(style(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} steps  {msg}",
+        ));
+        let fill = multi.add(ProgressBar::new(0));
+        fill.set_style(style(
+            "{elapsed_precise} [{bar:30}] {human_pos}/{human_len} {msg} ({per_sec}, eta {eta})",
+        ));
+        Progress {
+            _multi: multi,
+            steps,
+            fill,
+        }
+    }
+
+    fn clear(&self) {
+        self.steps.finish_and_clear();
+        self.fill.finish_and_clear();
+    }
+}
+
+fn run_packing(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &packing::PackingParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let targets = make_targets(common)?;
+    progress.steps.reset();
+    let report = runtime.block_on(packing::run(&targets, p, &progress.steps, &progress.fill))?;
+    let spec = ChartSpec {
+        file: p.bench,
+        title: if p.bench == "packing" {
+            "packing: set+get rate vs backlog (1 KiB items, 1 connection)"
+        } else {
+            "packing/unpacking: set+get rate as the queue grows and drains (64 B items)"
+        },
+        x_label: "items queued (step)",
+        y_label: "operations per second",
+        x_key: "backlog",
+        y_key: "ops/s",
+        y_div: 1.0,
+        series_key: "target",
+        log_y: false,
+    };
+    emit(common, &report, &[spec], failures)
+}
+
+fn run_mem_rss(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &mem_rss::MemRssParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let targets = make_targets(common)?;
+    progress.steps.reset();
+    let report = runtime.block_on(mem_rss::run(&targets, p, &progress.steps, &progress.fill))?;
+    let spec = ChartSpec {
+        file: "mem-rss",
+        title: "resident memory after set N + get N (1 KiB items)",
+        x_label: "N items",
+        y_label: "RSS (MiB)",
+        x_key: "step",
+        y_key: "rss_bytes",
+        y_div: 1024.0 * 1024.0,
+        series_key: "target",
+        log_y: false,
+    };
+    emit(common, &report, &[spec], failures)
+}
+
+fn run_library(
+    common: &Common,
+    p: &library::LibraryParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    progress.steps.reset();
+    let report = library::run(p, &progress.steps, &progress.fill)?;
+    // The chart reads only the append rows; the files keep everything.
+    let chart_report = library::chart_rows(&report);
+    let spec = ChartSpec {
+        file: "library",
+        title: "engine append throughput (512 B records)",
+        x_label: "writer threads",
+        y_label: "appends per second (log)",
+        x_key: "threads",
+        y_key: "rate",
+        y_div: 1.0,
+        series_key: "durability",
+        log_y: true,
+    };
+    print_and_write(common, &report)?;
+    draw(common, &chart_report, &[spec], failures);
+    Ok(())
+}
+
+fn flood_chart() -> ChartSpec<'static> {
+    ChartSpec {
+        file: "flood",
+        title: "flood: set+get, 64 B items over 10 queues",
+        x_label: "connections",
+        y_label: "operations per second",
+        x_key: "connections",
+        y_key: "ops/s",
+        y_div: 1.0,
+        series_key: "target",
+        log_y: false,
+    }
+}
+
+/// Prints the table, writes JSON and CSV, then the charts (whose failure does not
+/// lose the numbers: it is reported at the end and makes the exit status non-zero).
+fn emit(
+    common: &Common,
+    report: &Report,
+    charts: &[ChartSpec],
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    print_and_write(common, report)?;
+    draw(common, report, charts, failures);
+    Ok(())
+}
+
+fn print_and_write(common: &Common, report: &Report) -> Result<()> {
+    println!("{}", report.table());
+    report.write_files(&common.out)
+}
+
+fn draw(common: &Common, report: &Report, charts: &[ChartSpec], failures: &mut Vec<String>) {
+    for spec in charts {
+        if let Err(e) = chart::draw(report, spec, &common.out, common.font.as_deref()) {
+            eprintln!("weir-bench: chart {}: {e:#}", spec.file);
+            failures.push(format!("chart {}: {e:#}", spec.file));
+        }
+    }
+}
+
+/// Spawned servers first (fresh each call), then the given ones.
+fn make_targets(common: &Common) -> Result<Vec<Target>> {
+    let bins = Binaries {
+        weir: common.weir_bin.clone(),
+        memcached: common.memcached_bin.clone(),
+        weir_args: common.weir_args.clone(),
+        work_dir: common.work_dir.clone(),
+    };
+    let mut targets = Vec::new();
+    for kind in &common.spawn {
+        targets.push(Target::spawn(*kind, &bins)?);
+    }
+    let lookup = |list: &[String], name: &str| -> Result<Option<String>> {
+        for item in list {
+            let (n, v) = parse_named(item).map_err(anyhow::Error::msg)?;
+            if n == name {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    };
+    for t in &common.targets {
+        let (name, addr) = parse_named(t).map_err(anyhow::Error::msg)?;
+        let addr = resolve(&addr)?;
+        let pid = match lookup(&common.pids, &name)? {
+            Some(p) => Some(
+                p.parse::<u32>()
+                    .with_context(|| format!("--pid {name}={p}: not a pid"))?,
+            ),
+            None => None,
+        };
+        if let Some(pid) = pid {
+            if !sys::process_exists(pid) {
+                bail!("--pid {name}={pid}: no such process");
+            }
+        }
+        let dir = lookup(&common.data_dirs, &name)?.map(PathBuf::from);
+        targets.push(Target::external(&name, addr, pid, dir));
+    }
+    let mut names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+    names.sort();
+    names.dedup();
+    if names.len() != targets.len() {
+        bail!("two targets share a name; give each --target a distinct NAME");
+    }
+    if targets.is_empty() {
+        bail!("no target: give --target NAME=HOST:PORT or --spawn weir|memcached");
+    }
+    Ok(targets)
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("resolving {addr}"))?
+        .next()
+        .with_context(|| format!("{addr} resolves to no address"))
+}

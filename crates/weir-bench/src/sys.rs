@@ -1,0 +1,153 @@
+//! Small views of the operating system the benchmarks need: the client's own CPU time
+//! (so a reader can tell whether the load generator limited a run), a server's resident
+//! memory, the disk use of a data directory, and the open-files limit that 8000
+//! connections need.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+
+/// User + system CPU time this process has used so far (all threads).
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the struct we own; a zeroed rusage is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer cannot fail.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Measures the client's CPU use over a span of wall time.
+pub struct CpuMeter {
+    start: Duration,
+}
+
+impl CpuMeter {
+    pub fn start() -> CpuMeter {
+        CpuMeter { start: cpu_time() }
+    }
+
+    /// CPU seconds used since `start`.
+    pub fn seconds(&self) -> f64 {
+        cpu_time().saturating_sub(self.start).as_secs_f64()
+    }
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit: 8000 connections need 8000 fds.
+/// Returns the soft limit now in force.
+pub fn raise_nofile_limit() -> u64 {
+    // SAFETY: plain syscalls on a struct we own.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let wanted = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) == 0 {
+                return wanted.rlim_cur;
+            }
+        }
+        lim.rlim_cur
+    }
+}
+
+/// A field of `/proc/PID/status` given in kB (VmRSS, RssAnon, ...), in bytes.
+pub fn proc_status_bytes(pid: u32, field: &str) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    parse_status_field(&text, field).with_context(|| format!("no {field} in {path}"))
+}
+
+fn parse_status_field(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kb * 1024)
+    })
+}
+
+/// Resident memory (VmRSS) of a process, bytes.
+pub fn vm_rss_bytes(pid: u32) -> Result<u64> {
+    proc_status_bytes(pid, "VmRSS")
+}
+
+/// Resident memory of this process, bytes.
+pub fn self_rss_bytes() -> Result<u64> {
+    vm_rss_bytes(std::process::id())
+}
+
+/// Disk space used by everything under `dir`, in bytes, like `du -s`: allocated
+/// blocks, so sparse or preallocated files count as the disk sees them.
+pub fn disk_usage_bytes(dir: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            // Files come and go under a live server (segments deleted); skip them.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("stat {}", path.display())),
+        };
+        total += meta.blocks() * 512;
+        if meta.is_dir() {
+            let entries = match std::fs::read_dir(&path) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).with_context(|| format!("listing {}", path.display())),
+            };
+            for entry in entries.flatten() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Whether a process with this pid exists (signal 0).
+pub fn process_exists(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+/// Sends a signal to a process; errors when it is gone.
+pub fn signal(pid: u32, sig: libc::c_int) -> Result<()> {
+    // SAFETY: plain syscall.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    if rc != 0 {
+        bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether we run as root (memcached then needs `-u root`).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_status_fields() {
+        let text = "Name:\tx\nVmRSS:\t  1234 kB\nRssAnon:\t 10 kB\n";
+        assert_eq!(parse_status_field(text, "VmRSS"), Some(1234 * 1024));
+        assert_eq!(parse_status_field(text, "RssAnon"), Some(10 * 1024));
+        assert_eq!(parse_status_field(text, "VmSwap"), None);
+    }
+
+    #[test]
+    fn own_rss_is_readable() {
+        assert!(self_rss_bytes().unwrap() > 0);
+    }
+}
