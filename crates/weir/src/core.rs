@@ -1,46 +1,1940 @@
-//! TEMPORARY STUB: the API contract compiles; the implementation lands next.
-#![allow(dead_code, unused_variables)]
-use std::path::Path;
+//! `QueueCore`: one queue's state behind one lock, and every operation on it.
+//!
+//! The state is small and bounded: the list of segment files, the writer's mapping
+//! window, and per reader a position, its out-of-order confirmations (as ranges), its
+//! leases and released items, and one read-ahead buffer. Nothing here grows with the
+//! backlog; items live only in the segment files (and the OS page cache).
+//!
+//! Every operation takes the queue's lock once, does its work without system calls in
+//! the common case (appends and confirmations are stores into mappings), and returns a
+//! [`Ticket`] when the caller must wait for an fsync (`synced` durability). The wait
+//! happens outside the lock, through group commit: the first waiter fsyncs for all.
+//!
+//! Invariants per reader (checked by `ReaderState::check` in debug builds):
+//! - `acked_below <= next_seq` and `cursor_seq <= next_seq`;
+//! - every leased or released seq lies in `[acked_below, cursor_seq)` and is not
+//!   confirmed; every unconfirmed seq below the cursor is leased or released;
+//! - after a reopen the cursor restarts at `acked_below`, so confirmations made out of
+//!   order before the restart can lie above it (or pull `acked_below` past it): reading
+//!   skips those items.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crate::config::QueueConfig;
-use crate::error::Result;
-use crate::item::{AppendOptions, Item, LeaseId, TakeMode, Taken};
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::Notify;
+
+use crate::config::{Durability, QueueConfig};
+use crate::error::{Error, Result};
+use crate::frame::{
+    decode_header, encode_header, verify, RecordHeader, RECORD_HEADER_BYTES,
+    RECORD_PAYLOAD_BYTES_MAX,
+};
+use crate::intervals::IntervalSet;
+use crate::item::{now_ms, AppendOptions, Item, LeaseId, TakeMode, Taken};
 use crate::iter::Iter;
-use crate::stats::QueueStats;
+use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
+use crate::mapfile::{sync_dir, MapFile};
+use crate::name::validate_reader_name;
+use crate::segment::{
+    self, encode_file_header, parse_segment_file_name, segment_file_name, Found, Loc, ReadBuf,
+    Segment, FILE_HEADER_BYTES, READ_AHEAD_BYTES, SEGMENT_MAGIC,
+};
+use crate::stats::{QueueStats, ReaderStats};
 use crate::store::StoreInner;
 
-pub(crate) struct Ticket;
-pub(crate) struct WaiterGuard;
+/// Mapping window of the segment being written: bounds the RSS the writer adds.
+const WRITE_WINDOW_BYTES: u64 = 1024 * 1024;
+/// When every reader has confirmed everything and the segment being written is at
+/// least this large, a new segment is started so the old one can be deleted: disk use
+/// follows the backlog down instead of waiting for the segment to fill.
+const ROLL_WHEN_EMPTY_BYTES: u64 = 4 * 1024 * 1024;
+
+/// What a caller must wait for before its operation is durable: `(last data seq,
+/// journal position)`, or nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ticket(Option<(u64, u64)>);
+
+/// Counts a waiter for `stats` while it lives.
+pub(crate) struct WaiterGuard(Option<Arc<AtomicU64>>);
+
+impl Drop for WaiterGuard {
+    fn drop(&mut self) {
+        if let Some(w) = &self.0 {
+            w.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 pub(crate) struct QueueCore {
     pub(crate) name: String,
+    dir: PathBuf,
+    store: Weak<StoreInner>,
+    state: Mutex<State>,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    /// Bumped whenever an item may have become available; blocking (thread) waiters
+    /// sleep on `wake_cv` until it moves.
+    wake_gen: AtomicU64,
+    wake_lock: Mutex<()>,
+    wake_cv: Condvar,
+    blocking_waiters: AtomicU64,
+}
+
+#[derive(Default)]
+struct SyncState {
+    /// Every item up to this seq is on disk.
+    data_seq: u64,
+    /// The journal is on disk up to this position.
+    journal: u64,
+    in_progress: bool,
+}
+
+struct LeaseInfo {
+    seq: u64,
+    loc: Loc,
+    len: u32,
+    deadline: Option<Instant>,
+}
+
+struct ReaderState {
+    id: u32,
+    acked_below: u64,
+    confirmed: IntervalSet,
+    cursor_seq: u64,
+    cursor: Loc,
+    leases: BTreeMap<u64, LeaseInfo>,
+    /// Released items, redelivered first in seq order: seq -> (loc, payload length).
+    released: BTreeMap<u64, (Loc, u32)>,
+    pending_bytes: u64,
+    rb: ReadBuf,
+    notify: Arc<Notify>,
+    waiters: Arc<AtomicU64>,
+    taken: u64,
+    confirmed_total: u64,
+    expired: u64,
+    discarded: u64,
+}
+
+impl ReaderState {
+    fn pending_items(&self, next_seq: u64) -> u64 {
+        next_seq - self.acked_below - self.confirmed.count()
+    }
+
+    /// Records `[from, to)` as confirmed in memory (the journal was written already).
+    fn confirm_mem(&mut self, from: u64, to: u64, bytes: u64) {
+        let from = from.max(self.acked_below);
+        if from >= to {
+            return;
+        }
+        if from == self.acked_below && self.confirmed.is_empty() {
+            self.acked_below = to;
+        } else {
+            self.confirmed.insert(from, to);
+            while let Some(end) = self.confirmed.take_range_at(self.acked_below) {
+                self.acked_below = end;
+            }
+        }
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+    }
+
+    #[cfg(debug_assertions)]
+    fn check(&self, next_seq: u64) {
+        assert!(
+            self.acked_below <= next_seq,
+            "acked {} > next {}",
+            self.acked_below,
+            next_seq
+        );
+        assert!(
+            self.cursor_seq <= next_seq,
+            "cursor {} > next {}",
+            self.cursor_seq,
+            next_seq
+        );
+        for seq in self
+            .leases
+            .values()
+            .map(|l| l.seq)
+            .chain(self.released.keys().copied())
+        {
+            assert!(
+                seq >= self.acked_below && seq < self.cursor_seq,
+                "held seq {seq} outside [acked, cursor)"
+            );
+            assert!(!self.confirmed.contains(seq), "held seq {seq} is confirmed");
+        }
+    }
+
+    #[cfg(not(debug_assertions))]
+    fn check(&self, _next_seq: u64) {}
+}
+
+struct State {
+    config: QueueConfig,
+    closed: bool,
+    deleted: bool,
+    /// Oldest first; the last one is being written through `writer`.
+    segments: VecDeque<Segment>,
+    writer: MapFile,
+    next_seq: u64,
+    /// Oldest seq kept when the queue has no reader.
+    floor: u64,
+    floor_bytes: u64,
+    floor_loc: Option<Loc>,
+    floor_discarded: u64,
+    floor_expired: u64,
+    floor_rb: ReadBuf,
+    readers: HashMap<String, ReaderState>,
+    next_reader_id: u32,
+    next_lease_id: u64,
+    journal: Journal,
+    total_appended: u64,
+    corrupt_records: u64,
+    /// Written since the last fsync.
+    dirty: bool,
+    /// A file was created in the queue's directory since the last fsync.
+    dir_dirty: bool,
+    /// Sealed segments not yet fsync'ed.
+    unsynced: Vec<Arc<File>>,
+    last_sync: Instant,
+}
+
+/// What a reader's next item is and where it comes from.
+struct Candidate {
+    header: RecordHeader,
+    data: Bytes,
+    loc: Loc,
+    /// Where the cursor goes when this item is consumed; `None` for a released item.
+    next_cursor: Option<Loc>,
+}
+
+impl Candidate {
+    fn item(&self) -> Item {
+        Item {
+            seq: self.header.seq,
+            data: self.data.clone(),
+            flags: self.header.flags,
+            enqueued_at_ms: self.header.enqueued_at_ms,
+            expires_at_ms: self.header.expires_at_ms,
+        }
+    }
+}
+
+/// What a take is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Take,
+    Lease,
+    Peek,
+    /// Drop the oldest item to make room.
+    Discard,
+    /// Drop the next item only if it has expired.
+    ExpireHead,
+}
+
+fn io_err(context: impl FnOnce() -> String) -> impl FnOnce(io::Error) -> Error {
+    move |e| Error::io(context(), e)
+}
+
+fn is_expired(h: &RecordHeader, now_ms: u64, config: &QueueConfig) -> bool {
+    if h.expires_at_ms != 0 && h.expires_at_ms <= now_ms {
+        return true;
+    }
+    match config.max_age {
+        Some(age) => h.enqueued_at_ms.saturating_add(age.as_millis() as u64) <= now_ms,
+        None => false,
+    }
+}
+
+/// Reads the record at `loc`, from the writer's mapping when it is there (no system
+/// call), else through the read-ahead buffer. `Ok(None)` at the end of valid data.
+/// `Err(Ok(()))`-like damage is reported as `ReadAt::Bad`.
+enum ReadAt {
+    Rec(RecordHeader, Bytes),
+    End,
+    Bad,
+    /// The segment is gone (deleted): the position must be looked up again.
+    Missing,
+}
+
+fn seg_index(segments: &VecDeque<Segment>, first_seq: u64) -> Option<usize> {
+    let i = segments.partition_point(|s| s.first_seq < first_seq);
+    (i < segments.len() && segments[i].first_seq == first_seq).then_some(i)
+}
+
+fn read_at(
+    segments: &VecDeque<Segment>,
+    writer: &MapFile,
+    rb: &mut ReadBuf,
+    loc: Loc,
+) -> io::Result<ReadAt> {
+    let Some(i) = seg_index(segments, loc.seg) else {
+        return Ok(ReadAt::Missing);
+    };
+    let seg = &segments[i];
+    let active = i + 1 == segments.len();
+    let limit = if active { writer.end() } else { seg.end };
+    if loc.off >= limit {
+        return Ok(ReadAt::End);
+    }
+    if active {
+        if let Some(hb) = writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
+            let Some(h) = decode_header(hb) else {
+                return Ok(ReadAt::Bad);
+            };
+            if let Some(rec) = writer.mapped(loc.off, h.record_bytes()) {
+                if !verify(&h, rec) {
+                    return Ok(ReadAt::Bad);
+                }
+                return Ok(ReadAt::Rec(
+                    h,
+                    Bytes::copy_from_slice(&rec[RECORD_HEADER_BYTES..]),
+                ));
+            }
+        }
+    }
+    match segment::read_record(
+        rb,
+        &seg.file,
+        seg.first_seq,
+        loc.off,
+        limit,
+        READ_AHEAD_BYTES,
+    )? {
+        Found::Record(h, rec) => Ok(ReadAt::Rec(
+            h,
+            Bytes::copy_from_slice(&rec[RECORD_HEADER_BYTES..]),
+        )),
+        Found::End => Ok(ReadAt::End),
+        Found::Bad => Ok(ReadAt::Bad),
+    }
+}
+
+/// Where the first record with seq ≥ `seq` starts (the tail when there is none).
+fn locate_in(
+    segments: &VecDeque<Segment>,
+    writer: &MapFile,
+    next_seq: u64,
+    seq: u64,
+) -> io::Result<Loc> {
+    let Some(last) = segments.back() else {
+        return Ok(Loc {
+            seg: next_seq,
+            off: FILE_HEADER_BYTES,
+        });
+    };
+    if seq >= next_seq {
+        return Ok(Loc {
+            seg: last.first_seq,
+            off: writer.end(),
+        });
+    }
+    let i = segments
+        .partition_point(|s| s.first_seq <= seq)
+        .saturating_sub(1);
+    let seg = &segments[i];
+    let limit = if i + 1 == segments.len() {
+        writer.end()
+    } else {
+        seg.end
+    };
+    let off = segment::locate(&seg.file, seg.first_seq, limit, seq)?;
+    Ok(Loc {
+        seg: seg.first_seq,
+        off,
+    })
+}
+
+/// Payload bytes from `loc` to the tail, estimated from file sizes: exact unless
+/// records in that span were confirmed out of order or lost to damage.
+fn span_payload_bytes(segments: &VecDeque<Segment>, writer: &MapFile, loc: Loc, items: u64) -> u64 {
+    let mut bytes = 0u64;
+    let n = segments.len();
+    for (i, seg) in segments.iter().enumerate() {
+        if seg.first_seq < loc.seg {
+            continue;
+        }
+        let end = if i + 1 == n { writer.end() } else { seg.end };
+        let start = if seg.first_seq == loc.seg {
+            loc.off
+        } else {
+            FILE_HEADER_BYTES
+        };
+        bytes += end.saturating_sub(start);
+    }
+    bytes.saturating_sub(items * RECORD_HEADER_BYTES as u64)
+}
+
+/// Reads only the header of the record at `loc`.
+fn header_at(segments: &VecDeque<Segment>, writer: &MapFile, loc: Loc) -> Option<RecordHeader> {
+    let i = seg_index(segments, loc.seg)?;
+    if i + 1 == segments.len() {
+        if let Some(b) = writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
+            return decode_header(b);
+        }
+    }
+    let mut buf = [0u8; RECORD_HEADER_BYTES];
+    segment::read_full_at(&segments[i].file, &mut buf, loc.off).ok()?;
+    decode_header(&buf)
+}
+
+impl State {
+    fn check_usable(&self) -> Result<()> {
+        if self.deleted {
+            Err(Error::NotFound {
+                what: format!("queue at {}", self.writer.path().display()),
+            })
+        } else if self.closed {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.writer.path().parent().unwrap_or(Path::new("."))
+    }
+
+    fn journal_append(&mut self, rec: JRecord) -> Result<()> {
+        if let Err(e) = self.journal.append(&rec) {
+            return Err(Error::io(
+                format!("writing reader state in {}", self.dir().display()),
+                e,
+            ));
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Rotates the journal when it is due. A failure leaves the current file in use.
+    fn maybe_rotate_journal(&mut self) {
+        if !self.journal.needs_rotation() {
+            return;
+        }
+        let state = self.journal_state();
+        if let Err(e) = self.journal.rotate(&state) {
+            tracing::warn!(dir = %self.dir().display(), error = %e, "could not rotate the reader journal");
+        }
+    }
+
+    fn journal_state(&self) -> JournalState {
+        let mut readers = BTreeMap::new();
+        for (name, r) in &self.readers {
+            readers.insert(
+                r.id,
+                ReaderRecord {
+                    name: name.clone(),
+                    acked_below: r.acked_below,
+                    confirmed: r.confirmed.clone(),
+                },
+            );
+        }
+        JournalState {
+            floor: self.floor,
+            readers,
+            next_reader_id: self.next_reader_id,
+        }
+    }
+
+    fn oldest_kept(&self) -> u64 {
+        self.readers
+            .values()
+            .map(|r| r.acked_below)
+            .min()
+            .unwrap_or(self.floor)
+    }
+
+    /// Starts a new segment at `next_seq`; the current one is sealed.
+    fn roll(&mut self) -> Result<()> {
+        debug_assert!(
+            self.writer.end() > FILE_HEADER_BYTES,
+            "never roll an empty segment"
+        );
+        let first = self.next_seq;
+        let path = self.dir().join(segment_file_name(first));
+        let err = |e| Error::io(format!("creating segment {}", path.display()), e);
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(err)?;
+        let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES).map_err(err)?;
+        if let Err(e) = map.append(&[&encode_file_header(SEGMENT_MAGIC, first)]) {
+            drop(map);
+            let _ = fs::remove_file(&path);
+            return Err(err(e));
+        }
+        let mut old = std::mem::replace(&mut self.writer, map);
+        if let Some(last) = self.segments.back_mut() {
+            last.end = old.end();
+        }
+        if let Err(e) = old.trim() {
+            tracing::warn!(path = %old.path().display(), error = %e, "could not trim a sealed segment");
+        }
+        self.unsynced.push(Arc::clone(old.file()));
+        self.segments.push_back(Segment {
+            first_seq: first,
+            path,
+            file: Arc::clone(self.writer.file()),
+            end: FILE_HEADER_BYTES,
+        });
+        self.dir_dirty = true;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Deletes the segments every reader is done with.
+    fn reclaim(&mut self) {
+        let keep = self.oldest_kept();
+        if keep == self.next_seq
+            && self.writer.end() >= ROLL_WHEN_EMPTY_BYTES
+            && self.writer.end() > FILE_HEADER_BYTES
+        {
+            if let Err(e) = self.roll() {
+                tracing::warn!(error = %e, "could not start a new segment for an empty queue");
+            }
+        }
+        while self.segments.len() > 1 && self.segments[1].first_seq <= keep {
+            let Some(seg) = self.segments.pop_front() else {
+                break;
+            };
+            if self.floor_loc.is_some_and(|l| l.seg == seg.first_seq) {
+                self.floor_loc = None;
+            }
+            if let Err(e) = fs::remove_file(&seg.path) {
+                tracing::warn!(path = %seg.path.display(), error = %e, "could not delete a consumed segment");
+            }
+        }
+    }
+
+    fn append_one(&mut self, data: &[u8], options: &AppendOptions, now: u64) -> Result<u64> {
+        let rec_bytes = RECORD_HEADER_BYTES as u64 + data.len() as u64;
+        if self.writer.end() + rec_bytes > self.config.segment_size_bytes
+            && self.writer.end() > FILE_HEADER_BYTES
+        {
+            self.roll()?;
+        }
+        let seq = self.next_seq;
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        encode_header(
+            &mut header,
+            seq,
+            now,
+            options.expires_at_ms,
+            options.flags,
+            data,
+        );
+        if let Err(e) = self.writer.append(&[&header, data]) {
+            return Err(Error::io(
+                format!("appending to {}", self.writer.path().display()),
+                e,
+            ));
+        }
+        if let Some(last) = self.segments.back_mut() {
+            last.end = self.writer.end();
+        }
+        self.next_seq += 1;
+        let len = data.len() as u64;
+        for r in self.readers.values_mut() {
+            r.pending_bytes += len;
+        }
+        self.floor_bytes += len;
+        self.total_appended += 1;
+        self.dirty = true;
+        Ok(seq)
+    }
+
+    /// Counts `[from, to)` as lost to damage for reader `name`.
+    fn lose(&mut self, name: &str, from: u64, to: u64) -> Result<()> {
+        let Some(id) = self.readers.get(name).map(|r| r.id) else {
+            return Ok(());
+        };
+        if from >= to {
+            return Ok(());
+        }
+        tracing::error!(dir = %self.dir().display(), reader = name, from, to, "items lost to damaged data are skipped");
+        self.journal_append(JRecord::Confirm { id, from, to })?;
+        self.corrupt_records += to - from;
+        if let Some(r) = self.readers.get_mut(name) {
+            r.confirm_mem(from, to, 0);
+        }
+        Ok(())
+    }
+
+    /// Finds the reader's next item: a released one first, else the one at its cursor.
+    /// Moves the cursor over what it must (items confirmed out of order, segment ends,
+    /// damage), but consumes nothing.
+    fn next_candidate(&mut self, name: &str) -> Result<Option<Candidate>> {
+        let not_found = || Error::NotFound {
+            what: format!("reader {name:?}"),
+        };
+        loop {
+            let next_seq = self.next_seq;
+            let State {
+                segments,
+                writer,
+                readers,
+                ..
+            } = self;
+            let r = readers.get_mut(name).ok_or_else(not_found)?;
+            if let Some((&seq, &(loc, len))) = r.released.iter().next() {
+                let read = read_at(segments, writer, &mut r.rb, loc)
+                    .map_err(io_err(|| "reading a released item".into()))?;
+                if let ReadAt::Rec(h, data) = read {
+                    if h.seq == seq {
+                        return Ok(Some(Candidate {
+                            header: h,
+                            data,
+                            loc,
+                            next_cursor: None,
+                        }));
+                    }
+                }
+                r.released.remove(&seq);
+                r.pending_bytes = r.pending_bytes.saturating_sub(len as u64);
+                self.lose(name, seq, seq + 1)?;
+                continue;
+            }
+            if r.cursor_seq >= next_seq {
+                return Ok(None);
+            }
+            let cursor = r.cursor;
+            let read = read_at(segments, writer, &mut r.rb, cursor)
+                .map_err(io_err(|| format!("reading segment {}", cursor.seg)))?;
+            match read {
+                ReadAt::Rec(h, data) if h.seq >= r.cursor_seq => {
+                    if h.seq > r.cursor_seq {
+                        let from = r.cursor_seq;
+                        self.lose(name, from, h.seq)?;
+                        let r = self.readers.get_mut(name).ok_or_else(not_found)?;
+                        r.cursor_seq = h.seq;
+                    }
+                    let r = self.readers.get_mut(name).ok_or_else(not_found)?;
+                    let next = Loc {
+                        seg: cursor.seg,
+                        off: cursor.off + h.record_bytes(),
+                    };
+                    // After a reopen the cursor starts at the oldest unconfirmed item;
+                    // items confirmed out of order before the restart are skipped here.
+                    if h.seq < r.acked_below || r.confirmed.contains(h.seq) {
+                        r.cursor = next;
+                        r.cursor_seq = h.seq + 1;
+                        continue;
+                    }
+                    return Ok(Some(Candidate {
+                        header: h,
+                        data,
+                        loc: cursor,
+                        next_cursor: Some(next),
+                    }));
+                }
+                ReadAt::End => {
+                    let i = seg_index(segments, cursor.seg).unwrap_or(0);
+                    if i + 1 >= segments.len() {
+                        // The cursor is at the end of what was written but behind
+                        // next_seq: the items between were lost.
+                        let from = r.cursor_seq;
+                        self.lose(name, from, next_seq)?;
+                        let r = self.readers.get_mut(name).ok_or_else(not_found)?;
+                        r.cursor_seq = next_seq;
+                        continue;
+                    }
+                    let first = segments[i + 1].first_seq;
+                    r.cursor = Loc {
+                        seg: first,
+                        off: FILE_HEADER_BYTES,
+                    };
+                    if first > r.cursor_seq {
+                        let from = r.cursor_seq;
+                        self.lose(name, from, first)?;
+                        let r = self.readers.get_mut(name).ok_or_else(not_found)?;
+                        r.cursor_seq = r.cursor_seq.max(first);
+                    }
+                }
+                ReadAt::Rec(..) | ReadAt::Bad => {
+                    let i = seg_index(segments, cursor.seg).unwrap_or(0);
+                    let seg = &segments[i];
+                    let active = i + 1 == segments.len();
+                    let limit = if active { writer.end() } else { seg.end };
+                    let seq_max = if active {
+                        next_seq - 1
+                    } else {
+                        segments[i + 1].first_seq.saturating_sub(1)
+                    };
+                    let found =
+                        segment::resync(&seg.file, cursor.off + 1, limit, r.cursor_seq, seq_max)
+                            .map_err(io_err(|| {
+                                format!("reading segment {}", seg.path.display())
+                            }))?;
+                    tracing::error!(path = %seg.path.display(), offset = cursor.off, "damaged record; skipping to the next valid one");
+                    r.rb.clear();
+                    r.cursor.off = match found {
+                        Some((at, _)) => at,
+                        None => limit,
+                    };
+                    self.corrupt_records += 1;
+                }
+                ReadAt::Missing => {
+                    // Its segment was deleted because every seq in it is confirmed.
+                    r.cursor_seq = r.cursor_seq.max(r.acked_below);
+                    let seq = r.cursor_seq;
+                    let loc = locate_in(segments, writer, next_seq, seq)
+                        .map_err(io_err(|| "locating a reader".into()))?;
+                    r.cursor = loc;
+                    r.rb.clear();
+                }
+            }
+        }
+    }
+
+    /// Takes (or leases, peeks, discards, expires) the reader's next item.
+    fn take_inner(
+        &mut self,
+        name: &str,
+        purpose: Purpose,
+        now: u64,
+        moves: &mut Vec<Item>,
+    ) -> Result<Option<Taken>> {
+        loop {
+            let Some(c) = self.next_candidate(name)? else {
+                return Ok(None);
+            };
+            let expired = is_expired(&c.header, now, &self.config);
+            if purpose == Purpose::ExpireHead && !expired {
+                return Ok(None);
+            }
+            let seq = c.header.seq;
+            let len = c.header.len as u64;
+            let id = match self.readers.get(name) {
+                Some(r) => r.id,
+                None => {
+                    return Err(Error::NotFound {
+                        what: format!("reader {name:?}"),
+                    })
+                }
+            };
+            let consume = |r: &mut ReaderState| match c.next_cursor {
+                Some(next) => {
+                    r.cursor = next;
+                    r.cursor_seq = seq + 1;
+                }
+                None => {
+                    r.released.remove(&seq);
+                }
+            };
+            if expired {
+                self.journal_append(JRecord::Confirm {
+                    id,
+                    from: seq,
+                    to: seq + 1,
+                })?;
+                let keep_moving = self.config.expire_to.is_some();
+                if let Some(r) = self.readers.get_mut(name) {
+                    consume(r);
+                    r.confirm_mem(seq, seq + 1, len);
+                    r.expired += 1;
+                }
+                if keep_moving {
+                    moves.push(c.item());
+                }
+                if purpose == Purpose::ExpireHead {
+                    return Ok(Some(Taken {
+                        item: c.item(),
+                        lease: None,
+                    }));
+                }
+                continue;
+            }
+            let lease_timeout = self.config.open_timeout;
+            return match purpose {
+                Purpose::Peek => Ok(Some(Taken {
+                    item: c.item(),
+                    lease: None,
+                })),
+                Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
+                    self.journal_append(JRecord::Confirm {
+                        id,
+                        from: seq,
+                        to: seq + 1,
+                    })?;
+                    if let Some(r) = self.readers.get_mut(name) {
+                        consume(r);
+                        r.confirm_mem(seq, seq + 1, len);
+                        if purpose == Purpose::Take {
+                            r.taken += 1;
+                            r.confirmed_total += 1;
+                        } else {
+                            r.discarded += 1;
+                        }
+                    }
+                    Ok(Some(Taken {
+                        item: c.item(),
+                        lease: None,
+                    }))
+                }
+                Purpose::Lease => {
+                    let lease_id = self.next_lease_id;
+                    self.next_lease_id += 1;
+                    if let Some(r) = self.readers.get_mut(name) {
+                        consume(r);
+                        r.leases.insert(
+                            lease_id,
+                            LeaseInfo {
+                                seq,
+                                loc: c.loc,
+                                len: c.header.len,
+                                deadline: lease_timeout.map(|t| Instant::now() + t),
+                            },
+                        );
+                        r.taken += 1;
+                    }
+                    Ok(Some(Taken {
+                        item: c.item(),
+                        lease: Some(LeaseId(lease_id)),
+                    }))
+                }
+            };
+        }
+    }
+
+    /// The most-behind reader's (items, bytes); the queue's own when it has no reader.
+    fn most_behind(&self) -> (u64, u64) {
+        if self.readers.is_empty() {
+            return (self.next_seq - self.floor, self.floor_bytes);
+        }
+        let mut items = 0;
+        let mut bytes = 0;
+        for r in self.readers.values() {
+            items = items.max(r.pending_items(self.next_seq));
+            bytes = bytes.max(r.pending_bytes);
+        }
+        (items, bytes)
+    }
+
+    /// Drops the oldest item of a queue with no reader; false when there is none.
+    fn advance_floor(&mut self, only_expired: bool, now: u64) -> Result<bool> {
+        if self.floor >= self.next_seq {
+            return Ok(false);
+        }
+        let loc = match self.floor_loc {
+            Some(l) => l,
+            None => locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
+                .map_err(io_err(|| "locating the oldest item".into()))?,
+        };
+        let read = read_at(&self.segments, &self.writer, &mut self.floor_rb, loc)
+            .map_err(io_err(|| "reading the oldest item".into()))?;
+        let (next_floor, next_loc, len) = match read {
+            ReadAt::Rec(h, _) => {
+                if only_expired && !is_expired(&h, now, &self.config) {
+                    return Ok(false);
+                }
+                (
+                    h.seq + 1,
+                    Some(Loc {
+                        seg: loc.seg,
+                        off: loc.off + h.record_bytes(),
+                    }),
+                    h.len as u64,
+                )
+            }
+            // Damage or a segment end: look the next item up from scratch.
+            _ => {
+                let i = seg_index(&self.segments, loc.seg).map_or(0, |i| i + 1);
+                let next = self
+                    .segments
+                    .get(i)
+                    .map_or(self.next_seq, |s| s.first_seq)
+                    .max(self.floor + 1);
+                (next, None, 0)
+            }
+        };
+        self.journal_append(JRecord::Floor(next_floor))?;
+        self.floor = next_floor;
+        self.floor_loc = next_loc;
+        self.floor_bytes = self.floor_bytes.saturating_sub(len);
+        Ok(true)
+    }
+
+    /// Makes room for `count` items of `bytes` under `max_items`/`max_bytes`.
+    fn make_room(&mut self, count: u64, bytes: u64, now: u64, moves: &mut Vec<Item>) -> Result<()> {
+        let (max_items, max_bytes) = (self.config.max_items, self.config.max_bytes);
+        if max_items == u64::MAX && max_bytes == u64::MAX {
+            return Ok(());
+        }
+        let full = || Error::Full {
+            queue: String::new(),
+        };
+        if count > max_items || bytes > max_bytes {
+            return Err(full());
+        }
+        loop {
+            let (items, held) = self.most_behind();
+            if items + count <= max_items && held + bytes <= max_bytes {
+                return Ok(());
+            }
+            if !self.config.discard_old_when_full {
+                return Err(full());
+            }
+            let mut progress = false;
+            if self.readers.is_empty() {
+                if self.advance_floor(false, now)? {
+                    self.floor_discarded += 1;
+                    progress = true;
+                }
+            } else {
+                let behind: Vec<String> = self
+                    .readers
+                    .iter()
+                    .filter(|(_, r)| {
+                        r.pending_items(self.next_seq) + count > max_items
+                            || r.pending_bytes + bytes > max_bytes
+                    })
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                for name in behind {
+                    if self
+                        .take_inner(&name, Purpose::Discard, now, moves)?
+                        .is_some()
+                    {
+                        progress = true;
+                    }
+                }
+            }
+            self.reclaim();
+            if !progress {
+                return Err(full());
+            }
+        }
+    }
+
+    fn create_reader(&mut self, name: &str) -> Result<()> {
+        let start = self.oldest_kept();
+        let pending_bytes = match self.readers.values().min_by_key(|r| r.acked_below) {
+            Some(r) => r.pending_bytes,
+            None => self.floor_bytes,
+        };
+        let cursor = locate_in(&self.segments, &self.writer, self.next_seq, start)
+            .map_err(io_err(|| "locating a new reader".into()))?;
+        let id = self.next_reader_id;
+        self.journal_append(JRecord::ReaderCreate {
+            id,
+            acked_below: start,
+            name: name.to_string(),
+        })?;
+        self.next_reader_id += 1;
+        self.readers.insert(
+            name.to_string(),
+            new_reader(id, start, cursor, pending_bytes),
+        );
+        Ok(())
+    }
+
+    fn flush_reader(&mut self, name: &str) -> Result<u64> {
+        let next_seq = self.next_seq;
+        let tail = locate_in(&self.segments, &self.writer, next_seq, next_seq)
+            .map_err(io_err(|| "locating the tail".into()))?;
+        let Some((id, acked)) = self.readers.get(name).map(|r| (r.id, r.acked_below)) else {
+            return Ok(0);
+        };
+        if acked < next_seq {
+            self.journal_append(JRecord::Confirm {
+                id,
+                from: acked,
+                to: next_seq,
+            })?;
+        }
+        let Some(r) = self.readers.get_mut(name) else {
+            return Ok(0);
+        };
+        let dropped = r.pending_items(next_seq);
+        r.acked_below = next_seq;
+        r.confirmed.clear();
+        r.leases.clear();
+        r.released.clear();
+        r.cursor_seq = next_seq;
+        r.cursor = tail;
+        r.pending_bytes = 0;
+        r.rb.clear();
+        Ok(dropped)
+    }
+}
+
+fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderState {
+    ReaderState {
+        id,
+        acked_below: start,
+        confirmed: IntervalSet::default(),
+        cursor_seq: start,
+        cursor,
+        leases: BTreeMap::new(),
+        released: BTreeMap::new(),
+        pending_bytes,
+        rb: ReadBuf::default(),
+        notify: Arc::new(Notify::new()),
+        waiters: Arc::new(AtomicU64::new(0)),
+        taken: 0,
+        confirmed_total: 0,
+        expired: 0,
+        discarded: 0,
+    }
 }
 
 impl QueueCore {
-    pub(crate) fn open(name: &str, dir: &Path, config: QueueConfig, store: Weak<StoreInner>) -> Result<Arc<QueueCore>> { todo!() }
-    pub(crate) fn config(&self) -> QueueConfig { todo!() }
-    pub(crate) fn set_config(&self, config: QueueConfig) { todo!() }
-    pub(crate) fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<(u64, Ticket)> { todo!() }
-    pub(crate) fn wait_durable(&self, ticket: Ticket) -> Result<()> { todo!() }
-    pub(crate) async fn wait_durable_async(&self, ticket: Ticket) -> Result<()> { todo!() }
-    pub(crate) fn ensure_reader(&self, name: &str) -> Result<()> { todo!() }
-    pub(crate) fn reader_names(&self) -> Vec<String> { todo!() }
-    pub(crate) fn delete_reader(&self, name: &str) -> Result<bool> { todo!() }
-    pub(crate) fn flush(&self, reader: Option<&str>) -> Result<u64> { todo!() }
-    pub(crate) fn expire(&self) -> Result<u64> { todo!() }
-    pub(crate) fn stats(&self) -> QueueStats { todo!() }
-    pub(crate) fn iter(&self) -> Result<Iter> { todo!() }
-    pub(crate) fn sync_now(&self) -> Result<()> { todo!() }
-    pub(crate) fn take(&self, reader: &str, mode: TakeMode) -> Result<(Option<Taken>, Ticket)> { todo!() }
-    pub(crate) fn take_batch(&self, reader: &str, count_max: usize) -> Result<(Vec<Item>, Ticket)> { todo!() }
-    pub(crate) fn wait_blocking(&self, reader: &str, deadline: Instant) -> bool { todo!() }
-    pub(crate) fn reader_notify(&self, reader: &str) -> Result<Arc<tokio::sync::Notify>> { todo!() }
-    pub(crate) fn waiter_guard(&self, reader: &str) -> WaiterGuard { todo!() }
-    pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Ticket)> { todo!() }
-    pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> { todo!() }
-    pub(crate) fn delete_files(&self) -> Result<()> { todo!() }
-    pub(crate) fn close(&self) -> Result<()> { todo!() }
-    pub(crate) fn tick(&self, now: Instant) { todo!() }
+    /// Opens (creating if needed) the queue stored in `dir`, recovering from a crash:
+    /// the last segment is scanned and cut after its last valid record, the reader
+    /// journal is replayed, and readers start again at their oldest unconfirmed item
+    /// (leases open at the crash are delivered again).
+    pub(crate) fn open(
+        name: &str,
+        dir: &Path,
+        config: QueueConfig,
+        store: Weak<StoreInner>,
+    ) -> Result<Arc<QueueCore>> {
+        let ctx = |what: &str| format!("{what} {}", dir.display());
+        fs::create_dir_all(dir).map_err(io_err(|| ctx("creating")))?;
+        let mut firsts = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err(|| ctx("listing")))? {
+            let entry = entry.map_err(io_err(|| ctx("listing")))?;
+            let fname = entry.file_name();
+            let Some(fname) = fname.to_str() else {
+                continue;
+            };
+            if let Some(first) = parse_segment_file_name(fname) {
+                firsts.push(first);
+            } else if fname.ends_with(".tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        firsts.sort_unstable();
+        let opened = Journal::open(dir, firsts.first().copied().unwrap_or(1))
+            .map_err(io_err(|| ctx("opening the reader journal in")))?;
+        if opened.damaged_tail {
+            tracing::warn!(dir = %dir.display(), "reader journal had a damaged tail; it was cut");
+        }
+        let jstate = opened.state;
+
+        // Every seq a reader has confirmed must stay retired: after an OS crash the
+        // journal can be ahead of the segments, and new items must not reuse those seqs.
+        let mut seq_floor = jstate.floor.max(1);
+        for r in jstate.readers.values() {
+            seq_floor = seq_floor.max(r.acked_below);
+            if let Some((_, end)) = r.confirmed.iter().last() {
+                seq_floor = seq_floor.max(end);
+            }
+        }
+
+        let mut segments = VecDeque::new();
+        let mut corrupt_records = 0u64;
+        for (i, &first) in firsts.iter().enumerate() {
+            let path = dir.join(segment_file_name(first));
+            let file = File::options()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(io_err(|| ctx("opening segment in")))?;
+            let len = file
+                .metadata()
+                .map_err(io_err(|| ctx("reading segment size in")))?
+                .len();
+            let mut header = [0u8; FILE_HEADER_BYTES as usize];
+            let header_ok = segment::read_full_at(&file, &mut header, 0)
+                .map_err(io_err(|| ctx("reading segment in")))?
+                == header.len()
+                && segment::decode_file_header(SEGMENT_MAGIC, &header) == Some(first);
+            let last = i + 1 == firsts.len();
+            if !header_ok && !last {
+                tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
+                corrupt_records += 1;
+            }
+            segments.push_back(Segment {
+                first_seq: first,
+                path,
+                file: Arc::new(file),
+                end: len,
+            });
+        }
+
+        let mut next_seq;
+        let writer;
+        match segments.back_mut() {
+            Some(last) => {
+                let file = Arc::clone(&last.file);
+                let mut header = [0u8; FILE_HEADER_BYTES as usize];
+                let n = segment::read_full_at(&file, &mut header, 0)
+                    .map_err(io_err(|| ctx("reading segment in")))?;
+                let header_ok = n == header.len()
+                    && segment::decode_file_header(SEGMENT_MAGIC, &header) == Some(last.first_seq);
+                let (end, scanned_next) = if header_ok {
+                    let scan = segment::scan(&file, last.first_seq, last.end)
+                        .map_err(io_err(|| ctx("scanning segment in")))?;
+                    if scan.damaged {
+                        tracing::error!(path = %last.path.display(), "damaged records in the last segment are skipped");
+                        corrupt_records += 1;
+                    }
+                    (scan.end, scan.next_seq)
+                } else {
+                    // Created but never completed: start it again, empty.
+                    file.set_len(0)
+                        .map_err(io_err(|| ctx("resetting segment in")))?;
+                    (0, last.first_seq)
+                };
+                file.set_len(end)
+                    .map_err(io_err(|| ctx("cutting the torn tail of a segment in")))?;
+                last.end = end;
+                let reopened = File::options()
+                    .read(true)
+                    .write(true)
+                    .open(&last.path)
+                    .map_err(io_err(|| ctx("opening segment in")))?;
+                let mut map = MapFile::new(reopened, &last.path, end, WRITE_WINDOW_BYTES)
+                    .map_err(io_err(|| ctx("mapping segment in")))?;
+                if end == 0 {
+                    map.append(&[&encode_file_header(SEGMENT_MAGIC, last.first_seq)])
+                        .map_err(io_err(|| ctx("writing segment header in")))?;
+                    last.end = map.end();
+                }
+                last.file = Arc::clone(map.file());
+                next_seq = scanned_next;
+                writer = Some(map);
+            }
+            None => {
+                next_seq = seq_floor;
+                writer = None;
+            }
+        }
+        let journal = opened.journal;
+        let writer = match writer {
+            Some(w) => w,
+            None => {
+                let path = dir.join(segment_file_name(next_seq));
+                let file = File::options()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)
+                    .map_err(io_err(|| ctx("creating segment in")))?;
+                let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
+                    .map_err(io_err(|| ctx("mapping segment in")))?;
+                map.append(&[&encode_file_header(SEGMENT_MAGIC, next_seq)])
+                    .map_err(io_err(|| ctx("writing segment header in")))?;
+                segments.push_back(Segment {
+                    first_seq: next_seq,
+                    path,
+                    file: Arc::clone(map.file()),
+                    end: map.end(),
+                });
+                sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
+                map
+            }
+        };
+        let mut state = State {
+            config,
+            closed: false,
+            deleted: false,
+            segments,
+            writer,
+            next_seq,
+            floor: 1,
+            floor_bytes: 0,
+            floor_loc: None,
+            floor_discarded: 0,
+            floor_expired: 0,
+            floor_rb: ReadBuf::default(),
+            readers: HashMap::new(),
+            next_reader_id: jstate.next_reader_id.max(1),
+            next_lease_id: 1,
+            journal,
+            total_appended: 0,
+            corrupt_records,
+            dirty: false,
+            dir_dirty: false,
+            unsynced: Vec::new(),
+            last_sync: Instant::now(),
+        };
+        if seq_floor > state.next_seq {
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {} were lost (OS crash before fsync?); sequence numbers continue after the confirmed ones", state.next_seq);
+            if state.writer.end() > FILE_HEADER_BYTES {
+                state.next_seq = seq_floor;
+                state.roll()?;
+            } else {
+                // An empty last segment is named after a seq that is now retired.
+                let old = state.segments.pop_back();
+                state.next_seq = seq_floor;
+                let path = dir.join(segment_file_name(seq_floor));
+                let file = File::options()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)
+                    .map_err(io_err(|| ctx("creating segment in")))?;
+                let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
+                    .map_err(io_err(|| ctx("mapping segment in")))?;
+                map.append(&[&encode_file_header(SEGMENT_MAGIC, seq_floor)])
+                    .map_err(io_err(|| ctx("writing segment header in")))?;
+                state.segments.push_back(Segment {
+                    first_seq: seq_floor,
+                    path,
+                    file: Arc::clone(map.file()),
+                    end: map.end(),
+                });
+                state.writer = map;
+                if let Some(old) = old {
+                    let _ = fs::remove_file(&old.path);
+                }
+                sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
+            }
+        }
+        next_seq = state.next_seq;
+        let oldest_on_disk = state.segments.front().map_or(next_seq, |s| s.first_seq);
+        state.floor = jstate.floor.max(oldest_on_disk).min(next_seq);
+        let floor_loc = locate_in(&state.segments, &state.writer, next_seq, state.floor)
+            .map_err(io_err(|| ctx("locating the oldest item in")))?;
+        state.floor_bytes = span_payload_bytes(
+            &state.segments,
+            &state.writer,
+            floor_loc,
+            next_seq - state.floor,
+        );
+        state.floor_loc = Some(floor_loc);
+        for (id, rec) in jstate.readers {
+            let mut confirmed = rec.confirmed;
+            let acked_below = rec.acked_below.max(oldest_on_disk).min(next_seq);
+            confirmed.remove_below(acked_below);
+            let cursor = locate_in(&state.segments, &state.writer, next_seq, acked_below)
+                .map_err(io_err(|| ctx("locating a reader in")))?;
+            let items = next_seq - acked_below;
+            let bytes = span_payload_bytes(&state.segments, &state.writer, cursor, items);
+            let mut r = new_reader(id, acked_below, cursor, bytes);
+            r.confirmed = confirmed;
+            // The reader journal's confirmations above `acked_below` are skipped by
+            // reading, so the cursor starts at the oldest unconfirmed item.
+            state.readers.insert(rec.name, r);
+        }
+        // A crash between a confirmation and the deletion of a consumed segment leaves
+        // the segment behind; delete it now.
+        state.reclaim();
+        Ok(Arc::new(QueueCore {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            store,
+            state: Mutex::new(state),
+            sync: Mutex::new(SyncState::default()),
+            sync_cv: Condvar::new(),
+            wake_gen: AtomicU64::new(0),
+            wake_lock: Mutex::new(()),
+            wake_cv: Condvar::new(),
+            blocking_waiters: AtomicU64::new(0),
+        }))
+    }
+
+    pub(crate) fn config(&self) -> QueueConfig {
+        self.state.lock().config.clone()
+    }
+
+    pub(crate) fn set_config(&self, config: QueueConfig) {
+        self.state.lock().config = config;
+    }
+
+    fn ticket(st: &State, options_sync: bool, data_seq: u64, journal: bool) -> Ticket {
+        if options_sync || st.config.durability == Durability::Synced {
+            let jpos = if journal { st.journal.written } else { 0 };
+            Ticket(Some((data_seq, jpos)))
+        } else {
+            Ticket(None)
+        }
+    }
+
+    /// Wakes waiters after items became available for every reader (`count` of them).
+    fn wake_all_readers(&self, st: &State, count: u64) {
+        for r in st.readers.values() {
+            let waiting = r.waiters.load(Ordering::SeqCst);
+            for _ in 0..waiting.min(count) {
+                r.notify.notify_one();
+            }
+        }
+        self.wake_blocking();
+    }
+
+    fn wake_reader(&self, r: &ReaderState) {
+        if r.waiters.load(Ordering::SeqCst) > 0 {
+            r.notify.notify_one();
+        }
+        self.wake_blocking();
+    }
+
+    fn wake_blocking(&self) {
+        self.wake_gen.fetch_add(1, Ordering::SeqCst);
+        if self.blocking_waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.wake_lock.lock();
+            self.wake_cv.notify_all();
+        }
+    }
+
+    pub(crate) fn append_batch(
+        &self,
+        items: &[&[u8]],
+        options: AppendOptions,
+    ) -> Result<(u64, Ticket)> {
+        if items.is_empty() {
+            return Err(Error::InvalidArgument(
+                "an append needs at least one item".into(),
+            ));
+        }
+        let now = now_ms();
+        let mut moves = Vec::new();
+        let result = {
+            let mut st = self.state.lock();
+            st.check_usable()?;
+            let max = st.config.max_item_size_bytes.min(RECORD_PAYLOAD_BYTES_MAX);
+            let mut bytes = 0u64;
+            for data in items {
+                if data.len() as u64 > max {
+                    return Err(Error::TooLarge {
+                        size_bytes: data.len() as u64,
+                        size_bytes_max: max,
+                    });
+                }
+                bytes += data.len() as u64;
+            }
+            match st.make_room(items.len() as u64, bytes, now, &mut moves) {
+                Ok(()) => {}
+                Err(Error::Full { .. }) => {
+                    return Err(Error::Full {
+                        queue: self.name.clone(),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+            let mut first = 0;
+            let mut appended = 0u64;
+            let mut failure = None;
+            for data in items {
+                match st.append_one(data, &options, now) {
+                    Ok(seq) => {
+                        if appended == 0 {
+                            first = seq;
+                        }
+                        appended += 1;
+                    }
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            if appended > 0 {
+                self.wake_all_readers(&st, appended);
+            }
+            st.maybe_rotate_journal();
+            match failure {
+                Some(e) => Err(e),
+                None => {
+                    let last = st.next_seq - 1;
+                    Ok((
+                        first,
+                        Self::ticket(&st, options.sync, last, !moves.is_empty()),
+                    ))
+                }
+            }
+        };
+        self.move_expired(moves);
+        result
+    }
+
+    /// Blocks until what `ticket` names is on disk; the first waiter fsyncs for all.
+    pub(crate) fn wait_durable(&self, ticket: Ticket) -> Result<()> {
+        let Some((seq, jpos)) = ticket.0 else {
+            return Ok(());
+        };
+        let mut s = self.sync.lock();
+        loop {
+            if s.data_seq >= seq && s.journal >= jpos {
+                return Ok(());
+            }
+            if s.in_progress {
+                self.sync_cv.wait(&mut s);
+                continue;
+            }
+            s.in_progress = true;
+            drop(s);
+            let result = self.sync_files();
+            s = self.sync.lock();
+            s.in_progress = false;
+            self.sync_cv.notify_all();
+            let (done_seq, done_journal) = result?;
+            s.data_seq = s.data_seq.max(done_seq);
+            s.journal = s.journal.max(done_journal);
+        }
+    }
+
+    pub(crate) async fn wait_durable_async(self: &Arc<Self>, ticket: Ticket) -> Result<()> {
+        let Some((seq, jpos)) = ticket.0 else {
+            return Ok(());
+        };
+        {
+            let s = self.sync.lock();
+            if s.data_seq >= seq && s.journal >= jpos {
+                return Ok(());
+            }
+        }
+        let me = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || me.wait_durable(ticket)).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::io(
+                "waiting for fsync",
+                io::Error::other(e.to_string()),
+            )),
+        }
+    }
+
+    /// fsyncs every file with unsynced writes; returns what is now durable.
+    fn sync_files(&self) -> Result<(u64, u64)> {
+        let (files, dir_dirty, seq, jpos) = {
+            let mut st = self.state.lock();
+            if st.deleted {
+                return Ok((u64::MAX, u64::MAX));
+            }
+            let mut files = std::mem::take(&mut st.unsynced);
+            files.push(Arc::clone(st.writer.file()));
+            files.push(Arc::clone(st.journal.file()));
+            st.dirty = false;
+            st.last_sync = Instant::now();
+            let dir_dirty = std::mem::take(&mut st.dir_dirty);
+            (files, dir_dirty, st.next_seq - 1, st.journal.written)
+        };
+        let result = (|| {
+            for f in &files {
+                f.sync_data()?;
+            }
+            if dir_dirty {
+                sync_dir(&self.dir)?;
+            }
+            Ok::<(), io::Error>(())
+        })();
+        if let Err(e) = result {
+            let mut st = self.state.lock();
+            let n = files.len();
+            st.unsynced
+                .extend(files.into_iter().take(n.saturating_sub(2)));
+            st.dirty = true;
+            st.dir_dirty |= dir_dirty;
+            return Err(Error::io(format!("fsync in {}", self.dir.display()), e));
+        }
+        Ok((seq, jpos))
+    }
+
+    pub(crate) fn sync_now(&self) -> Result<()> {
+        let ticket = {
+            let st = self.state.lock();
+            if st.deleted || st.closed {
+                return Ok(());
+            }
+            Ticket(Some((st.next_seq - 1, st.journal.written)))
+        };
+        self.wait_durable(ticket)
+    }
+
+    pub(crate) fn ensure_reader(&self, name: &str) -> Result<()> {
+        validate_reader_name(name)?;
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        if !st.readers.contains_key(name) {
+            st.create_reader(name)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn reader_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.state.lock().readers.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    pub(crate) fn delete_reader(&self, name: &str) -> Result<bool> {
+        validate_reader_name(name)?;
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        let Some(r) = st.readers.get(name) else {
+            return Ok(false);
+        };
+        let (id, acked, bytes) = (r.id, r.acked_below, r.pending_bytes);
+        let last = st.readers.len() == 1;
+        if last {
+            // With no reader left the queue keeps what this one had not confirmed.
+            st.journal_append(JRecord::Floor(acked))?;
+        }
+        st.journal_append(JRecord::ReaderDelete { id })?;
+        if let Some(r) = st.readers.remove(name) {
+            r.notify.notify_waiters();
+        }
+        if last {
+            st.floor = acked;
+            st.floor_bytes = bytes;
+            st.floor_loc = None;
+        }
+        st.reclaim();
+        st.maybe_rotate_journal();
+        Ok(true)
+    }
+
+    pub(crate) fn flush(&self, reader: Option<&str>) -> Result<u64> {
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        let dropped = match reader {
+            Some(name) => {
+                validate_reader_name(name)?;
+                if !st.readers.contains_key(name) {
+                    st.create_reader(name)?;
+                }
+                st.flush_reader(name)?
+            }
+            None => {
+                let mut dropped = if st.readers.is_empty() {
+                    st.next_seq - st.floor
+                } else {
+                    0
+                };
+                let names: Vec<String> = st.readers.keys().cloned().collect();
+                for name in names {
+                    dropped = dropped.max(st.flush_reader(&name)?);
+                }
+                let next = st.next_seq;
+                st.journal_append(JRecord::Floor(next))?;
+                st.floor = next;
+                st.floor_bytes = 0;
+                st.floor_loc = None;
+                dropped
+            }
+        };
+        st.reclaim();
+        st.maybe_rotate_journal();
+        Ok(dropped)
+    }
+
+    pub(crate) fn expire(&self) -> Result<u64> {
+        let now = now_ms();
+        let mut moves = Vec::new();
+        let result = (|| {
+            let mut st = self.state.lock();
+            st.check_usable()?;
+            let mut count = 0u64;
+            if st.readers.is_empty() {
+                while st.advance_floor(true, now)? {
+                    st.floor_expired += 1;
+                    count += 1;
+                }
+            } else {
+                let names: Vec<String> = st.readers.keys().cloned().collect();
+                let mut most = 0;
+                for name in names {
+                    let mut n = 0;
+                    while st
+                        .take_inner(&name, Purpose::ExpireHead, now, &mut moves)?
+                        .is_some()
+                    {
+                        n += 1;
+                    }
+                    most = most.max(n);
+                }
+                count = most;
+            }
+            st.reclaim();
+            st.maybe_rotate_journal();
+            Ok(count)
+        })();
+        self.move_expired(moves);
+        result
+    }
+
+    /// Appends expired items to the queue's `expire_to` queue (outside our lock).
+    fn move_expired(&self, moves: Vec<Item>) {
+        if moves.is_empty() {
+            return;
+        }
+        let target = self.state.lock().config.expire_to.clone();
+        let Some(target) = target.filter(|t| *t != self.name) else {
+            return;
+        };
+        let Some(store) = self.store.upgrade() else {
+            return;
+        };
+        match store.open_queue(&target) {
+            Ok(q) => {
+                for item in moves {
+                    let options = AppendOptions {
+                        flags: item.flags,
+                        expires_at_ms: 0,
+                        sync: false,
+                    };
+                    if let Err(e) = q.append_batch(&[&item.data[..]], options) {
+                        tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired item");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(from = %self.name, to = %target, error = %e, "cannot open the expire_to queue")
+            }
+        }
+    }
+
+    pub(crate) fn take(&self, reader: &str, mode: TakeMode) -> Result<(Option<Taken>, Ticket)> {
+        let purpose = match mode {
+            TakeMode::Take => Purpose::Take,
+            TakeMode::Lease => Purpose::Lease,
+            TakeMode::Peek => Purpose::Peek,
+        };
+        let now = now_ms();
+        let mut moves = Vec::new();
+        let result = (|| {
+            let mut st = self.state.lock();
+            st.check_usable()?;
+            if !st.readers.contains_key(reader) {
+                validate_reader_name(reader)?;
+                st.create_reader(reader)?;
+            }
+            let journal_before = st.journal.written;
+            let taken = st.take_inner(reader, purpose, now, &mut moves)?;
+            let wrote = st.journal.written != journal_before;
+            if wrote {
+                st.reclaim();
+                st.maybe_rotate_journal();
+            }
+            if let Some(r) = st.readers.get(reader) {
+                r.check(st.next_seq);
+            }
+            let ticket = if wrote {
+                Self::ticket(&st, false, 0, true)
+            } else {
+                Ticket(None)
+            };
+            Ok((taken, ticket))
+        })();
+        self.move_expired(moves);
+        result
+    }
+
+    pub(crate) fn take_batch(&self, reader: &str, count_max: usize) -> Result<(Vec<Item>, Ticket)> {
+        let now = now_ms();
+        let mut moves = Vec::new();
+        let result = (|| {
+            let mut st = self.state.lock();
+            st.check_usable()?;
+            if !st.readers.contains_key(reader) {
+                validate_reader_name(reader)?;
+                st.create_reader(reader)?;
+            }
+            let mut items = Vec::new();
+            while items.len() < count_max {
+                match st.take_inner(reader, Purpose::Take, now, &mut moves) {
+                    Ok(Some(t)) => items.push(t.item),
+                    Ok(None) => break,
+                    Err(e) if items.is_empty() => return Err(e),
+                    Err(_) => break,
+                }
+            }
+            st.reclaim();
+            st.maybe_rotate_journal();
+            Ok((items, Self::ticket(&st, false, 0, true)))
+        })();
+        self.move_expired(moves);
+        result
+    }
+
+    pub(crate) fn wake_gen(&self) -> u64 {
+        self.wake_gen.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps until something may have become available (`wake_gen` moved from `gen`)
+    /// or `deadline`; false on timeout.
+    pub(crate) fn wait_blocking(&self, reader: &str, gen: u64, deadline: Instant) -> bool {
+        let waiters = self
+            .state
+            .lock()
+            .readers
+            .get(reader)
+            .map(|r| Arc::clone(&r.waiters));
+        let _guard = WaiterGuard(waiters.inspect(|w| {
+            w.fetch_add(1, Ordering::SeqCst);
+        }));
+        self.blocking_waiters.fetch_add(1, Ordering::SeqCst);
+        let mut woke = true;
+        {
+            let mut g = self.wake_lock.lock();
+            while self.wake_gen.load(Ordering::SeqCst) == gen {
+                if self.wake_cv.wait_until(&mut g, deadline).timed_out() {
+                    woke = self.wake_gen.load(Ordering::SeqCst) != gen;
+                    break;
+                }
+            }
+        }
+        self.blocking_waiters.fetch_sub(1, Ordering::SeqCst);
+        woke
+    }
+
+    pub(crate) fn reader_notify(&self, reader: &str) -> Result<Arc<Notify>> {
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        if !st.readers.contains_key(reader) {
+            validate_reader_name(reader)?;
+            st.create_reader(reader)?;
+        }
+        match st.readers.get(reader) {
+            Some(r) => Ok(Arc::clone(&r.notify)),
+            None => Err(Error::NotFound {
+                what: format!("reader {reader:?}"),
+            }),
+        }
+    }
+
+    pub(crate) fn waiter_guard(&self, reader: &str) -> WaiterGuard {
+        let waiters = self
+            .state
+            .lock()
+            .readers
+            .get(reader)
+            .map(|r| Arc::clone(&r.waiters));
+        WaiterGuard(waiters.inspect(|w| {
+            w.fetch_add(1, Ordering::SeqCst);
+        }))
+    }
+
+    pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Ticket)> {
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        let Some(r) = st.readers.get(reader) else {
+            return Ok((false, Ticket(None)));
+        };
+        let id = r.id;
+        let Some(info) = r.leases.get(&lease.0) else {
+            return Ok((false, Ticket(None)));
+        };
+        let (seq, len) = (info.seq, info.len as u64);
+        st.journal_append(JRecord::Confirm {
+            id,
+            from: seq,
+            to: seq + 1,
+        })?;
+        let next_seq = st.next_seq;
+        if let Some(r) = st.readers.get_mut(reader) {
+            r.leases.remove(&lease.0);
+            r.confirm_mem(seq, seq + 1, len);
+            r.confirmed_total += 1;
+            r.check(next_seq);
+        }
+        st.reclaim();
+        st.maybe_rotate_journal();
+        Ok((true, Self::ticket(&st, false, 0, true)))
+    }
+
+    pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> {
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        let Some(r) = st.readers.get_mut(reader) else {
+            return Ok(false);
+        };
+        let Some(info) = r.leases.remove(&lease.0) else {
+            return Ok(false);
+        };
+        r.released.insert(info.seq, (info.loc, info.len));
+        if let Some(r) = st.readers.get(reader) {
+            self.wake_reader(r);
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn stats(&self) -> QueueStats {
+        let st = self.state.lock();
+        let now = now_ms();
+        let age_at = |loc: Loc| {
+            header_at(&st.segments, &st.writer, loc)
+                .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
+        };
+        let mut readers = Vec::with_capacity(st.readers.len());
+        for (name, r) in &st.readers {
+            // The oldest unconfirmed item is leased, released, or at the cursor.
+            let mut oldest: Option<(u64, Loc)> = None;
+            for l in r.leases.values() {
+                if oldest.is_none_or(|(s, _)| l.seq < s) {
+                    oldest = Some((l.seq, l.loc));
+                }
+            }
+            if let Some((&s, &(loc, _))) = r.released.iter().next() {
+                if oldest.is_none_or(|(o, _)| s < o) {
+                    oldest = Some((s, loc));
+                }
+            }
+            if oldest.is_none() && r.cursor_seq < st.next_seq {
+                oldest = Some((r.cursor_seq, r.cursor));
+            }
+            readers.push(ReaderStats {
+                name: name.clone(),
+                items: r.pending_items(st.next_seq),
+                bytes: r.pending_bytes,
+                taken: r.taken,
+                confirmed: r.confirmed_total,
+                expired: r.expired,
+                discarded: r.discarded,
+                open_leases: r.leases.len() as u64,
+                waiters: r.waiters.load(Ordering::SeqCst),
+                age_ms: oldest.map_or(0, |(_, loc)| age_at(loc)),
+            });
+        }
+        readers.sort_by(|a, b| a.name.cmp(&b.name));
+        let (items, bytes) = st.most_behind();
+        let age_ms = if st.readers.is_empty() {
+            if st.floor < st.next_seq {
+                st.floor_loc.map_or(0, age_at)
+            } else {
+                0
+            }
+        } else {
+            readers.iter().map(|r| r.age_ms).max().unwrap_or(0)
+        };
+        let disk_bytes = st
+            .segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i + 1 == st.segments.len() {
+                    st.writer.end()
+                } else {
+                    s.end
+                }
+            })
+            .sum::<u64>()
+            + st.journal.size_bytes();
+        QueueStats {
+            name: self.name.clone(),
+            items,
+            bytes,
+            total_items: st.total_appended,
+            expired: readers.iter().map(|r| r.expired).sum::<u64>() + st.floor_expired,
+            discarded: readers.iter().map(|r| r.discarded).sum::<u64>() + st.floor_discarded,
+            open_leases: readers.iter().map(|r| r.open_leases).sum(),
+            waiters: readers.iter().map(|r| r.waiters).sum(),
+            age_ms,
+            disk_bytes,
+            corrupt_records: st.corrupt_records,
+            readers,
+        }
+    }
+
+    pub(crate) fn iter(&self) -> Result<Iter> {
+        let st = self.state.lock();
+        st.check_usable()?;
+        let start = st.oldest_kept();
+        let loc = locate_in(&st.segments, &st.writer, st.next_seq, start)
+            .map_err(io_err(|| "locating the oldest item".into()))?;
+        let n = st.segments.len();
+        let segments = st
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.first_seq >= loc.seg)
+            .map(|(i, s)| {
+                (
+                    s.first_seq,
+                    Arc::clone(&s.file),
+                    if i + 1 == n { st.writer.end() } else { s.end },
+                )
+            })
+            .collect();
+        Ok(Iter::new(
+            segments,
+            loc.off,
+            start,
+            st.next_seq,
+            now_ms(),
+            st.config.max_age,
+        ))
+    }
+
+    pub(crate) fn delete_files(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.deleted {
+            return Ok(());
+        }
+        st.deleted = true;
+        st.writer.unmap();
+        for r in st.readers.values() {
+            r.notify.notify_waiters();
+        }
+        drop(st);
+        self.wake_blocking();
+        fs::remove_dir_all(&self.dir).map_err(io_err(|| format!("deleting {}", self.dir.display())))
+    }
+
+    /// Syncs and cuts the files to their valid data; the queue refuses work afterwards.
+    pub(crate) fn close(&self) -> Result<()> {
+        let synced = self.sync_now();
+        let mut st = self.state.lock();
+        if st.closed || st.deleted {
+            return synced;
+        }
+        st.closed = true;
+        let trimmed = st.writer.trim().and_then(|()| st.journal.trim());
+        for r in st.readers.values() {
+            r.notify.notify_waiters();
+        }
+        drop(st);
+        self.wake_blocking();
+        synced?;
+        trimmed.map_err(io_err(|| format!("closing {}", self.dir.display())))
+    }
+
+    /// Periodic work: release timed-out leases, fsync when the interval has passed.
+    pub(crate) fn tick(&self, now: Instant) {
+        let sync_due = {
+            let mut st = self.state.lock();
+            if st.closed || st.deleted {
+                return;
+            }
+            if st.config.open_timeout.is_some() {
+                let mut woke = Vec::new();
+                for (name, r) in st.readers.iter_mut() {
+                    let due: Vec<u64> = r
+                        .leases
+                        .iter()
+                        .filter(|(_, l)| l.deadline.is_some_and(|d| d <= now))
+                        .map(|(&id, _)| id)
+                        .collect();
+                    for id in &due {
+                        if let Some(l) = r.leases.remove(id) {
+                            r.released.insert(l.seq, (l.loc, l.len));
+                        }
+                    }
+                    if !due.is_empty() {
+                        woke.push(name.clone());
+                    }
+                }
+                for name in woke {
+                    if let Some(r) = st.readers.get(&name) {
+                        self.wake_reader(r);
+                    }
+                }
+            }
+            match st.config.durability {
+                Durability::Periodic(interval) => {
+                    st.dirty && now.duration_since(st.last_sync) >= interval
+                }
+                _ => false,
+            }
+        };
+        if sync_due {
+            if let Err(e) = self.sync_now() {
+                tracing::error!(queue = %self.name, error = %e, "periodic fsync failed");
+            }
+        }
+    }
 }

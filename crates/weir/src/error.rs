@@ -41,7 +41,10 @@ pub enum Error {
     #[error("invalid name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
     #[error("item of {size_bytes} bytes is larger than the limit of {size_bytes_max} bytes")]
-    TooLarge { size_bytes: u64, size_bytes_max: u64 },
+    TooLarge {
+        size_bytes: u64,
+        size_bytes_max: u64,
+    },
     #[error("queue {queue} is full")]
     Full { queue: String },
     #[error("{what} not found")]

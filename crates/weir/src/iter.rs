@@ -1,15 +1,143 @@
-//! Iteration over every kept item of a queue, in order, without consuming.
-use crate::error::Result;
-use crate::item::Item;
+//! Iteration over every kept item of a queue, in order, without consuming (popout's
+//! iterator).
+//!
+//! The iterator takes a snapshot of the segment list when it is made and reads the
+//! files itself (with its own descriptors, so segments deleted meanwhile stay readable),
+//! never holding the queue's lock. Items appended after it was made are not included.
 
-/// Iterator over a queue's kept items; see [`crate::Queue::iter`].
+use std::fs::File;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::frame::RECORD_HEADER_BYTES;
+use crate::item::Item;
+use crate::segment::{self, Found, ReadBuf, FILE_HEADER_BYTES, SCAN_CHUNK_BYTES};
+
+/// Iterator over a queue's kept items; see [`crate::Queue::iter`]. Expired items are
+/// skipped; damaged records are skipped (with an error logged).
 pub struct Iter {
-    pub(crate) _private: (),
+    /// (first seq, file, valid end) of each segment from the first one needed.
+    segments: Vec<(u64, Arc<File>, u64)>,
+    index: usize,
+    off: u64,
+    /// Next seq expected; items below it are not kept any more.
+    seq: u64,
+    /// Seq at which iteration stops (the queue's next seq when it was made).
+    stop: u64,
+    now_ms: u64,
+    max_age: Option<Duration>,
+    rb: ReadBuf,
+    failed: bool,
+}
+
+impl Iter {
+    pub(crate) fn new(
+        segments: Vec<(u64, Arc<File>, u64)>,
+        off: u64,
+        start: u64,
+        stop: u64,
+        now_ms: u64,
+        max_age: Option<Duration>,
+    ) -> Iter {
+        Iter {
+            segments,
+            index: 0,
+            off,
+            seq: start,
+            stop,
+            now_ms,
+            max_age,
+            rb: ReadBuf::default(),
+            failed: false,
+        }
+    }
 }
 
 impl Iterator for Iter {
     type Item = Result<Item>;
+
     fn next(&mut self) -> Option<Self::Item> {
-        todo!()
+        if self.failed {
+            return None;
+        }
+        while self.seq < self.stop {
+            let (first, file, end) = self.segments.get(self.index)?.clone();
+            let found = match segment::read_record(
+                &mut self.rb,
+                &file,
+                first,
+                self.off,
+                end,
+                SCAN_CHUNK_BYTES,
+            ) {
+                Ok(f) => f,
+                Err(e) => {
+                    self.failed = true;
+                    return Some(Err(Error::io("iterating a queue", e)));
+                }
+            };
+            match found {
+                Found::Record(h, rec) if h.seq >= self.seq => {
+                    self.off += h.record_bytes();
+                    self.seq = h.seq + 1;
+                    if h.seq >= self.stop {
+                        return None;
+                    }
+                    let expired = (h.expires_at_ms != 0 && h.expires_at_ms <= self.now_ms)
+                        || self.max_age.is_some_and(|a| {
+                            h.enqueued_at_ms.saturating_add(a.as_millis() as u64) <= self.now_ms
+                        });
+                    if expired {
+                        continue;
+                    }
+                    return Some(Ok(Item {
+                        seq: h.seq,
+                        data: Bytes::copy_from_slice(&rec[RECORD_HEADER_BYTES..]),
+                        flags: h.flags,
+                        enqueued_at_ms: h.enqueued_at_ms,
+                        expires_at_ms: h.expires_at_ms,
+                    }));
+                }
+                Found::Record(h, _) => {
+                    // Below the start: the first segment holds confirmed items too.
+                    self.off += h.record_bytes();
+                }
+                Found::End => {
+                    self.index += 1;
+                    self.off = FILE_HEADER_BYTES;
+                }
+                Found::Bad => {
+                    let seq_max = self.stop.saturating_sub(1);
+                    match segment::resync(&file, self.off + 1, end, self.seq, seq_max) {
+                        Ok(Some((at, _))) => {
+                            tracing::error!(
+                                segment = first,
+                                offset = self.off,
+                                "damaged record skipped while iterating"
+                            );
+                            self.rb.clear();
+                            self.off = at;
+                        }
+                        Ok(None) => {
+                            tracing::error!(
+                                segment = first,
+                                offset = self.off,
+                                "damaged tail skipped while iterating"
+                            );
+                            self.index += 1;
+                            self.off = FILE_HEADER_BYTES;
+                        }
+                        Err(e) => {
+                            self.failed = true;
+                            return Some(Err(Error::io("iterating a queue", e)));
+                        }
+                    }
+                }
+            }
+        }
+        None
     }
 }

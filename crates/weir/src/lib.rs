@@ -33,11 +33,16 @@
 mod config;
 mod core;
 mod error;
+mod frame;
+mod intervals;
 mod item;
 mod iter;
+mod journal;
+mod mapfile;
 mod name;
 mod queue;
 mod reader;
+mod segment;
 mod stats;
 mod store;
 

@@ -45,9 +45,9 @@ impl Reader {
 
     /// Takes the next item under a lease.
     pub fn take_leased(&self) -> Result<Option<Lease>> {
-        Ok(self.take_mode(TakeMode::Lease)?.and_then(|t| {
-            t.lease.map(|id| Lease { id, item: t.item })
-        }))
+        Ok(self
+            .take_mode(TakeMode::Lease)?
+            .and_then(|t| t.lease.map(|id| Lease { id, item: t.item })))
     }
 
     /// Looks at the next item without taking it.
@@ -74,10 +74,13 @@ impl Reader {
     pub fn take_timeout(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
         let deadline = Instant::now() + timeout;
         loop {
+            // Read the wake generation before looking, so an append between the look
+            // and the wait is not missed.
+            let gen = self.core.wake_gen();
             if let Some(taken) = self.take_mode(mode)? {
                 return Ok(Some(taken));
             }
-            if !self.core.wait_blocking(&self.name, deadline) {
+            if Instant::now() >= deadline || !self.core.wait_blocking(&self.name, gen, deadline) {
                 return self.take_mode(mode);
             }
         }
@@ -88,23 +91,25 @@ impl Reader {
     pub async fn take_async(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            // Register before looking, so an append between the look and the wait is
-            // not missed.
+            // Register as a waiter before looking, so an append between the look and
+            // the wait wakes us: the appender sees the waiter count under the queue's
+            // lock after our look, or our look sees its item.
             let notify = self.core.reader_notify(&self.name)?;
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            let waiter = self.core.waiter_guard(&self.name);
             let (taken, ticket) = self.core.take(&self.name, mode)?;
             if taken.is_some() {
+                drop(waiter);
                 self.core.wait_durable_async(ticket).await?;
                 return Ok(taken);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            let _waiter = self.core.waiter_guard(&self.name);
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                drop(_waiter);
+                drop(waiter);
                 let (taken, ticket) = self.core.take(&self.name, mode)?;
                 self.core.wait_durable_async(ticket).await?;
                 return Ok(taken);

@@ -50,7 +50,9 @@ pub(crate) struct StoreInner {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("dir", &self.inner.dir).finish()
+        f.debug_struct("Store")
+            .field("dir", &self.inner.dir)
+            .finish()
     }
 }
 
@@ -120,12 +122,9 @@ impl Store {
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
         self.inner.check_open()?;
         validate_queue_name(name)?;
-        Ok(self
-            .inner
-            .queues
-            .lock()
-            .get(name)
-            .map(|core| Queue { core: Arc::clone(core) }))
+        Ok(self.inner.queues.lock().get(name).map(|core| Queue {
+            core: Arc::clone(core),
+        }))
     }
 
     /// Names of all queues, sorted.

@@ -1,0 +1,509 @@
+//! The reader-state journal: where each reader of a queue stands, durably.
+//!
+//! One file per queue, `readers.GEN` (GEN = 20-digit generation). It starts with a
+//! 32-byte header and a snapshot of the whole state, closed by a `SnapshotEnd` record;
+//! changes follow as small CRC-framed records (a confirmation is 29 bytes). The file is
+//! written through a mapping like a segment, so a confirmation costs no system call and
+//! survives a killed process.
+//!
+//! When the file passes `rotate_bytes`, the next generation is written with a fresh
+//! snapshot, fsync'ed, and only then is the old one removed; on open the newest file
+//! with a complete snapshot wins. A torn or corrupt tail ends the replay there.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::frame::{decode_small_frame, encode_small_frame};
+use crate::intervals::IntervalSet;
+use crate::mapfile::{sync_dir, MapFile};
+use crate::segment::{
+    decode_file_header, encode_file_header, read_full_at, FILE_HEADER_BYTES, JOURNAL_MAGIC,
+};
+
+/// Journal size that triggers a new generation.
+const ROTATE_BYTES_MIN: u64 = 4 * 1024 * 1024;
+/// Mapping window of the journal.
+const WINDOW_BYTES: u64 = 256 * 1024;
+/// Largest record body (a reader create with a 100-byte name is ~120 bytes).
+const BODY_BYTES_MAX: usize = 1024;
+
+/// One journal record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum JRecord {
+    /// The oldest seq kept when the queue has no reader.
+    Floor(u64),
+    /// A reader came into being (or is restated by a snapshot).
+    ReaderCreate {
+        id: u32,
+        acked_below: u64,
+        name: String,
+    },
+    ReaderDelete {
+        id: u32,
+    },
+    /// The reader is done with every seq in `[from, to)`.
+    Confirm {
+        id: u32,
+        from: u64,
+        to: u64,
+    },
+    /// Closes a snapshot; carries the next reader id to hand out.
+    SnapshotEnd {
+        next_reader_id: u32,
+    },
+}
+
+impl JRecord {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            JRecord::Floor(seq) => {
+                out.push(1);
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+            JRecord::ReaderCreate {
+                id,
+                acked_below,
+                name,
+            } => {
+                out.push(2);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&acked_below.to_le_bytes());
+                out.push(name.len() as u8);
+                out.extend_from_slice(name.as_bytes());
+            }
+            JRecord::ReaderDelete { id } => {
+                out.push(3);
+                out.extend_from_slice(&id.to_le_bytes());
+            }
+            JRecord::Confirm { id, from, to } => {
+                out.push(4);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(&to.to_le_bytes());
+            }
+            JRecord::SnapshotEnd { next_reader_id } => {
+                out.push(5);
+                out.extend_from_slice(&next_reader_id.to_le_bytes());
+            }
+        }
+    }
+
+    fn decode(body: &[u8]) -> Option<JRecord> {
+        let u32_at = |i: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(body.get(i..i + 4)?.try_into().ok()?))
+        };
+        let u64_at = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(body.get(i..i + 8)?.try_into().ok()?))
+        };
+        let rec = match *body.first()? {
+            1 if body.len() == 9 => JRecord::Floor(u64_at(1)?),
+            2 => {
+                let len = *body.get(13)? as usize;
+                if body.len() != 14 + len {
+                    return None;
+                }
+                let name = std::str::from_utf8(&body[14..]).ok()?.to_string();
+                crate::name::validate_reader_name(&name).ok()?;
+                JRecord::ReaderCreate {
+                    id: u32_at(1)?,
+                    acked_below: u64_at(5)?,
+                    name,
+                }
+            }
+            3 if body.len() == 5 => JRecord::ReaderDelete { id: u32_at(1)? },
+            4 if body.len() == 21 => {
+                let (from, to) = (u64_at(5)?, u64_at(13)?);
+                if from >= to {
+                    return None;
+                }
+                JRecord::Confirm {
+                    id: u32_at(1)?,
+                    from,
+                    to,
+                }
+            }
+            5 if body.len() == 5 => JRecord::SnapshotEnd {
+                next_reader_id: u32_at(1)?,
+            },
+            _ => return None,
+        };
+        Some(rec)
+    }
+}
+
+/// A reader's durable state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ReaderRecord {
+    pub name: String,
+    /// Every seq below this is confirmed.
+    pub acked_below: u64,
+    /// Seqs at or above `acked_below` confirmed out of order.
+    pub confirmed: IntervalSet,
+}
+
+impl ReaderRecord {
+    /// Applies a confirmation of `[from, to)`.
+    pub fn confirm(&mut self, from: u64, to: u64) {
+        let from = from.max(self.acked_below);
+        if from < to {
+            self.confirmed.insert(from, to);
+        }
+        while let Some(end) = self.confirmed.take_range_at(self.acked_below) {
+            self.acked_below = end;
+        }
+    }
+}
+
+/// The state a journal describes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct JournalState {
+    pub floor: u64,
+    pub readers: BTreeMap<u32, ReaderRecord>,
+    pub next_reader_id: u32,
+}
+
+impl JournalState {
+    fn apply(&mut self, rec: &JRecord) {
+        match rec {
+            JRecord::Floor(seq) => self.floor = self.floor.max(*seq),
+            JRecord::ReaderCreate {
+                id,
+                acked_below,
+                name,
+            } => {
+                self.readers.insert(
+                    *id,
+                    ReaderRecord {
+                        name: name.clone(),
+                        acked_below: *acked_below,
+                        confirmed: IntervalSet::default(),
+                    },
+                );
+                self.next_reader_id = self.next_reader_id.max(id.saturating_add(1));
+            }
+            JRecord::ReaderDelete { id } => {
+                self.readers.remove(id);
+            }
+            JRecord::Confirm { id, from, to } => {
+                if let Some(r) = self.readers.get_mut(id) {
+                    r.confirm(*from, *to);
+                }
+            }
+            JRecord::SnapshotEnd { next_reader_id } => {
+                self.next_reader_id = self.next_reader_id.max(*next_reader_id);
+            }
+        }
+    }
+
+    /// The records that restate this state from nothing.
+    pub fn snapshot(&self) -> Vec<JRecord> {
+        let mut out = vec![JRecord::Floor(self.floor)];
+        for (&id, r) in &self.readers {
+            out.push(JRecord::ReaderCreate {
+                id,
+                acked_below: r.acked_below,
+                name: r.name.clone(),
+            });
+            for (from, to) in r.confirmed.iter() {
+                out.push(JRecord::Confirm { id, from, to });
+            }
+        }
+        out.push(JRecord::SnapshotEnd {
+            next_reader_id: self.next_reader_id,
+        });
+        out
+    }
+}
+
+pub(crate) struct Journal {
+    dir: PathBuf,
+    gen: u64,
+    map: MapFile,
+    /// Bytes appended over the life of this handle, across generations: the position
+    /// group commit waits for.
+    pub written: u64,
+    rotate_bytes: u64,
+    scratch: Vec<u8>,
+    /// The file was replaced since the last sync: its directory needs an fsync too.
+    pub rotated: bool,
+}
+
+/// What opening a journal found.
+pub(crate) struct Opened {
+    pub journal: Journal,
+    pub state: JournalState,
+    /// Bytes of damage found after the last valid record (a torn tail, or worse).
+    pub damaged_tail: bool,
+}
+
+fn file_name(gen: u64) -> String {
+    format!("readers.{gen:020}")
+}
+
+fn parse_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("readers.")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())?
+}
+
+impl Journal {
+    /// Opens the newest complete journal in `dir`, or starts one from `default_floor`.
+    pub fn open(dir: &Path, default_floor: u64) -> io::Result<Opened> {
+        let mut gens: Vec<u64> = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if let Some(gen) = entry.file_name().to_str().and_then(parse_file_name) {
+                gens.push(gen);
+            }
+        }
+        gens.sort_unstable_by(|a, b| b.cmp(a));
+        for (i, &gen) in gens.iter().enumerate() {
+            let path = dir.join(file_name(gen));
+            let Some((state, end, damaged_tail)) = load(&path, gen)? else {
+                tracing::warn!(path = %path.display(), "reader journal has no complete snapshot; trying an older one");
+                continue;
+            };
+            let file = File::options().read(true).write(true).open(&path)?;
+            // Cut a torn or damaged tail, so the next record is not appended after junk.
+            file.set_len(end)?;
+            let map = MapFile::new(file, &path, end, WINDOW_BYTES)?;
+            for &old in &gens[i + 1..] {
+                let _ = fs::remove_file(dir.join(file_name(old)));
+            }
+            let journal = Journal {
+                dir: dir.to_path_buf(),
+                gen,
+                map,
+                written: 0,
+                rotate_bytes: ROTATE_BYTES_MIN,
+                scratch: Vec::with_capacity(64),
+                rotated: false,
+            };
+            return Ok(Opened {
+                journal,
+                state,
+                damaged_tail,
+            });
+        }
+        if !gens.is_empty() {
+            tracing::error!(dir = %dir.display(), "no usable reader journal; readers restart at the oldest kept item");
+        }
+        let state = JournalState {
+            floor: default_floor,
+            readers: BTreeMap::new(),
+            next_reader_id: 1,
+        };
+        let gen = gens.first().map_or(1, |g| g + 1);
+        let journal = Journal::create(dir, gen, &state.snapshot())?;
+        Ok(Opened {
+            journal,
+            state,
+            damaged_tail: false,
+        })
+    }
+
+    /// Writes generation `gen` holding `snapshot`, fsyncs it and its directory.
+    fn create(dir: &Path, gen: u64, snapshot: &[JRecord]) -> io::Result<Journal> {
+        let path = dir.join(file_name(gen));
+        let tmp = dir.join(format!("{}.tmp", file_name(gen)));
+        let mut bytes = encode_file_header(JOURNAL_MAGIC, gen).to_vec();
+        let mut body = Vec::new();
+        for rec in snapshot {
+            body.clear();
+            rec.encode(&mut body);
+            encode_small_frame(&mut bytes, &body);
+        }
+        fs::write(&tmp, &bytes)?;
+        File::open(&tmp)?.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        sync_dir(dir)?;
+        let file = File::options().read(true).write(true).open(&path)?;
+        let map = MapFile::new(file, &path, bytes.len() as u64, WINDOW_BYTES)?;
+        Ok(Journal {
+            dir: dir.to_path_buf(),
+            gen,
+            map,
+            written: 0,
+            rotate_bytes: ROTATE_BYTES_MIN.max(4 * bytes.len() as u64),
+            scratch: Vec::with_capacity(64),
+            rotated: true,
+        })
+    }
+
+    /// Appends one record. On error nothing was written.
+    pub fn append(&mut self, rec: &JRecord) -> io::Result<()> {
+        let mut body = [0u8; 160];
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        rec.encode(&mut scratch);
+        let n = scratch.len();
+        debug_assert!(n <= BODY_BYTES_MAX);
+        let mut frame = Vec::new();
+        let bytes: &[u8] = if n + 8 <= body.len() {
+            body[0..4].copy_from_slice(&(n as u32).to_le_bytes());
+            body[4..8].copy_from_slice(&crc32c::crc32c(&scratch).to_le_bytes());
+            body[8..8 + n].copy_from_slice(&scratch);
+            &body[..8 + n]
+        } else {
+            encode_small_frame(&mut frame, &scratch);
+            &frame
+        };
+        let result = self.map.append(&[bytes]);
+        self.scratch = scratch;
+        result?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    pub fn needs_rotation(&self) -> bool {
+        self.map.end() >= self.rotate_bytes
+    }
+
+    /// Starts the next generation from `state`; the old file goes only once the new one
+    /// is safely on disk. On error the current file stays in use.
+    pub fn rotate(&mut self, state: &JournalState) -> io::Result<()> {
+        let next = Journal::create(&self.dir, self.gen + 1, &state.snapshot())?;
+        let old = std::mem::replace(
+            self,
+            Journal {
+                written: self.written,
+                ..next
+            },
+        );
+        let _ = fs::remove_file(old.map.path());
+        self.rotated = true;
+        Ok(())
+    }
+
+    pub fn file(&self) -> &Arc<File> {
+        self.map.file()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.map.end()
+    }
+
+    /// Cuts the file to its valid data (on a clean close).
+    pub fn trim(&mut self) -> io::Result<()> {
+        self.map.trim()
+    }
+}
+
+/// Replays a journal file: `None` when it has no complete snapshot. Also returns the
+/// end of the last valid record and whether junk followed it.
+fn load(path: &Path, gen: u64) -> io::Result<Option<(JournalState, u64, bool)>> {
+    let bytes = {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len() as usize;
+        let mut buf = vec![0u8; len];
+        let n = read_full_at(&file, &mut buf, 0)?;
+        buf.truncate(n);
+        buf
+    };
+    if decode_file_header(JOURNAL_MAGIC, &bytes) != Some(gen) {
+        return Ok(None);
+    }
+    let mut state = JournalState {
+        floor: 1,
+        readers: BTreeMap::new(),
+        next_reader_id: 1,
+    };
+    let mut off = FILE_HEADER_BYTES as usize;
+    let mut snapshot_done = false;
+    while let Some((body, used)) = decode_small_frame(&bytes[off..], BODY_BYTES_MAX) {
+        let Some(rec) = JRecord::decode(body) else {
+            break;
+        };
+        if matches!(rec, JRecord::SnapshotEnd { .. }) {
+            snapshot_done = true;
+        }
+        state.apply(&rec);
+        off += used;
+    }
+    if !snapshot_done {
+        return Ok(None);
+    }
+    let damaged = bytes[off..].iter().any(|&b| b != 0);
+    Ok(Some((state, off as u64, damaged)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        for rec in [
+            JRecord::Floor(9),
+            JRecord::ReaderCreate {
+                id: 3,
+                acked_below: 17,
+                name: "abc".into(),
+            },
+            JRecord::ReaderCreate {
+                id: 0,
+                acked_below: 1,
+                name: String::new(),
+            },
+            JRecord::ReaderDelete { id: 3 },
+            JRecord::Confirm {
+                id: 3,
+                from: 4,
+                to: 9,
+            },
+            JRecord::SnapshotEnd { next_reader_id: 4 },
+        ] {
+            let mut b = Vec::new();
+            rec.encode(&mut b);
+            assert_eq!(JRecord::decode(&b), Some(rec));
+        }
+    }
+
+    #[test]
+    fn replays_after_reopen_and_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opened = Journal::open(dir.path(), 1).unwrap();
+        let mut state = opened.state.clone();
+        let mut recs = vec![
+            JRecord::ReaderCreate {
+                id: 1,
+                acked_below: 1,
+                name: "r".into(),
+            },
+            JRecord::Confirm {
+                id: 1,
+                from: 1,
+                to: 2,
+            },
+            JRecord::Confirm {
+                id: 1,
+                from: 3,
+                to: 4,
+            },
+        ];
+        for r in &recs {
+            opened.journal.append(r).unwrap();
+            state.apply(r);
+        }
+        opened.journal.rotate(&state).unwrap();
+        recs = vec![JRecord::Confirm {
+            id: 1,
+            from: 2,
+            to: 3,
+        }];
+        for r in &recs {
+            opened.journal.append(r).unwrap();
+            state.apply(r);
+        }
+        drop(opened);
+        let again = Journal::open(dir.path(), 1).unwrap();
+        assert_eq!(again.state.readers[&1].acked_below, 4);
+        assert!(again.state.readers[&1].confirmed.is_empty());
+        assert_eq!(again.state, state);
+        let files: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(files.len(), 1, "the old generation is removed");
+    }
+}

@@ -1,0 +1,306 @@
+//! Segment files: the queue's items, in order, as CRC-framed records.
+//!
+//! A segment is named after the seq of its first record (`00000000000000000001.seg`)
+//! and starts with a 32-byte header (magic, first seq, CRC). Records follow back to back
+//! (see `frame.rs`). Only the last segment of a queue is written; when it passes the
+//! queue's `segment_size_bytes` it is sealed (cut to its exact length) and a new one is
+//! started. Space is reclaimed by deleting whole segments that every reader is done with.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::frame::{decode_header, verify, RecordHeader, RECORD_HEADER_BYTES};
+
+pub(crate) const FILE_HEADER_BYTES: u64 = 32;
+pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"WEIRSEG1";
+pub(crate) const JOURNAL_MAGIC: &[u8; 8] = b"WEIRJRN1";
+
+/// How much a reader reads ahead from a segment in one pread.
+pub(crate) const READ_AHEAD_BYTES: usize = 64 * 1024;
+/// How much a scan (open, resync, iteration) reads at once.
+pub(crate) const SCAN_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// A file header: magic, a u64 (first seq of a segment, generation of a journal), CRC.
+pub(crate) fn encode_file_header(magic: &[u8; 8], value: u64) -> [u8; FILE_HEADER_BYTES as usize] {
+    let mut h = [0u8; FILE_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(magic);
+    h[8..16].copy_from_slice(&value.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// The u64 of a valid file header with `magic`, or `None`.
+pub(crate) fn decode_file_header(magic: &[u8; 8], bytes: &[u8]) -> Option<u64> {
+    if bytes.len() < FILE_HEADER_BYTES as usize || &bytes[0..8] != magic {
+        return None;
+    }
+    let crc = u32::from_le_bytes([bytes[28], bytes[29], bytes[30], bytes[31]]);
+    if crc32c::crc32c(&bytes[0..28]) != crc {
+        return None;
+    }
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&bytes[8..16]);
+    Some(u64::from_le_bytes(v))
+}
+
+pub(crate) fn segment_file_name(first_seq: u64) -> String {
+    format!("{first_seq:020}.seg")
+}
+
+pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&s| s > 0)
+}
+
+/// One segment file as the queue knows it.
+pub(crate) struct Segment {
+    pub first_seq: u64,
+    pub path: PathBuf,
+    pub file: Arc<File>,
+    /// End of the valid data. For the active segment it follows the writer.
+    pub end: u64,
+}
+
+/// Where a record starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    /// First seq of the segment (its name).
+    pub seg: u64,
+    pub off: u64,
+}
+
+/// A read-ahead buffer over one segment at a time: sequential reads cost one pread per
+/// `READ_AHEAD_BYTES`, not one per record.
+#[derive(Default)]
+pub(crate) struct ReadBuf {
+    seg: u64,
+    start: u64,
+    data: Vec<u8>,
+}
+
+impl ReadBuf {
+    /// The bytes `[off, off+len)` of segment `seg`, reading ahead up to `limit` (the
+    /// segment's valid end). `Ok(None)` when the range passes `limit` or the file ends.
+    pub fn get(
+        &mut self,
+        file: &File,
+        seg: u64,
+        off: u64,
+        len: u64,
+        limit: u64,
+        ahead: usize,
+    ) -> io::Result<Option<&[u8]>> {
+        if off + len > limit {
+            return Ok(None);
+        }
+        let have = self.seg == seg
+            && !self.data.is_empty()
+            && off >= self.start
+            && off + len <= self.start + self.data.len() as u64;
+        if !have {
+            let want = (len as usize).max(ahead).min((limit - off) as usize);
+            if self.data.capacity() > 4 * ahead.max(len as usize) {
+                self.data = Vec::new(); // give back a buffer grown for one huge item
+            }
+            self.data.resize(want, 0);
+            let mut filled = 0;
+            while filled < want {
+                match file.read_at(&mut self.data[filled..], off + filled as u64) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        self.data.clear();
+                        return Err(e);
+                    }
+                }
+            }
+            self.data.truncate(filled);
+            self.seg = seg;
+            self.start = off;
+            if (filled as u64) < len {
+                return Ok(None);
+            }
+        }
+        let s = (off - self.start) as usize;
+        Ok(Some(&self.data[s..s + len as usize]))
+    }
+
+    /// Forgets what it holds (after the segment it covers changed under it).
+    pub fn clear(&mut self) {
+        self.data.clear();
+    }
+}
+
+/// What lies at a position of a segment.
+pub(crate) enum Found<'a> {
+    /// A valid record: header and the whole record bytes.
+    Record(RecordHeader, &'a [u8]),
+    /// The valid data ends here.
+    End,
+    /// Bytes that are not a valid record.
+    Bad,
+}
+
+/// Reads the record at `off` of a segment whose valid data ends at `limit`.
+pub(crate) fn read_record<'a>(
+    rb: &'a mut ReadBuf,
+    file: &File,
+    seg: u64,
+    off: u64,
+    limit: u64,
+    ahead: usize,
+) -> io::Result<Found<'a>> {
+    if off >= limit {
+        return Ok(Found::End);
+    }
+    let header = match rb.get(file, seg, off, RECORD_HEADER_BYTES as u64, limit, ahead)? {
+        None => return Ok(Found::Bad),
+        Some(bytes) => match decode_header(bytes) {
+            None => return Ok(Found::Bad),
+            Some(h) => h,
+        },
+    };
+    match rb.get(file, seg, off, header.record_bytes(), limit, ahead)? {
+        None => Ok(Found::Bad),
+        Some(record) if verify(&header, record) => Ok(Found::Record(header, record)),
+        Some(_) => Ok(Found::Bad),
+    }
+}
+
+/// Finds the next valid record at or after `from` (and before `limit`) whose seq is in
+/// `seq_min..=seq_max`: how reading resumes after damage in the middle of a segment.
+pub(crate) fn resync(
+    file: &File,
+    from: u64,
+    limit: u64,
+    seq_min: u64,
+    seq_max: u64,
+) -> io::Result<Option<(u64, RecordHeader)>> {
+    let mut chunk = vec![0u8; SCAN_CHUNK_BYTES + RECORD_HEADER_BYTES];
+    let mut record = Vec::new();
+    let mut base = from;
+    while base < limit {
+        let want = ((limit - base) as usize).min(chunk.len());
+        let n = read_full_at(file, &mut chunk[..want], base)?;
+        if n < RECORD_HEADER_BYTES {
+            return Ok(None);
+        }
+        let last = n - RECORD_HEADER_BYTES;
+        for i in 0..=last {
+            let Some(h) = decode_header(&chunk[i..i + RECORD_HEADER_BYTES]) else {
+                continue;
+            };
+            let at = base + i as u64;
+            if h.seq < seq_min || h.seq > seq_max || at + h.record_bytes() > limit {
+                continue;
+            }
+            record.resize(h.record_bytes() as usize, 0);
+            if read_full_at(file, &mut record, at)? == record.len() && verify(&h, &record) {
+                return Ok(Some((at, h)));
+            }
+        }
+        base += (last + 1) as u64;
+    }
+    Ok(None)
+}
+
+/// What a scan of a whole segment found.
+pub(crate) struct Scan {
+    /// End of the last valid record.
+    pub end: u64,
+    /// Seq after the last valid record (the segment's first seq when it has none).
+    pub next_seq: u64,
+    /// Records lost to damage found in the middle (a valid record followed them).
+    pub damaged: bool,
+}
+
+/// Scans a segment from its header to the end of its valid records, stepping over
+/// damage when a valid record follows it. Used on the last segment at open.
+pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Scan> {
+    let mut rb = ReadBuf::default();
+    let mut off = FILE_HEADER_BYTES;
+    let mut next_seq = first_seq;
+    let mut end = FILE_HEADER_BYTES.min(file_len);
+    let mut damaged = false;
+    loop {
+        match read_record(&mut rb, file, first_seq, off, file_len, SCAN_CHUNK_BYTES)? {
+            Found::Record(h, _) if h.seq >= next_seq => {
+                off += h.record_bytes();
+                next_seq = h.seq + 1;
+                end = off;
+            }
+            Found::End => break,
+            Found::Record(..) | Found::Bad => {
+                // A torn tail is zeroes or garbage up to the end; damage in the middle
+                // is followed by a valid record with a later seq.
+                match resync(file, off + 1, file_len, next_seq, u64::MAX)? {
+                    Some((at, _)) => {
+                        damaged = true;
+                        rb.clear();
+                        off = at;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+    Ok(Scan {
+        end,
+        next_seq,
+        damaged,
+    })
+}
+
+/// Finds where the first record with seq ≥ `target` starts, reading (and checking)
+/// records from the segment's start. Returns the end of valid data when every record
+/// is below `target`.
+pub(crate) fn locate(file: &File, seg: u64, limit: u64, target: u64) -> io::Result<u64> {
+    let mut rb = ReadBuf::default();
+    let mut off = FILE_HEADER_BYTES;
+    let mut expect = seg;
+    loop {
+        match read_record(&mut rb, file, seg, off, limit, SCAN_CHUNK_BYTES)? {
+            Found::End => return Ok(limit),
+            Found::Record(h, _) if h.seq >= expect => {
+                if h.seq >= target {
+                    return Ok(off);
+                }
+                expect = h.seq + 1;
+                off += h.record_bytes();
+            }
+            Found::Record(..) | Found::Bad => match resync(file, off + 1, limit, expect, u64::MAX)?
+            {
+                Some((at, h)) => {
+                    if h.seq >= target {
+                        return Ok(at);
+                    }
+                    rb.clear();
+                    off = at;
+                }
+                None => return Ok(limit),
+            },
+        }
+    }
+}
+
+/// Reads as much of `buf` as the file has at `off`.
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], off + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
