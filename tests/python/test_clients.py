@@ -266,6 +266,14 @@ def test_multi_queue_set(pm, mc):
 
 
 @pytest.mark.weir_only
+def test_sync_set(pm, mc):
+    assert pm.set("syncq/sync", b"durable") is True
+    assert mc.set("syncq/sync", b"durable2") is True
+    assert pm.get("syncq") == b"durable"
+    assert mc.get("syncq") == b"durable2"
+
+
+@pytest.mark.weir_only
 def test_blocking_read_returns_when_item_arrives(server, pm):
     writer = pym(server)
 
@@ -302,9 +310,10 @@ def test_delete_queue(pm, mc):
     assert pm.set("del", b"x") is True
     assert pm.set("del", b"y") is True
     assert pm.delete("del") is True  # DELETED
-    assert pm.get("del") is None
-    assert pm.delete("del") is False  # NOT_FOUND
+    assert pm.delete("del") is False  # NOT_FOUND: it is gone
     assert pm.delete("never_existed") is False
+    # Its items went with it (a get may bring the queue back, empty).
+    assert pm.get("del") is None
     # python-memcached: 1 on DELETED, 0 otherwise.
     assert mc.set("del2", b"z") is True
     assert mc.delete("del2") == 1

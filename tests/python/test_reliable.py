@@ -137,3 +137,17 @@ def test_kill9_under_write_load_loses_nothing_stored(make_server):
     total_sent = sum(len(w.sent) for w in writers)
     got = drain(srv.addr, "kw", limit=total_sent + 10)
     check_acked_survived(writers, got)
+
+
+def test_kill9_keeps_flags_empty_and_binary_items(make_server):
+    srv = make_server().start()
+    items = [(0, b""), (1, b"\x00\r\n\xff"), (4294967295, bytes(range(256))), (77, b"x" * 70_000)]
+    with Conn(srv.addr) as c:
+        for flags, data in items:
+            assert c.set("fq", data, flags=flags) == b"STORED\r\n"
+        assert c.set("fq/sync", b"synced", flags=9) == b"STORED\r\n"
+    assert srv.kill9() == -signal.SIGKILL
+    srv.start()
+    with Conn(srv.addr) as c:
+        got = [c.get_items("fq") for _ in range(len(items) + 2)]
+    assert got == [[(b"fq", f, d)] for f, d in items] + [[(b"fq", 9, b"synced")], []]
