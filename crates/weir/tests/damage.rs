@@ -1,0 +1,394 @@
+//! Damage tests: a store is written and closed, then its files are damaged the way a
+//! crash or a bad disk would, and reopened. Each case must give a precise error
+//! (`ErrorKind::Corrupt`) or a documented recovery (see docs/storage.md): earlier
+//! items intact, only the damaged records lost, later segments still readable; never
+//! a panic, never an item with wrong content.
+//!
+//! Records are found by searching the segment files for the payloads written, so the
+//! tests do not depend on the exact record layout: item with seq S carries
+//! `payload(S, PAYLOAD_LEN)`, unique bytes.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use common::{is_payload, open_with_config, payload, segment_files, small_segments};
+use weir::{AppendOptions, ErrorKind, Store};
+
+const QUEUE: &str = "dmg";
+const SEGMENT_SIZE_BYTES: u64 = 4096;
+const PAYLOAD_LEN: usize = 200;
+const ITEMS: u64 = 100;
+
+fn open(dir: &Path) -> weir::Result<Store> {
+    open_with_config(dir, small_segments(SEGMENT_SIZE_BYTES))
+}
+
+/// Writes items 1..=ITEMS (seq S carries `payload(S, PAYLOAD_LEN)`) and closes.
+fn write_store(dir: &Path) {
+    let store = open(dir).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    for i in 1..=ITEMS {
+        let seq = q
+            .append(&payload(i, PAYLOAD_LEN), AppendOptions::default())
+            .unwrap();
+        assert_eq!(seq, i);
+    }
+    drop(q);
+    store.close().unwrap();
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Where item `seq`'s payload is: the segment file and the offset in it.
+fn locate(dir: &Path, seq: u64) -> (PathBuf, usize) {
+    let needle = payload(seq, PAYLOAD_LEN);
+    for seg in segment_files(dir, QUEUE) {
+        let bytes = fs::read(&seg).unwrap();
+        if let Some(at) = find(&bytes, &needle) {
+            return (seg, at);
+        }
+    }
+    panic!("the payload of seq {seq} is in no segment file");
+}
+
+/// The seqs whose payloads are in `seg`, in order.
+fn seqs_in(seg: &Path) -> Vec<u64> {
+    let bytes = fs::read(seg).unwrap();
+    (1..=ITEMS)
+        .filter(|&s| find(&bytes, &payload(s, PAYLOAD_LEN)).is_some())
+        .collect()
+}
+
+fn flip_bit(path: &Path, offset: usize) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[offset] ^= 0x10;
+    fs::write(path, bytes).unwrap();
+}
+
+fn truncate(path: &Path, len: usize) {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len as u64)
+        .unwrap();
+}
+
+/// Takes everything from a fresh reader; every item must be intact. Returns the seqs,
+/// or the error a take gave.
+fn drain(store: &Store) -> Result<Vec<u64>, weir::Error> {
+    let r = store.queue(QUEUE)?.reader("check")?;
+    let mut seqs = Vec::new();
+    while let Some(item) = r.take()? {
+        if item.seq <= ITEMS {
+            assert!(
+                is_payload(&item.data, item.seq, PAYLOAD_LEN),
+                "seq {} delivered with wrong content ({} bytes)",
+                item.seq,
+                item.data.len()
+            );
+        }
+        seqs.push(item.seq);
+    }
+    Ok(seqs)
+}
+
+/// The seqs of `iter()`, every item checked.
+fn iter_seqs(store: &Store) -> Result<Vec<u64>, weir::Error> {
+    let q = store.queue(QUEUE)?;
+    let mut seqs = Vec::new();
+    for item in q.iter()? {
+        let item = item?;
+        assert!(
+            item.seq > ITEMS || is_payload(&item.data, item.seq, PAYLOAD_LEN),
+            "iter: seq {} with wrong content",
+            item.seq
+        );
+        seqs.push(item.seq);
+    }
+    Ok(seqs)
+}
+
+/// After a recovery the store must keep working: append, reopen, read it back (with
+/// the reader "check" that `drain` used, so nothing it confirmed may come back).
+fn still_works(dir: &Path, store: Store, recovered: &[u64]) {
+    let q = store.queue(QUEUE).unwrap();
+    let seq = q
+        .append(b"after the damage", AppendOptions::default())
+        .unwrap();
+    let last = recovered.last().copied().unwrap_or(0);
+    assert!(seq > last, "new seq {seq} after recovered seq {last}");
+    drop(q);
+    store.close().unwrap();
+    let store = open(dir).expect("reopen after recovery");
+    assert_eq!(drain(&store).unwrap(), vec![seq], "after a second reopen");
+    assert_eq!(
+        store.queue(QUEUE).unwrap().stats().corrupt_records,
+        0,
+        "the damage was repaired at the first reopen and not counted again"
+    );
+}
+
+fn all_but(range: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    let gone: Vec<u64> = range.into_iter().collect();
+    (1..=ITEMS).filter(|s| !gone.contains(s)).collect()
+}
+
+#[test]
+fn the_layout_is_as_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let segs = segment_files(dir.path(), QUEUE);
+    assert!(
+        segs.len() >= 4,
+        "{} segments for 20 KB in 4 KiB segments",
+        segs.len()
+    );
+    // Every item is in exactly one segment, in order.
+    let mut all = Vec::new();
+    for seg in &segs {
+        all.extend(seqs_in(seg));
+    }
+    assert_eq!(all, (1..=ITEMS).collect::<Vec<_>>());
+    let store = open(dir.path()).unwrap();
+    assert_eq!(drain(&store).unwrap(), (1..=ITEMS).collect::<Vec<_>>());
+}
+
+#[test]
+fn torn_last_record_is_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let (seg, at) = locate(dir.path(), ITEMS);
+    truncate(&seg, at + PAYLOAD_LEN / 2);
+    let store = open(dir.path()).expect("a torn tail is recovered, not an error");
+    let expected: Vec<u64> = (1..ITEMS).collect();
+    assert_eq!(iter_seqs(&store).unwrap(), expected);
+    assert_eq!(drain(&store).unwrap(), expected, "all but the torn record");
+    still_works(dir.path(), store, &expected);
+}
+
+#[test]
+fn torn_last_record_header_is_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let (seg, at) = locate(dir.path(), ITEMS);
+    // Cut inside the record's header (just before its payload).
+    truncate(&seg, at - 3);
+    let store = open(dir.path()).expect("a torn tail is recovered, not an error");
+    let expected: Vec<u64> = (1..ITEMS).collect();
+    assert_eq!(drain(&store).unwrap(), expected);
+    still_works(dir.path(), store, &expected);
+}
+
+#[test]
+fn bit_flip_in_last_record_is_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let (seg, at) = locate(dir.path(), ITEMS);
+    flip_bit(&seg, at + 50);
+    let store = open(dir.path()).expect("a corrupt tail is recovered, not an error");
+    let expected: Vec<u64> = (1..ITEMS).collect();
+    assert_eq!(iter_seqs(&store).unwrap(), expected);
+    assert_eq!(
+        drain(&store).unwrap(),
+        expected,
+        "all but the corrupt last record"
+    );
+    still_works(dir.path(), store, &expected);
+}
+
+/// The outcome of opening a store whose sealed segment lost records `lost`: either a
+/// precise Corrupt error, or exactly those records missing and everything else intact.
+fn check_sealed_damage(dir: &Path, lost: &[u64], what: &str) {
+    match open(dir) {
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "{what}: open failed with {e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(".seg"),
+                "{what}: the error names the damaged file: {msg}"
+            );
+            println!("{what}: open reports {msg}");
+        }
+        Ok(store) => {
+            let expected = all_but(lost.iter().copied());
+            match drain(&store) {
+                Ok(got) => {
+                    assert_eq!(
+                        got, expected,
+                        "{what}: exactly records {lost:?} lost, later segments readable"
+                    );
+                    let stats = store.queue(QUEUE).unwrap().stats();
+                    assert!(
+                        stats.corrupt_records >= 1,
+                        "{what}: a skipped record is counted in stats.corrupt_records"
+                    );
+                    println!(
+                        "{what}: open recovered; {} records skipped",
+                        stats.corrupt_records
+                    );
+                    assert_eq!(iter_seqs(&store).unwrap(), Vec::<u64>::new());
+                }
+                Err(e) => {
+                    assert_eq!(e.kind(), ErrorKind::Corrupt, "{what}: take failed with {e}");
+                    println!("{what}: reading reports {e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bit_flip_in_a_middle_record_of_a_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let segs = segment_files(dir.path(), QUEUE);
+    let first = seqs_in(&segs[0]);
+    assert!(first.len() >= 5);
+    let victim = first[first.len() / 2];
+    let (seg, at) = locate(dir.path(), victim);
+    assert_eq!(seg, segs[0]);
+    flip_bit(&seg, at + 100);
+    check_sealed_damage(dir.path(), &[victim], "bit flip in a sealed segment");
+}
+
+#[test]
+fn bit_flip_in_a_middle_segment_of_many() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let segs = segment_files(dir.path(), QUEUE);
+    let middle = &segs[segs.len() / 2];
+    let seqs = seqs_in(middle);
+    let victim = seqs[1];
+    let (seg, at) = locate(dir.path(), victim);
+    assert_eq!(&seg, middle);
+    flip_bit(&seg, at + 7);
+    check_sealed_damage(dir.path(), &[victim], "bit flip in a middle segment");
+}
+
+#[test]
+fn truncated_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let segs = segment_files(dir.path(), QUEUE);
+    let first = seqs_in(&segs[0]);
+    let cut_at = first.len() / 2;
+    let (seg, at) = locate(dir.path(), first[cut_at]);
+    truncate(&seg, at + 10);
+    let lost: Vec<u64> = first[cut_at..].to_vec();
+    check_sealed_damage(dir.path(), &lost, "truncated sealed segment");
+}
+
+#[test]
+fn missing_reader_state_files() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    {
+        let store = open(dir.path()).unwrap();
+        let q = store.queue(QUEUE).unwrap();
+        let a = q.reader("a").unwrap();
+        let b = q.reader("b").unwrap();
+        for _ in 0..30 {
+            a.take().unwrap().unwrap();
+        }
+        for _ in 0..10 {
+            b.take().unwrap().unwrap();
+        }
+        let _lease = b.take_leased().unwrap().unwrap();
+        drop((q, a, b));
+        store.close().unwrap();
+    }
+    let qdir = dir.path().join("queues").join(QUEUE);
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(&qdir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.starts_with("readers.") {
+            fs::remove_file(&path).unwrap();
+            removed.push(name);
+        }
+    }
+    assert!(
+        !removed.is_empty(),
+        "the store wrote reader state files (readers.*)"
+    );
+    match open(dir.path()) {
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "open failed with {e}");
+            println!("missing reader state: open reports {e}");
+        }
+        Ok(store) => {
+            // Nothing a reader had not confirmed may be lost: a reader may get
+            // confirmed items again (at-least-once), never miss one.
+            let q = store.queue(QUEUE).unwrap();
+            for (name, confirmed) in [("a", 30u64), ("b", 10)] {
+                let r = q.reader(name).unwrap();
+                let mut got = Vec::new();
+                while let Some(item) = r.take().unwrap() {
+                    assert!(is_payload(&item.data, item.seq, PAYLOAD_LEN));
+                    got.push(item.seq);
+                }
+                let tail: Vec<u64> = (confirmed + 1..=ITEMS).collect();
+                assert!(
+                    got.ends_with(&tail) && got.windows(2).all(|w| w[0] < w[1]),
+                    "reader {name} after losing its state: got {got:?}, must include \
+                     {}..={ITEMS} in order",
+                    confirmed + 1
+                );
+                println!(
+                    "missing reader state: reader {name} resumed at seq {:?}",
+                    got.first()
+                );
+            }
+            still_works_after_reader_loss(dir.path(), store);
+        }
+    }
+}
+
+fn still_works_after_reader_loss(dir: &Path, store: Store) {
+    let q = store.queue(QUEUE).unwrap();
+    let seq = q.append(b"more", AppendOptions::default()).unwrap();
+    drop(q);
+    store.close().unwrap();
+    let store = open(dir).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let item = q
+        .reader("a")
+        .unwrap()
+        .take()
+        .unwrap()
+        .expect("the new item");
+    assert_eq!((item.seq, &item.data[..]), (seq, &b"more"[..]));
+}
+
+#[test]
+fn garbage_files_in_the_queue_directory_are_ignored_or_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let qdir = dir.path().join("queues").join(QUEUE);
+    fs::write(qdir.join("notes.txt"), b"hello").unwrap();
+    // A directory that is not a valid queue name is never opened as a queue.
+    fs::create_dir_all(dir.path().join("queues").join("bad.name")).unwrap();
+    let store = open(dir.path()).expect("unrelated files do not stop the store");
+    assert_eq!(store.queue_names(), vec![QUEUE.to_string()]);
+    assert_eq!(drain(&store).unwrap(), (1..=ITEMS).collect::<Vec<_>>());
+}
+
+#[test]
+fn empty_last_segment_file() {
+    // A crash right after a new segment file was created leaves it empty.
+    let dir = tempfile::tempdir().unwrap();
+    write_store(dir.path());
+    let segs = segment_files(dir.path(), QUEUE);
+    let last = segs.last().unwrap();
+    let first_seq: u64 = last.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    truncate(last, 0);
+    let store = open(dir.path()).expect("an empty last segment is a torn tail");
+    let expected: Vec<u64> = (1..first_seq).collect();
+    assert_eq!(drain(&store).unwrap(), expected);
+    still_works(dir.path(), store, &expected);
+}

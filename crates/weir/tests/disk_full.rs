@@ -1,0 +1,268 @@
+//! Disk full: on a 2 MiB tmpfs, appends fail with `ErrorKind::DiskFull`, nothing
+//! already stored is damaged (checked after a reopen), and appends work again once
+//! space is freed, whether by deleting another file or by consuming items so that
+//! whole segments are deleted.
+//!
+//! Needs root (to mount tmpfs). Where mounting is impossible the tests fail with the
+//! reason, unless `WEIR_ALLOW_SKIP_DISK_FULL=1` is set, in which case they are skipped.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{is_payload, open_with_config, payload};
+use weir::{AppendOptions, Durability, ErrorKind, QueueConfig, Store};
+
+const QUEUE: &str = "full";
+const ITEM_LEN: usize = 1000;
+const SEGMENT_SIZE_BYTES: u64 = 64 * 1024;
+
+/// A size-limited tmpfs, unmounted on drop.
+struct Tmpfs {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as mount(8) spells it) or explains why it cannot.
+    fn mount(size: &str) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
+        let path = dir.path().join("mnt");
+        std::fs::create_dir(&path).map_err(|e| format!("mkdir: {e}"))?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount -t tmpfs failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Tmpfs { path, _dir: dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.path)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            // Something still holds a file there; detach so the test run cleans up.
+            let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+        }
+    }
+}
+
+/// The tmpfs, or `None` when skipping is allowed; otherwise a failure with the reason.
+fn tmpfs_or_skip(size: &str) -> Option<Tmpfs> {
+    match Tmpfs::mount(size) {
+        Ok(t) => Some(t),
+        Err(reason) => {
+            let msg = format!("disk-full test cannot run: {reason}");
+            if std::env::var("WEIR_ALLOW_SKIP_DISK_FULL").as_deref() == Ok("1") {
+                eprintln!("SKIPPED: {msg} (WEIR_ALLOW_SKIP_DISK_FULL=1)");
+                None
+            } else {
+                panic!("{msg}; run as root, or set WEIR_ALLOW_SKIP_DISK_FULL=1 to skip");
+            }
+        }
+    }
+}
+
+fn config(durability: Durability) -> QueueConfig {
+    QueueConfig {
+        durability,
+        segment_size_bytes: SEGMENT_SIZE_BYTES,
+        ..QueueConfig::default()
+    }
+}
+
+/// Appends items (seq S carries `payload(S, ITEM_LEN)`) until an append fails; checks
+/// the failure is DiskFull and stays so. Returns the last acknowledged seq.
+fn fill(store: &Store, from_seq: u64, batch: usize) -> u64 {
+    let q = store.queue(QUEUE).unwrap();
+    let mut next = from_seq;
+    for _ in 0..100_000 {
+        let data: Vec<Vec<u8>> = (0..batch as u64)
+            .map(|i| payload(next + i, ITEM_LEN))
+            .collect();
+        let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        match q.append_batch(&refs, AppendOptions::default()) {
+            Ok(first) => {
+                assert_eq!(first, next, "seqs are consecutive here");
+                next += batch as u64;
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::DiskFull, "the failing append: {e}");
+                println!("disk full after seq {}: {e}", next - 1);
+                // It stays full, and says so every time.
+                for _ in 0..5 {
+                    let e = q.append(&payload(next, ITEM_LEN), AppendOptions::default());
+                    let e = e.expect_err("still full");
+                    assert_eq!(e.kind(), ErrorKind::DiskFull, "a retry: {e}");
+                }
+                return next - 1;
+            }
+        }
+    }
+    panic!(
+        "appended {} items to a 2 MiB tmpfs without error",
+        next - from_seq
+    );
+}
+
+/// Checks that the kept items are exactly seqs `from..=to`, intact.
+fn check_items(store: &Store, from: u64, to: u64) {
+    let q = store.queue(QUEUE).unwrap();
+    let mut expect = from;
+    for item in q.iter().expect("iter") {
+        let item = item.expect("iter item");
+        assert_eq!(item.seq, expect, "kept items run {from}..={to}");
+        assert!(
+            is_payload(&item.data, item.seq, ITEM_LEN),
+            "seq {} damaged",
+            item.seq
+        );
+        expect += 1;
+    }
+    assert_eq!(expect - 1, to, "kept items run {from}..={to}");
+}
+
+fn close(store: Store) {
+    // The final sync of a full disk may fail; it must not lose anything either way.
+    if let Err(e) = store.close() {
+        assert_eq!(e.kind(), ErrorKind::DiskFull, "close on a full disk: {e}");
+    }
+}
+
+#[test]
+fn disk_full_then_space_freed_by_deleting_a_file() {
+    let Some(fs) = tmpfs_or_skip("2m") else {
+        return;
+    };
+    let filler = fs.path.join("filler");
+    std::fs::write(&filler, vec![7u8; 512 * 1024]).unwrap();
+    let dir = fs.path.join("store");
+    let store = open_with_config(&dir, config(Durability::default())).unwrap();
+    let r = store.queue(QUEUE).unwrap().reader("").unwrap();
+    let last = fill(&store, 1, 1);
+    assert!(last > 500, "only {last} items of 1 KB fit in 1.5 MiB");
+    // Reading needs no space.
+    assert_eq!(r.peek().unwrap().unwrap().seq, 1);
+    check_items(&store, 1, last);
+    drop(r);
+    close(store);
+
+    // Reopen while the disk is still full: everything acknowledged is there.
+    let store =
+        open_with_config(&dir, config(Durability::default())).expect("reopen on a full disk");
+    check_items(&store, 1, last);
+    let e = store
+        .queue(QUEUE)
+        .unwrap()
+        .append(b"x", AppendOptions::default())
+        .expect_err("still full after reopen");
+    assert_eq!(e.kind(), ErrorKind::DiskFull, "{e}");
+
+    // Free space: appends work again, and everything survives another reopen.
+    std::fs::remove_file(&filler).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    for seq in last + 1..=last + 200 {
+        let got = q
+            .append(&payload(seq, ITEM_LEN), AppendOptions::default())
+            .unwrap_or_else(|e| panic!("append after freeing space: {e}"));
+        assert_eq!(got, seq);
+    }
+    drop(q);
+    store.close().unwrap();
+    let store = open_with_config(&dir, config(Durability::default())).unwrap();
+    check_items(&store, 1, last + 200);
+    let r = store.queue(QUEUE).unwrap().reader("").unwrap();
+    let mut n = 0;
+    while let Some(item) = r.take().unwrap() {
+        n += 1;
+        assert_eq!(item.seq, n);
+    }
+    assert_eq!(n, last + 200);
+}
+
+#[test]
+fn disk_full_then_space_freed_by_consuming() {
+    let Some(fs) = tmpfs_or_skip("2m") else {
+        return;
+    };
+    let dir = fs.path.join("store");
+    let store = open_with_config(&dir, config(Durability::default())).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let r = q.reader("").unwrap();
+    let last = fill(&store, 1, 1);
+    let disk_full_bytes = q.stats().disk_bytes;
+    // Consumers drain the queue: confirming must work on a full disk, or a full disk
+    // could never be emptied.
+    let mut taken = 0;
+    loop {
+        let batch = r
+            .take_batch(50)
+            .unwrap_or_else(|e| panic!("take_batch on a full disk after {taken} items: {e}"));
+        if batch.is_empty() {
+            break;
+        }
+        for item in &batch {
+            taken += 1;
+            assert_eq!(item.seq, taken);
+            assert!(is_payload(&item.data, item.seq, ITEM_LEN));
+        }
+    }
+    assert_eq!(taken, last);
+    let after = q.stats().disk_bytes;
+    assert!(
+        after < disk_full_bytes / 4,
+        "consuming everything frees the segments: {after} bytes on disk, was {disk_full_bytes}"
+    );
+    // Appends work again.
+    for seq in last + 1..=last + 500 {
+        let got = q
+            .append(&payload(seq, ITEM_LEN), AppendOptions::default())
+            .unwrap_or_else(|e| panic!("append after draining: {e}"));
+        assert_eq!(got, seq);
+    }
+    drop((q, r));
+    store.close().unwrap();
+    let store = open_with_config(&dir, config(Durability::default())).unwrap();
+    check_items(&store, last + 1, last + 500);
+}
+
+#[test]
+fn disk_full_batches_are_all_or_none_synced() {
+    let Some(fs) = tmpfs_or_skip("2m") else {
+        return;
+    };
+    let filler = fs.path.join("filler");
+    std::fs::write(&filler, vec![1u8; 256 * 1024]).unwrap();
+    let dir = fs.path.join("store");
+    let store = open_with_config(&dir, config(Durability::Synced)).unwrap();
+    let last = fill(&store, 1, 10);
+    assert_eq!(last % 10, 0, "whole batches only");
+    close(store);
+    let store = open_with_config(&dir, config(Durability::Synced)).unwrap();
+    check_items(&store, 1, last);
+    std::fs::remove_file(&filler).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let data: Vec<Vec<u8>> = (1..=10).map(|i| payload(last + i, ITEM_LEN)).collect();
+    let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+    assert_eq!(
+        q.append_batch(&refs, AppendOptions::default()).unwrap(),
+        last + 1
+    );
+    drop(q);
+    store.close().unwrap();
+    let store = open_with_config(&dir, config(Durability::Synced)).unwrap();
+    check_items(&store, 1, last + 10);
+}
