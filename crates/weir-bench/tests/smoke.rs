@@ -1,0 +1,146 @@
+//! Smoke test of the whole tool: `weir-bench all --quick` against a spawned memcached
+//! (and a spawned weir when its binary is built), checking that every suite completed,
+//! every operation got a valid reply and every file was written. It never judges
+//! timings: a shared CI machine makes them meaningless here.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+/// `WEIR_BIN`, else the `weir` that cargo built into the same target directory.
+fn weir_binary(bench: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WEIR_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let beside = bench.parent()?.join("weir");
+    beside.is_file().then_some(beside)
+}
+
+fn load(out: &Path, bench: &str) -> Value {
+    for ext in ["json", "csv", "png"] {
+        let path = out.join(format!("{bench}.{ext}"));
+        let meta = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{} was not written: {e}", path.display()));
+        assert!(meta.len() > 0, "{} is empty", path.display());
+    }
+    let text = std::fs::read_to_string(out.join(format!("{bench}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn rows_of<'a>(v: &'a Value, target: &str) -> Vec<&'a Value> {
+    v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["target"] == target)
+        .collect()
+}
+
+fn num(row: &Value, key: &str) -> u64 {
+    row[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("row {row} has no integer {key}"))
+}
+
+#[test]
+fn all_quick_against_spawned_servers() {
+    assert!(
+        on_path("memcached"),
+        "memcached is not on PATH: the smoke test needs it as the reference server \
+         (scripts/test installs it; by hand: apt-get install memcached)"
+    );
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_weir-bench"));
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(&bench);
+    cmd.args(["all", "--quick", "--out"]).arg(out.path());
+    let weir = weir_binary(&bench);
+    if let Some(w) = &weir {
+        cmd.args(["--spawn", "weir", "--weir-bin"]).arg(w);
+    } else {
+        eprintln!("note: no weir binary beside weir-bench and no WEIR_BIN: testing memcached only");
+    }
+    cmd.args(["--spawn", "memcached"]);
+    let output = cmd.output().expect("running weir-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "weir-bench all --quick failed ({}).\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    let mut targets = vec!["memcached"];
+    if weir.is_some() {
+        targets.push("weir");
+    }
+
+    // flood: every step ran its full count of operations on every target.
+    let flood = load(out.path(), "flood");
+    for t in &targets {
+        let rows = rows_of(&flood, t);
+        assert_eq!(rows.len(), 4, "flood rows for {t}: {rows:?}");
+        for r in rows {
+            assert_eq!(num(r, "ops"), 40_000, "flood row {r}");
+            assert!(r["ops/s"].as_f64().unwrap_or(0.0) > 0.0, "flood row {r}");
+        }
+    }
+
+    // packing suites: every step measured; on a queue server the backlog matches
+    // the step and no get missed.
+    for (name, steps) in [("packing", 3), ("packing-unpacking", 7)] {
+        let v = load(out.path(), name);
+        for t in &targets {
+            let rows = rows_of(&v, t);
+            assert_eq!(rows.len(), steps, "{name} rows for {t}");
+            for r in rows {
+                assert_eq!(num(r, "ops"), 10_000, "{name} row {r}");
+                if *t == "weir" {
+                    assert_eq!(num(r, "misses"), 0, "{name} row {r}");
+                    assert_eq!(num(r, "items_before"), num(r, "backlog"), "{name} row {r}");
+                }
+            }
+        }
+    }
+
+    // mem-rss: idle + 5 steps with an RSS each; a queue server returns every item.
+    let rss = load(out.path(), "mem-rss");
+    for t in &targets {
+        let rows = rows_of(&rss, t);
+        assert_eq!(rows.len(), 6, "mem-rss rows for {t}");
+        for r in &rows {
+            assert!(num(r, "rss_bytes") > 0, "mem-rss row {r}");
+        }
+        if *t == "weir" {
+            for r in &rows[1..] {
+                assert_eq!(num(r, "hits"), num(r, "items"), "mem-rss row {r}");
+            }
+        }
+    }
+
+    // library: every case produced a positive rate.
+    let lib = load(out.path(), "library");
+    let rows = lib["rows"].as_array().expect("library rows");
+    assert!(rows.len() >= 13, "library rows: {rows:?}");
+    for r in rows {
+        assert!(r["rate"].as_f64().unwrap_or(0.0) > 0.0, "library row {r}");
+    }
+
+    for title in [
+        "flood",
+        "packing",
+        "packing-unpacking",
+        "resident memory",
+        "library",
+    ] {
+        assert!(
+            stdout.contains(title),
+            "no {title} table on stdout:\n{stdout}"
+        );
+    }
+}
