@@ -1197,3 +1197,21 @@ fn async_append_take_and_confirm() {
         assert!(start.elapsed() >= Duration::from_millis(90));
     });
 }
+
+#[test]
+fn reopen_right_after_dropping_the_last_handle() {
+    // Dropping the last handle closes the store; the directory is free at once.
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..100u64 {
+        let store = Store::open(dir.path())
+            .unwrap_or_else(|e| panic!("open #{i} right after dropping the previous store: {e}"));
+        store
+            .queue("q")
+            .unwrap()
+            .append(&payload(i, 8), opts())
+            .unwrap();
+        drop(store);
+    }
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(store.queue("q").unwrap().stats().items, 100);
+}
