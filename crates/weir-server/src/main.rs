@@ -1,1 +1,143 @@
-fn main() {}
+//! `weir`: the queue server's command line.
+//!
+//! Parses flags, reads the config file, sets up logging and the file-descriptor limit,
+//! builds the tokio runtime and runs [`weir_server::server::run`] until shutdown.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use weir_server::config::{self, FileConfig, Overrides};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "weir: a durable message queue that speaks memcache (Kestrel's dialect)",
+    long_about = "weir: a durable message queue. `weir serve` runs the queue server: the \
+memcache text protocol in Kestrel's dialect (docs/protocol.md) on its embedded storage, \
+and /health and /metrics over HTTP. Settings come from a TOML file (--config, see \
+docs/configuration.md); flags override it."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the queue server until SIGTERM, SIGINT or an enabled `shutdown` command.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML config file: store-wide queue defaults, per-queue settings by name
+    /// pattern, server limits (docs/configuration.md). `reload` re-reads it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory; created if missing, locked while the server runs
+    /// [default: ./data]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Address of the memcache port [default: 127.0.0.1:22133]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Address of the HTTP port (/health, /metrics); port 0 picks a free one
+    /// [default: 127.0.0.1:22134]
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<String>,
+    /// Log level or tracing filter: error, warn, info, debug, trace, or e.g.
+    /// "weir_server=debug" [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Runtime worker threads; 1 runs everything on one thread [default: CPU count]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Most memcache connections open at once [default: 16384]
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => config::read_file(path)?,
+        None => FileConfig::default(),
+    };
+    let overrides = Overrides {
+        listen: args.listen,
+        http_listen: args.http_listen,
+        data_dir: args.data_dir,
+        log_level: args.log_level,
+        threads: args.threads,
+        max_connections: args.max_connections,
+    };
+    let settings = config::resolve(&file, &overrides)?;
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)
+        .with_context(|| format!("bad log level {:?}", settings.log_level))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    raise_open_files_limit();
+    let runtime = if settings.threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(settings.threads)
+            .enable_all()
+            .build()
+    }
+    .context("starting the runtime")?;
+    let config_path = args.config.map(|p| std::path::absolute(&p).unwrap_or(p));
+    let result = runtime.block_on(weir_server::server::run(settings, config_path));
+    // Tasks still running (a client stuck in a write) must not hold up the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// Raises the soft limit on open files to the hard limit: 8000 clients need 8000
+/// descriptors, and the usual soft default is 1024.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            tracing::warn!("getrlimit(RLIMIT_NOFILE) failed");
+            return;
+        }
+        if limit.rlim_cur >= limit.rlim_max {
+            return;
+        }
+        let wanted = limit.rlim_max;
+        limit.rlim_cur = wanted;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+            tracing::warn!("setrlimit(RLIMIT_NOFILE) failed");
+            return;
+        }
+        tracing::debug!(open_files_max = wanted, "raised the open-files limit");
+    }
+}

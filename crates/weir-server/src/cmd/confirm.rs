@@ -1,0 +1,37 @@
+//! `confirm QUEUE N`: confirm the N oldest leases this connection holds on the queue
+//! (or `QUEUE.READER`), as after `monitor`. Asking for more than are held confirms
+//! nothing and replies `CLIENT_ERROR`.
+
+use bytes::BufMut;
+use weir::ErrorKind;
+
+use super::{put_engine_error, Ctx, Flow};
+use crate::request::parse_plain_key;
+
+pub async fn execute(ctx: &mut Ctx<'_>, key: &str, count: u64) -> Flow {
+    let Ok(key) = parse_plain_key(key) else {
+        ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
+        return Flow::Continue;
+    };
+    let held = ctx.session.leases.count(key.queue, key.reader) as u64;
+    if count > held {
+        ctx.out
+            .put_slice(b"CLIENT_ERROR not that many open items\r\n");
+        return Flow::Continue;
+    }
+    for _ in 0..count {
+        let Some((reader, id)) = ctx.session.leases.pop_oldest(key.queue, key.reader) else {
+            break;
+        };
+        match reader.confirm_async(id).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => {
+                put_engine_error(ctx.out, &e);
+                return Flow::Continue;
+            }
+        }
+    }
+    ctx.out.put_slice(b"END\r\n");
+    Flow::Continue
+}

@@ -1,0 +1,40 @@
+//! `delete QUEUE` / `delete QUEUE.READER`: remove a queue (items, readers, files) or
+//! one reader (its position and leases).
+
+use bytes::BufMut;
+
+use super::{blocking, put_failure, Ctx, Flow};
+use crate::request::parse_plain_key;
+
+pub async fn execute(ctx: &mut Ctx<'_>, key: &str, noreply: bool) -> Flow {
+    let Ok(key) = parse_plain_key(key) else {
+        ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
+        return Flow::Continue;
+    };
+    let store = ctx.shared.store.clone();
+    let queue = key.queue.to_owned();
+    let result = if key.reader.is_empty() {
+        let r = blocking(move || store.delete_queue(&queue)).await;
+        ctx.session.handles.evict(key.queue);
+        ctx.session.leases.forget(key.queue, None);
+        r
+    } else {
+        let reader = key.reader.to_owned();
+        let r = blocking(move || match store.existing_queue(&queue)? {
+            Some(q) => q.delete_reader(&reader),
+            None => Ok(false),
+        })
+        .await;
+        ctx.session.handles.evict_reader(key.queue, key.reader);
+        ctx.session.leases.forget(key.queue, Some(key.reader));
+        r
+    };
+    if !noreply {
+        match result {
+            Ok(true) => ctx.out.put_slice(b"DELETED\r\n"),
+            Ok(false) => ctx.out.put_slice(b"NOT_FOUND\r\n"),
+            Err(f) => put_failure(ctx.out, &f),
+        }
+    }
+    Flow::Continue
+}

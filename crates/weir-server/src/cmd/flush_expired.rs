@@ -1,0 +1,33 @@
+//! `flush_expired QUEUE` / `flush_all_expired`: drop (or move to `expire_to`) expired
+//! items now rather than when a reader reaches them; replies with how many.
+
+use bytes::BufMut;
+
+use super::{blocking, put_failure, put_u64, Ctx, Flow};
+
+/// `queue` is `None` for `flush_all_expired`.
+pub async fn execute(ctx: &mut Ctx<'_>, queue: Option<&str>) -> Flow {
+    let store = ctx.shared.store.clone();
+    let names = match queue {
+        Some(name) => vec![name.to_owned()],
+        None => store.queue_names(),
+    };
+    let result = blocking(move || {
+        let mut count = 0u64;
+        for name in names {
+            if let Some(q) = store.existing_queue(&name)? {
+                count += q.expire()?;
+            }
+        }
+        Ok(count)
+    })
+    .await;
+    match result {
+        Ok(count) => {
+            put_u64(ctx.out, count);
+            ctx.out.put_slice(b"\r\n");
+        }
+        Err(f) => put_failure(ctx.out, &f),
+    }
+    Flow::Continue
+}

@@ -1,0 +1,124 @@
+//! `get KEY...` / `gets KEY...`: take, lease, confirm, release or peek, per key.
+//!
+//! Per key, in this order: `abort` releases this connection's leases on the reader;
+//! `close` confirms its oldest lease there; then `open` takes under a lease, `peek`
+//! looks, and a plain key takes and confirms at once, each waiting up to `t=MS`. The
+//! lease rules (`max_open_reads`; no plain take while holding a lease) are checked for
+//! every key before anything happens, so a refused request changes nothing. `gets`
+//! adds the item's sequence number as memcache's CAS field, for clients that expect
+//! one.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::BufMut;
+use weir::{ErrorKind, TakeMode};
+
+use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use crate::request::{parse_read_key, ReadKey};
+
+pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
+
+enum KeyFailure {
+    Engine(weir::Error),
+    Gone,
+}
+
+pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
+    let open_reads_max = ctx.shared.limits.max_open_reads();
+    for text in keys.split(' ').filter(|k| !k.is_empty()) {
+        let Ok(key) = parse_read_key(text) else {
+            ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
+            return Flow::Continue;
+        };
+        let held = ctx.session.leases.count(key.queue, key.reader) as u64;
+        let o = key.options;
+        let held_after_close = if o.close {
+            held.saturating_sub(1)
+        } else {
+            held
+        };
+        if (o.is_plain() && held > 0) || (o.open && held_after_close >= open_reads_max) {
+            ctx.out.put_slice(REPLY_CLOSE_FIRST);
+            return Flow::Continue;
+        }
+    }
+    for text in keys.split(' ').filter(|k| !k.is_empty()) {
+        let Ok(key) = parse_read_key(text) else {
+            continue;
+        };
+        match one_key(ctx, text, key, cas).await {
+            Ok(()) => {}
+            Err(KeyFailure::Gone) => return Flow::Close,
+            Err(KeyFailure::Engine(e)) => {
+                // In place of END: the client must not take a partial reply as whole.
+                put_engine_error(ctx.out, &e);
+                return Flow::Continue;
+            }
+        }
+    }
+    ctx.out.put_slice(b"END\r\n");
+    Flow::Continue
+}
+
+async fn one_key(
+    ctx: &mut Ctx<'_>,
+    text: &str,
+    key: ReadKey<'_>,
+    cas: bool,
+) -> Result<(), KeyFailure> {
+    let o = key.options;
+    if o.abort {
+        ctx.session.leases.release(key.queue, key.reader);
+        return Ok(());
+    }
+    if o.close {
+        if let Some((reader, id)) = ctx.session.leases.pop_oldest(key.queue, key.reader) {
+            match reader.confirm_async(id).await {
+                // Unknown (timed out) or deleted: nothing left to confirm.
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(KeyFailure::Engine(e)),
+            }
+        }
+    }
+    if !o.takes() {
+        return Ok(());
+    }
+    let mode = if o.open {
+        TakeMode::Lease
+    } else if o.peek {
+        TakeMode::Peek
+    } else {
+        TakeMode::Take
+    };
+    let wait_ms = o.wait_ms.unwrap_or(0).min(ctx.shared.limits.wait_ms_max());
+    let wait = Duration::from_millis(wait_ms);
+    let mut reader = reader_handle(ctx, key.queue, key.reader).map_err(KeyFailure::Engine)?;
+    let mut result = match take(ctx, &reader, mode, wait).await {
+        Waited::Gone => return Err(KeyFailure::Gone),
+        Waited::Done(result) => result,
+    };
+    if is_stale(&result) {
+        ctx.session.handles.evict(key.queue);
+        reader = reader_handle(ctx, key.queue, key.reader).map_err(KeyFailure::Engine)?;
+        result = reader.take_async(mode, Duration::ZERO).await;
+    }
+    let metrics = &ctx.shared.metrics;
+    if o.peek {
+        metrics.peeks.fetch_add(1, Relaxed);
+    }
+    match result.map_err(KeyFailure::Engine)? {
+        Some(taken) => {
+            metrics.get_hits.fetch_add(1, Relaxed);
+            if let Some(id) = taken.lease {
+                ctx.session.leases.push(&reader, id);
+            }
+            put_value(ctx.out, text, &taken.item, cas);
+        }
+        None => {
+            metrics.get_misses.fetch_add(1, Relaxed);
+        }
+    }
+    Ok(())
+}

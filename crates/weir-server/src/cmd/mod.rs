@@ -1,0 +1,252 @@
+//! The commands: one file each, each applying one parsed request to the store and
+//! appending its reply to the connection's output.
+//!
+//! A command never writes to the socket itself except where the protocol streams
+//! (`monitor`) or is about to wait (`get` with `t=MS`), and then only through
+//! [`crate::connection::write_now`], so replies stay in order.
+
+pub mod confirm;
+pub mod delete;
+pub mod dump_stats;
+pub mod flush;
+pub mod flush_all;
+pub mod flush_expired;
+pub mod get;
+pub mod monitor;
+pub mod quit;
+pub mod reload;
+pub mod set;
+pub mod shutdown;
+pub mod stats;
+pub mod version;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use tokio::net::TcpStream;
+use weir::{ErrorKind, Item, Reader, TakeMode, Taken};
+
+use crate::connection::{until_closed, write_now};
+use crate::handles::Handles;
+use crate::leases::Leases;
+use crate::parse::Request;
+use crate::server::Shared;
+use crate::shutdown::Listener;
+
+/// What the connection does after a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Write what is pending, then close.
+    Close,
+}
+
+/// Per-connection state that commands use.
+#[derive(Default)]
+pub struct Session {
+    pub handles: Handles,
+    pub leases: Leases,
+}
+
+/// Everything a command may touch.
+pub struct Ctx<'a> {
+    pub shared: &'a Shared,
+    pub session: &'a mut Session,
+    pub out: &'a mut BytesMut,
+    pub stream: &'a mut TcpStream,
+    pub read_ahead: &'a mut BytesMut,
+    pub shutdown: &'a mut Listener,
+}
+
+pub async fn execute(request: Request<'_>, ctx: &mut Ctx<'_>) -> Flow {
+    match request {
+        Request::Set {
+            key,
+            flags,
+            exptime,
+            data,
+            noreply,
+        } => set::execute(ctx, key, flags, exptime, data, noreply).await,
+        Request::Get { keys, cas } => get::execute(ctx, keys, cas).await,
+        Request::Delete { key, noreply } => delete::execute(ctx, key, noreply).await,
+        Request::Flush { key, noreply } => flush::execute(ctx, key, noreply).await,
+        Request::FlushAll { noreply } => flush_all::execute(ctx, noreply).await,
+        Request::FlushExpired { key } => flush_expired::execute(ctx, Some(key)).await,
+        Request::FlushAllExpired => flush_expired::execute(ctx, None).await,
+        Request::Stats => stats::execute(ctx),
+        Request::DumpStats { names } => dump_stats::execute(ctx, names),
+        Request::Monitor {
+            key,
+            seconds,
+            items_max,
+        } => monitor::execute(ctx, key, seconds, items_max).await,
+        Request::Confirm { key, count } => confirm::execute(ctx, key, count).await,
+        Request::Version => version::execute(ctx),
+        Request::Reload => reload::execute(ctx).await,
+        Request::Shutdown => shutdown::execute(ctx),
+        Request::Quit => quit::execute(ctx),
+    }
+}
+
+/// A failure that becomes a reply.
+#[derive(Debug)]
+pub enum Failure {
+    Engine(weir::Error),
+    /// A blocking task died; should not happen.
+    Internal(String),
+}
+
+impl From<weir::Error> for Failure {
+    fn from(e: weir::Error) -> Failure {
+        Failure::Engine(e)
+    }
+}
+
+/// Runs engine work that may touch the disk (delete, flush, expire, reload) on the
+/// blocking pool, so no runtime thread waits on it.
+pub async fn blocking<T, F>(f: F) -> Result<T, Failure>
+where
+    T: Send + 'static,
+    F: FnOnce() -> weir::Result<T> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Failure::Engine(e)),
+        Err(e) => Err(Failure::Internal(e.to_string())),
+    }
+}
+
+/// The reply for a failure.
+pub fn put_failure(out: &mut BytesMut, failure: &Failure) {
+    match failure {
+        Failure::Engine(e) => put_engine_error(out, e),
+        Failure::Internal(message) => put_server_error(out, message),
+    }
+}
+
+pub fn put_engine_error(out: &mut BytesMut, e: &weir::Error) {
+    match e.kind() {
+        ErrorKind::TooLarge => out.put_slice(crate::parse::REPLY_TOO_LARGE),
+        ErrorKind::Full => out.put_slice(b"NOT_STORED\r\n"),
+        ErrorKind::InvalidName => out.put_slice(b"CLIENT_ERROR bad queue name\r\n"),
+        ErrorKind::InvalidArgument => out.put_slice(b"CLIENT_ERROR invalid argument\r\n"),
+        ErrorKind::DiskFull => out.put_slice(b"SERVER_ERROR disk full\r\n"),
+        ErrorKind::Closed => out.put_slice(b"SERVER_ERROR shutting down\r\n"),
+        _ => put_server_error(out, &e.to_string()),
+    }
+}
+
+/// Longest error text put in a reply line.
+const ERROR_TEXT_BYTES_MAX: usize = 200;
+
+/// `SERVER_ERROR text`, with the text made safe for one line.
+pub fn put_server_error(out: &mut BytesMut, text: &str) {
+    out.put_slice(b"SERVER_ERROR ");
+    put_one_line(out, text);
+    out.put_slice(b"\r\n");
+}
+
+/// `text` on one line: control characters become spaces, at most
+/// [`ERROR_TEXT_BYTES_MAX`] bytes.
+pub fn put_one_line(out: &mut BytesMut, text: &str) {
+    for b in text.bytes().take(ERROR_TEXT_BYTES_MAX) {
+        out.put_u8(if b.is_ascii_control() { b' ' } else { b });
+    }
+}
+
+/// Appends the decimal form of `n`.
+pub fn put_u64(out: &mut BytesMut, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put_slice(&digits[i..]);
+}
+
+/// `VALUE KEY FLAGS LEN [CAS]\r\nDATA\r\n`. The key is echoed as the client sent it
+/// (options included): memcache clients match replies to requests by key.
+pub fn put_value(out: &mut BytesMut, key: &str, item: &Item, cas: bool) {
+    out.reserve(key.len() + item.data.len() + 64);
+    out.put_slice(b"VALUE ");
+    out.put_slice(key.as_bytes());
+    out.put_u8(b' ');
+    put_u64(out, u64::from(item.flags));
+    out.put_u8(b' ');
+    put_u64(out, item.data.len() as u64);
+    if cas {
+        out.put_u8(b' ');
+        put_u64(out, item.seq);
+    }
+    out.put_slice(b"\r\n");
+    out.put_slice(&item.data);
+    out.put_slice(b"\r\n");
+}
+
+/// How a read that may wait ended.
+pub enum Waited {
+    Done(weir::Result<Option<Taken>>),
+    /// The client went away during the wait; nothing was taken.
+    Gone,
+}
+
+/// Takes from `reader` by `mode`, waiting up to `wait`. A wait first sends the replies
+/// already pending, then races the engine against the client closing and against
+/// shutdown (which ends the wait empty-handed).
+pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Duration) -> Waited {
+    if wait.is_zero() {
+        return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
+    }
+    match write_now(ctx.stream, ctx.out).await {
+        Ok(n) => {
+            ctx.shared
+                .metrics
+                .bytes_written
+                .fetch_add(n as u64, Relaxed);
+        }
+        Err(_) => return Waited::Gone,
+    }
+    if ctx.shutdown.is_fired() {
+        return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
+    }
+    tokio::select! {
+        biased;
+        taken = reader.take_async(mode, wait) => Waited::Done(taken),
+        _ = until_closed(ctx.stream, ctx.read_ahead) => Waited::Gone,
+        _ = ctx.shutdown.recv() => Waited::Done(Ok(None)),
+    }
+}
+
+/// A reader handle from the connection's cache.
+pub fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> weir::Result<Reader> {
+    ctx.session.handles.reader(&ctx.shared.store, queue, reader)
+}
+
+/// Whether an error means the handle went stale (its queue was deleted).
+pub fn is_stale(result: &weir::Result<Option<Taken>>) -> bool {
+    matches!(result, Err(e) if e.kind() == ErrorKind::NotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_lines() {
+        let mut out = BytesMut::new();
+        for n in [0, 7, 10, 12345, u64::MAX] {
+            out.clear();
+            put_u64(&mut out, n);
+            assert_eq!(&out[..], n.to_string().as_bytes());
+        }
+        out.clear();
+        put_server_error(&mut out, "bad\r\nthing");
+        assert_eq!(&out[..], b"SERVER_ERROR bad  thing\r\n");
+    }
+}

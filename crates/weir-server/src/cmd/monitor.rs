@@ -1,0 +1,61 @@
+//! `monitor QUEUE SECONDS [MAX_ITEMS]`: Kestrel's streaming read. For up to SECONDS,
+//! every item that is or becomes available is taken under a lease held by this
+//! connection and sent at once, up to MAX_ITEMS; then `END`. The client confirms
+//! with `confirm QUEUE N` (or `get QUEUE/close`); what it does not confirm goes back
+//! when it disconnects. `max_open_reads` does not apply; [`MONITOR_ITEMS_MAX`] and
+//! [`MONITOR_SECONDS_MAX`] do.
+
+use std::time::{Duration, Instant};
+
+use bytes::BufMut;
+use weir::TakeMode;
+
+use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use crate::leases::LEASES_PER_CONNECTION_MAX;
+use crate::request::parse_plain_key;
+
+/// Most items one `monitor` hands out.
+pub const MONITOR_ITEMS_MAX: u64 = 10_000;
+/// Longest a `monitor` runs.
+pub const MONITOR_SECONDS_MAX: u64 = 3_600;
+
+pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Option<u64>) -> Flow {
+    let Ok(parsed) = parse_plain_key(key) else {
+        ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
+        return Flow::Continue;
+    };
+    let room = (LEASES_PER_CONNECTION_MAX - ctx.session.leases.total()) as u64;
+    let items_max = items_max
+        .unwrap_or(MONITOR_ITEMS_MAX)
+        .min(MONITOR_ITEMS_MAX)
+        .min(room);
+    let deadline = Instant::now() + Duration::from_secs(seconds.min(MONITOR_SECONDS_MAX));
+    let reader = match reader_handle(ctx, parsed.queue, parsed.reader) {
+        Ok(r) => r,
+        Err(e) => {
+            put_engine_error(ctx.out, &e);
+            return Flow::Continue;
+        }
+    };
+    let mut sent = 0;
+    while sent < items_max {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match take(ctx, &reader, TakeMode::Lease, remaining).await {
+            Waited::Gone => return Flow::Close,
+            Waited::Done(Err(e)) => {
+                put_engine_error(ctx.out, &e);
+                return Flow::Continue;
+            }
+            Waited::Done(Ok(None)) => break,
+            Waited::Done(Ok(Some(taken))) => {
+                if let Some(id) = taken.lease {
+                    ctx.session.leases.push(&reader, id);
+                }
+                put_value(ctx.out, parsed.queue, &taken.item, false);
+                sent += 1;
+            }
+        }
+    }
+    ctx.out.put_slice(b"END\r\n");
+    Flow::Continue
+}

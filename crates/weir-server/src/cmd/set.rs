@@ -1,0 +1,69 @@
+//! `set KEY FLAGS EXPTIME BYTES [noreply]`: append one item to one or more queues.
+//!
+//! `a+b+c` appends the same item to each queue, in order; `KEY/sync` returns only once
+//! the item is fdatasync'ed. The reply is `STORED` only when every append returned;
+//! otherwise it is the reply of the first failure (`NOT_STORED` when full).
+
+use bytes::{BufMut, Bytes};
+use weir::{AppendOptions, ErrorKind, Queue};
+
+use super::{put_engine_error, Ctx, Flow};
+use crate::request::{expires_at_ms, parse_write_key};
+
+pub async fn execute(
+    ctx: &mut Ctx<'_>,
+    key: &str,
+    flags: u32,
+    exptime: i64,
+    data: &[u8],
+    noreply: bool,
+) -> Flow {
+    let Ok(key) = parse_write_key(key) else {
+        // The parser checked the key; reaching this is a bug, but not the client's.
+        if !noreply {
+            ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
+        }
+        return Flow::Continue;
+    };
+    let options = AppendOptions {
+        flags,
+        expires_at_ms: if exptime == 0 {
+            0
+        } else {
+            expires_at_ms(exptime, weir::now_ms())
+        },
+        sync: key.sync,
+    };
+    let data = Bytes::copy_from_slice(data);
+    let mut failure = None;
+    for name in key.queues() {
+        if let Err(e) = append(ctx, name, &data, options).await {
+            failure.get_or_insert(e);
+        }
+    }
+    if !noreply {
+        match failure {
+            None => ctx.out.put_slice(b"STORED\r\n"),
+            Some(e) => put_engine_error(ctx.out, &e),
+        }
+    }
+    Flow::Continue
+}
+
+async fn append(
+    ctx: &mut Ctx<'_>,
+    name: &str,
+    data: &Bytes,
+    options: AppendOptions,
+) -> weir::Result<u64> {
+    let queue: Queue = ctx.session.handles.queue(&ctx.shared.store, name)?;
+    match queue.append_async(data.clone(), options).await {
+        // Deleted since it was cached: the next use creates it afresh.
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            ctx.session.handles.evict(name);
+            let queue = ctx.session.handles.queue(&ctx.shared.store, name)?;
+            queue.append_async(data.clone(), options).await
+        }
+        result => result,
+    }
+}

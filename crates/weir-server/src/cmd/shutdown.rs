@@ -1,0 +1,16 @@
+//! `shutdown`: stop the server gracefully, when `shutdown_enabled` is set in the
+//! config (it is off by default: any client could otherwise stop the server).
+
+use bytes::BufMut;
+
+use super::{Ctx, Flow};
+
+pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
+    if !ctx.shared.limits.shutdown_enabled() {
+        ctx.out.put_slice(b"CLIENT_ERROR shutdown is disabled\r\n");
+        return Flow::Continue;
+    }
+    tracing::info!("shutdown requested by a client");
+    ctx.shared.shutdown.trigger();
+    Flow::Close
+}

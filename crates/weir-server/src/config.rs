@@ -1,0 +1,451 @@
+//! Configuration: a TOML file, overridden by command-line flags.
+//!
+//! Three parts: `[server]` (addresses, limits of the front door), `[defaults]` (queue
+//! settings for every queue) and `[queues."PATTERN"]` (settings for queues whose names
+//! match a glob-like pattern; `*` matches any run of characters, `?` one character).
+//! A queue takes the settings of the most specific matching section (an exact name
+//! first, then the pattern with the most literal characters, then the first in
+//! alphabetical order), with every key it leaves out taken from `[defaults]`. Every
+//! key and its default is in `docs/configuration.md`.
+//!
+//! `reload` re-reads the file: queue settings and the `[server]` limits marked
+//! reloadable take effect at once; addresses, the data directory, threads and
+//! `max_connections` need a restart.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use weir::{Durability, QueueConfig, StoreOptions};
+
+use crate::parse::{ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT};
+
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:22133";
+pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:22134";
+pub const DATA_DIR_DEFAULT: &str = "./data";
+pub const LOG_LEVEL_DEFAULT: &str = "info";
+pub const CONNECTIONS_MAX_DEFAULT: usize = 16_384;
+pub const OPEN_READS_MAX_DEFAULT: u64 = 1;
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const WAIT_MS_MAX_DEFAULT: u64 = 3_600_000;
+pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 5_000;
+
+/// Bounds on the limits themselves, so a typo cannot make the server unusable.
+pub const LINE_BYTES_MAX_MIN: usize = 256;
+pub const LINE_BYTES_MAX_MAX: usize = 1024 * 1024;
+pub const OPEN_READS_MAX_MAX: u64 = 1024;
+
+/// The file as written; every key optional.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub defaults: QueueSection,
+    #[serde(default)]
+    pub queues: BTreeMap<String, QueueSection>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Option<String>,
+    pub http_listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub threads: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub line_bytes_max: Option<usize>,
+    pub item_size_bytes_max: Option<u64>,
+    pub max_open_reads: Option<u64>,
+    pub request_timeout_ms: Option<u64>,
+    pub wait_ms_max: Option<u64>,
+    pub shutdown_enabled: Option<bool>,
+    pub shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    pub durability: Option<String>,
+    pub sync_interval_ms: Option<u64>,
+    pub max_items: Option<u64>,
+    pub max_bytes: Option<u64>,
+    pub max_item_size_bytes: Option<u64>,
+    pub max_age_ms: Option<u64>,
+    pub discard_old_when_full: Option<bool>,
+    pub expire_to: Option<String>,
+    pub open_timeout_ms: Option<u64>,
+    pub segment_size_bytes: Option<u64>,
+}
+
+/// The limits of the front door that `reload` may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub line_bytes_max: usize,
+    pub item_size_bytes_max: u64,
+    pub max_open_reads: u64,
+    pub request_timeout_ms: u64,
+    pub wait_ms_max: u64,
+    pub shutdown_enabled: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            line_bytes_max: LINE_BYTES_MAX_DEFAULT,
+            item_size_bytes_max: ITEM_SIZE_BYTES_MAX_DEFAULT,
+            max_open_reads: OPEN_READS_MAX_DEFAULT,
+            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
+            wait_ms_max: WAIT_MS_MAX_DEFAULT,
+            shutdown_enabled: false,
+        }
+    }
+}
+
+/// Everything the server runs with, resolved.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub listen: String,
+    pub http_listen: String,
+    pub data_dir: PathBuf,
+    pub log_level: String,
+    /// Runtime worker threads; 1 runs everything on one thread.
+    pub threads: usize,
+    pub max_connections: usize,
+    pub shutdown_grace_ms: u64,
+    pub limits: Limits,
+    pub store: StoreOptions,
+}
+
+/// Flags that override the file.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub http_listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub threads: Option<usize>,
+    pub max_connections: Option<usize>,
+}
+
+/// Reads and parses a config file.
+pub fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+}
+
+/// Resolves a file (or nothing) plus flags into settings, checking every value.
+pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Settings> {
+    let s = &file.server;
+    let threads_default = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let limits = resolve_limits(s)?;
+    let threads = overrides.threads.or(s.threads).unwrap_or(threads_default);
+    if threads == 0 || threads > 1024 {
+        bail!("threads must be 1 to 1024, not {threads}");
+    }
+    let max_connections = overrides
+        .max_connections
+        .or(s.max_connections)
+        .unwrap_or(CONNECTIONS_MAX_DEFAULT);
+    if max_connections == 0 {
+        bail!("max_connections must be at least 1");
+    }
+    Ok(Settings {
+        listen: overrides
+            .listen
+            .clone()
+            .or_else(|| s.listen.clone())
+            .unwrap_or_else(|| LISTEN_DEFAULT.into()),
+        http_listen: overrides
+            .http_listen
+            .clone()
+            .or_else(|| s.http_listen.clone())
+            .unwrap_or_else(|| HTTP_LISTEN_DEFAULT.into()),
+        data_dir: overrides
+            .data_dir
+            .clone()
+            .or_else(|| s.data_dir.clone())
+            .unwrap_or_else(|| DATA_DIR_DEFAULT.into()),
+        log_level: overrides
+            .log_level
+            .clone()
+            .or_else(|| s.log_level.clone())
+            .unwrap_or_else(|| LOG_LEVEL_DEFAULT.into()),
+        threads,
+        max_connections,
+        shutdown_grace_ms: s.shutdown_grace_ms.unwrap_or(SHUTDOWN_GRACE_MS_DEFAULT),
+        limits,
+        store: store_options(file)?,
+    })
+}
+
+/// The reloadable limits of `[server]`.
+pub fn resolve_limits(s: &ServerSection) -> anyhow::Result<Limits> {
+    let d = Limits::default();
+    let limits = Limits {
+        line_bytes_max: s.line_bytes_max.unwrap_or(d.line_bytes_max),
+        item_size_bytes_max: s.item_size_bytes_max.unwrap_or(d.item_size_bytes_max),
+        max_open_reads: s.max_open_reads.unwrap_or(d.max_open_reads),
+        request_timeout_ms: s.request_timeout_ms.unwrap_or(d.request_timeout_ms),
+        wait_ms_max: s.wait_ms_max.unwrap_or(d.wait_ms_max),
+        shutdown_enabled: s.shutdown_enabled.unwrap_or(d.shutdown_enabled),
+    };
+    if !(LINE_BYTES_MAX_MIN..=LINE_BYTES_MAX_MAX).contains(&limits.line_bytes_max) {
+        bail!("line_bytes_max must be {LINE_BYTES_MAX_MIN} to {LINE_BYTES_MAX_MAX}");
+    }
+    // The whole item sits in one connection's buffer, so it must fit in memory.
+    if limits.item_size_bytes_max > 1 << 30 {
+        bail!("item_size_bytes_max must be at most 1 GiB");
+    }
+    if !(1..=OPEN_READS_MAX_MAX).contains(&limits.max_open_reads) {
+        bail!("max_open_reads must be 1 to {OPEN_READS_MAX_MAX}");
+    }
+    if limits.request_timeout_ms == 0 {
+        bail!("request_timeout_ms must be at least 1");
+    }
+    Ok(limits)
+}
+
+/// The engine's options: `[defaults]` over the engine's defaults, and a function that
+/// picks the most specific `[queues."PATTERN"]` section for each queue.
+pub fn store_options(file: &FileConfig) -> anyhow::Result<StoreOptions> {
+    let defaults =
+        apply_section(&QueueConfig::default(), &file.defaults).context("in [defaults]")?;
+    let mut sections = Vec::with_capacity(file.queues.len());
+    for (pattern, section) in &file.queues {
+        check_pattern(pattern)?;
+        let config = apply_section(&defaults, section)
+            .with_context(|| format!("in [queues.{pattern:?}]"))?;
+        sections.push((pattern.clone(), config));
+    }
+    // Most specific first: exact names, then more literal characters, then by name.
+    sections.sort_by(|(a, _), (b, _)| {
+        let exact = |p: &str| !p.contains(['*', '?']);
+        let literal = |p: &str| p.chars().filter(|c| *c != '*' && *c != '?').count();
+        exact(b)
+            .cmp(&exact(a))
+            .then(literal(b).cmp(&literal(a)))
+            .then(a.cmp(b))
+    });
+    let config_for = if sections.is_empty() {
+        None
+    } else {
+        let defaults = defaults.clone();
+        let f: weir::ConfigFn = Arc::new(move |name: &str| {
+            sections
+                .iter()
+                .find(|(pattern, _)| glob_match(pattern.as_bytes(), name.as_bytes()))
+                .map(|(_, config)| config.clone())
+                .unwrap_or_else(|| defaults.clone())
+        });
+        Some(f)
+    };
+    Ok(StoreOptions {
+        defaults,
+        config_for,
+    })
+}
+
+fn check_pattern(pattern: &str) -> anyhow::Result<()> {
+    if pattern.is_empty() || pattern.len() > weir::NAME_LENGTH_MAX {
+        bail!(
+            "queue pattern {pattern:?} must be 1 to {} bytes",
+            weir::NAME_LENGTH_MAX
+        );
+    }
+    if !pattern
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_:-*?".contains(&b))
+    {
+        bail!("queue pattern {pattern:?} may hold only A-Z a-z 0-9 _ : - * ?");
+    }
+    Ok(())
+}
+
+/// Glob match: `*` any run (empty included), `?` exactly one byte.
+pub fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == name[n]) {
+            p += 1;
+            n += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, n));
+            p += 1;
+        } else if let Some((sp, sn)) = star {
+            p = sp + 1;
+            n = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&b| b == b'*')
+}
+
+/// `base` with the keys `section` sets.
+fn apply_section(base: &QueueConfig, section: &QueueSection) -> anyhow::Result<QueueConfig> {
+    let mut c = base.clone();
+    let interval = match section.sync_interval_ms {
+        Some(0) => bail!("sync_interval_ms must be at least 1"),
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => None,
+    };
+    match section.durability.as_deref() {
+        None => {
+            if let (Some(interval), Durability::Periodic(_)) = (interval, c.durability) {
+                c.durability = Durability::Periodic(interval);
+            }
+        }
+        Some("buffered") => c.durability = Durability::Buffered,
+        Some("periodic") => {
+            let previous = match c.durability {
+                Durability::Periodic(i) => i,
+                _ => Durability::PERIODIC_INTERVAL_DEFAULT,
+            };
+            c.durability = Durability::Periodic(interval.unwrap_or(previous));
+        }
+        Some("synced") => c.durability = Durability::Synced,
+        Some(other) => {
+            bail!("durability must be \"buffered\", \"periodic\" or \"synced\", not {other:?}")
+        }
+    }
+    if let Some(v) = section.max_items {
+        c.max_items = v;
+    }
+    if let Some(v) = section.max_bytes {
+        c.max_bytes = v;
+    }
+    if let Some(v) = section.max_item_size_bytes {
+        c.max_item_size_bytes = v;
+    }
+    if let Some(v) = section.max_age_ms {
+        c.max_age = (v > 0).then(|| Duration::from_millis(v));
+    }
+    if let Some(v) = section.discard_old_when_full {
+        c.discard_old_when_full = v;
+    }
+    if let Some(v) = &section.expire_to {
+        if v.is_empty() {
+            c.expire_to = None;
+        } else {
+            weir::validate_queue_name(v).map_err(|e| anyhow::anyhow!("expire_to: {e}"))?;
+            c.expire_to = Some(v.clone());
+        }
+    }
+    if let Some(v) = section.open_timeout_ms {
+        c.open_timeout = (v > 0).then(|| Duration::from_millis(v));
+    }
+    if let Some(v) = section.segment_size_bytes {
+        if v < 4096 {
+            bail!("segment_size_bytes must be at least 4096");
+        }
+        c.segment_size_bytes = v;
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match(b"jobs_*", b"jobs_1"));
+        assert!(glob_match(b"jobs_*", b"jobs_"));
+        assert!(!glob_match(b"jobs_*", b"job"));
+        assert!(glob_match(b"*", b"anything"));
+        assert!(glob_match(b"a?c", b"abc"));
+        assert!(!glob_match(b"a?c", b"ac"));
+        assert!(glob_match(b"*_x_*", b"q_x_y"));
+        assert!(!glob_match(b"a", b"ab"));
+    }
+
+    #[test]
+    fn file_and_patterns() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            [server]
+            max_open_reads = 4
+            shutdown_enabled = true
+            [defaults]
+            durability = "periodic"
+            sync_interval_ms = 50
+            max_items = 1000
+            [queues."jobs_*"]
+            durability = "synced"
+            open_timeout_ms = 30000
+            [queues."jobs_special"]
+            max_items = 5
+            expire_to = "dead"
+            [queues."*"]
+            discard_old_when_full = true
+            "#,
+        )
+        .unwrap();
+        let settings = resolve(&file, &Overrides::default()).unwrap();
+        assert_eq!(settings.limits.max_open_reads, 4);
+        assert!(settings.limits.shutdown_enabled);
+        assert_eq!(settings.listen, LISTEN_DEFAULT);
+        let d = settings.store.config("other");
+        assert_eq!(
+            d.durability,
+            Durability::Periodic(Duration::from_millis(50))
+        );
+        assert_eq!(d.max_items, 1000);
+        assert!(d.discard_old_when_full);
+        let j = settings.store.config("jobs_1");
+        assert_eq!(j.durability, Durability::Synced);
+        assert_eq!(j.open_timeout, Some(Duration::from_secs(30)));
+        assert!(!j.discard_old_when_full);
+        let s = settings.store.config("jobs_special");
+        assert_eq!(s.max_items, 5);
+        assert_eq!(s.expire_to.as_deref(), Some("dead"));
+        assert_eq!(
+            s.durability,
+            Durability::Periodic(Duration::from_millis(50))
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        for bad in [
+            "[server]\nnope = 1",
+            "[defaults]\ndurability = \"fast\"",
+            "[defaults]\nsync_interval_ms = 0",
+            "[defaults]\nexpire_to = \"a/b\"",
+            "[queues.\"a/b\"]\nmax_items = 1",
+            "[server]\nline_bytes_max = 10",
+            "[server]\nmax_open_reads = 0",
+        ] {
+            let parsed: Result<FileConfig, _> = toml::from_str(bad);
+            let resolved = parsed
+                .map_err(anyhow::Error::from)
+                .and_then(|f| resolve(&f, &Overrides::default()));
+            assert!(resolved.is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file: FileConfig = toml::from_str("[server]\nlisten = \"0.0.0.0:1\"").unwrap();
+        let o = Overrides {
+            listen: Some("127.0.0.1:2".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(resolve(&file, &o).unwrap().listen, "127.0.0.1:2");
+        assert_eq!(
+            resolve(&file, &Overrides::default()).unwrap().listen,
+            "0.0.0.0:1"
+        );
+    }
+}

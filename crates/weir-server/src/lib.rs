@@ -1,0 +1,24 @@
+//! # weir-server: the memcache front door of weir
+//!
+//! The binary `weir` (see `main.rs`) serves the memcache text protocol in Kestrel's
+//! dialect over the `weir` engine, plus `/health` and `/metrics` over HTTP. The
+//! protocol is documented in `docs/protocol.md`, the configuration in
+//! `docs/configuration.md`.
+//!
+//! Layout, after tokio's mini-redis: [`connection`] owns buffering and framing,
+//! [`parse`] turns bytes into requests (pure, fuzzed), [`request`] holds the key syntax,
+//! [`cmd`] has one file per command, [`leases`] and [`handles`] are per-connection
+//! state, [`server`] accepts and enforces limits, [`shutdown`] passes the stop signal
+//! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters.
+
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod handles;
+pub mod http;
+pub mod leases;
+pub mod metrics;
+pub mod parse;
+pub mod request;
+pub mod server;
+pub mod shutdown;

@@ -1,0 +1,299 @@
+//! Counters of the front door, and their Prometheus rendering with the engine's stats.
+//!
+//! The hot path only bumps relaxed atomics: no lock, no allocation, no registry
+//! lookup. Queue and reader numbers are not counted here at all; they are read from the
+//! engine (`Queue::stats`) when `/metrics` is scraped, so they can never drift from
+//! what `stats` shows.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use weir::Store;
+
+use crate::parse::CommandKind;
+
+/// Upper bounds of the latency histogram's buckets, in microseconds.
+pub const LATENCY_BUCKETS_US: [u64; 14] = [
+    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000, 250_000, 1_000_000, 10_000_000,
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    pub connections_current: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub peeks: AtomicU64,
+    commands: [AtomicU64; CommandKind::ALL.len()],
+    /// Cumulative counts are computed at render time; each slot counts only its own
+    /// bucket (the last one is +Inf).
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
+    latency_sum_us: AtomicU64,
+}
+
+impl Metrics {
+    /// Counts one request of `kind` that took `elapsed`.
+    pub fn record(&self, kind: CommandKind, elapsed: Duration) {
+        self.commands[kind.index()].fetch_add(1, Relaxed);
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let slot = LATENCY_BUCKETS_US
+            .iter()
+            .position(|&bound| us <= bound)
+            .unwrap_or(LATENCY_BUCKETS_US.len());
+        self.latency_buckets[slot].fetch_add(1, Relaxed);
+        self.latency_sum_us.fetch_add(us, Relaxed);
+    }
+
+    pub fn command_count(&self, kind: CommandKind) -> u64 {
+        self.commands[kind.index()].load(Relaxed)
+    }
+
+    /// The Prometheus text format of every counter, and of every queue and reader.
+    pub fn render(&self, store: &Store) -> String {
+        let mut out = String::with_capacity(4096);
+        let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        };
+        gauge(
+            &mut out,
+            "weir_connections",
+            "Open memcache connections.",
+            self.connections_current.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "weir_connections_total",
+            "Memcache connections accepted.",
+            self.connections_total.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "weir_connections_refused_total",
+            "Connections refused over max_connections.",
+            self.connections_refused.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "weir_bytes_read_total",
+            "Bytes read from memcache clients.",
+            self.bytes_read.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "weir_bytes_written_total",
+            "Bytes written to memcache clients.",
+            self.bytes_written.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "weir_get_hits_total",
+            "Reads that returned an item.",
+            self.get_hits.load(Relaxed),
+        );
+        counter(
+            &mut out,
+            "weir_get_misses_total",
+            "Reads that returned no item.",
+            self.get_misses.load(Relaxed),
+        );
+
+        out.push_str(
+            "# HELP weir_commands_total Requests by command.\n# TYPE weir_commands_total counter\n",
+        );
+        for kind in CommandKind::ALL {
+            let _ = writeln!(
+                out,
+                "weir_commands_total{{command=\"{}\"}} {}",
+                kind.name(),
+                self.command_count(kind)
+            );
+        }
+
+        out.push_str("# HELP weir_request_duration_seconds Time to execute one request.\n# TYPE weir_request_duration_seconds histogram\n");
+        let mut cumulative = 0;
+        for (i, bound) in LATENCY_BUCKETS_US.iter().enumerate() {
+            cumulative += self.latency_buckets[i].load(Relaxed);
+            let _ = writeln!(
+                out,
+                "weir_request_duration_seconds_bucket{{le=\"{}\"}} {cumulative}",
+                *bound as f64 / 1e6
+            );
+        }
+        cumulative += self.latency_buckets[LATENCY_BUCKETS_US.len()].load(Relaxed);
+        let _ = writeln!(
+            out,
+            "weir_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
+        );
+        let _ = writeln!(
+            out,
+            "weir_request_duration_seconds_sum {}\nweir_request_duration_seconds_count {cumulative}",
+            self.latency_sum_us.load(Relaxed) as f64 / 1e6
+        );
+
+        self.render_queues(store, &mut out);
+        out
+    }
+
+    fn render_queues(&self, store: &Store, out: &mut String) {
+        let stats: Vec<weir::QueueStats> = store
+            .queue_names()
+            .iter()
+            .filter_map(|name| store.existing_queue(name).ok().flatten())
+            .map(|q| q.stats())
+            .collect();
+        type QueueField = (
+            &'static str,
+            &'static str,
+            &'static str,
+            fn(&weir::QueueStats) -> u64,
+        );
+        let queue_fields: [QueueField; 9] = [
+            (
+                "weir_queue_items",
+                "gauge",
+                "Items kept for the most-behind reader.",
+                |s| s.items,
+            ),
+            (
+                "weir_queue_bytes",
+                "gauge",
+                "Payload bytes of those items.",
+                |s| s.bytes,
+            ),
+            (
+                "weir_queue_appended_total",
+                "counter",
+                "Items appended since start.",
+                |s| s.total_items,
+            ),
+            (
+                "weir_queue_expired_total",
+                "counter",
+                "Items expired since start.",
+                |s| s.expired,
+            ),
+            (
+                "weir_queue_discarded_total",
+                "counter",
+                "Items discarded to make room since start.",
+                |s| s.discarded,
+            ),
+            ("weir_queue_open_leases", "gauge", "Leases open now.", |s| {
+                s.open_leases
+            }),
+            (
+                "weir_queue_waiters",
+                "gauge",
+                "Readers waiting for an item now.",
+                |s| s.waiters,
+            ),
+            (
+                "weir_queue_oldest_age_ms",
+                "gauge",
+                "Age of the oldest kept item in ms.",
+                |s| s.age_ms,
+            ),
+            (
+                "weir_queue_disk_bytes",
+                "gauge",
+                "Bytes of the queue's files on disk.",
+                |s| s.disk_bytes,
+            ),
+        ];
+        for (name, kind, help, get) in queue_fields {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for s in &stats {
+                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", s.name, get(s));
+            }
+        }
+        type ReaderField = (
+            &'static str,
+            &'static str,
+            &'static str,
+            fn(&weir::ReaderStats) -> u64,
+        );
+        let reader_fields: [ReaderField; 9] = [
+            (
+                "weir_reader_items",
+                "gauge",
+                "Items not yet confirmed by the reader.",
+                |r| r.items,
+            ),
+            (
+                "weir_reader_bytes",
+                "gauge",
+                "Payload bytes of those items.",
+                |r| r.bytes,
+            ),
+            (
+                "weir_reader_taken_total",
+                "counter",
+                "Items handed out since start.",
+                |r| r.taken,
+            ),
+            (
+                "weir_reader_confirmed_total",
+                "counter",
+                "Items confirmed since start.",
+                |r| r.confirmed,
+            ),
+            (
+                "weir_reader_expired_total",
+                "counter",
+                "Items expired for the reader since start.",
+                |r| r.expired,
+            ),
+            (
+                "weir_reader_discarded_total",
+                "counter",
+                "Items discarded for the reader since start.",
+                |r| r.discarded,
+            ),
+            (
+                "weir_reader_open_leases",
+                "gauge",
+                "Leases open now.",
+                |r| r.open_leases,
+            ),
+            (
+                "weir_reader_waiters",
+                "gauge",
+                "Callers waiting now.",
+                |r| r.waiters,
+            ),
+            (
+                "weir_reader_oldest_age_ms",
+                "gauge",
+                "Age of the oldest unconfirmed item in ms.",
+                |r| r.age_ms,
+            ),
+        ];
+        for (name, kind, help, get) in reader_fields {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for s in &stats {
+                for r in &s.readers {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{queue=\"{}\",reader=\"{}\"}} {}",
+                        s.name,
+                        r.name,
+                        get(r)
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The server: open the store, bind, accept, run one task per connection, shut down.
+//!
+//! Each connection runs [`handle`]: execute every complete request in the read
+//! buffer, write all their replies at once, read again. Limits: `max_connections`
+//! (one more is told `SERVER_ERROR too many connections` and closed),
+//! `request_timeout_ms` from the first byte of a request to its last (so a client
+//! trickling a byte a second cannot hold a half-sent request forever), plus the
+//! parser's line and item limits. Shutdown: stop accepting, let each connection
+//! finish the requests it has fully received, release leases, close the store.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Buf;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use crate::cmd::{self, Ctx, Flow, Session};
+use crate::config::{Limits, Settings};
+use crate::connection::Connection;
+use crate::metrics::Metrics;
+use crate::parse::{parse, CommandKind, Parse, ParseLimits};
+use crate::shutdown::{Listener, Shutdown};
+
+/// Pause after a failed accept (typically EMFILE), so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// What every connection shares.
+pub struct Shared {
+    pub store: weir::Store,
+    pub limits: RuntimeLimits,
+    pub metrics: Metrics,
+    pub config_path: Option<PathBuf>,
+    pub shutdown: Shutdown,
+    pub started: Instant,
+}
+
+/// The reloadable limits, readable without a lock on every request.
+pub struct RuntimeLimits {
+    line_bytes_max: AtomicUsize,
+    item_size_bytes_max: AtomicU64,
+    max_open_reads: AtomicU64,
+    request_timeout_ms: AtomicU64,
+    wait_ms_max: AtomicU64,
+    shutdown_enabled: AtomicBool,
+}
+
+impl RuntimeLimits {
+    pub fn new(limits: Limits) -> RuntimeLimits {
+        let r = RuntimeLimits {
+            line_bytes_max: AtomicUsize::new(0),
+            item_size_bytes_max: AtomicU64::new(0),
+            max_open_reads: AtomicU64::new(0),
+            request_timeout_ms: AtomicU64::new(0),
+            wait_ms_max: AtomicU64::new(0),
+            shutdown_enabled: AtomicBool::new(false),
+        };
+        r.set(limits);
+        r
+    }
+
+    pub fn set(&self, l: Limits) {
+        self.line_bytes_max.store(l.line_bytes_max, Relaxed);
+        self.item_size_bytes_max
+            .store(l.item_size_bytes_max, Relaxed);
+        self.max_open_reads.store(l.max_open_reads, Relaxed);
+        self.request_timeout_ms.store(l.request_timeout_ms, Relaxed);
+        self.wait_ms_max.store(l.wait_ms_max, Relaxed);
+        self.shutdown_enabled.store(l.shutdown_enabled, Relaxed);
+    }
+
+    pub fn parse_limits(&self) -> ParseLimits {
+        ParseLimits {
+            line_bytes_max: self.line_bytes_max.load(Relaxed),
+            item_size_bytes_max: self.item_size_bytes_max.load(Relaxed),
+        }
+    }
+
+    pub fn max_open_reads(&self) -> u64 {
+        self.max_open_reads.load(Relaxed)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.load(Relaxed))
+    }
+
+    pub fn wait_ms_max(&self) -> u64 {
+        self.wait_ms_max.load(Relaxed)
+    }
+
+    pub fn shutdown_enabled(&self) -> bool {
+        self.shutdown_enabled.load(Relaxed)
+    }
+}
+
+/// Runs the server until it is shut down; returns once the store is closed.
+pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = settings.data_dir.clone();
+    let options = settings.store.clone();
+    let store = tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
+        .await
+        .context("opening the store")?
+        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
+    let listener = TcpListener::bind(&settings.listen)
+        .await
+        .with_context(|| format!("listening on {}", settings.listen))?;
+    let http_listener = TcpListener::bind(&settings.http_listen)
+        .await
+        .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
+    let shared = Arc::new(Shared {
+        store,
+        limits: RuntimeLimits::new(settings.limits),
+        metrics: Metrics::default(),
+        config_path,
+        shutdown: Shutdown::default(),
+        started: Instant::now(),
+    });
+    tracing::info!(
+        memcache = %listener.local_addr()?,
+        http = %http_listener.local_addr()?,
+        data_dir = %settings.data_dir.display(),
+        threads = settings.threads,
+        max_connections = settings.max_connections,
+        "listening"
+    );
+    tokio::spawn(on_signals(Arc::clone(&shared)));
+    let http = tokio::spawn(crate::http::serve(http_listener, Arc::clone(&shared)));
+
+    accept_loop(
+        &shared,
+        listener,
+        settings.max_connections,
+        settings.shutdown_grace_ms,
+    )
+    .await;
+
+    match tokio::time::timeout(Duration::from_secs(1), http).await {
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "HTTP server"),
+        Err(_) => tracing::warn!("HTTP server did not stop in time"),
+        _ => {}
+    }
+    tracing::info!("closing the store");
+    let store = shared.store.clone();
+    tokio::task::spawn_blocking(move || store.close())
+        .await
+        .context("closing the store")?
+        .context("closing the store")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// SIGTERM and SIGINT start a graceful shutdown.
+async fn on_signals(shared: Arc<Shared>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; shut down with the shutdown command");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    shared.shutdown.trigger();
+}
+
+async fn accept_loop(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    max_connections: usize,
+    grace_ms: u64,
+) {
+    // Every connection task holds a sender; when all are dropped, all have ended.
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shared.shutdown.wait() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let metrics = &shared.metrics;
+        if metrics.connections_current.load(Relaxed) >= max_connections as u64 {
+            metrics.connections_refused.fetch_add(1, Relaxed);
+            tokio::spawn(refuse(stream));
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        metrics.connections_current.fetch_add(1, Relaxed);
+        metrics.connections_total.fetch_add(1, Relaxed);
+        let shared = Arc::clone(shared);
+        let done = done_tx.clone();
+        tokio::spawn(async move {
+            serve_connection(&shared, stream).await;
+            shared.metrics.connections_current.fetch_sub(1, Relaxed);
+            drop(done);
+        });
+    }
+    drop(listener);
+    drop(done_tx);
+    tracing::info!("stopped accepting; waiting for connections to finish");
+    let grace = Duration::from_millis(grace_ms);
+    if tokio::time::timeout(grace, done_rx.recv()).await.is_err() {
+        tracing::warn!(
+            open = shared.metrics.connections_current.load(Relaxed),
+            "connections still open after the grace period"
+        );
+    }
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let _ = stream
+        .write_all(b"SERVER_ERROR too many connections\r\n")
+        .await;
+}
+
+async fn serve_connection(shared: &Shared, stream: TcpStream) {
+    let (id, mut shutdown) = shared.shutdown.register();
+    let mut conn = Connection::new(stream);
+    let mut session = Session::default();
+    if let Err(e) = handle(shared, &mut conn, &mut session, &mut shutdown).await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+    // Before the deregistration, so a shutdown that waits for this connection sees
+    // its leases back.
+    session.leases.release_everything();
+    shared.shutdown.deregister(id);
+}
+
+/// The connection loop: execute, write, read, until the client leaves, a request
+/// says to close, or shutdown.
+async fn handle(
+    shared: &Shared,
+    conn: &mut Connection,
+    session: &mut Session,
+    shutdown: &mut Listener,
+) -> io::Result<()> {
+    // When the request at the front of the buffer began arriving.
+    let mut request_started: Option<Instant> = None;
+    loop {
+        let (flow, progressed) = process(shared, conn, session, shutdown).await;
+        let written = conn.flush().await?;
+        shared
+            .metrics
+            .bytes_written
+            .fetch_add(written as u64, Relaxed);
+        if flow == Flow::Close || shutdown.is_fired() {
+            return Ok(());
+        }
+        request_started = match (conn.is_mid_request(), progressed) {
+            (false, _) => None,
+            (true, true) => Some(Instant::now()),
+            (true, false) => Some(request_started.unwrap_or_else(Instant::now)),
+        };
+        let read = async {
+            match request_started {
+                Some(started) => {
+                    let deadline = started + shared.limits.request_timeout();
+                    tokio::time::timeout_at(deadline.into(), conn.read()).await
+                }
+                None => Ok(conn.read().await),
+            }
+        };
+        let read = tokio::select! {
+            read = read => read,
+            _ = shutdown.recv() => return Ok(()),
+        };
+        match read {
+            Ok(Ok(0)) => return Ok(()),
+            Ok(Ok(n)) => {
+                shared.metrics.bytes_read.fetch_add(n as u64, Relaxed);
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_elapsed) => {
+                conn.output
+                    .extend_from_slice(b"CLIENT_ERROR request timed out\r\n");
+                conn.flush().await?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Executes every complete request in the read buffer, appending replies to the
+/// output. Returns whether to close, and whether any request completed.
+async fn process(
+    shared: &Shared,
+    conn: &mut Connection,
+    session: &mut Session,
+    shutdown: &mut Listener,
+) -> (Flow, bool) {
+    let mut progressed = false;
+    loop {
+        if !conn.apply_discard() || conn.input.is_empty() {
+            return (Flow::Continue, progressed);
+        }
+        let limits = shared.limits.parse_limits();
+        match parse(&conn.input, &limits) {
+            Parse::Incomplete { bytes_needed } => {
+                conn.reserve_for(bytes_needed);
+                return (Flow::Continue, progressed);
+            }
+            Parse::Reject(r) => {
+                progressed = true;
+                assert!(r.consumed >= 1 && r.consumed <= conn.input.len());
+                shared.metrics.record(CommandKind::Invalid, Duration::ZERO);
+                if !r.noreply {
+                    conn.output.extend_from_slice(r.reply);
+                }
+                conn.input.advance(r.consumed);
+                if r.close {
+                    return (Flow::Close, true);
+                }
+                conn.start_discard(r.discard_bytes, r.skip_line);
+            }
+            Parse::Request { request, consumed } => {
+                progressed = true;
+                assert!(consumed >= 1 && consumed <= conn.input.len());
+                let kind = request.kind();
+                let started = Instant::now();
+                let flow = {
+                    let mut ctx = Ctx {
+                        shared,
+                        session: &mut *session,
+                        out: &mut conn.output,
+                        stream: &mut conn.stream,
+                        read_ahead: &mut conn.read_ahead,
+                        shutdown: &mut *shutdown,
+                    };
+                    cmd::execute(request, &mut ctx).await
+                };
+                shared.metrics.record(kind, started.elapsed());
+                conn.input.advance(consumed);
+                conn.take_read_ahead();
+                if flow == Flow::Close {
+                    return (Flow::Close, true);
+                }
+            }
+        }
+    }
+}
