@@ -1,0 +1,259 @@
+//! Test harness: the real `weir` binary on a free loopback port with its own data
+//! directory, and a raw memcache client that checks replies byte for byte.
+//!
+//! The server is started with `--listen 127.0.0.1:0` and its "listening" log line
+//! tells the real ports, so tests never race for a port. Dropping a `Server` kills
+//! the process; the data directory is a `TempDir` the test owns (so a test can
+//! restart a server on the same directory).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub http: SocketAddr,
+    pub data_dir: PathBuf,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `weir serve` on `data_dir` with extra flags.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--http-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--log-level", "info"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning weir");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("listening") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(line.clone());
+                    }
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("weir did not start; log:\n{}", log.lock().unwrap());
+            }
+        };
+        let field = |name: &str| -> SocketAddr {
+            let start = line.find(&format!("{name}=")).expect("address in log") + name.len() + 1;
+            let rest = &line[start..];
+            let end = rest.find(' ').unwrap_or(rest.len());
+            rest[..end].parse().expect("socket address")
+        };
+        Server {
+            addr: field("memcache"),
+            http: field("http"),
+            child: Some(child),
+            data_dir: data_dir.to_path_buf(),
+            log,
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// kill -9, and wait for the process to be gone.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait up to `limit` for the exit.
+    pub fn terminate(&mut self, limit: Duration) -> ExitStatus {
+        // SAFETY: sends a signal to our own child.
+        unsafe {
+            libc::kill(self.pid(), libc::SIGTERM);
+        }
+        self.wait_exit(limit)
+    }
+
+    /// Waits up to `limit` for the process to exit on its own.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("weir did not exit within {limit:?}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// GET `path` on the HTTP port; returns (status line, body).
+    pub fn http_get(&self, path: &str) -> (String, String) {
+        let mut s = TcpStream::connect(self.http).expect("http connect");
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        (
+            head.lines().next().unwrap_or("").to_string(),
+            body.to_string(),
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A raw memcache connection.
+pub struct Client {
+    pub stream: TcpStream,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Client { stream }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// The next bytes are exactly `expected`.
+    pub fn expect(&mut self, expected: &[u8]) {
+        let mut got = vec![0u8; expected.len()];
+        let mut filled = 0;
+        while filled < got.len() {
+            match self.stream.read(&mut got[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) => panic!(
+                    "reading: {e}; expected {:?}, got so far {:?}",
+                    String::from_utf8_lossy(expected),
+                    String::from_utf8_lossy(&got[..filled])
+                ),
+            }
+        }
+        assert_eq!(
+            String::from_utf8_lossy(&got[..filled]),
+            String::from_utf8_lossy(expected),
+            "reply mismatch"
+        );
+    }
+
+    /// Sends `request` and checks the reply byte for byte.
+    pub fn call(&mut self, request: &[u8], expected: &[u8]) {
+        self.send(request);
+        self.expect(expected);
+    }
+
+    /// Reads until the buffer ends with `terminator`.
+    pub fn read_until(&mut self, terminator: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut byte = [0u8; 4096];
+        while !out.ends_with(terminator) {
+            match self.stream.read(&mut byte) {
+                Ok(0) => panic!("closed; got {:?}", String::from_utf8_lossy(&out)),
+                Ok(n) => out.extend_from_slice(&byte[..n]),
+                Err(e) => panic!("reading: {e}; got {:?}", String::from_utf8_lossy(&out)),
+            }
+        }
+        out
+    }
+
+    /// The server closes the connection (after any bytes already sent).
+    pub fn expect_closed(&mut self) {
+        let mut buf = [0u8; 256];
+        match self.stream.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Ok(n) => panic!(
+                "expected close, got {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(e) => panic!("expected close, got error {e}"),
+        }
+    }
+
+    /// Nothing arrives within `wait`.
+    pub fn expect_silence(&mut self, wait: Duration) {
+        self.stream.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = [0u8; 256];
+        let r = self.stream.read(&mut buf);
+        self.stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        match r {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Ok(n) => panic!(
+                "expected silence, got {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(e) => panic!("expected silence, got error {e}"),
+        }
+    }
+}
+
+/// A temp dir plus a config file in it with `toml`.
+pub fn config_file(dir: &Path, toml: &str) -> PathBuf {
+    let path = dir.join("weir.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}

@@ -1,0 +1,718 @@
+//! Conformance: every command and option of docs/protocol.md over a real socket,
+//! replies checked byte for byte, every error path, pipelining and split writes.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config_file, Client, Server};
+
+fn server() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    (dir, server)
+}
+
+#[test]
+fn set_and_get_round_trip_flags_and_empty_items() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(b"set q 42 0 5\r\nhello\r\n", b"STORED\r\n");
+    c.call(b"set q 4294967295 0 0\r\n\r\n", b"STORED\r\n");
+    c.call(b"set q 0 0 4\r\na\r\nb\r\n", b"STORED\r\n");
+    c.call(b"get q\r\n", b"VALUE q 42 5\r\nhello\r\nEND\r\n");
+    c.call(b"get q\r\n", b"VALUE q 4294967295 0\r\n\r\nEND\r\n");
+    c.call(b"get q\r\n", b"VALUE q 0 4\r\na\r\nb\r\nEND\r\n");
+    c.call(b"get q\r\n", b"END\r\n");
+    // Bare \n line ends, and case-insensitive command words.
+    c.call(
+        b"SeT q 1 0 2\nhi\nGET q\n",
+        b"STORED\r\nVALUE q 1 2\r\nhi\r\nEND\r\n",
+    );
+}
+
+#[test]
+fn gets_returns_the_sequence_number_as_cas() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"gets q\r\n", b"VALUE q 0 1 1\r\na\r\nEND\r\n");
+    c.call(b"gets q\r\n", b"VALUE q 0 1 2\r\nb\r\nEND\r\n");
+}
+
+#[test]
+fn noreply_multi_queue_and_sync_sets() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.send(b"set q 0 0 1 noreply\r\nx\r\n");
+    c.call(b"set a+b+c/sync 7 0 2\r\nhi\r\n", b"STORED\r\n");
+    c.call(b"get q\r\n", b"VALUE q 0 1\r\nx\r\nEND\r\n");
+    c.call(
+        b"get a b c\r\n",
+        b"VALUE a 7 2\r\nhi\r\nVALUE b 7 2\r\nhi\r\nVALUE c 7 2\r\nhi\r\nEND\r\n",
+    );
+    c.call(
+        b"set q/sync 0 0 1\r\ny\r\nget q\r\n",
+        b"STORED\r\nVALUE q 0 1\r\ny\r\nEND\r\n",
+    );
+    // A reader is not a set target; an unknown option is refused.
+    c.call(
+        b"set q.r 0 0 1\r\nz\r\n",
+        b"CLIENT_ERROR bad queue name\r\n",
+    );
+    c.call(b"set q/open 0 0 1\r\nz\r\n", b"CLIENT_ERROR bad option\r\n");
+    c.call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn expiry_times() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(b"set q 0 -1 1\r\na\r\n", b"STORED\r\n");
+    c.call(b"set q 0 100000000 1\r\nb\r\n", b"STORED\r\n"); // Unix time in 1973
+    c.call(b"set q 0 1 1\r\nc\r\n", b"STORED\r\n"); // one second from now
+    c.call(b"set q 0 4000000000 1\r\nd\r\n", b"STORED\r\n"); // Unix time in 2096
+    c.call(b"set q 0 0 1\r\ne\r\n", b"STORED\r\n");
+    std::thread::sleep(Duration::from_millis(1100));
+    c.call(b"get q\r\n", b"VALUE q 0 1\r\nd\r\nEND\r\n");
+    c.call(b"get q\r\n", b"VALUE q 0 1\r\ne\r\nEND\r\n");
+    c.call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn leases_open_close_abort_peek_and_their_rules() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\na\r\nEND\r\n");
+    c.call(b"get q/open\r\n", b"VALUE q/open 0 1\r\na\r\nEND\r\n");
+    // One open read per queue per connection; no plain get while holding one.
+    c.call(
+        b"get q/open\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    c.call(b"get q\r\n", b"CLIENT_ERROR close current item first\r\n");
+    // Peek is allowed, and sees the next unleased item.
+    c.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\nb\r\nEND\r\n");
+    // Abort gives "a" back, ahead of "b".
+    c.call(b"get q/abort\r\n", b"END\r\n");
+    c.call(b"get q/open\r\n", b"VALUE q/open 0 1\r\na\r\nEND\r\n");
+    // close/open (either order) confirms "a" and leases "b".
+    c.call(
+        b"get q/open/close\r\n",
+        b"VALUE q/open/close 0 1\r\nb\r\nEND\r\n",
+    );
+    c.call(b"get q/close\r\n", b"END\r\n");
+    c.call(b"get q/close\r\n", b"END\r\n"); // nothing open: no-op
+    c.call(b"get q/abort\r\n", b"END\r\n");
+    c.call(b"get q\r\n", b"END\r\n");
+    // Combination rules.
+    c.call(
+        b"get q/abort/open\r\n",
+        b"CLIENT_ERROR abort cannot be combined\r\n",
+    );
+    c.call(
+        b"get q/abort/close\r\n",
+        b"CLIENT_ERROR abort cannot be combined\r\n",
+    );
+    c.call(
+        b"get q/abort/peek\r\n",
+        b"CLIENT_ERROR abort cannot be combined\r\n",
+    );
+    c.call(
+        b"get q/peek/open\r\n",
+        b"CLIENT_ERROR peek cannot be combined with open, close or abort\r\n",
+    );
+    c.call(
+        b"get q/close/peek\r\n",
+        b"CLIENT_ERROR peek cannot be combined with open, close or abort\r\n",
+    );
+    c.call(b"get q/bogus\r\n", b"CLIENT_ERROR bad option\r\n");
+    c.call(b"get q/t=abc\r\n", b"CLIENT_ERROR bad option\r\n");
+    // Another connection does not see this connection's lease.
+    c.call(
+        b"set q 0 0 1\r\nc\r\nget q/open/t=10\r\n",
+        b"STORED\r\nVALUE q/open/t=10 0 1\r\nc\r\nEND\r\n",
+    );
+    let mut other = s.client();
+    other.call(b"get q\r\n", b"END\r\n");
+    other.call(b"get q/close\r\n", b"END\r\n");
+    c.call(b"get q/close\r\n", b"END\r\n");
+}
+
+#[test]
+fn max_open_reads_from_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nmax_open_reads = 2\n");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    c.call(b"set q+r 0 0 1\r\na\r\n", b"STORED\r\n");
+    c.call(
+        b"set q 0 0 1\r\nb\r\nset q 0 0 1\r\nc\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(
+        b"get q/open\r\nget q/open\r\n",
+        b"VALUE q/open 0 1\r\na\r\nEND\r\nVALUE q/open 0 1\r\nb\r\nEND\r\n",
+    );
+    c.call(
+        b"get q/open\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    // close confirms the oldest.
+    c.call(
+        b"get q/close/open\r\n",
+        b"VALUE q/close/open 0 1\r\nc\r\nEND\r\n",
+    );
+    c.call(b"get q/abort\r\n", b"END\r\n");
+    c.call(
+        b"get q/open\r\nget q/open\r\n",
+        b"VALUE q/open 0 1\r\nb\r\nEND\r\nVALUE q/open 0 1\r\nc\r\nEND\r\n",
+    );
+}
+
+#[test]
+fn readers_fan_out_and_share() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    // Create the readers first: a reader starts at the oldest item kept.
+    c.call(
+        b"get q.one\r\nget q+two\r\nget q\r\n",
+        b"END\r\nEND\r\nEND\r\n",
+    );
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"get q.one\r\n", b"VALUE q.one 0 1\r\na\r\nEND\r\n");
+    c.call(b"get q+two\r\n", b"VALUE q+two 0 1\r\na\r\nEND\r\n");
+    let mut d = s.client();
+    d.call(b"get q+one\r\n", b"VALUE q+one 0 1\r\nb\r\nEND\r\n");
+    c.call(b"get q.one\r\n", b"END\r\n");
+    c.call(
+        b"get q.two/open\r\n",
+        b"VALUE q.two/open 0 1\r\nb\r\nEND\r\n",
+    );
+    // The default reader sees everything too.
+    c.call(b"get q\r\n", b"VALUE q 0 1\r\na\r\nEND\r\n");
+    c.call(b"get q. \r\n", b"CLIENT_ERROR bad queue name\r\n");
+    c.call(b"get q.a.b\r\n", b"CLIENT_ERROR bad queue name\r\n");
+}
+
+#[test]
+fn delete_queue_and_reader() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(b"delete q\r\n", b"NOT_FOUND\r\n");
+    c.call(
+        b"set q 0 0 1\r\na\r\nget q.r/peek\r\n",
+        b"STORED\r\nVALUE q.r/peek 0 1\r\na\r\nEND\r\n",
+    );
+    c.call(b"delete q.nope\r\n", b"NOT_FOUND\r\n");
+    c.call(b"delete q.r\r\n", b"DELETED\r\n");
+    c.call(b"delete q+r\r\n", b"NOT_FOUND\r\n");
+    let mut other = s.client();
+    other.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\na\r\nEND\r\n");
+    c.call(b"delete q\r\n", b"DELETED\r\n");
+    c.call(b"delete q noreply\r\ndelete q 0\r\n", b"NOT_FOUND\r\n");
+    // A connection that cached the queue still works: it is created afresh.
+    other.call(b"get q\r\n", b"END\r\n");
+    other.call(
+        b"set q 0 0 1\r\nb\r\nget q\r\n",
+        b"STORED\r\nVALUE q 0 1\r\nb\r\nEND\r\n",
+    );
+    c.call(b"delete q/open\r\n", b"CLIENT_ERROR bad option\r\n");
+    c.call(b"delete\r\n", b"CLIENT_ERROR bad command line format\r\n");
+}
+
+#[test]
+fn flush_commands() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(b"flush nothing\r\n", b"END\r\n");
+    // Both readers exist before the items: each keeps them until it is done.
+    c.call(b"get q.r\r\nget q\r\n", b"END\r\nEND\r\n");
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"flush q.r\r\n", b"END\r\n");
+    c.call(b"get q.r\r\n", b"END\r\n");
+    c.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\na\r\nEND\r\n");
+    c.call(b"flush q\r\n", b"END\r\n");
+    c.call(b"get q\r\n", b"END\r\n");
+    c.call(
+        b"set a 0 0 1\r\na\r\nset b 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"flush_all\r\n", b"Flushed all queues.\r\n");
+    c.call(b"flush_all 0 noreply\r\nget a b\r\n", b"END\r\n");
+    c.call(
+        b"flush_all 10\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.call(
+        b"set e 0 -1 1\r\nx\r\nset e 0 -1 1\r\ny\r\nset e 0 0 1\r\nz\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\n",
+    );
+    c.call(b"set f 0 -1 1\r\nx\r\n", b"STORED\r\n");
+    c.call(b"flush_expired e\r\n", b"2\r\n");
+    c.call(b"flush_expired none\r\n", b"0\r\n");
+    c.call(b"flush_all_expired\r\n", b"1\r\n");
+    c.call(b"get e\r\n", b"VALUE e 0 1\r\nz\r\nEND\r\n");
+}
+
+#[test]
+fn stats_and_dump_stats() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set st 0 0 3\r\nabc\r\nset st 0 0 2\r\nde\r\nget st.r/open\r\n",
+        b"STORED\r\nSTORED\r\nVALUE st.r/open 0 3\r\nabc\r\nEND\r\n",
+    );
+    c.send(b"stats\r\n");
+    let stats = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    for line in [
+        "STAT version weir-",
+        "STAT curr_connections 1\r\n",
+        "STAT cmd_set 2\r\n",
+        "STAT queue_st_items 2\r\n",
+        "STAT queue_st_bytes 5\r\n",
+        "STAT queue_st_total_items 2\r\n",
+        "STAT queue_st_expired_items 0\r\n",
+        "STAT queue_st_discarded 0\r\n",
+        "STAT queue_st_open_transactions 1\r\n",
+        "STAT queue_st_waiters 0\r\n",
+        "STAT queue_st_age ",
+        "STAT queue_st_logsize ",
+        "STAT queue_st+r_items 2\r\n",
+        "STAT queue_st+r_open_transactions 1\r\n",
+    ] {
+        assert!(stats.contains(line), "{line:?} missing from\n{stats}");
+    }
+    assert!(
+        stats.lines().all(|l| l.starts_with("STAT ") || l == "END"),
+        "{stats}"
+    );
+    c.send(b"dump_stats st\r\n");
+    let dump = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    assert!(
+        dump.starts_with("queue 'st' {\r\n  items=2\r\n  bytes=5\r\n  total_items=2\r\n"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("}\r\nqueue 'st+r' {\r\n  items=2\r\n"),
+        "{dump}"
+    );
+    assert!(dump.ends_with("}\r\nEND\r\n"), "{dump}");
+    c.call(b"dump_stats nothere\r\n", b"END\r\n");
+    c.call(b"dump_stats a/b\r\n", b"CLIENT_ERROR bad queue name\r\n");
+}
+
+#[test]
+fn monitor_and_confirm() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set m 0 0 1\r\n1\r\nset m 0 0 1\r\n2\r\nset m 0 0 1\r\n3\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\n",
+    );
+    c.call(
+        b"monitor m 1 2\r\n",
+        b"VALUE m 0 1\r\n1\r\nVALUE m 0 1\r\n2\r\nEND\r\n",
+    );
+    c.call(
+        b"confirm m 3\r\n",
+        b"CLIENT_ERROR not that many open items\r\n",
+    );
+    c.call(b"confirm m 1\r\n", b"END\r\n");
+    // An item that arrives during the monitor is streamed at once.
+    let addr = s.addr;
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        Client::connect(addr).call(b"set m 0 0 1\r\n4\r\n", b"STORED\r\n");
+    });
+    let started = Instant::now();
+    c.call(
+        b"monitor m 1\r\n",
+        b"VALUE m 0 1\r\n3\r\nVALUE m 0 1\r\n4\r\n",
+    );
+    assert!(started.elapsed() < Duration::from_millis(900));
+    c.expect(b"END\r\n");
+    writer.join().unwrap();
+    // Unconfirmed leases ("2", "3", "4") go back when the connection ends.
+    drop(c);
+    let mut d = s.client();
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        d.send(b"get m/peek\r\n");
+        let reply = d.read_until(b"END\r\n");
+        if reply.starts_with(b"VALUE") {
+            seen = reply;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(seen, b"VALUE m/peek 0 1\r\n2\r\nEND\r\n");
+    d.call(
+        b"monitor m x\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    d.call(
+        b"confirm m\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+}
+
+#[test]
+fn version_reload_shutdown_quit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nmax_open_reads = 1\n");
+    let mut s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    c.call(
+        format!("version\r\n").as_bytes(),
+        format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
+    );
+    c.call(b"shutdown\r\n", b"CLIENT_ERROR shutdown is disabled\r\n");
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\nget q/open\r\n",
+        b"STORED\r\nSTORED\r\nVALUE q/open 0 1\r\na\r\nEND\r\n",
+    );
+    c.call(
+        b"get q/open\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    // A broken file changes nothing.
+    std::fs::write(&cfg, "[server]\nmax_open_reads = \"many\"\n").unwrap();
+    c.send(b"reload\r\n");
+    let reply = c.read_until(b"\r\n");
+    assert!(
+        reply.starts_with(b"SERVER_ERROR reload failed: "),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    std::fs::write(
+        &cfg,
+        "[server]\nmax_open_reads = 2\nshutdown_enabled = true\n",
+    )
+    .unwrap();
+    c.call(b"reload\r\n", b"Reloaded config.\r\n");
+    c.call(b"get q/open\r\n", b"VALUE q/open 0 1\r\nb\r\nEND\r\n");
+    // quit: the replies before it still go out.
+    let mut d = s.client();
+    d.send(b"version\r\nquit\r\nversion\r\n");
+    d.expect(format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes());
+    d.expect_closed();
+    c.send(b"shutdown\r\n");
+    c.expect_closed();
+    let status = s.wait_exit(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn unknown_commands_and_bad_lines() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(b"bogus\r\n", b"ERROR\r\n");
+    c.call(b"bogus with args\r\n", b"ERROR\r\n");
+    c.call(b"\r\n", b"ERROR\r\n");
+    c.call(b"get\r\n", b"CLIENT_ERROR bad command line format\r\n");
+    c.call(b"get    \r\n", b"CLIENT_ERROR bad command line format\r\n");
+    c.call(b"get ../etc\r\n", b"CLIENT_ERROR bad queue name\r\n");
+    c.call(
+        b"get \xff\xfe\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.call(
+        b"version extra\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.call(
+        b"version\r\n",
+        format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
+    );
+}
+
+#[test]
+fn bad_numbers_skip_the_data_block() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    let bad = b"CLIENT_ERROR bad command line format\r\n";
+    c.call(b"set q x 0 3\r\nabc\r\n", bad);
+    c.call(b"set q 0 x 3\r\nabc\r\n", bad);
+    c.call(b"set q 4294967296 0 3\r\nabc\r\n", bad);
+    c.call(b"set q -1 0 3\r\nabc\r\n", bad);
+    c.call(b"set q 0 0 3 bogus\r\nabc\r\n", bad);
+    c.call(b"set q 0 0 3 extra noreply\r\nabc\r\n", bad);
+    // noreply silences the error too; the block is skipped either way.
+    c.call(b"set q x 0 3 noreply\r\nabc\r\nget q\r\n", b"END\r\n");
+    // The data block may contain a request: it is skipped, not run.
+    c.call(
+        b"set q x 0 7\r\nflush q\r\nget q\r\n",
+        b"CLIENT_ERROR bad command line format\r\nEND\r\n",
+    );
+}
+
+#[test]
+fn negative_or_missing_length_closes() {
+    let (_dir, s) = server();
+    for line in [
+        &b"set q 0 0 -1\r\n"[..],
+        b"set q 0 0 abc\r\n",
+        b"set q 0 0\r\n",
+        b"set\r\n",
+    ] {
+        let mut c = s.client();
+        c.call(line, b"CLIENT_ERROR bad data chunk\r\n");
+        c.expect_closed();
+    }
+    s.client().call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn data_not_followed_by_crlf_closes() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set q 0 0 3\r\nabcdef\r\n",
+        b"CLIENT_ERROR bad data chunk\r\n",
+    );
+    c.expect_closed();
+    // Short data: the client sent fewer bytes than announced, then another request.
+    let mut c = s.client();
+    c.call(
+        b"set q 0 0 9\r\nabc\r\nget q\r\n",
+        b"CLIENT_ERROR bad data chunk\r\n",
+    );
+    c.expect_closed();
+    // Missing \r\n, but a \r alone.
+    let mut c = s.client();
+    c.call(b"set q 0 0 3\r\nabc\rx", b"CLIENT_ERROR bad data chunk\r\n");
+    c.expect_closed();
+    s.client().call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn over_long_lines() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    // 2048 bytes of line is fine (an unknown command here); 2049 is not.
+    let mut ok = vec![b'x'; 2048];
+    ok.extend_from_slice(b"\r\n");
+    c.call(&ok, b"ERROR\r\n");
+    let mut long = b"get ".to_vec();
+    long.extend(std::iter::repeat_n(b'a', 3000));
+    long.extend_from_slice(b"\r\nversion\r\n");
+    c.call(&long, b"CLIENT_ERROR line too long\r\n");
+    c.expect(format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes());
+    // The end of a long line arriving later is skipped too.
+    c.send(&vec![b'z'; 5000]);
+    c.expect(b"CLIENT_ERROR line too long\r\n");
+    c.call(b"zzzz\r\nget q\r\n", b"END\r\n");
+    // A long set line: its data block cannot be found, so the connection closes.
+    let mut long_set = b"set ".to_vec();
+    long_set.extend(std::iter::repeat_n(b'q', 3000));
+    long_set.extend_from_slice(b" 0 0 1\r\nx\r\n");
+    c.call(&long_set, b"CLIENT_ERROR line too long\r\n");
+    c.expect_closed();
+}
+
+#[test]
+fn oversize_items_are_refused_and_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(
+        dir.path(),
+        "[server]\nitem_size_bytes_max = 1000\n[queues.\"small\"]\nmax_item_size_bytes = 10\n",
+    );
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    let mut req = b"set q 0 0 1001\r\n".to_vec();
+    req.extend(std::iter::repeat_n(b'a', 1001));
+    req.extend_from_slice(b"\r\nget q\r\n");
+    c.call(&req, b"CLIENT_ERROR item too large\r\nEND\r\n");
+    c.call(b"set q 0 0 1001 noreply\r\n", b"");
+    c.send(&vec![b'b'; 1001]);
+    c.call(b"\r\nget q\r\n", b"END\r\n");
+    // The engine's per-queue limit.
+    c.call(
+        b"set small 0 0 11\r\nhello world\r\n",
+        b"CLIENT_ERROR item too large\r\n",
+    );
+    c.call(b"set small 0 0 10\r\nhelloworld\r\n", b"STORED\r\n");
+}
+
+#[test]
+fn full_queue_refuses_with_not_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[queues.\"tiny*\"]\nmax_items = 2\n");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    c.call(
+        b"set tiny1 0 0 1\r\na\r\nset tiny1 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"set tiny1 0 0 1\r\nc\r\n", b"NOT_STORED\r\n");
+    c.call(b"set other 0 0 1\r\nc\r\n", b"STORED\r\n");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    let mut req = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..200 {
+        let v = format!("v{i}");
+        req.extend_from_slice(format!("set p{} 0 0 {}\r\n{v}\r\n", i % 3, v.len()).as_bytes());
+        expected.extend_from_slice(b"STORED\r\n");
+    }
+    for i in 0..200 {
+        let v = format!("v{i}");
+        req.extend_from_slice(format!("get p{}\r\n", i % 3).as_bytes());
+        expected.extend_from_slice(
+            format!("VALUE p{} 0 {}\r\n{v}\r\nEND\r\n", i % 3, v.len()).as_bytes(),
+        );
+    }
+    req.extend_from_slice(b"bogus\r\nget p0\r\n");
+    expected.extend_from_slice(b"ERROR\r\nEND\r\n");
+    c.call(&req, &expected);
+}
+
+#[test]
+fn requests_split_into_tiny_writes() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    let req = b"set q 3 0 5\r\nhello\r\nget q.r/peek\r\nget q/open\r\nget q/close\r\nget q\r\n";
+    for chunk in req.chunks(1) {
+        c.send(chunk);
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    c.expect(b"STORED\r\nVALUE q.r/peek 3 5\r\nhello\r\nEND\r\nVALUE q/open 3 5\r\nhello\r\nEND\r\nEND\r\nEND\r\n");
+    for chunk in b"set q 0 0 2\r\nab\r\nget q\r\n".chunks(3) {
+        c.send(chunk);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    c.expect(b"STORED\r\nVALUE q 0 2\r\nab\r\nEND\r\n");
+}
+
+#[test]
+fn half_sent_request_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nrequest_timeout_ms = 300\n");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    c.send(b"set q 0 0 10\r\nabc");
+    c.expect(b"CLIENT_ERROR request timed out\r\n");
+    c.expect_closed();
+    // An idle connection (nothing half-sent) is not timed out.
+    let mut idle = s.client();
+    idle.expect_silence(Duration::from_millis(600));
+    idle.call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn connection_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start(&dir.path().join("data"), &["--max-connections", "2"]);
+    let mut a = s.client();
+    let mut b = s.client();
+    a.call(
+        b"version\r\n",
+        format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
+    );
+    b.call(b"get q\r\n", b"END\r\n");
+    let mut c = s.client();
+    c.expect(b"SERVER_ERROR too many connections\r\n");
+    c.expect_closed();
+    drop(a);
+    std::thread::sleep(Duration::from_millis(100));
+    s.client().call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn http_health_and_metrics() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set mq 0 0 1\r\na\r\nget mq.r/open\r\n",
+        b"STORED\r\nVALUE mq.r/open 0 1\r\na\r\nEND\r\n",
+    );
+    let (status, body) = s.http_get("/health");
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body, "ok\n");
+    let (status, body) = s.http_get("/metrics");
+    assert!(status.contains("200"), "{status}");
+    for needle in [
+        "weir_connections 1\n",
+        "weir_commands_total{command=\"set\"} 1\n",
+        "weir_commands_total{command=\"get\"} 1\n",
+        "# TYPE weir_request_duration_seconds histogram\n",
+        "weir_request_duration_seconds_count 2\n",
+        "weir_queue_items{queue=\"mq\"} 1\n",
+        "weir_queue_appended_total{queue=\"mq\"} 1\n",
+        "weir_queue_open_leases{queue=\"mq\"} 1\n",
+        "weir_reader_open_leases{queue=\"mq\",reader=\"r\"} 1\n",
+        "weir_reader_taken_total{queue=\"mq\",reader=\"r\"} 1\n",
+    ] {
+        assert!(body.contains(needle), "{needle:?} missing from\n{body}");
+    }
+    let (status, _) = s.http_get("/nope");
+    assert!(status.contains("404"), "{status}");
+}
+
+#[test]
+fn help_explains_the_flags() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("serve"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--config",
+        "--data-dir",
+        "--listen",
+        "--http-listen",
+        "--log-level",
+        "22133",
+        "22134",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from\n{text}");
+    }
+    // A bad config file is a clear error and a failing exit.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nbogus = 1\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
+}
