@@ -10,6 +10,9 @@
 //! `#T SEQ`, ...). So the parent knows every acknowledged action and the one action
 //! (at most) that was in flight at the kill.
 
+// `is_multiple_of` is newer than the crate's rust-version (1.85).
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
+
 mod common;
 
 use std::collections::BTreeMap;

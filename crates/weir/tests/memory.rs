@@ -5,6 +5,9 @@
 //!
 //! One test in this file on purpose: other tests in the same process would move RSS.
 
+// `is_multiple_of` is newer than the crate's rust-version (1.85).
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
+
 mod common;
 
 use std::time::Instant;

@@ -32,15 +32,10 @@ pub fn small_segments(segment_size_bytes: u64) -> QueueConfig {
 /// first 8 bytes (as much of it as fits), then a pattern that depends on the id and
 /// the position, so a shifted, truncated or foreign payload never passes `check`.
 pub fn payload(id: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
-    let id_bytes = id.to_le_bytes();
-    for i in 0..len {
-        if i < 8 {
-            out.push(id_bytes[i]);
-        } else {
-            out.push((id.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8);
-        }
-    }
+    let mut out: Vec<u8> = id.to_le_bytes().iter().copied().take(len).collect();
+    out.extend(
+        (out.len()..len).map(|i| (id.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8),
+    );
     out
 }
 
