@@ -131,7 +131,7 @@ fn row(
         .with("durability", durability)
         .with("ops", ops)
         .with("seconds", f(seconds, 3))
-        .with("rate", f(rate, 0))
+        .with("rate", f(rate, if rate < 100.0 { 3 } else { 0 }))
         .with("unit", unit)
 }
 
@@ -229,7 +229,7 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
                     let goal_rate = 1_500_000f64.min(0.8 * seq_records_s);
                     judged(
                         r,
-                        "min(1.5M/s, 0.8 x 1MiB-write bw)",
+                        "min(1.5M/s, 0.8 x seq bw)",
                         goal_rate,
                         rate / goal_rate,
                         1.0,
