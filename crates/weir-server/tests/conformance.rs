@@ -383,7 +383,7 @@ fn version_reload_shutdown_quit() {
     );
     let mut c = s.client();
     c.call(
-        format!("version\r\n").as_bytes(),
+        b"version\r\n",
         format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
     );
     c.call(b"shutdown\r\n", b"CLIENT_ERROR shutdown is disabled\r\n");

@@ -157,9 +157,11 @@ impl Drop for Server {
     }
 }
 
-/// A raw memcache connection.
+/// A raw memcache connection. Bytes read past what a check needed are kept for the
+/// next check.
 pub struct Client {
     pub stream: TcpStream,
+    pending: Vec<u8>,
 }
 
 impl Client {
@@ -167,30 +169,41 @@ impl Client {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { stream }
+        Client {
+            stream,
+            pending: Vec::new(),
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
     }
 
+    /// Reads more into `pending`; false when the peer closed.
+    fn fill(&mut self) -> std::io::Result<bool> {
+        let mut buf = [0u8; 8192];
+        let n = self.stream.read(&mut buf)?;
+        self.pending.extend_from_slice(&buf[..n]);
+        Ok(n > 0)
+    }
+
     /// The next bytes are exactly `expected`.
     pub fn expect(&mut self, expected: &[u8]) {
-        let mut got = vec![0u8; expected.len()];
-        let mut filled = 0;
-        while filled < got.len() {
-            match self.stream.read(&mut got[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
+        while self.pending.len() < expected.len() {
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) => panic!(
                     "reading: {e}; expected {:?}, got so far {:?}",
                     String::from_utf8_lossy(expected),
-                    String::from_utf8_lossy(&got[..filled])
+                    String::from_utf8_lossy(&self.pending)
                 ),
             }
         }
+        let n = expected.len().min(self.pending.len());
+        let got: Vec<u8> = self.pending.drain(..n).collect();
         assert_eq!(
-            String::from_utf8_lossy(&got[..filled]),
+            String::from_utf8_lossy(&got),
             String::from_utf8_lossy(expected),
             "reply mismatch"
         );
@@ -202,29 +215,40 @@ impl Client {
         self.expect(expected);
     }
 
-    /// Reads until the buffer ends with `terminator`.
+    /// Reads through the first occurrence of `terminator`.
     pub fn read_until(&mut self, terminator: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut byte = [0u8; 4096];
-        while !out.ends_with(terminator) {
-            match self.stream.read(&mut byte) {
-                Ok(0) => panic!("closed; got {:?}", String::from_utf8_lossy(&out)),
-                Ok(n) => out.extend_from_slice(&byte[..n]),
-                Err(e) => panic!("reading: {e}; got {:?}", String::from_utf8_lossy(&out)),
+        loop {
+            if let Some(i) = self
+                .pending
+                .windows(terminator.len())
+                .position(|w| w == terminator)
+            {
+                return self.pending.drain(..i + terminator.len()).collect();
+            }
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => panic!("closed; got {:?}", String::from_utf8_lossy(&self.pending)),
+                Err(e) => panic!(
+                    "reading: {e}; got {:?}",
+                    String::from_utf8_lossy(&self.pending)
+                ),
             }
         }
-        out
     }
 
     /// The server closes the connection (after any bytes already sent).
     pub fn expect_closed(&mut self) {
-        let mut buf = [0u8; 256];
-        match self.stream.read(&mut buf) {
-            Ok(0) => {}
+        assert!(
+            self.pending.is_empty(),
+            "unread: {:?}",
+            String::from_utf8_lossy(&self.pending)
+        );
+        match self.fill() {
+            Ok(false) => {}
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-            Ok(n) => panic!(
+            Ok(true) => panic!(
                 "expected close, got {:?}",
-                String::from_utf8_lossy(&buf[..n])
+                String::from_utf8_lossy(&self.pending)
             ),
             Err(e) => panic!("expected close, got error {e}"),
         }
@@ -232,9 +256,13 @@ impl Client {
 
     /// Nothing arrives within `wait`.
     pub fn expect_silence(&mut self, wait: Duration) {
+        assert!(
+            self.pending.is_empty(),
+            "unread: {:?}",
+            String::from_utf8_lossy(&self.pending)
+        );
         self.stream.set_read_timeout(Some(wait)).unwrap();
-        let mut buf = [0u8; 256];
-        let r = self.stream.read(&mut buf);
+        let r = self.fill();
         self.stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         match r {
             Err(e)
@@ -242,9 +270,9 @@ impl Client {
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Ok(n) => panic!(
+            Ok(_) => panic!(
                 "expected silence, got {:?}",
-                String::from_utf8_lossy(&buf[..n])
+                String::from_utf8_lossy(&self.pending)
             ),
             Err(e) => panic!("expected silence, got error {e}"),
         }

@@ -1,0 +1,32 @@
+//! Feeds arbitrary bytes to the request parser the way a connection does: request
+//! after request, honouring refusals, with small limits so every path is reachable.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weir_server::parse::{parse, Parse, ParseLimits};
+
+fuzz_target!(|data: &[u8]| {
+    let limits = ParseLimits {
+        line_bytes_max: 256,
+        item_size_bytes_max: 512,
+    };
+    let mut rest = data;
+    while !rest.is_empty() {
+        let consumed = match parse(rest, &limits) {
+            Parse::Incomplete { bytes_needed } => {
+                assert!(bytes_needed == 0 || bytes_needed > rest.len());
+                break;
+            }
+            Parse::Request { consumed, .. } => consumed,
+            Parse::Reject(r) => {
+                assert!(r.reply.ends_with(b"\r\n"));
+                if r.close {
+                    break;
+                }
+                r.consumed
+            }
+        };
+        assert!(consumed >= 1 && consumed <= rest.len());
+        rest = &rest[consumed..];
+    }
+});
