@@ -37,6 +37,12 @@ def raise_nofile_limit(wanted: int) -> int:
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < wanted and os.geteuid() == 0:
+        try:  # root may raise the hard limit too
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1024), wanted))
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        except (ValueError, OSError):
+            pass
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
         try:
