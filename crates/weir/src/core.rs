@@ -18,7 +18,7 @@
 //!   order before the restart can lie above it (or pull `acked_below` past it): reading
 //!   skips those items.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,7 @@ use crate::iter::Iter;
 use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
 use crate::mapfile::{sync_dir, MapFile};
 use crate::name::validate_reader_name;
+use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
 use crate::segment::{
     self, encode_file_header, parse_segment_file_name, segment_file_name, Found, Loc, ReadBuf,
     Segment, FILE_HEADER_BYTES, READ_AHEAD_BYTES, SEGMENT_MAGIC,
@@ -191,7 +192,7 @@ struct State {
     floor_discarded: u64,
     floor_expired: u64,
     floor_rb: ReadBuf,
-    readers: HashMap<String, ReaderState>,
+    readers: Readers<ReaderState>,
     next_reader_id: u32,
     next_lease_id: u64,
     journal: Journal,
@@ -426,7 +427,7 @@ impl State {
 
     fn journal_state(&self) -> JournalState {
         let mut readers = BTreeMap::new();
-        for (name, r) in &self.readers {
+        for (name, r) in self.readers.iter() {
             readers.insert(
                 r.id,
                 ReaderRecord {
@@ -917,6 +918,11 @@ impl State {
     }
 
     fn create_reader(&mut self, name: &str) -> Result<()> {
+        if self.readers.len() >= READERS_PER_QUEUE_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "a queue has at most {READERS_PER_QUEUE_MAX} readers; delete one first"
+            )));
+        }
         let start = self.oldest_kept();
         let pending_bytes = match self.readers.values().min_by_key(|r| r.acked_below) {
             Some(r) => r.pending_bytes,
@@ -1150,7 +1156,7 @@ impl QueueCore {
             floor_discarded: 0,
             floor_expired: 0,
             floor_rb: ReadBuf::default(),
-            readers: HashMap::new(),
+            readers: Readers::new(),
             next_reader_id: jstate.next_reader_id.max(1),
             next_lease_id: 1,
             journal,
@@ -1367,8 +1373,9 @@ impl QueueCore {
                 continue;
             }
             s.in_progress = true;
+            let synced = (s.data_seq, s.journal);
             drop(s);
-            let result = self.sync_files();
+            let result = self.sync_files(synced);
             s = self.sync.lock();
             s.in_progress = false;
             self.sync_cv.notify_all();
@@ -1398,23 +1405,30 @@ impl QueueCore {
         }
     }
 
-    /// fsyncs every file with unsynced writes; returns what is now durable.
-    fn sync_files(&self) -> Result<(u64, u64)> {
-        let (files, dir_dirty, seq, jpos) = {
+    /// fsyncs every file with writes newer than `synced` (data seq, journal position);
+    /// returns what is now durable. A synced append costs one fsync, a synced take one.
+    fn sync_files(&self, synced: (u64, u64)) -> Result<(u64, u64)> {
+        let (files, sealed, dir_dirty, seq, jpos) = {
             let mut st = self.state.lock();
             if st.deleted {
                 return Ok((u64::MAX, u64::MAX));
             }
-            let mut files = std::mem::take(&mut st.unsynced);
-            files.push(Arc::clone(st.writer.file()));
-            files.push(Arc::clone(st.journal.file()));
+            let sealed = std::mem::take(&mut st.unsynced);
+            let mut files = Vec::with_capacity(2);
+            let (seq, jpos) = (st.next_seq - 1, st.journal.written);
+            if seq > synced.0 || !sealed.is_empty() {
+                files.push(Arc::clone(st.writer.file()));
+            }
+            if jpos > synced.1 {
+                files.push(Arc::clone(st.journal.file()));
+            }
             st.dirty = false;
             st.last_sync = Instant::now();
             let dir_dirty = std::mem::take(&mut st.dir_dirty);
-            (files, dir_dirty, st.next_seq - 1, st.journal.written)
+            (files, sealed, dir_dirty, seq, jpos)
         };
         let result = (|| {
-            for f in &files {
+            for f in sealed.iter().chain(files.iter()) {
                 f.sync_data()?;
             }
             if dir_dirty {
@@ -1424,9 +1438,7 @@ impl QueueCore {
         })();
         if let Err(e) = result {
             let mut st = self.state.lock();
-            let n = files.len();
-            st.unsynced
-                .extend(files.into_iter().take(n.saturating_sub(2)));
+            st.unsynced.extend(sealed);
             st.dirty = true;
             st.dir_dirty |= dir_dirty;
             return Err(Error::io(format!("fsync in {}", self.dir.display()), e));
@@ -1761,7 +1773,7 @@ impl QueueCore {
                 .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
         };
         let mut readers = Vec::with_capacity(st.readers.len());
-        for (name, r) in &st.readers {
+        for (name, r) in st.readers.iter() {
             // The oldest unconfirmed item is leased, released, or at the cursor.
             let mut oldest: Option<(u64, Loc)> = None;
             for l in r.leases.values() {

@@ -26,6 +26,9 @@ use memmap2::{MmapMut, MmapOptions};
 /// multiple of the real page size would do.
 const PAGE_BYTES: u64 = 4096;
 
+/// `MADV_POPULATE_WRITE` (Linux 5.14); not in every libc crate release.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
 pub(crate) struct MapFile {
     file: Arc<File>,
     path: PathBuf,
@@ -144,6 +147,17 @@ impl MapFile {
                 .len(window_len as usize)
                 .map_mut(&*self.file)?
         };
+        // Fault the whole window in with one call instead of one trap per page: each
+        // first store into a page would otherwise take a read fault and a write fault.
+        // Old kernels (before 5.14) refuse the advice; the stores then fault as usual.
+        // SAFETY: the range is exactly the mapping just created, which we own.
+        unsafe {
+            libc::madvise(
+                map.as_ptr() as *mut libc::c_void,
+                map.len(),
+                MADV_POPULATE_WRITE,
+            );
+        }
         self.window = Some(map);
         self.window_start = start;
         Ok(())

@@ -1,0 +1,30 @@
+//! A tight append+take loop for profiling: `cargo run --release --example append_take -- DIR N SIZE`.
+use weir::{AppendOptions, Store};
+
+fn main() -> weir::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = args
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| "/tmp/weir-prof".into());
+    let n: u64 = args
+        .get(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let size: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = Store::open(&dir)?;
+    let q = store.queue("p")?;
+    let r = q.reader("")?;
+    let payload = vec![7u8; size];
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        q.append(&payload, AppendOptions::default())?;
+        if r.take()?.is_none() {
+            return Err(weir::Error::InvalidArgument("missing item".into()));
+        }
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!("{n} pairs in {s:.3} s: {:.0} pairs/s", n as f64 / s);
+    store.close()
+}

@@ -1,0 +1,81 @@
+//! The readers of one queue: a short list looked up by name.
+//!
+//! Why not a `HashMap<String, _>`: the default reader's name is empty, and glibc's
+//! AVX-512 `memcmp` takes ~150 ns for a zero-length compare on some machines (a masked
+//! load assist), which a hash map pays on every hit. A queue has few readers, so a list
+//! compared length-first is both simpler and faster; `READERS_PER_QUEUE_MAX` bounds it.
+
+/// Most readers one queue may have.
+pub const READERS_PER_QUEUE_MAX: usize = 256;
+
+pub(crate) struct Readers<T> {
+    list: Vec<(String, T)>,
+}
+
+/// Name equality that never calls `memcmp` for empty names.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a.as_bytes() == b.as_bytes())
+}
+
+impl<T> Readers<T> {
+    pub fn new() -> Self {
+        Readers { list: Vec::new() }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&T> {
+        self.list
+            .iter()
+            .find(|(n, _)| same(n, name))
+            .map(|(_, r)| r)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut T> {
+        self.list
+            .iter_mut()
+            .find(|(n, _)| same(n, name))
+            .map(|(_, r)| r)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Adds a reader; the caller checked that `name` is new and the list is not full.
+    pub fn insert(&mut self, name: String, reader: T) {
+        debug_assert!(!self.contains_key(&name));
+        self.list.push((name, reader));
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<T> {
+        let i = self.list.iter().position(|(n, _)| same(n, name))?;
+        Some(self.list.swap_remove(i).1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.list.iter().map(|(n, _)| n)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.list.iter().map(|(_, r)| r)
+    }
+
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.list.iter_mut().map(|(_, r)| r)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &T)> {
+        self.list.iter().map(|(n, r)| (n, r))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut T)> {
+        self.list.iter_mut().map(|(n, r)| (&*n, r))
+    }
+}
