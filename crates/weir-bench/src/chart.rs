@@ -102,6 +102,8 @@ pub fn human(v: f64) -> String {
         format!("{:.1}k", v / 1e3)
     } else if a >= 10.0 || a == 0.0 {
         format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
     } else {
         format!("{v:.2}")
     }
@@ -187,6 +189,8 @@ pub fn draw(report: &Report, spec: &ChartSpec, dir: &Path, font: Option<&Path>) 
         };
         chart
             .configure_mesh()
+            // Only the bold grid: the fine one adds clutter and triples the PNG size.
+            .light_line_style(TRANSPARENT)
             .x_desc(spec.x_label)
             .y_desc(spec.y_label)
             .x_labels(n.min(40))

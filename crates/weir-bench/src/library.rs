@@ -151,7 +151,10 @@ fn judged(
         ratio >= goal
     };
     row.with("reference", reference)
-        .with("reference_value", f(reference_value, 0))
+        .with(
+            "reference_value",
+            f(reference_value, if reference_value < 100.0 { 3 } else { 0 }),
+        )
         .with("ratio", f(ratio, 2))
         .with(
             "goal",
