@@ -590,6 +590,11 @@ fn verify(
 
 /// `batchy`: the child mostly appends in batches (to test their atomicity).
 fn crash_test(mode: &'static str, batchy: bool, strict_batches: bool) {
+    // One crash test at a time: a child spawned by one test inherits, between fork and
+    // exec, the lock file descriptor of a store another test has open, and so holds
+    // that store's flock for a moment.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let base_seed: u64 = std::env::var("WEIR_CRASH_TEST_SEED")
         .ok()

@@ -25,11 +25,12 @@ const AFTER_FREEING: u64 = 50;
 struct Tmpfs {
     path: PathBuf,
     _dir: tempfile::TempDir,
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Tmpfs {
     /// Mounts a tmpfs of `size` (as mount(8) spells it) or explains why it cannot.
-    fn mount(size: &str) -> Result<Tmpfs, String> {
+    fn mount(size: &str, serial: std::sync::MutexGuard<'static, ()>) -> Result<Tmpfs, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
         let path = dir.path().join("mnt");
         std::fs::create_dir(&path).map_err(|e| format!("mkdir: {e}"))?;
@@ -45,7 +46,11 @@ impl Tmpfs {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        Ok(Tmpfs { path, _dir: dir })
+        Ok(Tmpfs {
+            path,
+            _dir: dir,
+            _serial: serial,
+        })
     }
 }
 
@@ -71,9 +76,16 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Serializes the tests of this file: each spawns mount(8), umount(8) and sh, and a
+/// process spawned while another test has a store open inherits that store's lock file
+/// descriptor between fork and exec, which would make that test's reopen fail.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The tmpfs, or `None` when skipping is allowed; otherwise a failure with the reason.
+/// Holds this file's test lock for as long as the tmpfs is mounted.
 fn tmpfs_or_skip(size: &str) -> Option<Tmpfs> {
-    match Tmpfs::mount(size) {
+    let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    match Tmpfs::mount(size, serial) {
         Ok(t) => Some(t),
         Err(reason) => {
             let msg = format!("disk-full test cannot run: {reason}");
