@@ -468,7 +468,9 @@ impl State {
             .truncate(true)
             .open(&path)
             .map_err(err)?;
-        let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES).map_err(err)?;
+        let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
+            .map_err(err)?
+            .with_cap(self.config.segment_size_bytes);
         if let Err(e) = map.append(&[&encode_file_header(SEGMENT_MAGIC, first)]) {
             drop(map);
             let _ = fs::remove_file(&path);
@@ -511,47 +513,74 @@ impl State {
             if self.floor_loc.is_some_and(|l| l.seg == seg.first_seq) {
                 self.floor_loc = None;
             }
+            self.unsynced.retain(|f| !Arc::ptr_eq(f, &seg.file));
             if let Err(e) = fs::remove_file(&seg.path) {
                 tracing::warn!(path = %seg.path.display(), error = %e, "could not delete a consumed segment");
             }
         }
     }
 
-    fn append_one(&mut self, data: &[u8], options: &AppendOptions, now: u64) -> Result<u64> {
-        let rec_bytes = RECORD_HEADER_BYTES as u64 + data.len() as u64;
-        if self.writer.end() + rec_bytes > self.config.segment_size_bytes
+    /// Appends a batch, all or nothing: the room for every record is reserved before
+    /// the first byte is written, all records but the last carry the "more" bit (so a
+    /// crash in the middle is cut on recovery), and a batch never spans segments.
+    fn append_records(
+        &mut self,
+        items: &[&[u8]],
+        options: &AppendOptions,
+        now: u64,
+    ) -> Result<u64> {
+        let total: u64 = items
+            .iter()
+            .map(|d| RECORD_HEADER_BYTES as u64 + d.len() as u64)
+            .sum();
+        if self.writer.end() + total > self.config.segment_size_bytes
             && self.writer.end() > FILE_HEADER_BYTES
         {
             self.roll()?;
         }
-        let seq = self.next_seq;
-        let mut header = [0u8; RECORD_HEADER_BYTES];
-        encode_header(
-            &mut header,
-            seq,
-            now,
-            options.expires_at_ms,
-            options.flags,
-            data,
-        );
-        if let Err(e) = self.writer.append(&[&header, data]) {
+        if let Err(e) = self.writer.reserve(total) {
             return Err(Error::io(
                 format!("appending to {}", self.writer.path().display()),
                 e,
             ));
         }
+        let first = self.next_seq;
+        let mut bytes = 0u64;
+        for (i, data) in items.iter().enumerate() {
+            let seq = first + i as u64;
+            let more = i + 1 < items.len();
+            let mut header = [0u8; RECORD_HEADER_BYTES];
+            encode_header(
+                &mut header,
+                seq,
+                now,
+                options.expires_at_ms,
+                options.flags,
+                more,
+                data,
+            );
+            if let Err(e) = self.writer.append(&[&header, data]) {
+                // Unreachable after `reserve`; were it reached, the records written are
+                // past `next_seq` and a crash cuts them (no last record of the batch).
+                return Err(Error::io(
+                    format!("appending to {}", self.writer.path().display()),
+                    e,
+                ));
+            }
+            bytes += data.len() as u64;
+        }
         if let Some(last) = self.segments.back_mut() {
             last.end = self.writer.end();
         }
-        self.next_seq += 1;
-        let len = data.len() as u64;
+        let count = items.len() as u64;
+        self.next_seq += count;
         for r in self.readers.values_mut() {
-            r.pending_bytes += len;
+            r.pending_bytes += bytes;
         }
-        self.floor_bytes += len;
-        self.total_appended += 1;
+        self.floor_bytes += bytes;
+        self.total_appended += count;
         self.dirty = true;
-        Ok(seq)
+        Ok(first)
     }
 
     /// Counts `[from, to)` as lost to damage for reader `name`.
@@ -678,11 +707,11 @@ impl State {
                             }))?;
                     tracing::error!(path = %seg.path.display(), offset = cursor.off, "damaged record; skipping to the next valid one");
                     r.rb.clear();
+                    // The items skipped are counted by `lose` once the cursor lands.
                     r.cursor.off = match found {
                         Some((at, _)) => at,
                         None => limit,
                     };
-                    self.corrupt_records += 1;
                 }
                 ReadAt::Missing => {
                     // Its segment was deleted because every seq in it is confirmed.
@@ -1039,7 +1068,6 @@ impl QueueCore {
         }
 
         let mut segments = VecDeque::new();
-        let mut corrupt_records = 0u64;
         for (i, &first) in firsts.iter().enumerate() {
             let path = dir.join(segment_file_name(first));
             let file = File::options()
@@ -1059,7 +1087,6 @@ impl QueueCore {
             let last = i + 1 == firsts.len();
             if !header_ok && !last {
                 tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
-                corrupt_records += 1;
             }
             segments.push_back(Segment {
                 first_seq: first,
@@ -1082,9 +1109,11 @@ impl QueueCore {
                 let (end, scanned_next) = if header_ok {
                     let scan = segment::scan(&file, last.first_seq, last.end)
                         .map_err(io_err(|| ctx("scanning segment in")))?;
+                    if scan.torn_batch {
+                        tracing::warn!(path = %last.path.display(), "a batch interrupted by a crash was cut");
+                    }
                     if scan.damaged {
                         tracing::error!(path = %last.path.display(), "damaged records in the last segment are skipped");
-                        corrupt_records += 1;
                     }
                     (scan.end, scan.next_seq)
                 } else {
@@ -1161,7 +1190,7 @@ impl QueueCore {
             next_lease_id: 1,
             journal,
             total_appended: 0,
-            corrupt_records,
+            corrupt_records: 0,
             dirty: false,
             dir_dirty: false,
             unsynced: Vec::new(),
@@ -1322,37 +1351,14 @@ impl QueueCore {
                 }
                 Err(e) => return Err(e),
             }
-            let mut first = 0;
-            let mut appended = 0u64;
-            let mut failure = None;
-            for data in items {
-                match st.append_one(data, &options, now) {
-                    Ok(seq) => {
-                        if appended == 0 {
-                            first = seq;
-                        }
-                        appended += 1;
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            }
-            if appended > 0 {
-                self.wake_all_readers(&st, appended);
-            }
+            let first = st.append_records(items, &options, now)?;
+            self.wake_all_readers(&st, items.len() as u64);
             st.maybe_rotate_journal();
-            match failure {
-                Some(e) => Err(e),
-                None => {
-                    let last = st.next_seq - 1;
-                    Ok((
-                        first,
-                        Self::ticket(&st, options.sync, last, !moves.is_empty()),
-                    ))
-                }
-            }
+            let last = st.next_seq - 1;
+            Ok((
+                first,
+                Self::ticket(&st, options.sync, last, !moves.is_empty()),
+            ))
         };
         self.move_expired(moves);
         result

@@ -8,9 +8,12 @@
 //!     16     8  enqueued_at_ms
 //!     24     8  expires_at_ms (0 = never)
 //!     32     4  flags
-//!     36     4  reserved, zero
+//!     36     4  bits: bit 0 = more records of the same batch follow; others zero
 //!     40     n  payload
 //! ```
+//!
+//! A batch is written as consecutive records, all but the last with the "more" bit, so
+//! recovery can cut a batch that a crash interrupted: batches are all or nothing.
 //!
 //! The CRC covers every header field after it and the payload, so a torn write, a bit
 //! flip or a run of zeroes (a preallocated tail) never parses as a record. The seq inside
@@ -32,7 +35,12 @@ pub(crate) struct RecordHeader {
     pub enqueued_at_ms: u64,
     pub expires_at_ms: u64,
     pub flags: u32,
+    /// More records of the same batch follow this one.
+    pub more: bool,
 }
+
+/// Bit of the header's last word: more records of the same batch follow.
+const BIT_MORE: u32 = 1;
 
 impl RecordHeader {
     /// Total bytes of the record, header included.
@@ -48,6 +56,7 @@ pub(crate) fn encode_header(
     enqueued_at_ms: u64,
     expires_at_ms: u64,
     flags: u32,
+    more: bool,
     payload: &[u8],
 ) {
     debug_assert!(payload.len() as u64 <= RECORD_PAYLOAD_BYTES_MAX);
@@ -56,7 +65,7 @@ pub(crate) fn encode_header(
     out[16..24].copy_from_slice(&enqueued_at_ms.to_le_bytes());
     out[24..32].copy_from_slice(&expires_at_ms.to_le_bytes());
     out[32..36].copy_from_slice(&flags.to_le_bytes());
-    out[36..40].copy_from_slice(&0u32.to_le_bytes());
+    out[36..40].copy_from_slice(&(if more { BIT_MORE } else { 0 }).to_le_bytes());
     let crc = crc32c::crc32c_append(crc32c::crc32c(&out[8..]), payload);
     out[4..8].copy_from_slice(&crc.to_le_bytes());
 }
@@ -81,8 +90,12 @@ pub(crate) fn decode_header(bytes: &[u8]) -> Option<RecordHeader> {
         enqueued_at_ms: u64_at(16),
         expires_at_ms: u64_at(24),
         flags: u32_at(32),
+        more: u32_at(36) & BIT_MORE != 0,
     };
-    if header.len as u64 > RECORD_PAYLOAD_BYTES_MAX || header.seq == 0 || u32_at(36) != 0 {
+    if header.len as u64 > RECORD_PAYLOAD_BYTES_MAX
+        || header.seq == 0
+        || u32_at(36) & !BIT_MORE != 0
+    {
         return None;
     }
     Some(header)
@@ -131,11 +144,14 @@ mod tests {
     fn round_trip_and_damage() {
         let payload = b"hello";
         let mut h = [0u8; RECORD_HEADER_BYTES];
-        encode_header(&mut h, 7, 100, 0, 42, payload);
+        encode_header(&mut h, 7, 100, 0, 42, true, payload);
         let mut rec = h.to_vec();
         rec.extend_from_slice(payload);
         let d = decode_header(&rec).unwrap();
-        assert_eq!((d.len, d.seq, d.enqueued_at_ms, d.flags), (5, 7, 100, 42));
+        assert_eq!(
+            (d.len, d.seq, d.enqueued_at_ms, d.flags, d.more),
+            (5, 7, 100, 42, true)
+        );
         assert!(verify(&d, &rec));
         for bit in 0..rec.len() * 8 {
             let mut bad = rec.clone();

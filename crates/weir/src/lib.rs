@@ -38,6 +38,7 @@ mod intervals;
 mod item;
 mod iter;
 mod journal;
+mod lockfile;
 mod mapfile;
 mod name;
 mod queue;

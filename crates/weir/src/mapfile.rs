@@ -40,6 +40,9 @@ pub(crate) struct MapFile {
     /// Bytes reserved on disk (the file's size while it is being written).
     allocated: u64,
     window_bytes: u64,
+    /// Windows stop here (a segment's nominal size) unless one append needs more, so
+    /// small segments do not reserve a whole window of disk each.
+    cap_bytes: u64,
 }
 
 impl MapFile {
@@ -54,7 +57,20 @@ impl MapFile {
             end,
             allocated,
             window_bytes: window_bytes.max(PAGE_BYTES),
+            cap_bytes: u64::MAX,
         })
+    }
+
+    /// Caps windows at `cap_bytes` of file (see the field).
+    pub fn with_cap(mut self, cap_bytes: u64) -> MapFile {
+        self.cap_bytes = cap_bytes;
+        self
+    }
+
+    /// Makes room for `len` more bytes (reserving disk and mapping), so that the appends
+    /// that follow, up to `len` bytes in all, cannot fail.
+    pub fn reserve(&mut self, len: u64) -> io::Result<()> {
+        self.ensure_window(len)
     }
 
     pub fn file(&self) -> &Arc<File> {
@@ -111,7 +127,8 @@ impl MapFile {
         }
         let start = self.end / PAGE_BYTES * PAGE_BYTES;
         let need = self.end + len - start;
-        let window_len = need.max(self.window_bytes).div_ceil(PAGE_BYTES) * PAGE_BYTES;
+        let window = self.window_bytes.min(self.cap_bytes.saturating_sub(start));
+        let window_len = need.max(window).div_ceil(PAGE_BYTES) * PAGE_BYTES;
         if start + window_len > self.allocated {
             let from = self.allocated;
             let grow = start + window_len - from;

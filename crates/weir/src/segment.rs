@@ -220,6 +220,8 @@ pub(crate) struct Scan {
     pub next_seq: u64,
     /// Records lost to damage found in the middle (a valid record followed them).
     pub damaged: bool,
+    /// Records of a batch that a crash interrupted were cut.
+    pub torn_batch: bool,
 }
 
 /// Scans a segment from its header to the end of its valid records, stepping over
@@ -230,9 +232,16 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
     let mut next_seq = first_seq;
     let mut end = FILE_HEADER_BYTES.min(file_len);
     let mut damaged = false;
+    // Where the batch being read started, while its last record is not seen yet.
+    let mut batch: Option<(u64, u64)> = None;
     loop {
         match read_record(&mut rb, file, first_seq, off, file_len, SCAN_CHUNK_BYTES)? {
             Found::Record(h, _) if h.seq >= next_seq => {
+                if h.more && batch.is_none() {
+                    batch = Some((off, h.seq));
+                } else if !h.more {
+                    batch = None;
+                }
                 off += h.record_bytes();
                 next_seq = h.seq + 1;
                 end = off;
@@ -244,6 +253,7 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
                 match resync(file, off + 1, file_len, next_seq, u64::MAX)? {
                     Some((at, _)) => {
                         damaged = true;
+                        batch = None;
                         rb.clear();
                         off = at;
                     }
@@ -252,10 +262,16 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
             }
         }
     }
+    let torn_batch = batch.is_some();
+    if let Some((batch_off, batch_seq)) = batch {
+        end = batch_off;
+        next_seq = batch_seq;
+    }
     Ok(Scan {
         end,
         next_seq,
         damaged,
+        torn_batch,
     })
 }
 

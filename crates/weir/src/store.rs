@@ -3,7 +3,7 @@
 //! Layout on disk (see `docs/storage.md`):
 //!
 //! ```text
-//! DIR/LOCK                      held with flock while the store is open
+//! DIR/LOCK                      a POSIX record lock held while the store is open
 //! DIR/queues/NAME/SEQ.seg       segment files, named by their first sequence number
 //! DIR/queues/NAME/readers.GEN   reader-state journal, generation GEN
 //! ```
@@ -12,7 +12,7 @@
 //! in `periodic` mode and releases leases that outlive `open_timeout`.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -24,6 +24,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::config::StoreOptions;
 use crate::core::QueueCore;
 use crate::error::{Error, Result};
+use crate::lockfile::DirLock;
 use crate::name::validate_queue_name;
 use crate::queue::Queue;
 
@@ -34,24 +35,40 @@ const TICK: Duration = Duration::from_millis(20);
 /// An open data directory. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
 pub struct Store {
+    handle: Arc<StoreHandle>,
+}
+
+/// Shared by every clone of a `Store`; dropping the last clone closes the store, at
+/// once, whatever other threads (the background one included) are doing.
+struct StoreHandle {
     inner: Arc<StoreInner>,
+}
+
+impl Drop for StoreHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.inner.shutdown() {
+            tracing::error!(dir = %self.inner.dir.display(), error = %e, "closing the store");
+        }
+    }
 }
 
 pub(crate) struct StoreInner {
     dir: PathBuf,
-    /// Held (flock) for the life of the store; closing the file releases the lock.
-    _lock: File,
+    /// Held (flock) while the store is open; dropping the file releases the lock.
+    lock: Mutex<Option<DirLock>>,
     options: RwLock<StoreOptions>,
     queues: Mutex<HashMap<String, Arc<QueueCore>>>,
     closed: AtomicBool,
     background: Mutex<Option<JoinHandle<()>>>,
-    stop: (Mutex<bool>, Condvar),
+    /// Outside the store, so the background thread can sleep on it without keeping the
+    /// store alive.
+    stop: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("dir", &self.inner.dir)
+            .field("dir", &self.handle.inner.dir)
             .finish()
     }
 }
@@ -68,28 +85,15 @@ impl Store {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(dir.join("queues"))
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        let lock_path = dir.join("LOCK");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir }),
-            Err(fs::TryLockError::Error(e)) => {
-                return Err(Error::io(format!("locking {}", lock_path.display()), e))
-            }
-        }
+        let lock = DirLock::acquire(&dir)?;
         let inner = Arc::new(StoreInner {
             dir,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
             options: RwLock::new(options),
             queues: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             background: Mutex::new(None),
-            stop: (Mutex::new(false), Condvar::new()),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
         });
         // Open every queue that exists on disk, so that recovery (and its errors)
         // happens at open, not at first use.
@@ -98,38 +102,41 @@ impl Store {
             inner.open_queue(&name)?;
         }
         let weak = Arc::downgrade(&inner);
+        let stop = Arc::clone(&inner.stop);
         let handle = std::thread::Builder::new()
             .name("weir-syncer".into())
-            .spawn(move || background(weak))
+            .spawn(move || background(weak, stop))
             .map_err(|e| Error::io("starting the background thread", e))?;
         *inner.background.lock() = Some(handle);
-        Ok(Store { inner })
+        Ok(Store {
+            handle: Arc::new(StoreHandle { inner }),
+        })
     }
 
     /// The data directory.
     pub fn dir(&self) -> &Path {
-        &self.inner.dir
+        &self.handle.inner.dir
     }
 
     /// The queue `name`, created on first use.
     pub fn queue(&self, name: &str) -> Result<Queue> {
-        self.inner.check_open()?;
-        let core = self.inner.open_queue(name)?;
+        self.handle.inner.check_open()?;
+        let core = self.handle.inner.open_queue(name)?;
         Ok(Queue { core })
     }
 
     /// The queue `name` if it exists; never creates it.
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
-        self.inner.check_open()?;
+        self.handle.inner.check_open()?;
         validate_queue_name(name)?;
-        Ok(self.inner.queues.lock().get(name).map(|core| Queue {
+        Ok(self.handle.inner.queues.lock().get(name).map(|core| Queue {
             core: Arc::clone(core),
         }))
     }
 
     /// Names of all queues, sorted.
     pub fn queue_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.inner.queues.lock().keys().cloned().collect();
+        let mut names: Vec<String> = self.handle.inner.queues.lock().keys().cloned().collect();
         names.sort();
         names
     }
@@ -137,9 +144,9 @@ impl Store {
     /// Deletes a queue, its items and its readers; false when there was none. Handles
     /// on it get [`Error::NotFound`] afterwards.
     pub fn delete_queue(&self, name: &str) -> Result<bool> {
-        self.inner.check_open()?;
+        self.handle.inner.check_open()?;
         validate_queue_name(name)?;
-        let core = self.inner.queues.lock().remove(name);
+        let core = self.handle.inner.queues.lock().remove(name);
         match core {
             Some(core) => {
                 core.delete_files()?;
@@ -151,16 +158,18 @@ impl Store {
 
     /// Replaces the options and applies the new settings to every open queue.
     pub fn set_options(&self, options: StoreOptions) {
-        let queues: Vec<Arc<QueueCore>> = self.inner.queues.lock().values().cloned().collect();
+        let queues: Vec<Arc<QueueCore>> =
+            self.handle.inner.queues.lock().values().cloned().collect();
         for q in &queues {
             q.set_config(options.config(&q.name));
         }
-        *self.inner.options.write() = options;
+        *self.handle.inner.options.write() = options;
     }
 
     /// fdatasyncs every queue now.
     pub fn sync(&self) -> Result<()> {
-        let queues: Vec<Arc<QueueCore>> = self.inner.queues.lock().values().cloned().collect();
+        let queues: Vec<Arc<QueueCore>> =
+            self.handle.inner.queues.lock().values().cloned().collect();
         for q in queues {
             q.sync_now()?;
         }
@@ -171,7 +180,7 @@ impl Store {
     /// get [`Error::Closed`] afterwards. Dropping the last handle without `close` is
     /// safe too: nothing acknowledged is lost, only the final fsync is skipped.
     pub fn close(self) -> Result<()> {
-        self.inner.shutdown()
+        self.handle.inner.shutdown()
     }
 }
 
@@ -223,7 +232,7 @@ impl StoreInner {
             return Ok(());
         }
         {
-            let (lock, cvar) = &self.stop;
+            let (lock, cvar) = &*self.stop;
             *lock.lock() = true;
             cvar.notify_all();
         }
@@ -240,6 +249,8 @@ impl StoreInner {
                 first_error.get_or_insert(e);
             }
         }
+        // Release the directory now, even if some thread still holds a reference.
+        self.lock.lock().take();
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -254,12 +265,12 @@ impl Drop for StoreInner {
 }
 
 /// The background thread: fsyncs `periodic` queues when their interval has passed and
-/// times out leases. Holds only a weak reference, so dropping the store ends it.
-fn background(store: Weak<StoreInner>) {
+/// times out leases. It holds the store only while it works, never while it sleeps, so
+/// dropping the last handle is never delayed by it.
+fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
     loop {
-        let Some(inner) = store.upgrade() else { return };
         {
-            let (lock, cvar) = &inner.stop;
+            let (lock, cvar) = &*stop;
             let mut stopped = lock.lock();
             if *stopped {
                 return;
@@ -268,6 +279,10 @@ fn background(store: Weak<StoreInner>) {
             if *stopped {
                 return;
             }
+        }
+        let Some(inner) = store.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
         }
         let queues: Vec<Arc<QueueCore>> = inner.queues.lock().values().cloned().collect();
         drop(inner);

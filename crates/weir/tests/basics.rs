@@ -1202,8 +1202,6 @@ fn async_append_take_and_confirm() {
 }
 
 #[test]
-#[ignore = "engine bug: the background thread holds the store (and its lock) for up to one \
-            20 ms tick after the last handle is dropped, so an immediate reopen gets Locked"]
 fn reopen_right_after_dropping_the_last_handle() {
     // Dropping the last handle closes the store; the directory is free at once.
     let dir = tempfile::tempdir().unwrap();

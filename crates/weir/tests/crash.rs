@@ -675,8 +675,6 @@ fn crash_periodic() {
 }
 
 #[test]
-#[ignore = "engine bug: append_batch writes record by record; a kill (or an I/O error) \
-            mid-batch leaves part of the batch stored, though append_batch promises all or none"]
 fn crash_batches_are_all_or_none() {
     if std::env::var_os(ENV_DIR).is_some() {
         return;

@@ -301,23 +301,8 @@ impl Engine {
                 drop(store);
             }
         }
-        let store = match Store::open_with(self.dir.path(), self.options.clone()) {
-            // KNOWN ENGINE BUG (basics::reopen_right_after_dropping_the_last_handle):
-            // after a drop the background thread may hold the store, and its lock, for
-            // up to one tick. Retry briefly so the rest of the model keeps its coverage.
-            Err(e) if !close && e.kind() == weir::ErrorKind::Locked => {
-                let mut result = Err(e);
-                for _ in 0..100 {
-                    std::thread::sleep(Duration::from_millis(5));
-                    result = Store::open_with(self.dir.path(), self.options.clone());
-                    if result.is_ok() {
-                        break;
-                    }
-                }
-                result.expect("reopen after drop (retried for 500 ms)")
-            }
-            other => other.expect("reopen"),
-        };
+        // Dropping the last handle releases the directory at once: no retry.
+        let store = Store::open_with(self.dir.path(), self.options.clone()).expect("reopen");
         self.queue = Some(store.queue(QUEUE).expect("queue"));
         self.store = Some(store);
     }
