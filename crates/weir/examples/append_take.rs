@@ -1,4 +1,5 @@
-//! A tight append+take loop for profiling: `cargo run --release --example append_take -- DIR N SIZE`.
+//! A tight append+take loop for profiling:
+//! `cargo run --release --example append_take -- DIR PAIRS SIZE [BACKLOG]`.
 use weir::{AppendOptions, Store};
 
 fn main() -> weir::Result<()> {
@@ -17,6 +18,11 @@ fn main() -> weir::Result<()> {
     let q = store.queue("p")?;
     let r = q.reader("")?;
     let payload = vec![7u8; size];
+    let backlog: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let batch: Vec<&[u8]> = vec![&payload[..]; 1024];
+    for _ in 0..backlog / 1024 {
+        q.append_batch(&batch, AppendOptions::default())?;
+    }
     let t = std::time::Instant::now();
     for _ in 0..n {
         q.append(&payload, AppendOptions::default())?;
