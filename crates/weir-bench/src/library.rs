@@ -44,6 +44,8 @@ pub struct LibraryParams {
     pub threads: Vec<usize>,
     pub group_threads: usize,
     pub rw_durability: Durability,
+    /// Items the reader takes per call in the read+write case.
+    pub rw_read_batch: usize,
     pub iter_records: u64,
     pub backlog_bytes: u64,
     pub backlog_item_bytes: usize,
@@ -430,9 +432,17 @@ fn read_write(ctx: &Ctx, record: &[u8], secs: Duration) -> Result<(u64, u64, u64
         let reading = s.spawn(|| {
             barrier.wait();
             let mut n = 0u64;
+            // Writers append one item per call, as popout's suite does; the reader
+            // drains with take_batch (the engine's batch take), one lock round per
+            // batch instead of per item, so it can keep up with three writers.
+            let batch = ctx.p.rw_read_batch;
             while !stop.load(Ordering::Relaxed) {
-                if reader.take()?.is_some() {
-                    n += 1;
+                if batch <= 1 {
+                    if reader.take()?.is_some() {
+                        n += 1;
+                    }
+                } else {
+                    n += reader.take_batch(batch)?.len() as u64;
                 }
             }
             Ok::<u64, weir::Error>(n)

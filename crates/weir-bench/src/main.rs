@@ -330,6 +330,9 @@ struct LibraryArgs {
     /// Durability of the 3 writers + 1 reader case [buffered] (buffered|periodic|synced).
     #[arg(long, value_name = "MODE", default_value = "buffered", value_parser = library::parse_durability)]
     lib_rw_durability: weir::Durability,
+    /// Most items the reader of the 3 writers + 1 reader case takes per call (take_batch); 1 = plain take
+    #[arg(long, default_value_t = 256)]
+    lib_rw_read_batch: usize,
     /// Records of the iteration case [1000000; quick: 50000].
     #[arg(long, value_name = "N")]
     lib_iter_records: Option<u64>,
@@ -359,6 +362,7 @@ impl LibraryArgs {
             threads: self.lib_threads.clone(),
             group_threads: self.lib_group_threads,
             rw_durability: self.lib_rw_durability,
+            rw_read_batch: self.lib_rw_read_batch.max(1),
             iter_records: self
                 .lib_iter_records
                 .unwrap_or(if quick { 50_000 } else { 1_000_000 }),
