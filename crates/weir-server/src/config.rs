@@ -114,7 +114,7 @@ pub struct Settings {
     pub http_listen: String,
     pub data_dir: PathBuf,
     pub log_level: String,
-    /// Runtime worker threads; 1 runs everything on one thread.
+    /// Event-loop threads (each a single-threaded runtime) serving connections.
     pub threads: usize,
     pub max_connections: usize,
     pub shutdown_grace_ms: u64,

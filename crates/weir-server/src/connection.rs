@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Capacity of a fresh read buffer.
-pub const BUFFER_BYTES_INITIAL: usize = 4096;
+pub const BUFFER_BYTES_INITIAL: usize = 1024;
 /// A buffer grown past this is replaced by a fresh one once it is empty.
 pub const BUFFER_BYTES_RETAINED_MAX: usize = 64 * 1024;
 /// Bytes read ahead while a command waits (a blocking `get`, `monitor`); past this the

@@ -54,7 +54,7 @@ struct ServeArgs {
     /// "weir_server=debug" [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
-    /// Runtime worker threads; 1 runs everything on one thread [default: CPU count]
+    /// Event-loop threads serving connections [default: CPU count]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Most memcache connections open at once [default: 16384]
@@ -98,17 +98,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     raise_open_files_limit();
-    let runtime = if settings.threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(settings.threads)
-            .enable_all()
-            .build()
-    }
-    .context("starting the runtime")?;
+    // The accept loop, HTTP and the first event loop; `server::run` starts the others.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
     let config_path = args.config.map(|p| std::path::absolute(&p).unwrap_or(p));
     let result = runtime.block_on(weir_server::server::run(settings, config_path));
     // Tasks still running (a client stuck in a write) must not hold up the exit.
