@@ -160,6 +160,20 @@ def test_pymemcache_multi_key_get(pm):
 
 
 @pytest.mark.weir_only
+def test_pipelined_batches(pm, mc):
+    # pymemcache's set_many and python-memcached's set_multi pipeline many sets
+    # in one write; the get side asks for several queues in one `get`.
+    values = {f"pb{i}": b"v%d" % i for i in range(20)}
+    assert pm.set_many(values) == []  # no failed keys
+    assert pm.get_many(list(values)) == values
+    assert pm.get_many(list(values)) == {}
+    text = {f"pt{i}": f"t{i}" for i in range(20)}
+    assert mc.set_multi(text) == []
+    assert mc.get_multi(list(text)) == text
+    assert mc.get_multi(list(text)) == {}
+
+
+@pytest.mark.weir_only
 def test_pymemcache_open_close(server, pm):
     for v in (b"a", b"b", b"c", b"d"):
         assert pm.set("rq", v) is True
