@@ -29,10 +29,14 @@ use tokio::sync::mpsc;
 
 use crate::cmd::{self, Ctx, Flow, Session};
 use crate::config::{Limits, Settings};
-use crate::connection::Connection;
+use crate::connection::{write_now, Connection};
 use crate::metrics::Metrics;
 use crate::parse::{parse, CommandKind, Parse, ParseLimits};
 use crate::shutdown::{Listener, Shutdown};
+
+/// Pending replies past this size are written before the next request of the same
+/// read is executed.
+const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
@@ -430,6 +434,16 @@ async fn process(
                 conn.take_read_ahead();
                 if flow == Flow::Close {
                     return (Flow::Close, true);
+                }
+                // A burst of gets for large items: write as we go rather than hold
+                // every reply of the read in memory.
+                if conn.output.len() >= OUTPUT_BYTES_FLUSH_AT {
+                    match write_now(&mut conn.stream, &mut conn.output).await {
+                        Ok(n) => {
+                            shared.metrics.bytes_written.fetch_add(n as u64, Relaxed);
+                        }
+                        Err(_) => return (Flow::Close, true),
+                    }
                 }
             }
         }

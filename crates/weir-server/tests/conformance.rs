@@ -716,3 +716,29 @@ fn help_explains_the_flags() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("bogus"));
 }
+
+#[test]
+fn large_items_pipelined() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    let mut req = Vec::new();
+    let mut expected = Vec::new();
+    let items: Vec<Vec<u8>> = (0..20u8)
+        .map(|i| vec![b'a' + i; 100_000 + i as usize])
+        .collect();
+    for item in &items {
+        req.extend_from_slice(format!("set big 0 0 {}\r\n", item.len()).as_bytes());
+        req.extend_from_slice(item);
+        req.extend_from_slice(b"\r\n");
+        expected.extend_from_slice(b"STORED\r\n");
+    }
+    c.call(&req, &expected);
+    let mut expected = Vec::new();
+    for item in &items {
+        expected.extend_from_slice(format!("VALUE big 0 {}\r\n", item.len()).as_bytes());
+        expected.extend_from_slice(item);
+        expected.extend_from_slice(b"\r\nEND\r\n");
+    }
+    c.call(&b"get big\r\n".repeat(items.len()), &expected);
+    c.call(b"get big\r\n", b"END\r\n");
+}

@@ -15,6 +15,7 @@ use bytes::BufMut;
 use weir::{ErrorKind, TakeMode};
 
 use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use crate::leases::LEASES_PER_CONNECTION_MAX;
 use crate::request::{parse_read_key, ReadKey};
 
 pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
@@ -40,6 +41,11 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
         };
         if (o.is_plain() && held > 0) || (o.open && held_after_close >= open_reads_max) {
             ctx.out.put_slice(REPLY_CLOSE_FIRST);
+            return Flow::Continue;
+        }
+        // Leases over many readers: bounded per connection too.
+        if o.open && ctx.session.leases.total() >= LEASES_PER_CONNECTION_MAX {
+            ctx.out.put_slice(b"CLIENT_ERROR too many open items\r\n");
             return Flow::Continue;
         }
     }
