@@ -742,3 +742,24 @@ fn large_items_pipelined() {
     c.call(&b"get big\r\n".repeat(items.len()), &expected);
     c.call(b"get big\r\n", b"END\r\n");
 }
+
+#[test]
+fn reload_applies_queue_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[queues.\"capped\"]\nmax_items = 1\n");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    c.call(
+        b"set capped 0 0 1\r\na\r\nset capped 0 0 1\r\nb\r\n",
+        b"STORED\r\nNOT_STORED\r\n",
+    );
+    std::fs::write(&cfg, "[queues.\"capped\"]\nmax_items = 2\n").unwrap();
+    c.call(b"reload\r\n", b"Reloaded config.\r\n");
+    c.call(
+        b"set capped 0 0 1\r\nb\r\nset capped 0 0 1\r\nc\r\n",
+        b"STORED\r\nNOT_STORED\r\n",
+    );
+}

@@ -259,3 +259,30 @@ fn a_trickling_client_does_not_stall_others() {
         c.expect(b"STORED\r\n");
     }
 }
+
+#[test]
+fn sigterm_with_open_leases_gives_them_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(b"get q/open\r\n", b"VALUE q/open 0 1\r\na\r\nEND\r\n");
+    // A reader waiting when the signal comes gets END, not a hang.
+    let mut waiter = s.client();
+    waiter.send(b"get w/t=10000\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    let status = s.terminate(Duration::from_secs(10));
+    assert!(status.success(), "{status:?}\n{}", s.log());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    waiter.expect(b"END\r\n");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    c.call(
+        b"get q\r\nget q\r\nget q\r\n",
+        b"VALUE q 0 1\r\na\r\nEND\r\nVALUE q 0 1\r\nb\r\nEND\r\nEND\r\n",
+    );
+}
