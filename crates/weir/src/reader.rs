@@ -87,7 +87,12 @@ impl Reader {
     }
 
     /// Like [`Reader::take_timeout`] for async callers: the task sleeps, no thread does.
-    /// Dropping the future takes nothing.
+    ///
+    /// Dropping the future while it waits for an item takes nothing. One window is
+    /// inherent to a plain take (`TakeMode::Take`) on a `synced` queue: the item is
+    /// confirmed first and then fsync'ed, and a future dropped during that fsync has
+    /// taken the item without receiving it. Take under a lease (`TakeMode::Lease`) for
+    /// at-least-once delivery.
     pub async fn take_async(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
