@@ -7,6 +7,7 @@
 //! a short `Vec` (a connection touches few readers) searched linearly: cheaper than a
 //! map at these sizes and no hashing on the hot path. Dropping it releases everything.
 
+use crate::handles::same_name;
 use std::collections::VecDeque;
 
 use weir::{LeaseId, Reader};
@@ -29,9 +30,9 @@ pub struct Leases {
 
 impl Leases {
     fn position(&self, queue: &str, reader: &str) -> Option<usize> {
-        self.held
-            .iter()
-            .position(|h| h.reader.queue_name() == queue && h.reader.name() == reader)
+        self.held.iter().position(|h| {
+            same_name(h.reader.queue_name(), queue) && same_name(h.reader.name(), reader)
+        })
     }
 
     /// Leases held on `queue`/`reader`.
@@ -89,8 +90,8 @@ impl Leases {
     pub fn forget(&mut self, queue: &str, reader: Option<&str>) {
         let count = &mut self.count;
         self.held.retain(|h| {
-            let gone =
-                h.reader.queue_name() == queue && reader.is_none_or(|r| h.reader.name() == r);
+            let gone = same_name(h.reader.queue_name(), queue)
+                && reader.is_none_or(|r| same_name(h.reader.name(), r));
             if gone {
                 *count -= h.ids.len();
             }

@@ -109,6 +109,30 @@ impl RuntimeLimits {
     }
 }
 
+/// Pending connections the kernel queues for `accept` (capped by
+/// `net.core.somaxconn`). The default of `TcpListener::bind` is 128, which makes a
+/// burst of thousands of connects wait for SYN retries.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds the memcache listener with a [`LISTEN_BACKLOG`]-deep accept queue.
+async fn listen(addr: &str) -> io::Result<TcpListener> {
+    let mut last = None;
+    for sa in tokio::net::lookup_host(addr).await? {
+        let socket = if sa.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(sa).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
+}
+
 /// Runs the server until it is shut down; returns once the store is closed.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = settings.data_dir.clone();
@@ -117,7 +141,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .await
         .context("opening the store")?
         .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
-    let listener = TcpListener::bind(&settings.listen)
+    let listener = listen(&settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let http_listener = TcpListener::bind(&settings.http_listen)

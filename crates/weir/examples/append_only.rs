@@ -4,12 +4,24 @@ use weir::{AppendOptions, Durability, QueueConfig, Store, StoreOptions};
 
 fn main() -> weir::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = args.get(1).cloned().unwrap_or_else(|| "/tmp/weir-append".into());
-    let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3_000_000);
+    let dir = args
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| "/tmp/weir-append".into());
+    let n: u64 = args
+        .get(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3_000_000);
     let _ = std::fs::remove_dir_all(&dir);
     let store = Store::open_with(
         &dir,
-        StoreOptions { defaults: QueueConfig { durability: Durability::Buffered, ..Default::default() }, config_for: None },
+        StoreOptions {
+            defaults: QueueConfig {
+                durability: Durability::Buffered,
+                ..Default::default()
+            },
+            config_for: None,
+        },
     )?;
     let q = store.queue("a")?;
     let record = vec![1u8; 512];
