@@ -51,11 +51,14 @@ use crate::stats::{QueueStats, ReaderStats};
 use crate::store::StoreInner;
 
 /// Mapping window of the segment being written: bounds the RSS the writer adds.
-const WRITE_WINDOW_BYTES: u64 = 1024 * 1024;
+const WRITE_WINDOW_BYTES: u64 = 256 * 1024;
 /// When every reader has confirmed everything and the segment being written is at
 /// least this large, a new segment is started so the old one can be deleted: disk use
 /// follows the backlog down instead of waiting for the segment to fill.
 const ROLL_WHEN_EMPTY_BYTES: u64 = 4 * 1024 * 1024;
+/// A queue not written for this long gives back its mapping windows (their RSS); the
+/// next write maps again. Bounds the memory of many idle queues.
+const IDLE_UNMAP: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a caller must wait for before its operation is durable: `(last data seq,
 /// journal position)`, or nothing.
@@ -205,6 +208,12 @@ struct State {
     /// Sealed segments not yet fsync'ed.
     unsynced: Vec<Arc<File>>,
     last_sync: Instant,
+    /// When the queue last wrote (an append or a journal record); windows idle for
+    /// `IDLE_UNMAP` are unmapped.
+    last_write: Instant,
+    /// Written since the background thread last looked.
+    wrote: bool,
+    mapped: bool,
 }
 
 /// What a reader's next item is and where it comes from.
@@ -580,6 +589,8 @@ impl State {
         self.floor_bytes += bytes;
         self.total_appended += count;
         self.dirty = true;
+        self.wrote = true;
+        self.mapped = true;
         Ok(first)
     }
 
@@ -1195,6 +1206,9 @@ impl QueueCore {
             dir_dirty: false,
             unsynced: Vec::new(),
             last_sync: Instant::now(),
+            last_write: Instant::now(),
+            wrote: false,
+            mapped: true,
         };
         if seq_floor > state.next_seq {
             tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {} were lost (OS crash before fsync?); sequence numbers continue after the confirmed ones", state.next_seq);
@@ -1917,6 +1931,13 @@ impl QueueCore {
             let mut st = self.state.lock();
             if st.closed || st.deleted {
                 return;
+            }
+            if std::mem::take(&mut st.wrote) {
+                st.last_write = now;
+            } else if st.mapped && now.duration_since(st.last_write) >= IDLE_UNMAP {
+                st.writer.unmap();
+                st.journal.unmap();
+                st.mapped = false;
             }
             if st.config.open_timeout.is_some() {
                 let mut woke = Vec::new();

@@ -26,7 +26,7 @@ use crate::segment::{
 /// Journal size that triggers a new generation.
 const ROTATE_BYTES_MIN: u64 = 4 * 1024 * 1024;
 /// Mapping window of the journal.
-const WINDOW_BYTES: u64 = 256 * 1024;
+const WINDOW_BYTES: u64 = 64 * 1024;
 /// Largest record body (a reader create with a 100-byte name is ~120 bytes).
 const BODY_BYTES_MAX: usize = 1024;
 
@@ -384,6 +384,11 @@ impl Journal {
 
     pub fn size_bytes(&self) -> u64 {
         self.map.end()
+    }
+
+    /// Drops the mapping (frees its RSS); the next append maps again.
+    pub fn unmap(&mut self) {
+        self.map.unmap();
     }
 
     /// Cuts the file to its valid data (on a clean close).
