@@ -59,6 +59,8 @@ const ROLL_WHEN_EMPTY_BYTES: u64 = 4 * 1024 * 1024;
 /// A queue not written for this long gives back its mapping windows (their RSS); the
 /// next write maps again. Bounds the memory of many idle queues.
 const IDLE_UNMAP: std::time::Duration = std::time::Duration::from_secs(2);
+/// Most expired items one take drops (or moves) before it lets go of the lock.
+const EXPIRED_PER_CALL_MAX: u32 = 1024;
 
 /// What a caller must wait for before its operation is durable: `(last data seq,
 /// journal position)`, or nothing.
@@ -148,6 +150,13 @@ impl ReaderState {
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
     }
 
+    /// Byte counts are estimates after a reopen; an empty reader holds none.
+    fn settle(&mut self, next_seq: u64) {
+        if self.pending_items(next_seq) == 0 {
+            self.pending_bytes = 0;
+        }
+    }
+
     #[cfg(debug_assertions)]
     fn check(&self, next_seq: u64) {
         assert!(
@@ -184,6 +193,9 @@ struct State {
     config: QueueConfig,
     closed: bool,
     deleted: bool,
+    /// An fsync failed: the kernel may have dropped the dirty pages, so a later fsync
+    /// that succeeds proves nothing. The queue refuses work until the store reopens.
+    poisoned: Option<String>,
     /// Oldest first; the last one is being written through `writer`.
     segments: VecDeque<Segment>,
     writer: MapFile,
@@ -213,6 +225,8 @@ struct State {
     last_write: Instant,
     /// Written since the background thread last looked.
     wrote: bool,
+    /// The last take stopped after dropping `EXPIRED_PER_CALL_MAX` expired items.
+    expired_budget_spent: bool,
     mapped: bool,
 }
 
@@ -403,6 +417,14 @@ impl State {
             })
         } else if self.closed {
             Err(Error::Closed)
+        } else if let Some(why) = &self.poisoned {
+            Err(Error::io(
+                format!(
+                    "queue in {} failed an fsync earlier ({why}); reopen the store",
+                    self.dir().display()
+                ),
+                io::Error::other("fsync failed"),
+            ))
         } else {
             Ok(())
         }
@@ -420,6 +442,8 @@ impl State {
             ));
         }
         self.dirty = true;
+        self.wrote = true;
+        self.mapped = true;
         Ok(())
     }
 
@@ -492,7 +516,16 @@ impl State {
         if let Err(e) = old.trim() {
             tracing::warn!(path = %old.path().display(), error = %e, "could not trim a sealed segment");
         }
-        self.unsynced.push(Arc::clone(old.file()));
+        // Sealed segments are never scanned at open, so make a sealed one whole on disk
+        // now (once per segment): an OS crash cannot leave a torn batch in it.
+        if self.config.durability != Durability::Buffered {
+            if let Err(e) = old.file().sync_data() {
+                tracing::error!(path = %old.path().display(), error = %e, "fsync of a sealed segment failed");
+                self.poisoned = Some(e.to_string());
+            }
+        } else {
+            self.unsynced.push(Arc::clone(old.file()));
+        }
         self.segments.push_back(Segment {
             first_seq: first,
             path,
@@ -667,6 +700,8 @@ impl State {
                     // After a reopen the cursor starts at the oldest unconfirmed item;
                     // items confirmed out of order before the restart are skipped here.
                     if h.seq < r.acked_below || r.confirmed.contains(h.seq) {
+                        // Counted in the estimate of `pending_bytes` made at open.
+                        r.pending_bytes = r.pending_bytes.saturating_sub(h.len as u64);
                         r.cursor = next;
                         r.cursor_seq = h.seq + 1;
                         continue;
@@ -745,6 +780,10 @@ impl State {
         now: u64,
         moves: &mut Vec<Item>,
     ) -> Result<Option<Taken>> {
+        // Expired items at the head are dropped as they are met, but at most
+        // `EXPIRED_PER_CALL_MAX` per call, so one call never holds the lock (or the
+        // payloads being moved to `expire_to`) for a whole expired backlog.
+        let mut expired_budget = EXPIRED_PER_CALL_MAX;
         loop {
             let Some(c) = self.next_candidate(name)? else {
                 return Ok(None);
@@ -793,6 +832,11 @@ impl State {
                         lease: None,
                     }));
                 }
+                expired_budget -= 1;
+                if expired_budget == 0 {
+                    self.expired_budget_spent = true;
+                    return Ok(None);
+                }
                 continue;
             }
             let lease_timeout = self.config.open_timeout;
@@ -833,7 +877,7 @@ impl State {
                                 seq,
                                 loc: c.loc,
                                 len: c.header.len,
-                                deadline: lease_timeout.map(|t| Instant::now() + t),
+                                deadline: lease_timeout.and_then(|t| Instant::now().checked_add(t)),
                             },
                         );
                         r.taken += 1;
@@ -861,48 +905,81 @@ impl State {
         (items, bytes)
     }
 
-    /// Drops the oldest item of a queue with no reader; false when there is none.
+    /// Drops the oldest item of a queue with no reader (only if it has expired, when
+    /// `only_expired`); false when there is none to drop.
     fn advance_floor(&mut self, only_expired: bool, now: u64) -> Result<bool> {
-        if self.floor >= self.next_seq {
-            return Ok(false);
-        }
-        let loc = match self.floor_loc {
-            Some(l) => l,
-            None => locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
-                .map_err(io_err(|| "locating the oldest item".into()))?,
-        };
-        let read = read_at(&self.segments, &self.writer, &mut self.floor_rb, loc)
-            .map_err(io_err(|| "reading the oldest item".into()))?;
-        let (next_floor, next_loc, len) = match read {
-            ReadAt::Rec(h, _) => {
-                if only_expired && !is_expired(&h, now, &self.config) {
-                    return Ok(false);
-                }
-                (
-                    h.seq + 1,
-                    Some(Loc {
+        loop {
+            if self.floor >= self.next_seq {
+                self.floor_bytes = 0;
+                return Ok(false);
+            }
+            let loc = match self.floor_loc {
+                Some(l) => l,
+                None => locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
+                    .map_err(io_err(|| "locating the oldest item".into()))?,
+            };
+            let read = read_at(&self.segments, &self.writer, &mut self.floor_rb, loc)
+                .map_err(io_err(|| "reading the oldest item".into()))?;
+            match read {
+                ReadAt::Rec(h, _) => {
+                    let next = Loc {
                         seg: loc.seg,
                         off: loc.off + h.record_bytes(),
-                    }),
-                    h.len as u64,
-                )
+                    };
+                    if h.seq < self.floor {
+                        // Below the floor already (the first segment holds older items).
+                        self.floor_loc = Some(next);
+                        continue;
+                    }
+                    if only_expired && !is_expired(&h, now, &self.config) {
+                        self.floor_loc = Some(loc);
+                        return Ok(false);
+                    }
+                    self.journal_append(JRecord::Floor(h.seq + 1))?;
+                    self.floor = h.seq + 1;
+                    self.floor_loc = Some(next);
+                    self.floor_bytes = self.floor_bytes.saturating_sub(h.len as u64);
+                    return Ok(true);
+                }
+                ReadAt::End => {
+                    // Step into the next segment; the floor itself does not move.
+                    let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
+                    match self.segments.get(i + 1) {
+                        Some(next) => {
+                            self.floor_loc = Some(Loc {
+                                seg: next.first_seq,
+                                off: FILE_HEADER_BYTES,
+                            })
+                        }
+                        None => return Ok(false),
+                    }
+                }
+                ReadAt::Bad => {
+                    let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
+                    let seg = &self.segments[i];
+                    let active = i + 1 == self.segments.len();
+                    let limit = if active { self.writer.end() } else { seg.end };
+                    let seq_max = self.next_seq.saturating_sub(1);
+                    let found = segment::resync(&seg.file, loc.off + 1, limit, self.floor, seq_max)
+                        .map_err(io_err(|| format!("reading segment {}", seg.path.display())))?;
+                    tracing::error!(path = %seg.path.display(), offset = loc.off, "damaged record; skipping to the next valid one");
+                    self.floor_rb.clear();
+                    self.floor_loc = Some(Loc {
+                        seg: loc.seg,
+                        off: found.map_or(limit, |(at, _)| at),
+                    });
+                }
+                ReadAt::Missing => {
+                    let relocated =
+                        locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
+                            .map_err(io_err(|| "locating the oldest item".into()))?;
+                    if Some(relocated) == self.floor_loc {
+                        return Ok(false);
+                    }
+                    self.floor_loc = Some(relocated);
+                }
             }
-            // Damage or a segment end: look the next item up from scratch.
-            _ => {
-                let i = seg_index(&self.segments, loc.seg).map_or(0, |i| i + 1);
-                let next = self
-                    .segments
-                    .get(i)
-                    .map_or(self.next_seq, |s| s.first_seq)
-                    .max(self.floor + 1);
-                (next, None, 0)
-            }
-        };
-        self.journal_append(JRecord::Floor(next_floor))?;
-        self.floor = next_floor;
-        self.floor_loc = next_loc;
-        self.floor_bytes = self.floor_bytes.saturating_sub(len);
-        Ok(true)
+        }
     }
 
     /// Makes room for `count` items of `bytes` under `max_items`/`max_bytes`.
@@ -1117,7 +1194,15 @@ impl QueueCore {
                     .map_err(io_err(|| ctx("reading segment in")))?;
                 let header_ok = n == header.len()
                     && segment::decode_file_header(SEGMENT_MAGIC, &header) == Some(last.first_seq);
-                let (end, scanned_next) = if header_ok {
+                if !header_ok && last.end > FILE_HEADER_BYTES {
+                    // The header is damaged but records may follow: rewrite the header
+                    // (the first seq is the file's name) and keep what checks out.
+                    tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
+                    use std::os::unix::fs::FileExt;
+                    file.write_all_at(&encode_file_header(SEGMENT_MAGIC, last.first_seq), 0)
+                        .map_err(io_err(|| ctx("rewriting a segment header in")))?;
+                }
+                let (end, scanned_next) = if header_ok || last.end > FILE_HEADER_BYTES {
                     let scan = segment::scan(&file, last.first_seq, last.end)
                         .map_err(io_err(|| ctx("scanning segment in")))?;
                     if scan.torn_batch {
@@ -1187,6 +1272,7 @@ impl QueueCore {
             config,
             closed: false,
             deleted: false,
+            poisoned: None,
             segments,
             writer,
             next_seq,
@@ -1208,6 +1294,7 @@ impl QueueCore {
             last_sync: Instant::now(),
             last_write: Instant::now(),
             wrote: false,
+            expired_budget_spent: false,
             mapped: true,
         };
         if seq_floor > state.next_seq {
@@ -1433,6 +1520,7 @@ impl QueueCore {
             if st.deleted {
                 return Ok((u64::MAX, u64::MAX));
             }
+            st.check_usable()?;
             let sealed = std::mem::take(&mut st.unsynced);
             let mut files = Vec::with_capacity(2);
             let (seq, jpos) = (st.next_seq - 1, st.journal.written);
@@ -1458,9 +1546,8 @@ impl QueueCore {
         })();
         if let Err(e) = result {
             let mut st = self.state.lock();
-            st.unsynced.extend(sealed);
-            st.dirty = true;
-            st.dir_dirty |= dir_dirty;
+            tracing::error!(dir = %self.dir.display(), error = %e, "fsync failed; the queue refuses work until the store is reopened");
+            st.poisoned = Some(e.to_string());
             return Err(Error::io(format!("fsync in {}", self.dir.display()), e));
         }
         Ok((seq, jpos))
@@ -1627,33 +1714,43 @@ impl QueueCore {
             TakeMode::Peek => Purpose::Peek,
         };
         let now = now_ms();
-        let mut moves = Vec::new();
-        let result = (|| {
-            let mut st = self.state.lock();
-            st.check_usable()?;
-            if !st.readers.contains_key(reader) {
-                validate_reader_name(reader)?;
-                st.create_reader(reader)?;
+        let mut wrote_any = false;
+        loop {
+            let mut moves = Vec::new();
+            let result = (|| {
+                let mut st = self.state.lock();
+                st.check_usable()?;
+                if !st.readers.contains_key(reader) {
+                    validate_reader_name(reader)?;
+                    st.create_reader(reader)?;
+                }
+                let journal_before = st.journal.written;
+                st.expired_budget_spent = false;
+                let taken = st.take_inner(reader, purpose, now, &mut moves)?;
+                let wrote = st.journal.written != journal_before;
+                if wrote {
+                    st.reclaim();
+                    st.maybe_rotate_journal();
+                }
+                let next_seq = st.next_seq;
+                if let Some(r) = st.readers.get_mut(reader) {
+                    r.settle(next_seq);
+                    r.check(next_seq);
+                }
+                let again = taken.is_none() && st.expired_budget_spent;
+                let ticket = Self::ticket(&st, false, 0, true);
+                Ok::<_, Error>((taken, wrote, again, ticket))
+            })();
+            self.move_expired(moves);
+            let (taken, wrote, again, ticket) = result?;
+            wrote_any |= wrote;
+            if again {
+                // More expired items wait at the head: let others in, then go on.
+                continue;
             }
-            let journal_before = st.journal.written;
-            let taken = st.take_inner(reader, purpose, now, &mut moves)?;
-            let wrote = st.journal.written != journal_before;
-            if wrote {
-                st.reclaim();
-                st.maybe_rotate_journal();
-            }
-            if let Some(r) = st.readers.get(reader) {
-                r.check(st.next_seq);
-            }
-            let ticket = if wrote {
-                Self::ticket(&st, false, 0, true)
-            } else {
-                Ticket(None)
-            };
-            Ok((taken, ticket))
-        })();
-        self.move_expired(moves);
-        result
+            let ticket = if wrote_any { ticket } else { Ticket(None) };
+            return Ok((taken, ticket));
+        }
     }
 
     pub(crate) fn take_batch(&self, reader: &str, count_max: usize) -> Result<(Vec<Item>, Ticket)> {
@@ -1762,6 +1859,7 @@ impl QueueCore {
             r.leases.remove(&lease.0);
             r.confirm_mem(seq, seq + 1, len);
             r.confirmed_total += 1;
+            r.settle(next_seq);
             r.check(next_seq);
         }
         st.reclaim();
@@ -1892,19 +1990,22 @@ impl QueueCore {
         ))
     }
 
-    pub(crate) fn delete_files(&self) -> Result<()> {
+    /// Marks the queue deleted (every handle gets `NotFound` from now on) and moves its
+    /// directory to `tomb`, for the store to remove. Called under the store's map lock.
+    pub(crate) fn retire(&self, tomb: &Path) -> Result<()> {
         let mut st = self.state.lock();
-        if st.deleted {
-            return Ok(());
+        if let Err(e) = fs::rename(&self.dir, tomb) {
+            return Err(Error::io(format!("deleting {}", self.dir.display()), e));
         }
         st.deleted = true;
         st.writer.unmap();
+        st.journal.unmap();
         for r in st.readers.values() {
             r.notify.notify_waiters();
         }
         drop(st);
         self.wake_blocking();
-        fs::remove_dir_all(&self.dir).map_err(io_err(|| format!("deleting {}", self.dir.display())))
+        Ok(())
     }
 
     /// Syncs and cuts the files to their valid data; the queue refuses work afterwards.

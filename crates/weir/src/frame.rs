@@ -94,6 +94,7 @@ pub(crate) fn decode_header(bytes: &[u8]) -> Option<RecordHeader> {
     };
     if header.len as u64 > RECORD_PAYLOAD_BYTES_MAX
         || header.seq == 0
+        || header.seq > SEQ_MAX
         || u32_at(36) & !BIT_MORE != 0
     {
         return None;
@@ -108,6 +109,10 @@ pub(crate) fn verify(header: &RecordHeader, record: &[u8]) -> bool {
     }
     crc32c::crc32c(&record[8..]) == header.crc
 }
+
+/// Largest seq a record may carry: far beyond any real queue (2^62 items), and far
+/// enough from `u64::MAX` that no arithmetic on seqs can overflow.
+pub(crate) const SEQ_MAX: u64 = 1 << 62;
 
 /// A small framed record of the reader journal: length, CRC, then the body.
 pub(crate) const SMALL_FRAME_HEADER_BYTES: usize = 8;

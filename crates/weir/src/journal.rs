@@ -16,7 +16,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::frame::{decode_small_frame, encode_small_frame};
+use crate::frame::{decode_small_frame, encode_small_frame, SEQ_MAX};
 use crate::intervals::IntervalSet;
 use crate::mapfile::{sync_dir, MapFile};
 use crate::segment::{
@@ -99,7 +99,7 @@ impl JRecord {
             Some(u64::from_le_bytes(body.get(i..i + 8)?.try_into().ok()?))
         };
         let rec = match *body.first()? {
-            1 if body.len() == 9 => JRecord::Floor(u64_at(1)?),
+            1 if body.len() == 9 => JRecord::Floor(u64_at(1)?.min(SEQ_MAX)),
             2 => {
                 let len = *body.get(13)? as usize;
                 if body.len() != 14 + len {
@@ -116,7 +116,7 @@ impl JRecord {
             3 if body.len() == 5 => JRecord::ReaderDelete { id: u32_at(1)? },
             4 if body.len() == 21 => {
                 let (from, to) = (u64_at(5)?, u64_at(13)?);
-                if from >= to {
+                if from >= to || to > SEQ_MAX {
                     return None;
                 }
                 JRecord::Confirm {

@@ -20,7 +20,7 @@ static OPEN_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// The lock of one data directory; released on drop.
 pub(crate) struct DirLock {
-    _file: File,
+    file: Option<File>,
     dir: PathBuf,
 }
 
@@ -61,7 +61,7 @@ impl DirLock {
         }
         open.push(canonical.clone());
         Ok(DirLock {
-            _file: file,
+            file: Some(file),
             dir: canonical,
         })
     }
@@ -69,8 +69,12 @@ impl DirLock {
 
 impl Drop for DirLock {
     fn drop(&mut self) {
+        // Close first (releasing the record lock), then let this process open the
+        // directory again: the other order would let a new opener take the lock and
+        // then lose it when this descriptor closes (POSIX drops all of a process's
+        // locks on a file when any of its descriptors for it is closed).
+        drop(self.file.take());
         let mut open = OPEN_DIRS.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|d| d != &self.dir);
-        // Closing `_file` (after this) releases the record lock.
     }
 }

@@ -11,6 +11,9 @@ use crate::core::QueueCore;
 use crate::error::Result;
 use crate::item::{Item, Lease, LeaseId, TakeMode, Taken};
 
+/// What a timeout too large to add to the clock is cut to (about 30 years).
+const WAIT_FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
 /// A handle on one reader of one queue.
 #[derive(Clone)]
 pub struct Reader {
@@ -72,7 +75,11 @@ impl Reader {
     /// Like [`Reader::take_mode`], but waits up to `timeout` for an item to arrive,
     /// blocking the calling thread. An append wakes the waiter at once.
     pub fn take_timeout(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
-        let deadline = Instant::now() + timeout;
+        // `Duration::MAX` means "wait for ever": cap it rather than overflow.
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + WAIT_FOREVER);
         loop {
             // Read the wake generation before looking, so an append between the look
             // and the wait is not missed.
@@ -94,7 +101,10 @@ impl Reader {
     /// taken the item without receiving it. Take under a lease (`TakeMode::Lease`) for
     /// at-least-once delivery.
     pub async fn take_async(&self, mode: TakeMode, timeout: Duration) -> Result<Option<Taken>> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + WAIT_FOREVER);
         loop {
             // Register as a waiter before looking, so an append between the look and
             // the wait wakes us: the appender sees the waiter count under the queue's

@@ -247,13 +247,19 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
                 end = off;
             }
             Found::End => break,
+            Found::Record(..) | Found::Bad if batch.is_some() => {
+                // Damage inside a batch: after an OS crash the pages of a batch can
+                // reach the disk out of order. A batch is all or nothing, so it is cut
+                // with everything after it (nothing after it was fsync'ed: an fsync
+                // would have written the damaged page too).
+                break;
+            }
             Found::Record(..) | Found::Bad => {
                 // A torn tail is zeroes or garbage up to the end; damage in the middle
                 // is followed by a valid record with a later seq.
                 match resync(file, off + 1, file_len, next_seq, u64::MAX)? {
                     Some((at, _)) => {
                         damaged = true;
-                        batch = None;
                         rb.clear();
                         off = at;
                     }

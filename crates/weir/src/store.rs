@@ -146,14 +146,29 @@ impl Store {
     pub fn delete_queue(&self, name: &str) -> Result<bool> {
         self.handle.inner.check_open()?;
         validate_queue_name(name)?;
-        let core = self.handle.inner.queues.lock().remove(name);
-        match core {
-            Some(core) => {
-                core.delete_files()?;
-                Ok(true)
+        // Under the map lock the queue is retired and its directory moved to a name no
+        // queue can have, so a concurrent `queue(name)` creates a fresh queue and never
+        // reopens the old files; the tombstone is removed afterwards, outside the lock.
+        let tomb = {
+            let mut queues = self.handle.inner.queues.lock();
+            let Some(core) = queues.remove(name) else {
+                return Ok(false);
+            };
+            let tomb = self
+                .handle
+                .inner
+                .dir
+                .join("queues")
+                .join(tombstone_name(name));
+            if let Err(e) = core.retire(&tomb) {
+                queues.insert(name.to_string(), core);
+                return Err(e);
             }
-            None => Ok(false),
-        }
+            tomb
+        };
+        fs::remove_dir_all(&tomb)
+            .map_err(|e| Error::io(format!("deleting {}", tomb.display()), e))?;
+        Ok(true)
     }
 
     /// Replaces the options and applies the new settings to every open queue.
@@ -184,6 +199,17 @@ impl Store {
     }
 }
 
+/// Prefix of a deleted queue's directory while it is being removed; not a valid queue
+/// name, so it is never opened as one (leftovers are removed at open).
+const TOMBSTONE_PREFIX: &str = ".deleted-";
+
+fn tombstone_name(queue: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{TOMBSTONE_PREFIX}{queue}-{nanos}")
+}
+
 impl StoreInner {
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
@@ -203,6 +229,13 @@ impl StoreInner {
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
+            if name.starts_with(TOMBSTONE_PREFIX) {
+                // A deletion interrupted by a crash: finish it.
+                if let Err(e) = fs::remove_dir_all(entry.path()) {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a deleted queue");
+                }
+                continue;
+            }
             if validate_queue_name(&name).is_ok() && entry.path().is_dir() {
                 names.push(name);
             }
@@ -213,6 +246,9 @@ impl StoreInner {
     pub(crate) fn open_queue(self: &Arc<Self>, name: &str) -> Result<Arc<QueueCore>> {
         validate_queue_name(name)?;
         let mut queues = self.queues.lock();
+        // Checked under the map lock: `shutdown` marks the store closed before it
+        // drains the map, so no queue is opened after the drain.
+        self.check_open()?;
         if let Some(core) = queues.get(name) {
             return Ok(Arc::clone(core));
         }
