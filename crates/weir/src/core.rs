@@ -487,6 +487,12 @@ impl State {
 
     /// Starts a new segment at `next_seq`; the current one is sealed.
     fn roll(&mut self) -> Result<()> {
+        self.roll_with(true)
+    }
+
+    /// Starts a new segment; `sync_sealed` is false when every item of the sealed one is
+    /// confirmed (it is deleted right after), so no fsync is spent on it.
+    fn roll_with(&mut self, sync_sealed: bool) -> Result<()> {
         debug_assert!(
             self.writer.end() > FILE_HEADER_BYTES,
             "never roll an empty segment"
@@ -518,7 +524,9 @@ impl State {
         }
         // Sealed segments are never scanned at open, so make a sealed one whole on disk
         // now (once per segment): an OS crash cannot leave a torn batch in it.
-        if self.config.durability != Durability::Buffered {
+        if !sync_sealed {
+            self.unsynced.push(Arc::clone(old.file()));
+        } else if self.config.durability != Durability::Buffered {
             if let Err(e) = old.file().sync_data() {
                 tracing::error!(path = %old.path().display(), error = %e, "fsync of a sealed segment failed");
                 self.poisoned = Some(e.to_string());
@@ -544,7 +552,7 @@ impl State {
             && self.writer.end() >= ROLL_WHEN_EMPTY_BYTES
             && self.writer.end() > FILE_HEADER_BYTES
         {
-            if let Err(e) = self.roll() {
+            if let Err(e) = self.roll_with(false) {
                 tracing::warn!(error = %e, "could not start a new segment for an empty queue");
             }
         }
