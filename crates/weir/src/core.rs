@@ -487,12 +487,6 @@ impl State {
 
     /// Starts a new segment at `next_seq`; the current one is sealed.
     fn roll(&mut self) -> Result<()> {
-        self.roll_with(true)
-    }
-
-    /// Starts a new segment; `sync_sealed` is false when every item of the sealed one is
-    /// confirmed (it is deleted right after), so no fsync is spent on it.
-    fn roll_with(&mut self, sync_sealed: bool) -> Result<()> {
         debug_assert!(
             self.writer.end() > FILE_HEADER_BYTES,
             "never roll an empty segment"
@@ -522,18 +516,10 @@ impl State {
         if let Err(e) = old.trim() {
             tracing::warn!(path = %old.path().display(), error = %e, "could not trim a sealed segment");
         }
-        // Sealed segments are never scanned at open, so make a sealed one whole on disk
-        // now (once per segment): an OS crash cannot leave a torn batch in it.
-        if !sync_sealed {
-            self.unsynced.push(Arc::clone(old.file()));
-        } else if self.config.durability != Durability::Buffered {
-            if let Err(e) = old.file().sync_data() {
-                tracing::error!(path = %old.path().display(), error = %e, "fsync of a sealed segment failed");
-                self.poisoned = Some(e.to_string());
-            }
-        } else {
-            self.unsynced.push(Arc::clone(old.file()));
-        }
+        // Sealed segments are fsync'ed off the append path: by the next group commit
+        // (synced), the periodic sync, or the background thread (buffered). Doing it
+        // here, inline, would write up to a whole segment to disk inside one append.
+        self.unsynced.push(Arc::clone(old.file()));
         self.segments.push_back(Segment {
             first_seq: first,
             path,
@@ -552,7 +538,7 @@ impl State {
             && self.writer.end() >= ROLL_WHEN_EMPTY_BYTES
             && self.writer.end() > FILE_HEADER_BYTES
         {
-            if let Err(e) = self.roll_with(false) {
+            if let Err(e) = self.roll() {
                 tracing::warn!(error = %e, "could not start a new segment for an empty queue");
             }
         }
