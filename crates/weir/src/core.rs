@@ -341,6 +341,39 @@ fn read_at(
     }
 }
 
+/// Creates the segment file starting at `first_seq` (replacing any file of that name)
+/// with its header written, and the writer for it.
+fn create_segment(
+    dir: &Path,
+    first_seq: u64,
+    segment_size_bytes: u64,
+) -> Result<(Segment, MapFile)> {
+    let path = dir.join(segment_file_name(first_seq));
+    let err = |e| Error::io(format!("creating segment {}", path.display()), e);
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(err)?;
+    let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
+        .map_err(err)?
+        .with_cap(segment_size_bytes);
+    if let Err(e) = map.append(&[&encode_file_header(SEGMENT_MAGIC, first_seq)]) {
+        drop(map);
+        let _ = fs::remove_file(&path);
+        return Err(err(e));
+    }
+    let segment = Segment {
+        first_seq,
+        path,
+        file: Arc::clone(map.file()),
+        end: map.end(),
+    };
+    Ok((segment, map))
+}
+
 /// Where the first record with seq ≥ `seq` starts (the tail when there is none).
 fn locate_in(
     segments: &VecDeque<Segment>,
@@ -491,24 +524,8 @@ impl State {
             self.writer.end() > FILE_HEADER_BYTES,
             "never roll an empty segment"
         );
-        let first = self.next_seq;
-        let path = self.dir().join(segment_file_name(first));
-        let err = |e| Error::io(format!("creating segment {}", path.display()), e);
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(err)?;
-        let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
-            .map_err(err)?
-            .with_cap(self.config.segment_size_bytes);
-        if let Err(e) = map.append(&[&encode_file_header(SEGMENT_MAGIC, first)]) {
-            drop(map);
-            let _ = fs::remove_file(&path);
-            return Err(err(e));
-        }
+        let dir = self.dir().to_path_buf();
+        let (segment, map) = create_segment(&dir, self.next_seq, self.config.segment_size_bytes)?;
         let mut old = std::mem::replace(&mut self.writer, map);
         if let Some(last) = self.segments.back_mut() {
             last.end = old.end();
@@ -520,12 +537,7 @@ impl State {
         // (synced), the periodic sync, or the background thread (buffered). Doing it
         // here, inline, would write up to a whole segment to disk inside one append.
         self.unsynced.push(Arc::clone(old.file()));
-        self.segments.push_back(Segment {
-            first_seq: first,
-            path,
-            file: Arc::clone(self.writer.file()),
-            end: FILE_HEADER_BYTES,
-        });
+        self.segments.push_back(segment);
         self.dir_dirty = true;
         self.dirty = true;
         Ok(())
@@ -1240,24 +1252,8 @@ impl QueueCore {
         let writer = match writer {
             Some(w) => w,
             None => {
-                let path = dir.join(segment_file_name(next_seq));
-                let file = File::options()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .map_err(io_err(|| ctx("creating segment in")))?;
-                let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
-                    .map_err(io_err(|| ctx("mapping segment in")))?;
-                map.append(&[&encode_file_header(SEGMENT_MAGIC, next_seq)])
-                    .map_err(io_err(|| ctx("writing segment header in")))?;
-                segments.push_back(Segment {
-                    first_seq: next_seq,
-                    path,
-                    file: Arc::clone(map.file()),
-                    end: map.end(),
-                });
+                let (segment, map) = create_segment(dir, next_seq, config.segment_size_bytes)?;
+                segments.push_back(segment);
                 sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
                 map
             }
@@ -1300,24 +1296,9 @@ impl QueueCore {
                 // An empty last segment is named after a seq that is now retired.
                 let old = state.segments.pop_back();
                 state.next_seq = seq_floor;
-                let path = dir.join(segment_file_name(seq_floor));
-                let file = File::options()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .map_err(io_err(|| ctx("creating segment in")))?;
-                let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
-                    .map_err(io_err(|| ctx("mapping segment in")))?;
-                map.append(&[&encode_file_header(SEGMENT_MAGIC, seq_floor)])
-                    .map_err(io_err(|| ctx("writing segment header in")))?;
-                state.segments.push_back(Segment {
-                    first_seq: seq_floor,
-                    path,
-                    file: Arc::clone(map.file()),
-                    end: map.end(),
-                });
+                let (segment, map) =
+                    create_segment(dir, seq_floor, state.config.segment_size_bytes)?;
+                state.segments.push_back(segment);
                 state.writer = map;
                 if let Some(old) = old {
                     let _ = fs::remove_file(&old.path);
