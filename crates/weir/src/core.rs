@@ -1025,9 +1025,12 @@ impl State {
                     .map(|(n, _)| n.clone())
                     .collect();
                 for name in behind {
+                    self.expired_budget_spent = false;
+                    // Dropping a run of expired items (the budget) makes room too.
                     if self
                         .take_inner(&name, Purpose::Discard, now, moves)?
                         .is_some()
+                        || self.expired_budget_spent
                     {
                         progress = true;
                     }
@@ -1730,29 +1733,42 @@ impl QueueCore {
 
     pub(crate) fn take_batch(&self, reader: &str, count_max: usize) -> Result<(Vec<Item>, Ticket)> {
         let now = now_ms();
-        let mut moves = Vec::new();
-        let result = (|| {
-            let mut st = self.state.lock();
-            st.check_usable()?;
-            if !st.readers.contains_key(reader) {
-                validate_reader_name(reader)?;
-                st.create_reader(reader)?;
-            }
-            let mut items = Vec::new();
-            while items.len() < count_max {
-                match st.take_inner(reader, Purpose::Take, now, &mut moves) {
-                    Ok(Some(t)) => items.push(t.item),
-                    Ok(None) => break,
-                    Err(e) if items.is_empty() => return Err(e),
-                    Err(_) => break,
+        loop {
+            let mut moves = Vec::new();
+            let result = (|| {
+                let mut st = self.state.lock();
+                st.check_usable()?;
+                if !st.readers.contains_key(reader) {
+                    validate_reader_name(reader)?;
+                    st.create_reader(reader)?;
                 }
+                let mut items = Vec::new();
+                st.expired_budget_spent = false;
+                while items.len() < count_max {
+                    match st.take_inner(reader, Purpose::Take, now, &mut moves) {
+                        Ok(Some(t)) => items.push(t.item),
+                        Ok(None) => break,
+                        Err(e) if items.is_empty() => return Err(e),
+                        Err(_) => break,
+                    }
+                }
+                st.reclaim();
+                st.maybe_rotate_journal();
+                let next_seq = st.next_seq;
+                if let Some(r) = st.readers.get_mut(reader) {
+                    r.settle(next_seq);
+                }
+                // Stopped by the expiry budget with nothing to show: go on after
+                // letting go of the lock (and of the items being moved).
+                let again = items.is_empty() && st.expired_budget_spent;
+                Ok((items, again, Self::ticket(&st, false, 0, true)))
+            })();
+            self.move_expired(moves);
+            let (items, again, ticket) = result?;
+            if !again {
+                return Ok((items, ticket));
             }
-            st.reclaim();
-            st.maybe_rotate_journal();
-            Ok((items, Self::ticket(&st, false, 0, true)))
-        })();
-        self.move_expired(moves);
-        result
+        }
     }
 
     pub(crate) fn wake_gen(&self) -> u64 {

@@ -167,3 +167,47 @@ fn huge_timeouts_do_not_panic() {
     assert!(r.release(got.lease.unwrap()).unwrap());
     assert_eq!(r.take().unwrap().unwrap().data, &b"x"[..]);
 }
+
+/// A take drops at most 1024 expired items per lock hold; behind a longer run of expired
+/// items the live one must still come back from take, take_batch and peek, and a full
+/// queue that discards old items must still make room.
+#[test]
+fn live_items_behind_a_long_run_of_expired_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let past = AppendOptions {
+        expires_at_ms: 1,
+        ..Default::default()
+    };
+    let expired: Vec<Vec<u8>> = (0..3000u64).map(|i| payload(i, 16)).collect();
+    let refs: Vec<&[u8]> = expired.iter().map(|d| d.as_slice()).collect();
+    for name in ["take", "batch", "peek"] {
+        let q = store.queue(name).unwrap();
+        q.append_batch(&refs, past).unwrap();
+        q.append(b"live", AppendOptions::default()).unwrap();
+    }
+    let r = store.queue("take").unwrap().reader("").unwrap();
+    assert_eq!(r.take().unwrap().unwrap().data, &b"live"[..]);
+    let r = store.queue("batch").unwrap().reader("").unwrap();
+    let got = r.take_batch(10).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].data, &b"live"[..]);
+    let q = store.queue("peek").unwrap();
+    let r = q.reader("").unwrap();
+    assert_eq!(r.peek().unwrap().unwrap().data, &b"live"[..]);
+    let expired_count: u64 = q.stats().readers.iter().map(|r| r.expired).sum();
+    assert_eq!(expired_count, 3000);
+
+    let config = QueueConfig {
+        max_items: 3001,
+        discard_old_when_full: true,
+        ..Default::default()
+    };
+    let q = store.queue("full").unwrap();
+    q.set_config(config);
+    q.reader("").unwrap();
+    q.append_batch(&refs, past).unwrap();
+    q.append(b"first live", AppendOptions::default()).unwrap();
+    q.append(b"second live", AppendOptions::default())
+        .expect("expired items make room");
+}
