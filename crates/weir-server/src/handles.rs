@@ -9,12 +9,9 @@
 
 use weir::{Queue, Reader, Store};
 
-/// Name equality, length first. The default reader's name is empty, and glibc's AVX-512
-/// `memcmp` takes ~150 ns for a zero-length compare on some machines (measured here: a
-/// third of a `get`'s CPU); comparing lengths first never calls it for empty names.
-pub fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.is_empty() || a.as_bytes() == b.as_bytes())
-}
+/// Names compare length-first (`weir::names_equal`): the default reader's name is
+/// empty, and a zero-length `memcmp` costs ~150 ns on some machines.
+pub use weir::names_equal as same_name;
 
 /// Queues (and, separately, readers) remembered per connection.
 pub const HANDLES_CACHED_MAX: usize = 16;

@@ -463,6 +463,17 @@ impl State {
         }
     }
 
+    /// Refuses work on a closed, deleted or poisoned queue, and creates the reader
+    /// `name` on first use (a reader comes into being the first time it is read from).
+    fn usable_reader(&mut self, name: &str) -> Result<()> {
+        self.check_usable()?;
+        if !self.readers.contains_key(name) {
+            validate_reader_name(name)?;
+            self.create_reader(name)?;
+        }
+        Ok(())
+    }
+
     fn dir(&self) -> &Path {
         self.writer.path().parent().unwrap_or(Path::new("."))
     }
@@ -1543,13 +1554,7 @@ impl QueueCore {
     }
 
     pub(crate) fn ensure_reader(&self, name: &str) -> Result<()> {
-        validate_reader_name(name)?;
-        let mut st = self.state.lock();
-        st.check_usable()?;
-        if !st.readers.contains_key(name) {
-            st.create_reader(name)?;
-        }
-        Ok(())
+        self.state.lock().usable_reader(name)
     }
 
     pub(crate) fn reader_names(&self) -> Vec<String> {
@@ -1590,10 +1595,7 @@ impl QueueCore {
         st.check_usable()?;
         let dropped = match reader {
             Some(name) => {
-                validate_reader_name(name)?;
-                if !st.readers.contains_key(name) {
-                    st.create_reader(name)?;
-                }
+                st.usable_reader(name)?;
                 st.flush_reader(name)?
             }
             None => {
@@ -1697,11 +1699,7 @@ impl QueueCore {
             let mut moves = Vec::new();
             let result = (|| {
                 let mut st = self.state.lock();
-                st.check_usable()?;
-                if !st.readers.contains_key(reader) {
-                    validate_reader_name(reader)?;
-                    st.create_reader(reader)?;
-                }
+                st.usable_reader(reader)?;
                 let journal_before = st.journal.written;
                 st.expired_budget_spent = false;
                 let taken = st.take_inner(reader, purpose, now, &mut moves)?;
@@ -1737,11 +1735,7 @@ impl QueueCore {
             let mut moves = Vec::new();
             let result = (|| {
                 let mut st = self.state.lock();
-                st.check_usable()?;
-                if !st.readers.contains_key(reader) {
-                    validate_reader_name(reader)?;
-                    st.create_reader(reader)?;
-                }
+                st.usable_reader(reader)?;
                 let mut items = Vec::new();
                 st.expired_budget_spent = false;
                 while items.len() < count_max {
@@ -1804,11 +1798,7 @@ impl QueueCore {
 
     pub(crate) fn reader_notify(&self, reader: &str) -> Result<Arc<Notify>> {
         let mut st = self.state.lock();
-        st.check_usable()?;
-        if !st.readers.contains_key(reader) {
-            validate_reader_name(reader)?;
-            st.create_reader(reader)?;
-        }
+        st.usable_reader(reader)?;
         match st.readers.get(reader) {
             Some(r) => Ok(Arc::clone(&r.notify)),
             None => Err(Error::NotFound {

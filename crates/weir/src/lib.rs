@@ -55,6 +55,6 @@ pub use crate::iter::Iter;
 pub use crate::name::{validate_queue_name, validate_reader_name, NAME_LENGTH_MAX};
 pub use crate::queue::Queue;
 pub use crate::reader::Reader;
-pub use crate::readers::READERS_PER_QUEUE_MAX;
+pub use crate::readers::{names_equal, READERS_PER_QUEUE_MAX};
 pub use crate::stats::{QueueStats, ReaderStats};
 pub use crate::store::Store;

@@ -12,8 +12,9 @@ pub(crate) struct Readers<T> {
     list: Vec<(String, T)>,
 }
 
-/// Name equality that never calls `memcmp` for empty names.
-fn same(a: &str, b: &str) -> bool {
+/// Name equality that never calls `memcmp` for an empty name (see the module docs);
+/// front doors comparing queue or reader names in a hot path use it too.
+pub fn names_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && (a.is_empty() || a.as_bytes() == b.as_bytes())
 }
 
@@ -25,14 +26,14 @@ impl<T> Readers<T> {
     pub fn get(&self, name: &str) -> Option<&T> {
         self.list
             .iter()
-            .find(|(n, _)| same(n, name))
+            .find(|(n, _)| names_equal(n, name))
             .map(|(_, r)| r)
     }
 
     pub fn get_mut(&mut self, name: &str) -> Option<&mut T> {
         self.list
             .iter_mut()
-            .find(|(n, _)| same(n, name))
+            .find(|(n, _)| names_equal(n, name))
             .map(|(_, r)| r)
     }
 
@@ -47,7 +48,7 @@ impl<T> Readers<T> {
     }
 
     pub fn remove(&mut self, name: &str) -> Option<T> {
-        let i = self.list.iter().position(|(n, _)| same(n, name))?;
+        let i = self.list.iter().position(|(n, _)| names_equal(n, name))?;
         Some(self.list.swap_remove(i).1)
     }
 
