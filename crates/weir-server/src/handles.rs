@@ -2,10 +2,16 @@
 //!
 //! `Store::queue` takes the store's map lock and `Queue::reader` the queue's; a
 //! connection that alternates set and get on a few queues would pay both on every
-//! request. The cache is a short `Vec` searched linearly (names compare in a few
-//! nanoseconds; no hashing, no lock) and bounded by [`HANDLES_CACHED_MAX`], evicting the
-//! oldest entry. A handle on a queue deleted meanwhile answers `NotFound`; the caller
-//! then calls [`Handles::evict`] and asks again, which creates the queue afresh.
+//! request. The cache is a short `Vec` searched linearly and bounded by
+//! [`HANDLES_CACHED_MAX`], evicting the oldest entry. Each entry keeps a hash of its
+//! names next to the handle, so a search reads one contiguous array and follows a
+//! handle's pointers (to the names inside the shared queue) only on a likely hit:
+//! with thousands of connections those pointers are cold in the cache. Lookups lend
+//! the handle rather than clone it: a clone is an atomic increment on a reference
+//! count that every connection on every thread shares.
+//!
+//! A handle on a queue deleted meanwhile answers `NotFound`; the caller then calls
+//! [`Handles::evict`] and asks again, which creates the queue afresh.
 
 use weir::{Queue, Reader, Store};
 
@@ -18,50 +24,117 @@ pub const HANDLES_CACHED_MAX: usize = 16;
 
 #[derive(Default)]
 pub struct Handles {
-    queues: Vec<Queue>,
-    readers: Vec<Reader>,
+    queues: Vec<(u64, Queue)>,
+    readers: Vec<(u64, Reader)>,
+}
+
+/// FNV-1a over the names, with a separator so ("ab", "c") and ("a", "bc") differ.
+/// A filter only: equal hashes are confirmed by comparing the names.
+fn names_hash(queue: &str, reader: Option<&str>) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in queue.as_bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    }
+    if let Some(reader) = reader {
+        h = (h ^ 0xff).wrapping_mul(PRIME);
+        for &b in reader.as_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+        }
+    }
+    h
 }
 
 impl Handles {
     /// The queue `name`, created on first use.
-    pub fn queue(&mut self, store: &Store, name: &str) -> weir::Result<Queue> {
-        if let Some(q) = self.queues.iter().find(|q| same_name(q.name(), name)) {
-            return Ok(q.clone());
-        }
-        let queue = store.queue(name)?;
-        if self.queues.len() == HANDLES_CACHED_MAX {
-            self.queues.remove(0);
-        }
-        self.queues.push(queue.clone());
-        Ok(queue)
+    pub fn queue(&mut self, store: &Store, name: &str) -> weir::Result<&Queue> {
+        let hash = names_hash(name, None);
+        let found = self
+            .queues
+            .iter()
+            .position(|(h, q)| *h == hash && same_name(q.name(), name));
+        let index = match found {
+            Some(i) => i,
+            None => {
+                let queue = store.queue(name)?;
+                if self.queues.len() == HANDLES_CACHED_MAX {
+                    self.queues.remove(0);
+                }
+                self.queues.push((hash, queue));
+                self.queues.len() - 1
+            }
+        };
+        Ok(&self.queues[index].1)
     }
 
     /// The reader `reader` of queue `queue`, both created on first use.
-    pub fn reader(&mut self, store: &Store, queue: &str, reader: &str) -> weir::Result<Reader> {
-        if let Some(r) = self
-            .readers
-            .iter()
-            .find(|r| same_name(r.queue_name(), queue) && same_name(r.name(), reader))
-        {
-            return Ok(r.clone());
-        }
-        let handle = self.queue(store, queue)?.reader(reader)?;
-        if self.readers.len() == HANDLES_CACHED_MAX {
-            self.readers.remove(0);
-        }
-        self.readers.push(handle.clone());
-        Ok(handle)
+    pub fn reader(&mut self, store: &Store, queue: &str, reader: &str) -> weir::Result<&Reader> {
+        let hash = names_hash(queue, Some(reader));
+        let found = self.readers.iter().position(|(h, r)| {
+            *h == hash && same_name(r.queue_name(), queue) && same_name(r.name(), reader)
+        });
+        let index = match found {
+            Some(i) => i,
+            None => {
+                let handle = self.queue(store, queue)?.reader(reader)?;
+                if self.readers.len() == HANDLES_CACHED_MAX {
+                    self.readers.remove(0);
+                }
+                self.readers.push((hash, handle));
+                self.readers.len() - 1
+            }
+        };
+        Ok(&self.readers[index].1)
     }
 
     /// Forgets every handle on `queue`.
     pub fn evict(&mut self, queue: &str) {
-        self.queues.retain(|q| q.name() != queue);
-        self.readers.retain(|r| r.queue_name() != queue);
+        self.queues.retain(|(_, q)| q.name() != queue);
+        self.readers.retain(|(_, r)| r.queue_name() != queue);
     }
 
     /// Forgets the handle on one reader.
     pub fn evict_reader(&mut self, queue: &str, reader: &str) {
         self.readers
-            .retain(|r| !(same_name(r.queue_name(), queue) && same_name(r.name(), reader)));
+            .retain(|(_, r)| !(same_name(r.queue_name(), queue) && same_name(r.name(), reader)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_separates_queue_from_reader() {
+        assert_ne!(names_hash("ab", Some("c")), names_hash("a", Some("bc")));
+        assert_ne!(names_hash("q", Some("")), names_hash("q", None));
+        assert_eq!(names_hash("q", Some("r")), names_hash("q", Some("r")));
+    }
+
+    #[test]
+    fn cache_hits_evicts_and_recreates() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path())?;
+        let mut handles = Handles::default();
+        handles
+            .queue(&store, "a")?
+            .append(b"1", Default::default())?;
+        // Same names, same handle: the reader sees the append made through the cache.
+        let taken = handles.reader(&store, "a", "")?.take()?;
+        assert_eq!(taken.map(|i| i.data.to_vec()), Some(b"1".to_vec()));
+        // More queues than the cache holds: the oldest is evicted and comes back.
+        for i in 0..HANDLES_CACHED_MAX + 2 {
+            let name = format!("q{i}");
+            assert_eq!(handles.queue(&store, &name)?.name(), name);
+        }
+        assert!(handles.queues.len() <= HANDLES_CACHED_MAX);
+        assert_eq!(handles.queue(&store, "a")?.name(), "a");
+        // A deleted queue: evict, and the next lookup creates it afresh.
+        store.delete_queue("a")?;
+        handles.evict("a");
+        assert!(handles.readers.is_empty());
+        assert_eq!(handles.reader(&store, "a", "r")?.name(), "r");
+        assert_eq!(handles.reader(&store, "a", "r")?.queue_name(), "a");
+        Ok(())
     }
 }

@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use crate::cmd::{self, Ctx, Flow, Session};
 use crate::config::{Limits, Settings};
 use crate::connection::{write_now, Connection};
-use crate::metrics::Metrics;
+use crate::metrics::{LoopMetrics, Metrics};
 use crate::parse::{parse, CommandKind, Parse, ParseLimits};
 use crate::shutdown::{Listener, Shutdown};
 
@@ -150,7 +150,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let shared = Arc::new(Shared {
         store,
         limits: RuntimeLimits::new(settings.limits),
-        metrics: Metrics::default(),
+        metrics: Metrics::new(settings.threads),
         config_path,
         shutdown: Shutdown::default(),
         started: Instant::now(),
@@ -295,7 +295,7 @@ async fn accept_loop(
         next_loop = (next_loop + 1) % (workers.handles.len() + 1);
         if next_loop == 0 {
             tokio::spawn(async move {
-                serve_connection(&shared, stream).await;
+                serve_connection(&shared, stream, 0).await;
                 shared.metrics.connections_current.fetch_sub(1, Relaxed);
                 drop(done);
             });
@@ -310,9 +310,10 @@ async fn accept_loop(
                 continue;
             }
         };
+        let loop_index = next_loop;
         workers.handles[next_loop - 1].spawn(async move {
             match TcpStream::from_std(stream) {
-                Ok(stream) => serve_connection(&shared, stream).await,
+                Ok(stream) => serve_connection(&shared, stream, loop_index).await,
                 Err(e) => tracing::warn!(error = %e, "taking over a connection"),
             }
             shared.metrics.connections_current.fetch_sub(1, Relaxed);
@@ -337,11 +338,14 @@ async fn refuse(mut stream: TcpStream) {
         .await;
 }
 
-async fn serve_connection(shared: &Shared, stream: TcpStream) {
+/// Serves one connection on event loop `loop_index` (0 is the accept loop's), whose
+/// counters it writes.
+async fn serve_connection(shared: &Shared, stream: TcpStream, loop_index: usize) {
     let (id, mut shutdown) = shared.shutdown.register();
     let mut conn = Connection::new(stream);
     let mut session = Session::default();
-    if let Err(e) = handle(shared, &mut conn, &mut session, &mut shutdown).await {
+    let metrics = shared.metrics.for_loop(loop_index);
+    if let Err(e) = handle(shared, metrics, &mut conn, &mut session, &mut shutdown).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
     // Before the deregistration, so a shutdown that waits for this connection sees
@@ -354,6 +358,7 @@ async fn serve_connection(shared: &Shared, stream: TcpStream) {
 /// says to close, or shutdown.
 async fn handle(
     shared: &Shared,
+    metrics: &LoopMetrics,
     conn: &mut Connection,
     session: &mut Session,
     shutdown: &mut Listener,
@@ -361,12 +366,9 @@ async fn handle(
     // When the request at the front of the buffer began arriving.
     let mut request_started: Option<Instant> = None;
     loop {
-        let (flow, progressed) = process(shared, conn, session, shutdown).await;
+        let (flow, progressed) = process(shared, metrics, conn, session, shutdown).await;
         let written = conn.flush().await?;
-        shared
-            .metrics
-            .bytes_written
-            .fetch_add(written as u64, Relaxed);
+        metrics.bytes_written.add(written as u64);
         if flow == Flow::Close || shutdown.is_fired() {
             return Ok(());
         }
@@ -392,7 +394,7 @@ async fn handle(
         match read {
             Ok(Ok(0)) => return Ok(()),
             Ok(Ok(n)) => {
-                shared.metrics.bytes_read.fetch_add(n as u64, Relaxed);
+                metrics.bytes_read.add(n as u64);
             }
             Ok(Err(e)) => return Err(e),
             Err(_elapsed) => {
@@ -409,11 +411,13 @@ async fn handle(
 /// output. Returns whether to close, and whether any request completed.
 async fn process(
     shared: &Shared,
+    metrics: &LoopMetrics,
     conn: &mut Connection,
     session: &mut Session,
     shutdown: &mut Listener,
 ) -> (Flow, bool) {
     let mut progressed = false;
+    let mut last_done: Option<Instant> = None;
     loop {
         if !conn.apply_discard() || conn.input.is_empty() {
             return (Flow::Continue, progressed);
@@ -427,7 +431,7 @@ async fn process(
             Parse::Reject(r) => {
                 progressed = true;
                 assert!(r.consumed >= 1 && r.consumed <= conn.input.len());
-                shared.metrics.record(CommandKind::Invalid, Duration::ZERO);
+                metrics.record(CommandKind::Invalid, Duration::ZERO);
                 if !r.noreply {
                     conn.output.extend_from_slice(r.reply);
                 }
@@ -441,11 +445,14 @@ async fn process(
                 progressed = true;
                 assert!(consumed >= 1 && consumed <= conn.input.len());
                 let kind = request.kind();
-                let started = Instant::now();
+                // One clock read per request: each request's time runs from the end of
+                // the one before it in this read (or from the first one's start).
+                let started = *last_done.get_or_insert_with(Instant::now);
                 let flow = {
                     let mut ctx = Ctx {
                         shared,
                         session: &mut *session,
+                        metrics,
                         out: &mut conn.output,
                         stream: &mut conn.stream,
                         read_ahead: &mut conn.read_ahead,
@@ -453,7 +460,9 @@ async fn process(
                     };
                     cmd::execute(request, &mut ctx).await
                 };
-                shared.metrics.record(kind, started.elapsed());
+                let done = Instant::now();
+                metrics.record(kind, done.saturating_duration_since(started));
+                last_done = Some(done);
                 conn.input.advance(consumed);
                 conn.take_read_ahead();
                 if flow == Flow::Close {
@@ -463,9 +472,7 @@ async fn process(
                 // every reply of the read in memory.
                 if conn.output.len() >= OUTPUT_BYTES_FLUSH_AT {
                     match write_now(&mut conn.stream, &mut conn.output).await {
-                        Ok(n) => {
-                            shared.metrics.bytes_written.fetch_add(n as u64, Relaxed);
-                        }
+                        Ok(n) => metrics.bytes_written.add(n as u64),
                         Err(_) => return (Flow::Close, true),
                     }
                 }

@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use crate::config::QueueConfig;
 use crate::core::QueueCore;
 use crate::error::Result;
@@ -60,9 +58,15 @@ impl Queue {
     }
 
     /// [`Queue::append`] for async callers: an fsync wait runs on tokio's blocking pool,
-    /// so the runtime's threads never block on the disk.
-    pub async fn append_async(&self, data: Bytes, options: AppendOptions) -> Result<u64> {
-        let (seq, ticket) = self.core.append_batch(&[&data[..]], options)?;
+    /// so the runtime's threads never block on the disk. `data` is anything that
+    /// derefs to bytes (`&[u8]`, `Bytes`, `Vec<u8>`); it is copied into the queue
+    /// before the first await.
+    pub async fn append_async(
+        &self,
+        data: impl AsRef<[u8]>,
+        options: AppendOptions,
+    ) -> Result<u64> {
+        let (seq, ticket) = self.core.append_batch(&[data.as_ref()], options)?;
         self.core.wait_durable_async(ticket).await?;
         Ok(seq)
     }

@@ -410,7 +410,7 @@ fn async_producers_and_leased_consumers_exactly_once() {
             producers.push(tokio::spawn(async move {
                 for i in 0..EACH {
                     let id = id_of(p, i);
-                    q.append_async(payload(id, 32).into(), AppendOptions::default())
+                    q.append_async(payload(id, 32), AppendOptions::default())
                         .await
                         .unwrap();
                     if i % 100 == 0 {

@@ -8,14 +8,14 @@
 //! adds the item's sequence number as memcache's CAS field, for clients that expect
 //! one.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use bytes::BufMut;
-use weir::{ErrorKind, TakeMode};
+use bytes::{BufMut, BytesMut};
+use weir::{ErrorKind, Reader, TakeMode, Taken};
 
 use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
-use crate::leases::LEASES_PER_CONNECTION_MAX;
+use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX};
+use crate::metrics::LoopMetrics;
 use crate::request::{parse_read_key, ReadKey};
 
 pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
@@ -100,31 +100,64 @@ async fn one_key(
     };
     let wait_ms = o.wait_ms.unwrap_or(0).min(ctx.shared.limits.wait_ms_max());
     let wait = Duration::from_millis(wait_ms);
-    let mut reader = reader_handle(ctx, key.queue, key.reader).map_err(KeyFailure::Engine)?;
-    let mut result = match take(ctx, &reader, mode, wait).await {
-        Waited::Gone => return Err(KeyFailure::Gone),
-        Waited::Done(result) => result,
-    };
-    if is_stale(&result) {
-        ctx.session.handles.evict(key.queue);
-        reader = reader_handle(ctx, key.queue, key.reader).map_err(KeyFailure::Engine)?;
-        result = reader.take_async(mode, Duration::ZERO).await;
-    }
-    let metrics = &ctx.shared.metrics;
     if o.peek {
-        metrics.peeks.fetch_add(1, Relaxed);
+        ctx.metrics.peeks.add(1);
     }
+    if !wait.is_zero() {
+        // A wait uses the connection (to send what is pending, to notice a close), so
+        // it holds its own clone of the handle.
+        let reader = reader_handle(ctx, key.queue, key.reader).map_err(KeyFailure::Engine)?;
+        let result = match take(ctx, &reader, mode, wait).await {
+            Waited::Gone => return Err(KeyFailure::Gone),
+            Waited::Done(result) => result,
+        };
+        if !is_stale(&result) {
+            let leases = &mut ctx.session.leases;
+            return deliver(ctx.metrics, leases, ctx.out, &reader, result, text, cas);
+        }
+        // Deleted during the wait: look once more below, on a fresh handle.
+        ctx.session.handles.evict(key.queue);
+    }
+    // A look without a wait borrows the cached handle. A handle on a queue deleted
+    // since it was cached answers NotFound: forget it and look once more.
+    let store = &ctx.shared.store;
+    let mut evicted = false;
+    loop {
+        let reader = ctx
+            .session
+            .handles
+            .reader(store, key.queue, key.reader)
+            .map_err(KeyFailure::Engine)?;
+        let result = reader.take_async(mode, Duration::ZERO).await;
+        if is_stale(&result) && !evicted {
+            evicted = true;
+            ctx.session.handles.evict(key.queue);
+            continue;
+        }
+        let leases = &mut ctx.session.leases;
+        return deliver(ctx.metrics, leases, ctx.out, reader, result, text, cas);
+    }
+}
+
+/// Puts what a look found into the reply, and keeps its lease.
+fn deliver(
+    metrics: &LoopMetrics,
+    leases: &mut Leases,
+    out: &mut BytesMut,
+    reader: &Reader,
+    result: weir::Result<Option<Taken>>,
+    text: &str,
+    cas: bool,
+) -> Result<(), KeyFailure> {
     match result.map_err(KeyFailure::Engine)? {
         Some(taken) => {
-            metrics.get_hits.fetch_add(1, Relaxed);
+            metrics.get_hits.add(1);
             if let Some(id) = taken.lease {
-                ctx.session.leases.push(&reader, id);
+                leases.push(reader, id);
             }
-            put_value(ctx.out, text, &taken.item, cas);
+            put_value(out, text, &taken.item, cas);
         }
-        None => {
-            metrics.get_misses.fetch_add(1, Relaxed);
-        }
+        None => metrics.get_misses.add(1),
     }
     Ok(())
 }

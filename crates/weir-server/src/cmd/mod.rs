@@ -20,7 +20,6 @@ pub mod shutdown;
 pub mod stats;
 pub mod version;
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
@@ -30,6 +29,7 @@ use weir::{ErrorKind, Item, Reader, TakeMode, Taken};
 use crate::connection::{until_closed, write_now};
 use crate::handles::Handles;
 use crate::leases::Leases;
+use crate::metrics::LoopMetrics;
 use crate::parse::Request;
 use crate::server::Shared;
 use crate::shutdown::Listener;
@@ -53,6 +53,8 @@ pub struct Session {
 pub struct Ctx<'a> {
     pub shared: &'a Shared,
     pub session: &'a mut Session,
+    /// The counters of the event loop this connection runs on.
+    pub metrics: &'a LoopMetrics,
     pub out: &'a mut BytesMut,
     pub stream: &'a mut TcpStream,
     pub read_ahead: &'a mut BytesMut,
@@ -204,12 +206,7 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
         return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
     }
     match write_now(ctx.stream, ctx.out).await {
-        Ok(n) => {
-            ctx.shared
-                .metrics
-                .bytes_written
-                .fetch_add(n as u64, Relaxed);
-        }
+        Ok(n) => ctx.metrics.bytes_written.add(n as u64),
         Err(_) => return Waited::Gone,
     }
     if ctx.shutdown.is_fired() {
@@ -223,9 +220,13 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
     }
 }
 
-/// A reader handle from the connection's cache.
+/// A reader handle from the connection's cache, cloned so that it can be held while
+/// `ctx` is used (a wait); a plain look borrows from `ctx.session.handles` instead.
 pub fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> weir::Result<Reader> {
-    ctx.session.handles.reader(&ctx.shared.store, queue, reader)
+    ctx.session
+        .handles
+        .reader(&ctx.shared.store, queue, reader)
+        .cloned()
 }
 
 /// Whether an error means the handle went stale (its queue was deleted).

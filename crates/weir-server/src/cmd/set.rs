@@ -4,8 +4,8 @@
 //! the item is fdatasync'ed. The reply is `STORED` only when every append returned;
 //! otherwise it is the reply of the first failure (`NOT_STORED` when full).
 
-use bytes::{BufMut, Bytes};
-use weir::{AppendOptions, ErrorKind, Queue};
+use bytes::BufMut;
+use weir::{AppendOptions, ErrorKind};
 
 use super::{put_engine_error, Ctx, Flow};
 use crate::request::{expires_at_ms, parse_write_key};
@@ -34,10 +34,9 @@ pub async fn execute(
         },
         sync: key.sync,
     };
-    let data = Bytes::copy_from_slice(data);
     let mut failure = None;
     for name in key.queues() {
-        if let Err(e) = append(ctx, name, &data, options).await {
+        if let Err(e) = append(ctx, name, data, options).await {
             failure.get_or_insert(e);
         }
     }
@@ -50,19 +49,27 @@ pub async fn execute(
     Flow::Continue
 }
 
+/// Appends `data` straight from the read buffer (the engine copies it into the
+/// queue's mapped segment; nothing is allocated on the way).
 async fn append(
     ctx: &mut Ctx<'_>,
     name: &str,
-    data: &Bytes,
+    data: &[u8],
     options: AppendOptions,
 ) -> weir::Result<u64> {
-    let queue: Queue = ctx.session.handles.queue(&ctx.shared.store, name)?;
-    match queue.append_async(data.clone(), options).await {
+    let store = &ctx.shared.store;
+    let result = ctx
+        .session
+        .handles
+        .queue(store, name)?
+        .append_async(data, options)
+        .await;
+    match result {
         // Deleted since it was cached: the next use creates it afresh.
         Err(e) if e.kind() == ErrorKind::NotFound => {
             ctx.session.handles.evict(name);
-            let queue = ctx.session.handles.queue(&ctx.shared.store, name)?;
-            queue.append_async(data.clone(), options).await
+            let queue = ctx.session.handles.queue(store, name)?;
+            queue.append_async(data, options).await
         }
         result => result,
     }

@@ -58,11 +58,11 @@ pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
     stat(out, "total_connections", m.connections_total.load(Relaxed));
     stat(out, "cmd_get", m.command_count(CommandKind::Get));
     stat(out, "cmd_set", m.command_count(CommandKind::Set));
-    stat(out, "cmd_peek", m.peeks.load(Relaxed));
-    stat(out, "get_hits", m.get_hits.load(Relaxed));
-    stat(out, "get_misses", m.get_misses.load(Relaxed));
-    stat(out, "bytes_read", m.bytes_read.load(Relaxed));
-    stat(out, "bytes_written", m.bytes_written.load(Relaxed));
+    stat(out, "cmd_peek", m.peeks());
+    stat(out, "get_hits", m.get_hits());
+    stat(out, "get_misses", m.get_misses());
+    stat(out, "bytes_read", m.bytes_read());
+    stat(out, "bytes_written", m.bytes_written());
     for q in &queues {
         let name = q.name.as_str();
         queue_stat(out, name, "", "items", q.items);
