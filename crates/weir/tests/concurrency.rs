@@ -214,6 +214,8 @@ fn synced_appends_from_many_threads_share_fsyncs() {
     let q = store.queue("synced").unwrap();
     const THREADS: u64 = 32;
     const EACH: u64 = 40;
+    // A lost wake-up in group commit would hang here: fail instead.
+    let _watchdog = Watchdog::start("synced appends from many threads", Duration::from_secs(120));
     let started = Instant::now();
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -256,6 +258,102 @@ fn synced_appends_from_many_threads_share_fsyncs() {
         .collect();
     expected.sort_unstable();
     assert_eq!(ids, expected);
+}
+
+/// Aborts the test process if it is still alive after `limit` (a deadlock), since a
+/// hung test would otherwise stall CI until its global timeout.
+struct Watchdog(Arc<AtomicBool>);
+
+impl Watchdog {
+    fn start(what: &'static str, limit: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            while started.elapsed() < limit {
+                if flag.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("{what}: still running after {limit:?}; a lost wake-up?");
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Every way of waiting for an fsync at once on one queue: synced appends from
+/// threads, per-append `sync` requests, `Queue::sync` calls and async appends (which
+/// wait on tokio's blocking pool). Each returns, and what returned is there after a
+/// reopen.
+#[test]
+fn every_kind_of_fsync_wait_at_once_all_return() {
+    let _watchdog = Watchdog::start("mixed fsync waits", Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let config = QueueConfig {
+        durability: Durability::Periodic(Duration::from_secs(3600)),
+        ..QueueConfig::default()
+    };
+    let store = open_with_config(dir.path(), config.clone()).unwrap();
+    let q = store.queue("mixed").unwrap();
+    const THREADS: u64 = 16;
+    const EACH: u64 = 30;
+    let rt = runtime();
+    let async_q = q.clone();
+    let async_appends = rt.spawn(async move {
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let q = async_q.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..EACH {
+                    let options = AppendOptions {
+                        sync: true,
+                        ..AppendOptions::default()
+                    };
+                    q.append_async(payload(id_of(100 + t, i), 64), options)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                for i in 0..EACH {
+                    if t % 4 == 0 {
+                        q.sync().unwrap();
+                    }
+                    let options = AppendOptions {
+                        sync: t % 2 == 0,
+                        ..AppendOptions::default()
+                    };
+                    q.append(&payload(id_of(t, i), 64), options).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    rt.block_on(async_appends).unwrap();
+    drop(q);
+    store.close().unwrap();
+    let store = open_with_config(dir.path(), config).unwrap();
+    let q = store.queue("mixed").unwrap();
+    let count = q.iter().unwrap().map(|i| i.unwrap()).count() as u64;
+    assert_eq!(count, (THREADS + 8) * EACH);
 }
 
 fn runtime() -> tokio::runtime::Runtime {
