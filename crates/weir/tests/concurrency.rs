@@ -352,8 +352,8 @@ fn every_kind_of_fsync_wait_at_once_all_return() {
     store.close().unwrap();
     let store = open_with_config(dir.path(), config).unwrap();
     let q = store.queue("mixed").unwrap();
-    let count = q.iter().unwrap().map(|i| i.unwrap()).count() as u64;
-    assert_eq!(count, (THREADS + 8) * EACH);
+    let items: Vec<weir::Item> = q.iter().unwrap().collect::<weir::Result<_>>().unwrap();
+    assert_eq!(items.len() as u64, (THREADS + 8) * EACH);
 }
 
 fn runtime() -> tokio::runtime::Runtime {
