@@ -6,7 +6,11 @@ use weir::{AppendOptions, Durability, QueueConfig, Store, StoreOptions};
 
 fn main() -> weir::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let dir = std::path::PathBuf::from(args.get(1).cloned().unwrap_or_else(|| "/tmp/weir-rw".into()));
+    let dir = std::path::PathBuf::from(
+        args.get(1)
+            .cloned()
+            .unwrap_or_else(|| "/tmp/weir-rw".into()),
+    );
     let secs: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let batch: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(256);
     let _ = std::fs::remove_dir_all(&dir);
