@@ -32,7 +32,7 @@ use crate::config::{Limits, Settings};
 use crate::connection::{write_now, Connection};
 use crate::metrics::{LoopMetrics, Metrics};
 use crate::parse::{parse, CommandKind, Parse, ParseLimits};
-use crate::shutdown::{Listener, Shutdown};
+use crate::shutdown::Shutdown;
 
 /// Pending replies past this size are written before the next request of the same
 /// read is executed.
@@ -341,17 +341,19 @@ async fn refuse(mut stream: TcpStream) {
 /// Serves one connection on event loop `loop_index` (0 is the accept loop's), whose
 /// counters it writes.
 async fn serve_connection(shared: &Shared, stream: TcpStream, loop_index: usize) {
-    let (id, mut shutdown) = shared.shutdown.register();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let mut conn = Connection::new(stream);
+    // Declared after `conn`, so it is dropped (deregistered) before the socket closes.
+    let registration = shared.shutdown.register(fd);
     let mut session = Session::default();
     let metrics = shared.metrics.for_loop(loop_index);
-    if let Err(e) = handle(shared, metrics, &mut conn, &mut session, &mut shutdown).await {
+    if let Err(e) = handle(shared, metrics, &mut conn, &mut session).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
     // Before the deregistration, so a shutdown that waits for this connection sees
     // its leases back.
     session.leases.release_everything();
-    shared.shutdown.deregister(id);
+    drop(registration);
 }
 
 /// The connection loop: execute, write, read, until the client leaves, a request
@@ -361,15 +363,14 @@ async fn handle(
     metrics: &LoopMetrics,
     conn: &mut Connection,
     session: &mut Session,
-    shutdown: &mut Listener,
 ) -> io::Result<()> {
     // When the request at the front of the buffer began arriving.
     let mut request_started: Option<Instant> = None;
     loop {
-        let (flow, progressed) = process(shared, metrics, conn, session, shutdown).await;
+        let (flow, progressed) = process(shared, metrics, conn, session).await;
         let written = conn.flush().await?;
         metrics.bytes_written.add(written as u64);
-        if flow == Flow::Close || shutdown.is_fired() {
+        if flow == Flow::Close || shared.shutdown.is_triggered() {
             return Ok(());
         }
         request_started = match (conn.is_mid_request(), progressed) {
@@ -377,19 +378,13 @@ async fn handle(
             (true, true) => Some(Instant::now()),
             (true, false) => Some(request_started.unwrap_or_else(Instant::now)),
         };
-        let read = async {
-            match request_started {
-                Some(started) => {
-                    let deadline = started + shared.limits.request_timeout();
-                    tokio::time::timeout_at(deadline.into(), conn.read()).await
-                }
-                None => Ok(conn.read().await),
+        // A shutdown ends this read with end-of-file (see `shutdown.rs`).
+        let read = match request_started {
+            Some(started) => {
+                let deadline = started + shared.limits.request_timeout();
+                tokio::time::timeout_at(deadline.into(), conn.read()).await
             }
-        };
-        let read = tokio::select! {
-            biased;
-            read = read => read,
-            _ = shutdown.recv() => return Ok(()),
+            None => Ok(conn.read().await),
         };
         match read {
             Ok(Ok(0)) => return Ok(()),
@@ -414,7 +409,6 @@ async fn process(
     metrics: &LoopMetrics,
     conn: &mut Connection,
     session: &mut Session,
-    shutdown: &mut Listener,
 ) -> (Flow, bool) {
     let mut progressed = false;
     let mut last_done: Option<Instant> = None;
@@ -456,7 +450,6 @@ async fn process(
                         out: &mut conn.output,
                         stream: &mut conn.stream,
                         read_ahead: &mut conn.read_ahead,
-                        shutdown: &mut *shutdown,
                     };
                     cmd::execute(request, &mut ctx).await
                 };

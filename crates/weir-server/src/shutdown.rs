@@ -1,21 +1,29 @@
 //! Graceful shutdown, passed down explicitly (as in mini-redis).
 //!
 //! SIGTERM, SIGINT or an enabled `shutdown` command call [`Shutdown::trigger`]. The
-//! accept loop and the HTTP server watch a `watch` channel. Each connection gets its
-//! own one-shot listener instead of a shared channel: a connection re-arms its
-//! shutdown future on every read, and a shared channel would put one mutex on every
-//! connection's hot path. The registry's lock is taken only at connect and disconnect.
+//! accept loop and the HTTP server watch a `watch` channel. Connections do not: a
+//! connection would re-arm a shutdown future on every read, which costs a shared
+//! structure (a channel's lock, or a cold cache line of a per-connection one-shot)
+//! on every request. Instead each connection registers its socket, and the trigger
+//! shuts down the read side of every registered socket (`shutdown(fd, SHUT_RD)`): a
+//! read then returns what the client had already sent, then end-of-file. So a
+//! connection finishes the requests it has received, sees end-of-file and ends, and
+//! a command waiting for an item (which watches its socket for a close) wakes; both
+//! tell a shutdown from a client leaving by [`Shutdown::is_triggered`]. The registry's
+//! lock is taken only at connect, at disconnect and by the trigger.
 
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 pub struct Shutdown {
     triggered: AtomicBool,
     watch: watch::Sender<bool>,
-    connections: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    /// The socket of every open connection, by connection id.
+    connections: Mutex<HashMap<u64, RawFd>>,
     next_id: AtomicU64,
 }
 
@@ -30,6 +38,17 @@ impl Default for Shutdown {
     }
 }
 
+/// Stops reads on `fd` after what has been received.
+fn stop_reading(fd: RawFd) {
+    // SAFETY: shutdown(2) takes a descriptor number and touches no memory of ours.
+    // `fd` is open: a connection deregisters before it closes its socket, and both
+    // the deregistration and this call run under the registry's lock, so the number
+    // cannot have been closed and reused by another file meanwhile.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RD);
+    }
+}
+
 impl Shutdown {
     /// Starts the shutdown; later calls do nothing.
     pub fn trigger(&self) {
@@ -37,12 +56,12 @@ impl Shutdown {
             return;
         }
         self.watch.send_replace(true);
-        let senders: Vec<oneshot::Sender<()>> = match self.connections.lock() {
-            Ok(mut map) => map.drain().map(|(_, s)| s).collect(),
-            Err(poisoned) => poisoned.into_inner().drain().map(|(_, s)| s).collect(),
+        let map = match self.connections.lock() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
         };
-        for sender in senders {
-            let _ = sender.send(());
+        for &fd in map.values() {
+            stop_reading(fd);
         }
     }
 
@@ -56,28 +75,24 @@ impl Shutdown {
         let _ = rx.wait_for(|v| *v).await;
     }
 
-    /// A listener for one connection; pass its id to [`Shutdown::deregister`] when the
-    /// connection ends.
-    pub fn register(&self) -> (u64, Listener) {
+    /// Registers a connection's socket. The returned guard deregisters it when
+    /// dropped; it must be dropped before the socket is closed (declare it after the
+    /// socket's owner, so it drops first, on every path out, unwinding included).
+    pub fn register(&self, fd: RawFd) -> Registration<'_> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let mut listener = Listener { rx, fired: false };
-        match self.connections.lock() {
-            Ok(mut map) => {
-                map.insert(id, tx);
-            }
-            Err(poisoned) => {
-                poisoned.into_inner().insert(id, tx);
-            }
-        }
-        // Triggered between the check in trigger() and the insert: fire at once.
+        let mut map = match self.connections.lock() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.insert(id, fd);
+        // Triggered before the insert: the trigger did not see this socket.
         if self.is_triggered() {
-            listener.fired = true;
+            stop_reading(fd);
         }
-        (id, listener)
+        Registration { shutdown: self, id }
     }
 
-    pub fn deregister(&self, id: u64) {
+    fn deregister(&self, id: u64) {
         match self.connections.lock() {
             Ok(mut map) => {
                 map.remove(&id);
@@ -89,23 +104,58 @@ impl Shutdown {
     }
 }
 
-/// One connection's view of the shutdown.
-pub struct Listener {
-    rx: oneshot::Receiver<()>,
-    fired: bool,
+/// One registered socket; deregisters on drop.
+pub struct Registration<'a> {
+    shutdown: &'a Shutdown,
+    id: u64,
 }
 
-impl Listener {
-    pub fn is_fired(&self) -> bool {
-        self.fired
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        self.shutdown.deregister(self.id);
     }
+}
 
-    /// Resolves once shutdown has been triggered (at once if it already has).
-    pub async fn recv(&mut self) {
-        if self.fired {
-            return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn trigger_lets_reads_drain_then_end() -> std::io::Result<()> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let mut client = std::net::TcpStream::connect(listener.local_addr()?)?;
+        let (mut server_side, _) = listener.accept()?;
+        let shutdown = Shutdown::default();
+        use std::os::fd::AsRawFd;
+        let registration = shutdown.register(server_side.as_raw_fd());
+        client.write_all(b"sent before")?;
+        client.flush()?;
+        // Give loopback a moment to deliver, then stop.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        shutdown.trigger();
+        assert!(shutdown.is_triggered());
+        let mut got = Vec::new();
+        server_side.read_to_end(&mut got)?;
+        assert_eq!(got, b"sent before");
+        drop(registration);
+        // A connection registered after the trigger is stopped at once.
+        let mut late_client = std::net::TcpStream::connect(listener.local_addr()?)?;
+        let (mut late, _) = listener.accept()?;
+        let late_registration = shutdown.register(late.as_raw_fd());
+        late_client.write_all(b"x")?;
+        let mut buf = [0u8; 8];
+        // Either the byte arrived before the stop (then end-of-file), or only EOF.
+        let n = late.read(&mut buf)?;
+        if n == 1 {
+            assert_eq!(late.read(&mut buf)?, 0);
         }
-        let _ = (&mut self.rx).await;
-        self.fired = true;
+        drop(late_registration);
+        let registered = match shutdown.connections.lock() {
+            Ok(map) => map.len(),
+            Err(poisoned) => poisoned.into_inner().len(),
+        };
+        assert_eq!(registered, 0, "dropped registrations leave the registry");
+        Ok(())
     }
 }

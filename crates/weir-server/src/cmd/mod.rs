@@ -32,7 +32,6 @@ use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
 use crate::parse::Request;
 use crate::server::Shared;
-use crate::shutdown::Listener;
 
 /// What the connection does after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +57,6 @@ pub struct Ctx<'a> {
     pub out: &'a mut BytesMut,
     pub stream: &'a mut TcpStream,
     pub read_ahead: &'a mut BytesMut,
-    pub shutdown: &'a mut Listener,
 }
 
 pub async fn execute(request: Request<'_>, ctx: &mut Ctx<'_>) -> Flow {
@@ -209,14 +207,20 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
         Ok(n) => ctx.metrics.bytes_written.add(n as u64),
         Err(_) => return Waited::Gone,
     }
-    if ctx.shutdown.is_fired() {
+    let shutdown = &ctx.shared.shutdown;
+    if shutdown.is_triggered() {
         return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
     }
     tokio::select! {
         biased;
         taken = reader.take_async(mode, wait) => Waited::Done(taken),
-        _ = until_closed(ctx.stream, ctx.read_ahead) => Waited::Gone,
-        _ = ctx.shutdown.recv() => Waited::Done(Ok(None)),
+        // A shutdown stops the socket's reads too (see `shutdown.rs`): that ends the
+        // wait empty-handed, and the connection then closes.
+        _ = until_closed(ctx.stream, ctx.read_ahead) => if shutdown.is_triggered() {
+            Waited::Done(Ok(None))
+        } else {
+            Waited::Gone
+        },
     }
 }
 
