@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use crate::proto::{get_request, payload, set_request, Conn};
 use crate::report::{f, Report, Row};
-use crate::sys::CpuMeter;
+use crate::sys::{process_cpu_time, CpuMeter};
 use crate::target::Target;
 
 /// Connections opened at once while setting up a step (a server's listen backlog is
@@ -41,6 +41,8 @@ struct StepResult {
     misses: u64,
     elapsed: Duration,
     cpu_s: f64,
+    /// The server's CPU seconds over the step, when its pid is known.
+    server_cpu_s: Option<f64>,
 }
 
 /// A tiny xorshift generator: the queue choice must cost nothing next to a request.
@@ -92,7 +94,13 @@ pub async fn run(targets: &[Target], p: &FloodParams, bar: &ProgressBar) -> Resu
                 .await
                 .with_context(|| format!("flood on {} with {conns} connections", target.name))?;
             let secs = r.elapsed.as_secs_f64();
-            report.rows.push(
+            let server_cpu = |row: Row| match r.server_cpu_s {
+                Some(s) => row
+                    .with("server_cpu_s", f(s, 2))
+                    .with("server_cpu_us/op", f(1e6 * s / r.ops.max(1) as f64, 2)),
+                None => row,
+            };
+            report.rows.push(server_cpu(
                 Row::new()
                     .with("connections", conns as u64)
                     .with("target", target.name.as_str())
@@ -102,7 +110,7 @@ pub async fn run(targets: &[Target], p: &FloodParams, bar: &ProgressBar) -> Resu
                     .with("ops/s", f(r.ops as f64 / secs, 0))
                     .with("client_cpu_s", f(r.cpu_s, 2))
                     .with("client_cpu_%", f(100.0 * r.cpu_s / secs, 0)),
-            );
+            ));
             bar.inc(1);
             // Let the server retire the closed connections before the next step.
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -192,6 +200,7 @@ async fn step(
     }
     // Give every task the chance to park on the start signal.
     tokio::task::yield_now().await;
+    let server_cpu_start = target.pid.and_then(process_cpu_time);
     let cpu = CpuMeter::start();
     let start = Instant::now();
     go_tx.send(true).context("starting the step")?;
@@ -205,11 +214,16 @@ async fn step(
         misses += m;
     }
     let cpu_s = cpu.seconds();
+    let server_cpu_s = match (server_cpu_start, target.pid.and_then(process_cpu_time)) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
+        _ => None,
+    };
     Ok(StepResult {
         ops,
         misses,
         elapsed: end.duration_since(start).max(Duration::from_nanos(1)),
         cpu_s,
+        server_cpu_s,
     })
 }
 

@@ -74,6 +74,33 @@ fn parse_status_field(text: &str, field: &str) -> Option<u64> {
     })
 }
 
+/// User + system CPU time a process has used so far (all threads), from
+/// `/proc/PID/stat` (fields 14 and 15, in clock ticks); `None` when unreadable.
+pub fn process_cpu_time(pid: u32) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // SAFETY: sysconf takes a constant and touches no memory of ours.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    parse_stat_cpu(&text, ticks_per_s)
+}
+
+fn parse_stat_cpu(text: &str, ticks_per_s: libc::c_long) -> Option<Duration> {
+    if ticks_per_s <= 0 {
+        return None;
+    }
+    // The command name (field 2) is in parentheses and may hold spaces: count the
+    // fields after its closing parenthesis, where field 3 (the state) comes first.
+    let after = &text[text.rfind(')')? + 1..];
+    let mut fields = after.split_ascii_whitespace();
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    let ticks = utime + stime;
+    let per_s = ticks_per_s as u64;
+    Some(
+        Duration::from_secs(ticks / per_s)
+            + Duration::from_nanos((ticks % per_s) * 1_000_000_000 / per_s),
+    )
+}
+
 /// Resident memory (VmRSS) of a process, bytes.
 pub fn vm_rss_bytes(pid: u32) -> Result<u64> {
     proc_status_bytes(pid, "VmRSS")
@@ -144,6 +171,21 @@ mod tests {
         assert_eq!(parse_status_field(text, "VmRSS"), Some(1234 * 1024));
         assert_eq!(parse_status_field(text, "RssAnon"), Some(10 * 1024));
         assert_eq!(parse_status_field(text, "VmSwap"), None);
+    }
+
+    #[test]
+    fn parses_stat_cpu_times() {
+        // Fields 14 and 15 (utime, stime) are 250 and 50 ticks; the name has a space
+        // and a parenthesis.
+        let text = "42 (weir (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
+        assert_eq!(parse_stat_cpu(text, 100), Some(Duration::from_millis(3000)));
+        assert_eq!(parse_stat_cpu(text, 0), None);
+        assert_eq!(parse_stat_cpu("42 (weir) S 1", 100), None);
+    }
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        assert!(process_cpu_time(std::process::id()).is_some());
     }
 
     #[test]
