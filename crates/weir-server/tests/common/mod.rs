@@ -194,19 +194,35 @@ impl Client {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(e) => panic!(
-                    "reading: {e}; expected {:?}, got so far {:?}",
-                    String::from_utf8_lossy(expected),
-                    String::from_utf8_lossy(&self.pending)
+                    "reading: {e}; expected \"{}\", got so far \"{}\"",
+                    preview(expected),
+                    preview(&self.pending)
                 ),
             }
         }
         let n = expected.len().min(self.pending.len());
         let got: Vec<u8> = self.pending.drain(..n).collect();
-        assert_eq!(
-            String::from_utf8_lossy(&got),
-            String::from_utf8_lossy(expected),
-            "reply mismatch"
-        );
+        // Bytes, not text: a lossy conversion would hide a difference in invalid UTF-8.
+        if got != expected {
+            let at = got
+                .iter()
+                .zip(expected)
+                .position(|(g, e)| g != e)
+                .unwrap_or(got.len().min(expected.len()));
+            let window = |b: &[u8]| {
+                let end = (at + 80).min(b.len());
+                b[at.saturating_sub(40).min(end)..end]
+                    .escape_ascii()
+                    .to_string()
+            };
+            panic!(
+                "reply mismatch at byte {at} (got {} bytes, expected {}):\n  got:      \"{}\"\n  expected: \"{}\"",
+                got.len(),
+                expected.len(),
+                window(&got),
+                window(expected),
+            );
+        }
     }
 
     /// Sends `request` and checks the reply byte for byte.
@@ -276,6 +292,17 @@ impl Client {
             ),
             Err(e) => panic!("expected silence, got error {e}"),
         }
+    }
+}
+
+/// The start of `bytes`, escaped, for a failure message: replies can be megabytes.
+pub fn preview(bytes: &[u8]) -> String {
+    const SHOWN: usize = 200;
+    let shown = bytes[..bytes.len().min(SHOWN)].escape_ascii().to_string();
+    if bytes.len() > SHOWN {
+        format!("{shown}... ({} bytes)", bytes.len())
+    } else {
+        shown
     }
 }
 
