@@ -16,6 +16,13 @@ use weir::{LeaseId, Reader};
 /// reader bounds `get`, and `monitor` is capped by this.
 pub const LEASES_PER_CONNECTION_MAX: usize = 100_000;
 
+/// [`Leases::push`] refused: the connection holds [`LEASES_PER_CONNECTION_MAX`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooManyLeases;
+
+/// The reply to [`TooManyLeases`].
+pub const REPLY_TOO_MANY_LEASES: &[u8] = b"CLIENT_ERROR too many open items\r\n";
+
 struct Held {
     reader: Reader,
     /// Oldest first.
@@ -46,11 +53,17 @@ impl Leases {
         self.count
     }
 
-    pub fn push(&mut self, reader: &Reader, id: LeaseId) {
-        assert!(
-            self.count < LEASES_PER_CONNECTION_MAX,
-            "lease bookkeeping over its limit"
-        );
+    /// Remembers lease `id` on `reader`. At [`LEASES_PER_CONNECTION_MAX`] it refuses:
+    /// the lease is released at once (the item goes back) and `Err(TooManyLeases)`
+    /// is returned for the caller to answer. Callers check the room first, so this is
+    /// a backstop: a client must never be able to panic a connection.
+    pub fn push(&mut self, reader: &Reader, id: LeaseId) -> Result<(), TooManyLeases> {
+        if self.count >= LEASES_PER_CONNECTION_MAX {
+            if let Err(e) = reader.release(id) {
+                tracing::debug!(queue = reader.queue_name(), error = %e, "releasing a lease");
+            }
+            return Err(TooManyLeases);
+        }
         match self.position(reader.queue_name(), reader.name()) {
             Some(i) => self.held[i].ids.push_back(id),
             None => self.held.push(Held {
@@ -59,19 +72,34 @@ impl Leases {
             }),
         }
         self.count += 1;
+        debug_assert!(self.count <= LEASES_PER_CONNECTION_MAX);
+        Ok(())
     }
 
-    /// Forgets and returns the oldest lease on `queue`/`reader`.
-    pub fn pop_oldest(&mut self, queue: &str, reader: &str) -> Option<(Reader, LeaseId)> {
-        let i = self.position(queue, reader)?;
-        let id = self.held[i].ids.pop_front()?;
-        self.count -= 1;
-        let reader = if self.held[i].ids.is_empty() {
-            self.held.swap_remove(i).reader
-        } else {
-            self.held[i].reader.clone()
+    /// The oldest lease on `queue`/`reader`, still held: a `close` forgets it only once
+    /// the engine confirmed it (see [`Leases::remove`]), so a confirm that fails leaves
+    /// it to be released when the connection ends.
+    pub fn oldest(&self, queue: &str, reader: &str) -> Option<(Reader, LeaseId)> {
+        let held = &self.held[self.position(queue, reader)?];
+        let id = *held.ids.front()?;
+        Some((held.reader.clone(), id))
+    }
+
+    /// Forgets lease `id` on `queue`/`reader` (confirmed, or gone in the engine);
+    /// false when it was not held.
+    pub fn remove(&mut self, queue: &str, reader: &str, id: LeaseId) -> bool {
+        let Some(i) = self.position(queue, reader) else {
+            return false;
         };
-        Some((reader, id))
+        let Some(at) = self.held[i].ids.iter().position(|&held| held == id) else {
+            return false;
+        };
+        self.held[i].ids.remove(at);
+        self.count -= 1;
+        if self.held[i].ids.is_empty() {
+            self.held.swap_remove(i);
+        }
+        true
     }
 
     /// Releases every lease on `queue`/`reader`; returns how many.
@@ -121,5 +149,39 @@ fn release_all(held: &Held) {
 impl Drop for Leases {
     fn drop(&mut self) {
         self.release_everything();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_stays_held_until_removed() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = weir::Store::open(dir.path())?;
+        let queue = store.queue("q")?;
+        let reader = queue.reader("r")?;
+        let mut leases = Leases::default();
+        let mut ids = Vec::new();
+        for data in [b"a", b"b"] {
+            queue.append(data, Default::default())?;
+            let lease = reader.take_leased()?.ok_or("an item")?;
+            leases.push(&reader, lease.id).map_err(|_| "room")?;
+            ids.push(lease.id);
+        }
+        // Looking at the oldest forgets nothing.
+        let (_, oldest) = leases.oldest("q", "r").ok_or("held")?;
+        assert_eq!(oldest, ids[0]);
+        assert_eq!((leases.count("q", "r"), leases.total()), (2, 2));
+        assert!(leases.oldest("q", "").is_none());
+        assert!(!leases.remove("q", "", ids[0]));
+        assert!(leases.remove("q", "r", ids[0]));
+        assert!(!leases.remove("q", "r", ids[0]));
+        assert_eq!(leases.oldest("q", "r").map(|(_, id)| id), Some(ids[1]));
+        assert!(leases.remove("q", "r", ids[1]));
+        assert_eq!((leases.count("q", "r"), leases.total()), (0, 0));
+        assert!(leases.oldest("q", "r").is_none());
+        Ok(())
     }
 }

@@ -287,17 +287,20 @@ async fn accept_loop(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        metrics.connections_current.fetch_add(1, Relaxed);
+        let slot = ConnectionSlot::take(shared);
         metrics.connections_total.fetch_add(1, Relaxed);
         let shared = Arc::clone(shared);
         let done = done_tx.clone();
         // Round robin over the event loops; index 0 is this one.
         next_loop = (next_loop + 1) % (workers.handles.len() + 1);
         if next_loop == 0 {
+            // `slot` and `done` are moved in, so they are dropped however the task
+            // ends, a panic included.
             tokio::spawn(async move {
+                // Dropped in reverse: the slot goes back before `done` says so.
+                let _done = done;
+                let _slot = slot;
                 serve_connection(&shared, stream, 0).await;
-                shared.metrics.connections_current.fetch_sub(1, Relaxed);
-                drop(done);
             });
             continue;
         }
@@ -306,18 +309,17 @@ async fn accept_loop(
             Ok(stream) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "handing a connection over");
-                shared.metrics.connections_current.fetch_sub(1, Relaxed);
                 continue;
             }
         };
         let loop_index = next_loop;
         workers.handles[next_loop - 1].spawn(async move {
+            let _done = done;
+            let _slot = slot;
             match TcpStream::from_std(stream) {
                 Ok(stream) => serve_connection(&shared, stream, loop_index).await,
                 Err(e) => tracing::warn!(error = %e, "taking over a connection"),
             }
-            shared.metrics.connections_current.fetch_sub(1, Relaxed);
-            drop(done);
         });
     }
     drop(listener);
@@ -329,6 +331,33 @@ async fn accept_loop(
             open = shared.metrics.connections_current.load(Relaxed),
             "connections still open after the grace period"
         );
+    }
+}
+
+/// One of `max_connections`, counted in `connections_current` for as long as it
+/// lives: the count goes down on drop, so a connection task that panics gives its slot
+/// back too.
+struct ConnectionSlot {
+    shared: Arc<Shared>,
+}
+
+impl ConnectionSlot {
+    fn take(shared: &Arc<Shared>) -> ConnectionSlot {
+        shared.metrics.connections_current.fetch_add(1, Relaxed);
+        ConnectionSlot {
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let before = self
+            .shared
+            .metrics
+            .connections_current
+            .fetch_sub(1, Relaxed);
+        debug_assert!(before > 0);
     }
 }
 

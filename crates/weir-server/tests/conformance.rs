@@ -147,6 +147,76 @@ fn leases_open_close_abort_peek_and_their_rules() {
 }
 
 #[test]
+fn multi_key_get_counts_leases_across_its_keys() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(
+        b"set q 0 0 1\r\na\r\nset q 0 0 1\r\nb\r\nset q 0 0 1\r\nc\r\n",
+        b"STORED\r\nSTORED\r\nSTORED\r\n",
+    );
+    // max_open_reads is 1: a second open of the same reader in one request is refused,
+    // and a refused request takes nothing (peek still sees "a", unleased).
+    c.call(
+        b"get q/open q/open\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    c.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\na\r\nEND\r\n");
+    // A plain take after an open of the same reader, in the same request.
+    c.call(
+        b"get q/open q\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    c.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\na\r\nEND\r\n");
+    // `q.r` and `q+r` are one reader.
+    c.call(
+        b"get q.r/open q+r/open\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    // Different readers, or a close in between, are fine.
+    c.call(
+        b"get q/open q.r/open\r\n",
+        b"VALUE q/open 0 1\r\na\r\nVALUE q.r/open 0 1\r\na\r\nEND\r\n",
+    );
+    c.call(
+        b"get q.r/close q+r/open q+r/close\r\n",
+        b"VALUE q+r/open 0 1\r\nb\r\nEND\r\n",
+    );
+    // Holding "a" on q: close/open twice confirms a, leases b, confirms b, leases c.
+    c.call(
+        b"get q/close/open q/close/open\r\n",
+        b"VALUE q/close/open 0 1\r\nb\r\nVALUE q/close/open 0 1\r\nc\r\nEND\r\n",
+    );
+    c.call(
+        b"get q/open\r\n",
+        b"CLIENT_ERROR close current item first\r\n",
+    );
+    // abort releases "c", then open leases it again; close then a plain take finds
+    // nothing left.
+    c.call(
+        b"get q/abort q/open\r\n",
+        b"VALUE q/open 0 1\r\nc\r\nEND\r\n",
+    );
+    c.call(b"get q/close q\r\n", b"END\r\n");
+    // Duplicate plain keys take one item each.
+    c.call(
+        b"set q 0 0 1\r\nd\r\nset q 0 0 1\r\ne\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    c.call(
+        b"get q q q\r\n",
+        b"VALUE q 0 1\r\nd\r\nVALUE q 0 1\r\ne\r\nEND\r\n",
+    );
+    // Options with gets: the CAS field follows the length.
+    c.call(b"set q 0 0 1\r\nf\r\n", b"STORED\r\n");
+    c.call(b"gets q/peek\r\n", b"VALUE q/peek 0 1 6\r\nf\r\nEND\r\n");
+    c.call(
+        b"gets q/open/t=10\r\n",
+        b"VALUE q/open/t=10 0 1 6\r\nf\r\nEND\r\n",
+    );
+    c.call(b"gets q/close q\r\n", b"END\r\n");
+}
+
+#[test]
 fn max_open_reads_from_the_config() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(dir.path(), "[server]\nmax_open_reads = 2\n");

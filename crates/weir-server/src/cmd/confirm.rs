@@ -20,17 +20,20 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, count: u64) -> Flow {
         return Flow::Continue;
     }
     for _ in 0..count {
-        let Some((reader, id)) = ctx.session.leases.pop_oldest(key.queue, key.reader) else {
+        let Some((reader, id)) = ctx.session.leases.oldest(key.queue, key.reader) else {
             break;
         };
         match reader.confirm_async(id).await {
+            // NotFound: timed out or deleted, nothing left to confirm.
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => {
+                // Still held: it goes back when the connection ends.
                 put_engine_error(ctx.out, &e);
                 return Flow::Continue;
             }
         }
+        ctx.session.leases.remove(key.queue, key.reader, id);
     }
     ctx.out.put_slice(b"END\r\n");
     Flow::Continue

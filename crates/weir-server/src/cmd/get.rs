@@ -3,51 +3,38 @@
 //! Per key, in this order: `abort` releases this connection's leases on the reader;
 //! `close` confirms its oldest lease there; then `open` takes under a lease, `peek`
 //! looks, and a plain key takes and confirms at once, each waiting up to `t=MS`. The
-//! lease rules (`max_open_reads`; no plain take while holding a lease) are checked for
-//! every key before anything happens, so a refused request changes nothing. `gets`
-//! adds the item's sequence number as memcache's CAS field, for clients that expect
-//! one.
+//! lease rules (`max_open_reads`; no plain take while holding a lease; at most
+//! [`LEASES_PER_CONNECTION_MAX`] in all) are checked for the whole request before
+//! anything happens, counting what earlier keys of it open and close, so a refused
+//! request changes nothing. `gets` adds the item's sequence number as memcache's CAS
+//! field, for clients that expect one.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use weir::{ErrorKind, Reader, TakeMode, Taken};
 
 use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
-use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX};
+use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::metrics::LoopMetrics;
 use crate::request::{parse_read_key, ReadKey};
 
 pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
+const REPLY_BAD_NAME: &[u8] = b"CLIENT_ERROR bad queue name\r\n";
 
 enum KeyFailure {
     Engine(weir::Error),
+    /// A fixed reply in place of `END`.
+    Refused(&'static [u8]),
     Gone,
 }
 
 pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
     let open_reads_max = ctx.shared.limits.max_open_reads();
-    for text in keys.split(' ').filter(|k| !k.is_empty()) {
-        let Ok(key) = parse_read_key(text) else {
-            ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
-            return Flow::Continue;
-        };
-        let held = ctx.session.leases.count(key.queue, key.reader) as u64;
-        let o = key.options;
-        let held_after_close = if o.close {
-            held.saturating_sub(1)
-        } else {
-            held
-        };
-        if (o.is_plain() && held > 0) || (o.open && held_after_close >= open_reads_max) {
-            ctx.out.put_slice(REPLY_CLOSE_FIRST);
-            return Flow::Continue;
-        }
-        // Leases over many readers: bounded per connection too.
-        if o.open && ctx.session.leases.total() >= LEASES_PER_CONNECTION_MAX {
-            ctx.out.put_slice(b"CLIENT_ERROR too many open items\r\n");
-            return Flow::Continue;
-        }
+    if let Err(reply) = check_leases(&ctx.session.leases, keys, open_reads_max) {
+        ctx.out.put_slice(reply);
+        return Flow::Continue;
     }
     for text in keys.split(' ').filter(|k| !k.is_empty()) {
         let Ok(key) = parse_read_key(text) else {
@@ -61,10 +48,63 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
                 put_engine_error(ctx.out, &e);
                 return Flow::Continue;
             }
+            Err(KeyFailure::Refused(reply)) => {
+                ctx.out.put_slice(reply);
+                return Flow::Continue;
+            }
         }
     }
     ctx.out.put_slice(b"END\r\n");
     Flow::Continue
+}
+
+/// The lease rules for the whole request, before any of it runs, so a refused request
+/// changes nothing. The keys are replayed in execution order against running counts:
+/// per reader (a key may repeat, or name a reader both as `q.r` and `q+r`) and over
+/// all readers. Per key: `abort` releases every lease on the reader, `close` confirms
+/// one, then `open` takes one. An `open` that finds nothing takes nothing, so the
+/// counts are an upper bound on what execution will hold.
+fn check_leases(leases: &Leases, keys: &str, open_reads_max: u64) -> Result<(), &'static [u8]> {
+    // Only readers whose count the request changes; others are read from `leases`.
+    let mut running: HashMap<(&str, &str), u64> = HashMap::new();
+    let mut total = leases.total() as u64;
+    for text in keys.split(' ').filter(|k| !k.is_empty()) {
+        let key = parse_read_key(text).map_err(|_| REPLY_BAD_NAME)?;
+        let reader = (key.queue, key.reader);
+        let held = match running.get(&reader) {
+            Some(&n) => n,
+            None => leases.count(key.queue, key.reader) as u64,
+        };
+        debug_assert!(held <= total);
+        let o = key.options;
+        let mut after = held;
+        if o.abort {
+            total -= after;
+            after = 0;
+        }
+        if o.close && after > 0 {
+            after -= 1;
+            total -= 1;
+        }
+        if o.is_plain() && after > 0 {
+            return Err(REPLY_CLOSE_FIRST);
+        }
+        if o.open {
+            if after >= open_reads_max {
+                return Err(REPLY_CLOSE_FIRST);
+            }
+            // Leases over many readers: bounded per connection too.
+            if total >= LEASES_PER_CONNECTION_MAX as u64 {
+                return Err(REPLY_TOO_MANY_LEASES);
+            }
+            after += 1;
+            total += 1;
+        }
+        if after != held {
+            running.insert(reader, after);
+        }
+    }
+    Ok(())
 }
 
 async fn one_key(
@@ -79,13 +119,16 @@ async fn one_key(
         return Ok(());
     }
     if o.close {
-        if let Some((reader, id)) = ctx.session.leases.pop_oldest(key.queue, key.reader) {
+        // Forgotten only once confirmed: a lease whose confirm failed stays held, and
+        // goes back when the connection ends.
+        if let Some((reader, id)) = ctx.session.leases.oldest(key.queue, key.reader) {
             match reader.confirm_async(id).await {
                 // Unknown (timed out) or deleted: nothing left to confirm.
                 Ok(_) => {}
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(KeyFailure::Engine(e)),
             }
+            ctx.session.leases.remove(key.queue, key.reader, id);
         }
     }
     if !o.takes() {
@@ -153,11 +196,79 @@ fn deliver(
         Some(taken) => {
             metrics.get_hits.add(1);
             if let Some(id) = taken.lease {
-                leases.push(reader, id);
+                // `check_leases` left room; refused anyway, the item went back.
+                if leases.push(reader, id).is_err() {
+                    return Err(KeyFailure::Refused(REPLY_TOO_MANY_LEASES));
+                }
             }
             put_value(out, text, &taken.item, cas);
         }
         None => metrics.get_misses.add(1),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leases::TooManyLeases;
+
+    fn check(leases: &Leases, keys: &str, max: u64) -> Result<(), &'static [u8]> {
+        check_leases(leases, keys, max)
+    }
+
+    #[test]
+    fn lease_rules_run_over_the_whole_request() {
+        let none = Leases::default();
+        assert_eq!(check(&none, "q/open q/open", 1), Err(REPLY_CLOSE_FIRST));
+        assert_eq!(check(&none, "q/open q", 1), Err(REPLY_CLOSE_FIRST));
+        assert_eq!(check(&none, "q.r/open q+r/open", 1), Err(REPLY_CLOSE_FIRST));
+        assert_eq!(check(&none, "q/open/open", 1), Ok(()));
+        assert_eq!(check(&none, "q/open q/open", 2), Ok(()));
+        assert_eq!(
+            check(&none, "q/open q/open q/open", 2),
+            Err(REPLY_CLOSE_FIRST)
+        );
+        assert_eq!(check(&none, "q/open q.r/open Q/open", 1), Ok(()));
+        assert_eq!(check(&none, "q/close/open q/close/open", 1), Ok(()));
+        assert_eq!(
+            check(&none, "q/open q/close q/open q", 1),
+            Err(REPLY_CLOSE_FIRST)
+        );
+        assert_eq!(check(&none, "q/open q/close q/open q/abort q", 1), Ok(()));
+        assert_eq!(check(&none, "q/open q/peek q.r", 1), Ok(()));
+        assert_eq!(check(&none, "q q q/close q/abort", 1), Ok(()));
+    }
+
+    #[test]
+    fn the_connection_cap_counts_across_keys_and_push_refuses_past_it(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = weir::Store::open(dir.path())?;
+        let queue = store.queue("a")?;
+        let reader = queue.reader("")?;
+        let mut leases = Leases::default();
+        for _ in 0..LEASES_PER_CONNECTION_MAX {
+            queue.append(b"x", Default::default())?;
+            let lease = reader.take_leased()?.ok_or("an item")?;
+            assert_eq!(leases.push(&reader, lease.id), Ok(()));
+        }
+        let max = u64::MAX;
+        assert_eq!(check(&leases, "b/open", max), Err(REPLY_TOO_MANY_LEASES));
+        assert_eq!(check(&leases, "a/open", max), Err(REPLY_TOO_MANY_LEASES));
+        assert_eq!(check(&leases, "a/close b/open", max), Ok(()));
+        assert_eq!(
+            check(&leases, "a/close b/open c/open", max),
+            Err(REPLY_TOO_MANY_LEASES)
+        );
+        assert_eq!(check(&leases, "a/abort b/open c/open", max), Ok(()));
+        // Past the cap, push refuses (no panic) and gives the item back.
+        queue.append(b"y", Default::default())?;
+        let lease = reader.take_leased()?.ok_or("an item")?;
+        assert_eq!(leases.push(&reader, lease.id), Err(TooManyLeases));
+        assert_eq!(leases.total(), LEASES_PER_CONNECTION_MAX);
+        let again = reader.take()?.map(|item| item.data.to_vec());
+        assert_eq!(again, Some(b"y".to_vec()));
+        Ok(())
+    }
 }

@@ -11,7 +11,7 @@ use bytes::BufMut;
 use weir::TakeMode;
 
 use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
-use crate::leases::LEASES_PER_CONNECTION_MAX;
+use crate::leases::{LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::request::parse_plain_key;
 
 /// Most items one `monitor` hands out.
@@ -24,7 +24,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
         ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
         return Flow::Continue;
     };
-    let room = (LEASES_PER_CONNECTION_MAX - ctx.session.leases.total()) as u64;
+    let room = LEASES_PER_CONNECTION_MAX.saturating_sub(ctx.session.leases.total()) as u64;
     let items_max = items_max
         .unwrap_or(MONITOR_ITEMS_MAX)
         .min(MONITOR_ITEMS_MAX)
@@ -49,7 +49,11 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
             Waited::Done(Ok(None)) => break,
             Waited::Done(Ok(Some(taken))) => {
                 if let Some(id) = taken.lease {
-                    ctx.session.leases.push(&reader, id);
+                    // `room` bounds `items_max`; refused anyway, the item went back.
+                    if ctx.session.leases.push(&reader, id).is_err() {
+                        ctx.out.put_slice(REPLY_TOO_MANY_LEASES);
+                        return Flow::Continue;
+                    }
                 }
                 put_value(ctx.out, parsed.queue, &taken.item, false);
                 sent += 1;
