@@ -35,8 +35,8 @@ use crate::parse::{parse, CommandKind, Parse, ParseLimits};
 use crate::shutdown::Shutdown;
 
 /// Pending replies past this size are written before the next request of the same
-/// read is executed.
-const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
+/// read is executed (and, within a `get` or `monitor`, before the next item).
+pub const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);

@@ -815,6 +815,38 @@ fn large_items_pipelined() {
 }
 
 #[test]
+fn one_get_of_many_large_items() {
+    // 20 MiB of replies to one request: written between keys (past 256 KiB pending),
+    // not built whole first. The bytes must come out exact and in order.
+    let (_dir, s) = server();
+    let mut c = s.client();
+    let items: Vec<Vec<u8>> = (0..20u8)
+        .map(|i| {
+            (0..(1 << 20) + usize::from(i))
+                .map(|j| (j as u8).wrapping_mul(31).wrapping_add(i))
+                .collect()
+        })
+        .collect();
+    for item in &items {
+        let mut req = format!("set big 0 0 {}\r\n", item.len()).into_bytes();
+        req.extend_from_slice(item);
+        req.extend_from_slice(b"\r\n");
+        c.call(&req, b"STORED\r\n");
+    }
+    c.call(b"set small 0 0 2\r\nok\r\n", b"STORED\r\n");
+    let mut expected = Vec::new();
+    for item in &items {
+        expected.extend_from_slice(format!("VALUE big 0 {}\r\n", item.len()).as_bytes());
+        expected.extend_from_slice(item);
+        expected.extend_from_slice(b"\r\n");
+    }
+    expected.extend_from_slice(b"VALUE small 0 2\r\nok\r\nEND\r\n");
+    let request = format!("get {}small\r\n", "big ".repeat(items.len()));
+    c.call(request.as_bytes(), &expected);
+    c.call(b"get big small\r\n", b"END\r\n");
+}
+
+#[test]
 fn reload_applies_queue_settings() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(dir.path(), "[queues.\"capped\"]\nmax_items = 1\n");

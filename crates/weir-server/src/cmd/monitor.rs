@@ -11,8 +11,10 @@ use bytes::BufMut;
 use weir::TakeMode;
 
 use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use crate::connection::write_now;
 use crate::leases::{LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::request::parse_plain_key;
+use crate::server::OUTPUT_BYTES_FLUSH_AT;
 
 /// Most items one `monitor` hands out.
 pub const MONITOR_ITEMS_MAX: u64 = 10_000;
@@ -57,6 +59,14 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
                 }
                 put_value(ctx.out, parsed.queue, &taken.item, false);
                 sent += 1;
+            }
+        }
+        // Items already there are taken without a wait, and a wait writes what is
+        // pending only when it starts: bound what piles up in between.
+        if ctx.out.len() >= OUTPUT_BYTES_FLUSH_AT {
+            match write_now(ctx.stream, ctx.out).await {
+                Ok(n) => ctx.metrics.bytes_written.add(n as u64),
+                Err(_) => return Flow::Close,
             }
         }
     }
