@@ -1188,7 +1188,8 @@ fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderSta
 
 impl QueueCore {
     /// Opens (creating if needed) the queue stored in `dir`, recovering from a crash:
-    /// the last segment is scanned and cut after its last valid record, the reader
+    /// the last segment is scanned and its torn tail cut (damage with valid records
+    /// after it is kept, see `segment::scan`), the reader
     /// journal is replayed, and readers start again at their oldest unconfirmed item
     /// (leases open at the crash are delivered again).
     pub(crate) fn open(
@@ -1281,10 +1282,12 @@ impl QueueCore {
                     let scan = segment::scan(&file, last.first_seq, last.end)
                         .map_err(io_err(|| ctx("scanning segment in")))?;
                     if scan.torn_batch {
-                        tracing::warn!(path = %last.path.display(), "a batch interrupted by a crash was cut");
+                        tracing::warn!(path = %last.path.display(), offset = scan.end, "a batch interrupted by a crash was cut, with everything after it");
                     }
                     if scan.damaged {
-                        tracing::error!(path = %last.path.display(), "damaged records in the last segment are skipped");
+                        // Kept, not cut: later records may have been acknowledged.
+                        // Readers skip the damaged ones and count them as lost.
+                        tracing::error!(path = %last.path.display(), "damaged records in the middle of the last segment; the records after them are kept");
                     }
                     (scan.end, scan.next_seq)
                 } else {

@@ -224,8 +224,27 @@ pub(crate) struct Scan {
     pub torn_batch: bool,
 }
 
+/// Granularity of the "never reached the disk" test: a sector. A page the kernel had
+/// not written back when the OS crashed reads as zeroes (segments are preallocated,
+/// and never rewritten), and a write torn by a power cut is torn at sector boundaries.
+const SECTOR_BYTES: u64 = 512;
+
 /// Scans a segment from its header to the end of its valid records, stepping over
 /// damage when a valid record follows it. Used on the last segment at open.
+///
+/// Damage followed by nothing valid is a torn tail (the bytes a crash left behind the
+/// last record that reached the disk): it is cut, and with it a batch it interrupted,
+/// since batches are all or nothing. Damage followed by a valid record with a later
+/// seq is damage in the middle (a bad disk): nothing may be cut there, because under
+/// `synced` the later records may have been acknowledged; the scan steps over it, and
+/// readers skip it (and count it) as they do in sealed segments.
+///
+/// One exception, inside a batch: after an OS crash the pages of a batch can reach the
+/// disk out of order, leaving a hole with valid records after it. Such a hole reads as
+/// zeroes, so damage inside a batch that spans a zeroed sector is taken for a crash:
+/// the batch is cut with everything after it. Nothing after the hole can have been
+/// fsync'ed (an fsync would have written the hole's page too), so this loses nothing
+/// acknowledged, and keeps the batch all or nothing.
 pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Scan> {
     let mut rb = ReadBuf::default();
     let mut off = FILE_HEADER_BYTES;
@@ -247,24 +266,21 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
                 end = off;
             }
             Found::End => break,
-            Found::Record(..) | Found::Bad if batch.is_some() => {
-                // Damage inside a batch: after an OS crash the pages of a batch can
-                // reach the disk out of order. A batch is all or nothing, so it is cut
-                // with everything after it (nothing after it was fsync'ed: an fsync
-                // would have written the damaged page too).
-                break;
-            }
             Found::Record(..) | Found::Bad => {
-                // A torn tail is zeroes or garbage up to the end; damage in the middle
-                // is followed by a valid record with a later seq.
-                match resync(file, off + 1, file_len, next_seq, u64::MAX)? {
-                    Some((at, _)) => {
-                        damaged = true;
-                        rb.clear();
-                        off = at;
-                    }
-                    None => break,
+                let Some((at, _)) = resync(file, off + 1, file_len, next_seq, u64::MAX)? else {
+                    // Nothing valid follows: a torn tail.
+                    break;
+                };
+                if batch.is_some() && has_zero_sector(file, off, at)? {
+                    // A hole in a batch that a crash interrupted (see above).
+                    break;
                 }
+                // Damage in the middle. A batch it hit is not cut: its records that
+                // check out are kept like any others.
+                damaged = true;
+                batch = None;
+                rb.clear();
+                off = at;
             }
         }
     }
@@ -273,12 +289,39 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
         end = batch_off;
         next_seq = batch_seq;
     }
+    debug_assert!(end <= file_len.max(FILE_HEADER_BYTES) && next_seq >= first_seq);
     Ok(Scan {
         end,
         next_seq,
         damaged,
         torn_batch,
     })
+}
+
+/// Whether an aligned sector that ends by `to` and holds `from` or follows it reads as
+/// zeroes. The sector holding `from` counts: a hole can start before the first damaged
+/// record (whose header is never all zeroes when it is intact).
+fn has_zero_sector(file: &File, from: u64, to: u64) -> io::Result<bool> {
+    let mut base = from / SECTOR_BYTES * SECTOR_BYTES;
+    let chunk_bytes = (SCAN_CHUNK_BYTES as u64 / SECTOR_BYTES) * SECTOR_BYTES;
+    let mut chunk = Vec::new();
+    while base + SECTOR_BYTES <= to {
+        let want = ((to - base) / SECTOR_BYTES * SECTOR_BYTES).min(chunk_bytes);
+        chunk.resize(want as usize, 0);
+        let n = read_full_at(file, &mut chunk, base)?;
+        let whole = n as u64 / SECTOR_BYTES * SECTOR_BYTES;
+        if chunk[..whole as usize]
+            .chunks_exact(SECTOR_BYTES as usize)
+            .any(|sector| sector.iter().all(|&b| b == 0))
+        {
+            return Ok(true);
+        }
+        if whole < want {
+            return Ok(false); // the file ends here
+        }
+        base += want;
+    }
+    Ok(false)
 }
 
 /// Finds where the first record with seq ≥ `target` starts, reading (and checking)

@@ -424,3 +424,203 @@ fn empty_last_segment_file() {
     assert_eq!(drain(&store).unwrap(), expected);
     still_works(dir.path(), store, &expected);
 }
+
+// --- The last (active) segment, written under `synced` --------------------------------
+//
+// Every item is in one segment, the one being written, so recovery must tell damage in
+// the middle (a bad disk: later records were acknowledged and must be kept) from a torn
+// tail (a crash: nothing after it was ever fsync'ed, so it is cut).
+
+/// Items 1..=40 and 61..=ITEMS are appended one by one, 41..=60 as one batch.
+const BATCH: std::ops::RangeInclusive<u64> = 41..=60;
+
+fn synced_one_segment() -> weir::QueueConfig {
+    weir::QueueConfig {
+        durability: weir::Durability::Synced,
+        segment_size_bytes: 1 << 20,
+        ..weir::QueueConfig::default()
+    }
+}
+
+fn write_synced_store(dir: &Path) -> PathBuf {
+    let store = open_with_config(dir, synced_one_segment()).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let mut seq = 1;
+    while seq <= ITEMS {
+        if seq == *BATCH.start() {
+            let data: Vec<Vec<u8>> = BATCH.map(|s| payload(s, PAYLOAD_LEN)).collect();
+            let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            assert_eq!(
+                q.append_batch(&refs, AppendOptions::default()).unwrap(),
+                seq
+            );
+            seq = BATCH.end() + 1;
+        } else {
+            let got = q
+                .append(&payload(seq, PAYLOAD_LEN), AppendOptions::default())
+                .unwrap();
+            assert_eq!(got, seq);
+            seq += 1;
+        }
+    }
+    drop(q);
+    store.close().unwrap();
+    let segs = segment_files(dir, QUEUE);
+    assert_eq!(segs.len(), 1, "everything is in the segment being written");
+    assert_eq!(seqs_in(&segs[0]), (1..=ITEMS).collect::<Vec<_>>());
+    segs[0].clone()
+}
+
+/// Reopens after damage to the last segment; every record but `lost` must come back,
+/// intact, and the store must keep working with fresh seqs. `skipped`: how many of
+/// `lost` were skipped in the middle (and counted as corrupt) rather than cut.
+fn check_last_segment_damage(dir: &Path, lost: &[u64], skipped: u64, what: &str) {
+    let store = open_with_config(dir, synced_one_segment())
+        .unwrap_or_else(|e| panic!("{what}: damage is recovered, not an error: {e}"));
+    let expected = all_but(lost.iter().copied());
+    assert_eq!(iter_seqs(&store).unwrap(), expected, "{what}: iter");
+    assert_eq!(drain(&store).unwrap(), expected, "{what}: a reader");
+    let q = store.queue(QUEUE).unwrap();
+    assert_eq!(
+        q.stats().corrupt_records,
+        skipped,
+        "{what}: the records skipped in the middle are counted, a cut tail is not"
+    );
+    drop(q);
+    still_works(dir, store, &expected);
+}
+
+/// Zeroes `[from, to)` of a file, keeping its length: what a page that never reached
+/// the disk (or the preallocated tail) reads as after a crash.
+fn zero(path: &Path, from: usize, to: usize) {
+    let mut bytes = fs::read(path).unwrap();
+    bytes[from..to].fill(0);
+    fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn bit_flip_in_the_middle_of_the_last_segment_keeps_later_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), 20);
+    flip_bit(&seg, at + 100);
+    check_last_segment_damage(dir.path(), &[20], 1, "bit flip in a single record");
+}
+
+#[test]
+fn bit_flip_in_a_record_header_in_the_last_segment_keeps_later_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), 30);
+    // The payload follows a 40-byte header; flip a bit of its length field.
+    flip_bit(&seg, at - 40);
+    check_last_segment_damage(dir.path(), &[30], 1, "bit flip in a header");
+}
+
+#[test]
+fn bit_flip_inside_a_batch_in_the_last_segment_keeps_later_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), 50);
+    flip_bit(&seg, at + 100);
+    check_last_segment_damage(dir.path(), &[50], 1, "bit flip inside a batch");
+}
+
+#[test]
+fn bit_flip_in_the_last_record_of_a_batch_keeps_later_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), *BATCH.end());
+    flip_bit(&seg, at + 10);
+    check_last_segment_damage(dir.path(), &[*BATCH.end()], 1, "bit flip in a batch's end");
+}
+
+#[test]
+fn torn_tail_of_the_last_segment_is_still_cut() {
+    // A crash leaves zeroes (the preallocated tail) where the last records would be.
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), 90);
+    let len = fs::metadata(&seg).unwrap().len() as usize;
+    zero(&seg, at + 7, len);
+    check_last_segment_damage(
+        dir.path(),
+        &(90..=ITEMS).collect::<Vec<_>>(),
+        0,
+        "torn tail",
+    );
+}
+
+#[test]
+fn batch_torn_at_the_end_is_cut_whole() {
+    // The crash came in the middle of the batch: nothing valid follows its last record
+    // that reached the disk, so the batch goes whole (all or nothing).
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), 50);
+    truncate(&seg, at + 10);
+    let lost: Vec<u64> = (*BATCH.start()..=ITEMS).collect();
+    check_last_segment_damage(dir.path(), &lost, 0, "batch torn at the end");
+}
+
+#[test]
+fn batch_with_a_page_lost_in_a_crash_is_cut_whole() {
+    // After an OS crash the pages of a batch can reach the disk out of order: a hole
+    // of zeroes inside the batch with valid records after it. Nothing after the hole
+    // was fsync'ed, so the batch is cut with everything after it.
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, from) = locate(dir.path(), 45);
+    let (_, to) = locate(dir.path(), 52);
+    let hole = from.div_ceil(512) * 512;
+    assert!(hole + 512 <= to, "the hole lies inside the batch");
+    zero(&seg, hole, hole + 512);
+    let lost: Vec<u64> = (*BATCH.start()..=ITEMS).collect();
+    check_last_segment_damage(dir.path(), &lost, 0, "a hole inside a batch");
+}
+
+#[test]
+fn appends_after_mid_segment_damage_survive_another_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = write_synced_store(dir.path());
+    let (_, at) = locate(dir.path(), 10);
+    flip_bit(&seg, at + 3);
+    let more: Vec<u64> = {
+        let store = open_with_config(dir.path(), synced_one_segment()).unwrap();
+        let q = store.queue(QUEUE).unwrap();
+        let more = (0..5)
+            .map(|i| {
+                q.append(
+                    &payload(ITEMS + 1 + i, PAYLOAD_LEN),
+                    AppendOptions::default(),
+                )
+                .unwrap()
+            })
+            .collect();
+        drop(q);
+        store.close().unwrap();
+        more
+    };
+    assert_eq!(
+        more,
+        (ITEMS + 1..=ITEMS + 5).collect::<Vec<_>>(),
+        "fresh seqs"
+    );
+    let store = open_with_config(dir.path(), synced_one_segment()).unwrap();
+    let r = store.queue(QUEUE).unwrap().reader("check").unwrap();
+    let mut got = Vec::new();
+    while let Some(item) = r.take().unwrap() {
+        assert_eq!(
+            item.data,
+            payload(item.seq, PAYLOAD_LEN),
+            "seq {}",
+            item.seq
+        );
+        got.push(item.seq);
+    }
+    let expected: Vec<u64> = (1..=ITEMS + 5).filter(|&s| s != 10).collect();
+    assert_eq!(
+        got, expected,
+        "the damage and the appends after it both survive"
+    );
+}
