@@ -32,6 +32,7 @@ pub const OPEN_READS_MAX_DEFAULT: u64 = 1;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const WAIT_MS_MAX_DEFAULT: u64 = 3_600_000;
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 5_000;
+pub use crate::queue_limit::QUEUES_MAX_DEFAULT;
 
 /// Bounds on the limits themselves, so a typo cannot make the server unusable.
 pub const LINE_BYTES_MAX_MIN: usize = 256;
@@ -64,6 +65,7 @@ pub struct ServerSection {
     pub max_open_reads: Option<u64>,
     pub request_timeout_ms: Option<u64>,
     pub wait_ms_max: Option<u64>,
+    pub max_queues: Option<usize>,
     pub shutdown_enabled: Option<bool>,
     pub shutdown_grace_ms: Option<u64>,
 }
@@ -91,6 +93,8 @@ pub struct Limits {
     pub max_open_reads: u64,
     pub request_timeout_ms: u64,
     pub wait_ms_max: u64,
+    /// Most queues clients may create; more is `SERVER_ERROR too many queues`.
+    pub max_queues: usize,
     pub shutdown_enabled: bool,
 }
 
@@ -102,6 +106,7 @@ impl Default for Limits {
             max_open_reads: OPEN_READS_MAX_DEFAULT,
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             wait_ms_max: WAIT_MS_MAX_DEFAULT,
+            max_queues: QUEUES_MAX_DEFAULT,
             shutdown_enabled: false,
         }
     }
@@ -196,6 +201,7 @@ pub fn resolve_limits(s: &ServerSection) -> anyhow::Result<Limits> {
         max_open_reads: s.max_open_reads.unwrap_or(d.max_open_reads),
         request_timeout_ms: s.request_timeout_ms.unwrap_or(d.request_timeout_ms),
         wait_ms_max: s.wait_ms_max.unwrap_or(d.wait_ms_max),
+        max_queues: s.max_queues.unwrap_or(d.max_queues),
         shutdown_enabled: s.shutdown_enabled.unwrap_or(d.shutdown_enabled),
     };
     if !(LINE_BYTES_MAX_MIN..=LINE_BYTES_MAX_MAX).contains(&limits.line_bytes_max) {
@@ -210,6 +216,9 @@ pub fn resolve_limits(s: &ServerSection) -> anyhow::Result<Limits> {
     }
     if limits.request_timeout_ms == 0 {
         bail!("request_timeout_ms must be at least 1");
+    }
+    if limits.max_queues == 0 {
+        bail!("max_queues must be at least 1");
     }
     Ok(limits)
 }
@@ -376,6 +385,7 @@ mod tests {
             r#"
             [server]
             max_open_reads = 4
+            max_queues = 7
             shutdown_enabled = true
             [defaults]
             durability = "periodic"
@@ -394,6 +404,8 @@ mod tests {
         .unwrap();
         let settings = resolve(&file, &Overrides::default()).unwrap();
         assert_eq!(settings.limits.max_open_reads, 4);
+        assert_eq!(settings.limits.max_queues, 7);
+        assert_eq!(Limits::default().max_queues, QUEUES_MAX_DEFAULT);
         assert!(settings.limits.shutdown_enabled);
         assert_eq!(settings.listen, LISTEN_DEFAULT);
         let d = settings.store.config("other");
@@ -426,6 +438,7 @@ mod tests {
             "[queues.\"a/b\"]\nmax_items = 1",
             "[server]\nline_bytes_max = 10",
             "[server]\nmax_open_reads = 0",
+            "[server]\nmax_queues = 0",
         ] {
             let parsed: Result<FileConfig, _> = toml::from_str(bad);
             let resolved = parsed

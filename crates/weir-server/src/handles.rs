@@ -11,9 +11,12 @@
 //! count that every connection on every thread shares.
 //!
 //! A handle on a queue deleted meanwhile answers `NotFound`; the caller then calls
-//! [`Handles::evict`] and asks again, which creates the queue afresh.
+//! [`Handles::evict`] and asks again, which creates the queue afresh. A miss goes
+//! through [`QueueLimit`], which refuses to create a queue past `max_queues`.
 
-use weir::{Queue, Reader, Store};
+use weir::{Queue, Reader};
+
+use crate::queue_limit::{OpenError, QueueLimit};
 
 /// Names compare length-first (`weir::names_equal`): the default reader's name is
 /// empty, and a zero-length `memcmp` costs ~150 ns on some machines.
@@ -46,8 +49,8 @@ fn names_hash(queue: &str, reader: Option<&str>) -> u64 {
 }
 
 impl Handles {
-    /// The queue `name`, created on first use.
-    pub fn queue(&mut self, store: &Store, name: &str) -> weir::Result<&Queue> {
+    /// The queue `name`, created on first use (within `max_queues`).
+    pub fn queue(&mut self, queues: &QueueLimit, name: &str) -> Result<&Queue, OpenError> {
         let hash = names_hash(name, None);
         let found = self
             .queues
@@ -56,7 +59,7 @@ impl Handles {
         let index = match found {
             Some(i) => i,
             None => {
-                let queue = store.queue(name)?;
+                let queue = queues.queue(name)?;
                 if self.queues.len() == HANDLES_CACHED_MAX {
                     self.queues.remove(0);
                 }
@@ -68,7 +71,12 @@ impl Handles {
     }
 
     /// The reader `reader` of queue `queue`, both created on first use.
-    pub fn reader(&mut self, store: &Store, queue: &str, reader: &str) -> weir::Result<&Reader> {
+    pub fn reader(
+        &mut self,
+        queues: &QueueLimit,
+        queue: &str,
+        reader: &str,
+    ) -> Result<&Reader, OpenError> {
         let hash = names_hash(queue, Some(reader));
         let found = self.readers.iter().position(|(h, r)| {
             *h == hash && same_name(r.queue_name(), queue) && same_name(r.name(), reader)
@@ -76,7 +84,7 @@ impl Handles {
         let index = match found {
             Some(i) => i,
             None => {
-                let handle = self.queue(store, queue)?.reader(reader)?;
+                let handle = self.queue(queues, queue)?.reader(reader)?;
                 if self.readers.len() == HANDLES_CACHED_MAX {
                     self.readers.remove(0);
                 }
@@ -103,6 +111,7 @@ impl Handles {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir::Store;
 
     #[test]
     fn hash_separates_queue_from_reader() {
@@ -115,26 +124,27 @@ mod tests {
     fn cache_hits_evicts_and_recreates() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let store = Store::open(dir.path())?;
+        let queues = QueueLimit::new(store.clone(), 100);
         let mut handles = Handles::default();
         handles
-            .queue(&store, "a")?
+            .queue(&queues, "a")?
             .append(b"1", Default::default())?;
         // Same names, same handle: the reader sees the append made through the cache.
-        let taken = handles.reader(&store, "a", "")?.take()?;
+        let taken = handles.reader(&queues, "a", "")?.take()?;
         assert_eq!(taken.map(|i| i.data.to_vec()), Some(b"1".to_vec()));
         // More queues than the cache holds: the oldest is evicted and comes back.
         for i in 0..HANDLES_CACHED_MAX + 2 {
             let name = format!("q{i}");
-            assert_eq!(handles.queue(&store, &name)?.name(), name);
+            assert_eq!(handles.queue(&queues, &name)?.name(), name);
         }
         assert!(handles.queues.len() <= HANDLES_CACHED_MAX);
-        assert_eq!(handles.queue(&store, "a")?.name(), "a");
+        assert_eq!(handles.queue(&queues, "a")?.name(), "a");
         // A deleted queue: evict, and the next lookup creates it afresh.
         store.delete_queue("a")?;
         handles.evict("a");
         assert!(handles.readers.is_empty());
-        assert_eq!(handles.reader(&store, "a", "r")?.name(), "r");
-        assert_eq!(handles.reader(&store, "a", "r")?.queue_name(), "a");
+        assert_eq!(handles.reader(&queues, "a", "r")?.name(), "r");
+        assert_eq!(handles.reader(&queues, "a", "r")?.queue_name(), "a");
         Ok(())
     }
 }

@@ -8,7 +8,8 @@
 //! Layout, after tokio's mini-redis: [`connection`] owns buffering and framing,
 //! [`parse`] turns bytes into requests (pure, fuzzed), [`request`] holds the key syntax,
 //! [`cmd`] has one file per command, [`leases`] and [`handles`] are per-connection
-//! state, [`server`] accepts and enforces limits, [`shutdown`] passes the stop signal
+//! state, [`queue_limit`] caps how many queues clients create, [`server`] accepts and
+//! enforces limits, [`shutdown`] passes the stop signal
 //! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters.
 
 pub mod cmd;
@@ -19,6 +20,7 @@ pub mod http;
 pub mod leases;
 pub mod metrics;
 pub mod parse;
+pub mod queue_limit;
 pub mod request;
 pub mod server;
 pub mod shutdown;

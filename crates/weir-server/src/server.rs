@@ -32,6 +32,7 @@ use crate::config::{Limits, Settings};
 use crate::connection::{write_now, Connection};
 use crate::metrics::{LoopMetrics, Metrics};
 use crate::parse::{parse, CommandKind, Parse, ParseLimits};
+use crate::queue_limit::QueueLimit;
 use crate::shutdown::Shutdown;
 
 /// Pending replies past this size are written before the next request of the same
@@ -44,6 +45,9 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// What every connection shares.
 pub struct Shared {
     pub store: weir::Store,
+    /// Where connections get queues they have not cached: the store behind
+    /// `max_queues`.
+    pub queues: QueueLimit,
     pub limits: RuntimeLimits,
     pub metrics: Metrics,
     pub config_path: Option<PathBuf>,
@@ -148,6 +152,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
     let shared = Arc::new(Shared {
+        queues: QueueLimit::new(store.clone(), settings.limits.max_queues),
         store,
         limits: RuntimeLimits::new(settings.limits),
         metrics: Metrics::new(settings.threads),

@@ -847,6 +847,67 @@ fn one_get_of_many_large_items() {
 }
 
 #[test]
+fn max_queues_caps_creation_not_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nmax_queues = 3\n");
+    let data = dir.path().join("data");
+    let mut s = Server::start(&data, &["--config", cfg.to_str().unwrap()]);
+    let mut c = s.client();
+    c.call(
+        b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\nget c\r\n",
+        b"STORED\r\nSTORED\r\nEND\r\n",
+    );
+    // A fourth queue, by any command that would create one.
+    const REFUSED: &[u8] = b"SERVER_ERROR too many queues\r\n";
+    c.call(b"set d 0 0 1\r\nx\r\n", REFUSED);
+    c.call(b"get d\r\n", REFUSED);
+    c.call(b"get d.r/peek\r\n", REFUSED);
+    c.call(b"gets d/open/t=10\r\n", REFUSED);
+    c.call(b"monitor d 0\r\n", REFUSED);
+    s.client().call(b"set d 0 0 1\r\nx\r\n", REFUSED);
+    // In place of END, after the keys before it; a fanout set stores where it can.
+    c.call(
+        b"get a d\r\n",
+        b"VALUE a 0 1\r\n1\r\nSERVER_ERROR too many queues\r\n",
+    );
+    c.call(b"set a+d 0 0 1\r\ny\r\n", REFUSED);
+    // Existing queues, and new readers of them, keep working; looking creates nothing.
+    c.call(
+        b"get a.r/peek\r\nget a\r\n",
+        b"VALUE a.r/peek 0 1\r\ny\r\nEND\r\nVALUE a 0 1\r\ny\r\nEND\r\n",
+    );
+    c.call(
+        b"flush d\r\ndump_stats d\r\nflush_expired d\r\n",
+        b"END\r\nEND\r\n0\r\n",
+    );
+    c.call(b"delete d\r\n", b"NOT_FOUND\r\n");
+    // A deleted queue makes room.
+    c.call(b"delete b\r\n", b"DELETED\r\n");
+    c.call(
+        b"set d 0 0 1\r\nz\r\nget d\r\n",
+        b"STORED\r\nVALUE d 0 1\r\nz\r\nEND\r\n",
+    );
+    c.call(b"get e\r\n", REFUSED);
+    // Reloadable.
+    std::fs::write(&cfg, "[server]\nmax_queues = 4\n").unwrap();
+    c.call(b"reload\r\n", b"Reloaded config.\r\n");
+    c.call(
+        b"get e\r\nget f\r\n",
+        b"END\r\nSERVER_ERROR too many queues\r\n",
+    );
+    // Queues over a lowered cap are kept and usable after a restart.
+    s.terminate(Duration::from_secs(10));
+    std::fs::write(&cfg, "[server]\nmax_queues = 1\n").unwrap();
+    let s = Server::start(&data, &["--config", cfg.to_str().unwrap()]);
+    let mut c = s.client();
+    c.call(
+        b"set a 0 0 1\r\nw\r\nget a\r\nget e\r\n",
+        b"STORED\r\nVALUE a 0 1\r\nw\r\nEND\r\nEND\r\n",
+    );
+    c.call(b"get g\r\n", REFUSED);
+}
+
+#[test]
 fn reload_applies_queue_settings() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(dir.path(), "[queues.\"capped\"]\nmax_items = 1\n");

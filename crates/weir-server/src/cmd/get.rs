@@ -21,6 +21,7 @@ use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flo
 use crate::connection::write_now;
 use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::metrics::LoopMetrics;
+use crate::queue_limit::{OpenError, REPLY_TOO_MANY_QUEUES};
 use crate::request::{parse_read_key, ReadKey};
 use crate::server::OUTPUT_BYTES_FLUSH_AT;
 
@@ -32,6 +33,15 @@ enum KeyFailure {
     /// A fixed reply in place of `END`.
     Refused(&'static [u8]),
     Gone,
+}
+
+impl From<OpenError> for KeyFailure {
+    fn from(e: OpenError) -> KeyFailure {
+        match e {
+            OpenError::Engine(e) => KeyFailure::Engine(e),
+            OpenError::TooManyQueues => KeyFailure::Refused(REPLY_TOO_MANY_QUEUES),
+        }
+    }
 }
 
 pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
@@ -161,7 +171,7 @@ async fn one_key(
     if !wait.is_zero() {
         // A wait uses the connection (to send what is pending, to notice a close), so
         // it holds its own clone of the handle.
-        let reader = reader_handle(ctx, key.queue, key.reader).map_err(KeyFailure::Engine)?;
+        let reader = reader_handle(ctx, key.queue, key.reader)?;
         let result = match take(ctx, &reader, mode, wait).await {
             Waited::Gone => return Err(KeyFailure::Gone),
             Waited::Done(result) => result,
@@ -175,14 +185,10 @@ async fn one_key(
     }
     // A look without a wait borrows the cached handle. A handle on a queue deleted
     // since it was cached answers NotFound: forget it and look once more.
-    let store = &ctx.shared.store;
+    let queues = &ctx.shared.queues;
     let mut evicted = false;
     loop {
-        let reader = ctx
-            .session
-            .handles
-            .reader(store, key.queue, key.reader)
-            .map_err(KeyFailure::Engine)?;
+        let reader = ctx.session.handles.reader(queues, key.queue, key.reader)?;
         let result = reader.take_async(mode, Duration::ZERO).await;
         if is_stale(&result) && !evicted {
             evicted = true;

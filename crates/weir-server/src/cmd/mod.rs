@@ -31,6 +31,7 @@ use crate::handles::Handles;
 use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
 use crate::parse::Request;
+use crate::queue_limit::{OpenError, REPLY_TOO_MANY_QUEUES};
 use crate::server::Shared;
 
 /// What the connection does after a command.
@@ -137,6 +138,14 @@ pub fn put_engine_error(out: &mut BytesMut, e: &weir::Error) {
     }
 }
 
+/// The reply for a queue that could not be had.
+pub fn put_open_error(out: &mut BytesMut, e: &OpenError) {
+    match e {
+        OpenError::Engine(e) => put_engine_error(out, e),
+        OpenError::TooManyQueues => out.put_slice(REPLY_TOO_MANY_QUEUES),
+    }
+}
+
 /// Longest error text put in a reply line.
 const ERROR_TEXT_BYTES_MAX: usize = 200;
 
@@ -226,10 +235,10 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
 
 /// A reader handle from the connection's cache, cloned so that it can be held while
 /// `ctx` is used (a wait); a plain look borrows from `ctx.session.handles` instead.
-pub fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> weir::Result<Reader> {
+pub fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> Result<Reader, OpenError> {
     ctx.session
         .handles
-        .reader(&ctx.shared.store, queue, reader)
+        .reader(&ctx.shared.queues, queue, reader)
         .cloned()
 }
 

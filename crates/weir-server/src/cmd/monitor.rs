@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use weir::TakeMode;
 
-use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use super::{put_engine_error, put_open_error, put_value, reader_handle, take, Ctx, Flow, Waited};
 use crate::connection::write_now;
 use crate::leases::{LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::request::parse_plain_key;
@@ -35,7 +35,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
     let reader = match reader_handle(ctx, parsed.queue, parsed.reader) {
         Ok(r) => r,
         Err(e) => {
-            put_engine_error(ctx.out, &e);
+            put_open_error(ctx.out, &e);
             return Flow::Continue;
         }
     };

@@ -23,6 +23,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     match result {
         Ok(Ok(limits)) => {
             ctx.shared.limits.set(limits);
+            ctx.shared.queues.set_max(limits.max_queues);
             tracing::info!(?limits, "reloaded config");
             ctx.out.put_slice(b"Reloaded config.\r\n");
         }

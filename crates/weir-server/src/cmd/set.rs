@@ -7,7 +7,8 @@
 use bytes::BufMut;
 use weir::{AppendOptions, ErrorKind};
 
-use super::{put_engine_error, Ctx, Flow};
+use super::{put_open_error, Ctx, Flow};
+use crate::queue_limit::OpenError;
 use crate::request::{expires_at_ms, parse_write_key};
 
 pub async fn execute(
@@ -43,7 +44,7 @@ pub async fn execute(
     if !noreply {
         match failure {
             None => ctx.out.put_slice(b"STORED\r\n"),
-            Some(e) => put_engine_error(ctx.out, &e),
+            Some(e) => put_open_error(ctx.out, &e),
         }
     }
     Flow::Continue
@@ -56,21 +57,22 @@ async fn append(
     name: &str,
     data: &[u8],
     options: AppendOptions,
-) -> weir::Result<u64> {
-    let store = &ctx.shared.store;
+) -> Result<u64, OpenError> {
+    let queues = &ctx.shared.queues;
     let result = ctx
         .session
         .handles
-        .queue(store, name)?
+        .queue(queues, name)?
         .append_async(data, options)
         .await;
     match result {
-        // Deleted since it was cached: the next use creates it afresh.
+        // Deleted since it was cached: the next use creates it afresh (within
+        // `max_queues`).
         Err(e) if e.kind() == ErrorKind::NotFound => {
             ctx.session.handles.evict(name);
-            let queue = ctx.session.handles.queue(store, name)?;
-            queue.append_async(data, options).await
+            let queue = ctx.session.handles.queue(queues, name)?;
+            Ok(queue.append_async(data, options).await?)
         }
-        result => result,
+        result => Ok(result?),
     }
 }
