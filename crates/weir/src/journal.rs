@@ -8,7 +8,9 @@
 //!
 //! When the file passes `rotate_bytes`, the next generation is written with a fresh
 //! snapshot, fsync'ed, and only then is the old one removed; on open the newest file
-//! with a complete snapshot wins. A torn or corrupt tail ends the replay there.
+//! with a complete snapshot wins. A torn or corrupt tail ends the replay there. Replay
+//! streams the file through a fixed buffer: what it allocates never depends on the
+//! file's size, which the disk controls.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -16,7 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::frame::{decode_small_frame, encode_small_frame, SEQ_MAX};
+use crate::frame::{decode_small_frame, encode_small_frame, SEQ_MAX, SMALL_FRAME_HEADER_BYTES};
 use crate::intervals::IntervalSet;
 use crate::mapfile::{sync_dir, MapFile};
 use crate::segment::{
@@ -397,18 +399,21 @@ impl Journal {
     }
 }
 
+/// How much of a journal file replay reads at once. Replay streams the file through a
+/// buffer of this size (plus one record), so its memory never depends on the file's
+/// size, which the disk controls.
+const LOAD_CHUNK_BYTES: usize = 1024 * 1024;
+/// Largest frame: the framing header and the largest body.
+const FRAME_BYTES_MAX: usize = SMALL_FRAME_HEADER_BYTES + BODY_BYTES_MAX;
+
 /// Replays a journal file: `None` when it has no complete snapshot. Also returns the
 /// end of the last valid record and whether junk followed it.
 fn load(path: &Path, gen: u64) -> io::Result<Option<(JournalState, u64, bool)>> {
-    let bytes = {
-        let file = File::open(path)?;
-        let len = file.metadata()?.len() as usize;
-        let mut buf = vec![0u8; len];
-        let n = read_full_at(&file, &mut buf, 0)?;
-        buf.truncate(n);
-        buf
-    };
-    if decode_file_header(JOURNAL_MAGIC, &bytes) != Some(gen) {
+    let file = File::open(path)?;
+    let file_len = file.metadata()?.len();
+    let mut header = [0u8; FILE_HEADER_BYTES as usize];
+    let n = read_full_at(&file, &mut header, 0)?;
+    if decode_file_header(JOURNAL_MAGIC, &header[..n]) != Some(gen) {
         return Ok(None);
     }
     let mut state = JournalState {
@@ -416,9 +421,23 @@ fn load(path: &Path, gen: u64) -> io::Result<Option<(JournalState, u64, bool)>> 
         readers: BTreeMap::new(),
         next_reader_id: 1,
     };
-    let mut off = FILE_HEADER_BYTES as usize;
     let mut snapshot_done = false;
-    while let Some((body, used)) = decode_small_frame(&bytes[off..], BODY_BYTES_MAX) {
+    // `buf` holds the file's bytes from `buf_at` on; `pos` is the next record in it.
+    let mut buf: Vec<u8> = Vec::with_capacity(LOAD_CHUNK_BYTES + FRAME_BYTES_MAX);
+    let mut buf_at = FILE_HEADER_BYTES;
+    let mut pos = 0usize;
+    let mut eof = false;
+    loop {
+        if buf.len() - pos < FRAME_BYTES_MAX && !eof {
+            buf.drain(..pos);
+            buf_at += pos as u64;
+            pos = 0;
+            let read_at = buf_at + buf.len() as u64;
+            eof = !fill(&file, file_len, &mut buf, read_at)?;
+        }
+        let Some((body, used)) = decode_small_frame(&buf[pos..], BODY_BYTES_MAX) else {
+            break;
+        };
         let Some(rec) = JRecord::decode(body) else {
             break;
         };
@@ -426,13 +445,35 @@ fn load(path: &Path, gen: u64) -> io::Result<Option<(JournalState, u64, bool)>> 
             snapshot_done = true;
         }
         state.apply(&rec);
-        off += used;
+        pos += used;
     }
     if !snapshot_done {
         return Ok(None);
     }
-    let damaged = bytes[off..].iter().any(|&b| b != 0);
-    Ok(Some((state, off as u64, damaged)))
+    let end = buf_at + pos as u64;
+    // A crash leaves the rest of the mapping window as zeroes; anything else after the
+    // last valid record is damage. A healthy tail is shorter than one window, so one
+    // more chunk is looked at, and a tail longer than that is damage whatever it holds.
+    let mut damaged = buf[pos..].iter().any(|&b| b != 0);
+    if !damaged && !eof {
+        let next_at = buf_at + buf.len() as u64;
+        buf.clear();
+        let more = fill(&file, file_len, &mut buf, next_at)?;
+        damaged = more || buf.iter().any(|&b| b != 0);
+    }
+    debug_assert!(end >= FILE_HEADER_BYTES && end <= file_len.max(FILE_HEADER_BYTES));
+    Ok(Some((state, end, damaged)))
+}
+
+/// Appends to `buf` up to [`LOAD_CHUNK_BYTES`] of the file from `at`; false when that
+/// reached the end of the file (`file_len` long).
+fn fill(file: &File, file_len: u64, buf: &mut Vec<u8>, at: u64) -> io::Result<bool> {
+    let want = file_len.saturating_sub(at).min(LOAD_CHUNK_BYTES as u64) as usize;
+    let old_len = buf.len();
+    buf.resize(old_len + want, 0);
+    let n = read_full_at(file, &mut buf[old_len..], at)?;
+    buf.truncate(old_len + n);
+    Ok(n == want && at + (want as u64) < file_len)
 }
 
 #[cfg(test)]
@@ -465,6 +506,90 @@ mod tests {
             rec.encode(&mut b);
             assert_eq!(JRecord::decode(&b), Some(rec));
         }
+    }
+
+    #[test]
+    fn replay_streams_a_journal_larger_than_one_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opened = Journal::open(dir.path(), 1).unwrap();
+        let mut state = opened.state.clone();
+        let create = JRecord::ReaderCreate {
+            id: 1,
+            acked_below: 1,
+            name: "r".into(),
+        };
+        opened.journal.append(&create).unwrap();
+        state.apply(&create);
+        // Confirmations of 29 bytes, every other one out of order, and floors of 17:
+        // frames straddle every chunk boundary somewhere.
+        let mut seq = 1;
+        while opened.journal.size_bytes() < 3 * LOAD_CHUNK_BYTES as u64 + 1000 {
+            for rec in [
+                JRecord::Confirm {
+                    id: 1,
+                    from: seq + 1,
+                    to: seq + 2,
+                },
+                JRecord::Confirm {
+                    id: 1,
+                    from: seq,
+                    to: seq + 1,
+                },
+                JRecord::Floor(seq),
+            ] {
+                opened.journal.append(&rec).unwrap();
+                state.apply(&rec);
+            }
+            seq += 2;
+        }
+        drop(opened);
+        let again = Journal::open(dir.path(), 1).unwrap();
+        assert!(!again.damaged_tail, "a crash-like zero tail is not damage");
+        assert_eq!(again.state, state);
+        assert_eq!(again.state.readers[&1].acked_below, seq);
+    }
+
+    #[test]
+    fn replay_of_a_huge_file_reads_no_more_than_its_records() {
+        // A file whose size says 64 GiB (sparse): replay must not allocate for it.
+        let dir = tempfile::tempdir().unwrap();
+        let mut opened = Journal::open(dir.path(), 1).unwrap();
+        let create = JRecord::ReaderCreate {
+            id: 1,
+            acked_below: 5,
+            name: "r".into(),
+        };
+        opened.journal.append(&create).unwrap();
+        let path = opened.journal.map.path().to_path_buf();
+        let end = opened.journal.size_bytes();
+        drop(opened);
+        let file = File::options().write(true).open(&path).unwrap();
+        file.set_len(1 << 36).unwrap();
+        drop(file);
+        let again = Journal::open(dir.path(), 1).unwrap();
+        assert!(again.damaged_tail, "a tail longer than a window is damage");
+        assert_eq!(again.state.readers[&1].acked_below, 5);
+        assert_eq!(
+            fs::metadata(&path).unwrap().len(),
+            end,
+            "cut after the last record"
+        );
+    }
+
+    #[test]
+    fn junk_after_the_last_record_is_damage_and_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let opened = Journal::open(dir.path(), 1).unwrap();
+        let path = opened.journal.map.path().to_path_buf();
+        let end = opened.journal.size_bytes();
+        drop(opened);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes.truncate(end as usize);
+        bytes.extend_from_slice(&[0, 0, 0, 7, 1, 2, 3]);
+        fs::write(&path, &bytes).unwrap();
+        let again = Journal::open(dir.path(), 1).unwrap();
+        assert!(again.damaged_tail);
+        assert_eq!(fs::metadata(&path).unwrap().len(), end);
     }
 
     #[test]
