@@ -272,7 +272,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     } else if is("flush_all") {
         parse_flush_all(tokens)
     } else if is("flush_expired") {
-        one_key(tokens, false).map(|(key, _)| Request::FlushExpired { key })
+        parse_flush_expired(tokens)
     } else if is("flush_all_expired") {
         no_arguments(tokens, Request::FlushAllExpired)
     } else if is("stats") {
@@ -481,6 +481,17 @@ fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(&str, bool), &'s
         return Err(REPLY_BAD_FORMAT);
     }
     Ok((key, noreply))
+}
+
+/// `flush_expired QUEUE`: a queue, not a reader (`CLIENT_ERROR bad queue name`, as
+/// for `set`): the engine expires a queue's items for all its readers at once, so a
+/// reader key could only be misread as asking for less than it does.
+fn parse_flush_expired(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
+    let (key, _) = one_key(tokens, false)?;
+    if !parse_plain_key(key).map_err(key_error)?.reader.is_empty() {
+        return Err(KeyError::BadName.reply());
+    }
+    Ok(Request::FlushExpired { key })
 }
 
 /// `flush_all [DELAY] [noreply]`: clients send a delay; weir only flushes at once, so
@@ -714,5 +725,17 @@ mod tests {
             Request::DumpStats { names: "a b" }
         );
         assert_eq!(request(b"stats\r\n").0, Request::Stats);
+        assert_eq!(
+            request(b"flush_expired q\r\n").0,
+            Request::FlushExpired { key: "q" }
+        );
+        for reader_key in [&b"flush_expired q.r\r\n"[..], b"flush_expired q+r\r\n"] {
+            assert_eq!(reject(reader_key).reply, KeyError::BadName.reply());
+        }
+        assert_eq!(
+            reject(b"flush_expired q/open\r\n").reply,
+            KeyError::BadOption.reply()
+        );
+        assert_eq!(reject(b"flush_expired q x\r\n").reply, REPLY_BAD_FORMAT);
     }
 }

@@ -251,6 +251,36 @@ fn max_open_reads_from_the_config() {
 }
 
 #[test]
+fn wait_ms_max_caps_t() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nwait_ms_max = 300\n");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let mut c = s.client();
+    // Asked for 60 s: waits the cap, then misses.
+    let started = Instant::now();
+    c.call(b"get q/t=60000\r\n", b"END\r\n");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    // Under the cap, t=MS is as asked; an item that comes during the wait is taken.
+    let started = Instant::now();
+    c.call(b"get q/open/t=50\r\n", b"END\r\n");
+    assert!(started.elapsed() < Duration::from_millis(250));
+    let addr = s.addr;
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        Client::connect(addr).call(b"set q 0 0 1\r\na\r\n", b"STORED\r\n");
+    });
+    c.call(b"get q/t=60000\r\n", b"VALUE q/t=60000 0 1\r\na\r\nEND\r\n");
+    writer.join().unwrap();
+}
+
+#[test]
 fn readers_fan_out_and_share() {
     let (_dir, s) = server();
     let mut c = s.client();
@@ -337,6 +367,11 @@ fn flush_commands() {
     c.call(b"set f 0 -1 1\r\nx\r\n", b"STORED\r\n");
     c.call(b"flush_expired e\r\n", b"2\r\n");
     c.call(b"flush_expired none\r\n", b"0\r\n");
+    // A queue only: expiry is for all its readers at once.
+    c.call(
+        b"flush_expired e.r\r\nflush_expired e+r\r\n",
+        b"CLIENT_ERROR bad queue name\r\nCLIENT_ERROR bad queue name\r\n",
+    );
     c.call(b"flush_all_expired\r\n", b"1\r\n");
     c.call(b"get e\r\n", b"VALUE e 0 1\r\nz\r\nEND\r\n");
 }
@@ -385,6 +420,17 @@ fn stats_and_dump_stats() {
     );
     assert!(dump.ends_with("}\r\nEND\r\n"), "{dump}");
     c.call(b"dump_stats nothere\r\n", b"END\r\n");
+    // No names: every queue, in name order, each followed by its named readers.
+    c.call(b"set a 0 0 1\r\nx\r\n", b"STORED\r\n");
+    c.send(b"dump_stats\r\n");
+    let all = String::from_utf8(c.read_until(b"\r\nEND\r\n")).unwrap();
+    let blocks: Vec<&str> = all.lines().filter(|l| l.starts_with("queue ")).collect();
+    assert_eq!(
+        blocks,
+        ["queue 'a' {", "queue 'st' {", "queue 'st+r' {"],
+        "{all}"
+    );
+    assert!(all.starts_with("queue 'a' {\r\n  items=1\r\n"), "{all}");
     c.call(b"dump_stats a/b\r\n", b"CLIENT_ERROR bad queue name\r\n");
 }
 
@@ -434,6 +480,28 @@ fn monitor_and_confirm() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(seen, b"VALUE m/peek 0 1\r\n2\r\nEND\r\n");
+    // On a reader: its own items and leases, the key echoed as sent.
+    d.call(b"get n.r\r\nget n\r\n", b"END\r\nEND\r\n");
+    d.call(
+        b"set n 0 0 1\r\n5\r\nset n 0 0 1\r\n6\r\n",
+        b"STORED\r\nSTORED\r\n",
+    );
+    d.call(
+        b"monitor n.r 0 1\r\nmonitor n+r 0\r\n",
+        b"VALUE n.r 0 1\r\n5\r\nEND\r\nVALUE n+r 0 1\r\n6\r\nEND\r\n",
+    );
+    d.call(b"get n.r/peek\r\n", b"END\r\n");
+    d.call(
+        b"confirm n.r 3\r\n",
+        b"CLIENT_ERROR not that many open items\r\n",
+    );
+    d.call(b"confirm n+r 1\r\nget n.r/abort\r\n", b"END\r\nEND\r\n");
+    d.call(b"get n+r\r\n", b"VALUE n+r 0 1\r\n6\r\nEND\r\n");
+    // The default reader kept both.
+    d.call(
+        b"get n n n\r\n",
+        b"VALUE n 0 1\r\n5\r\nVALUE n 0 1\r\n6\r\nEND\r\n",
+    );
     d.call(
         b"monitor m x\r\n",
         b"CLIENT_ERROR bad command line format\r\n",

@@ -1,5 +1,6 @@
 //! `flush_expired QUEUE` / `flush_all_expired`: drop (or move to `expire_to`) expired
-//! items now rather than when a reader reaches them; replies with how many.
+//! items now rather than when a reader reaches them; replies with how many. Per queue,
+//! for all its readers at once: the parser refuses a reader key.
 
 use bytes::BufMut;
 

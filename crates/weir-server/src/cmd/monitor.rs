@@ -57,7 +57,9 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
                         return Flow::Continue;
                     }
                 }
-                put_value(ctx.out, parsed.queue, &taken.item, false);
+                // The key as sent, reader included, as `get` does (and as Kestrel,
+                // whose fanout queue `q+r` is a queue of that name).
+                put_value(ctx.out, key, &taken.item, false);
                 sent += 1;
             }
         }
