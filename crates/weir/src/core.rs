@@ -162,6 +162,9 @@ struct LeaseInfo {
     loc: Loc,
     len: u32,
     deadline: Option<Instant>,
+    /// Held by the engine for an expired item being moved to `expire_to` (see
+    /// [`Move`]), not by a caller: no timeout, and no caller may confirm or release it.
+    moving: bool,
 }
 
 struct ReaderState {
@@ -181,11 +184,24 @@ struct ReaderState {
     confirmed_total: u64,
     expired: u64,
     discarded: u64,
+    /// Leases held for items being moved to `expire_to`, and their payload bytes.
+    moving: u64,
+    moving_bytes: u64,
 }
 
 impl ReaderState {
     fn pending_items(&self, next_seq: u64) -> u64 {
         next_seq - self.acked_below - self.confirmed.count()
+    }
+
+    /// What this reader holds against `max_items`/`max_bytes`: items being moved to
+    /// `expire_to` are on their way out and count as gone, as they did when a move
+    /// confirmed them at once.
+    fn room_used(&self, next_seq: u64) -> (u64, u64) {
+        (
+            self.pending_items(next_seq).saturating_sub(self.moving),
+            self.pending_bytes.saturating_sub(self.moving_bytes),
+        )
     }
 
     /// Records `[from, to)` as confirmed in memory (the journal was written already).
@@ -245,6 +261,8 @@ impl ReaderState {
 }
 
 struct State {
+    /// The queue's name (its `expire_to` may not name itself).
+    name: String,
     config: QueueConfig,
     closed: bool,
     deleted: bool,
@@ -304,6 +322,18 @@ impl Candidate {
             expires_at_ms: self.header.expires_at_ms,
         }
     }
+}
+
+/// An expired item on its way to the queue's `expire_to` queue. A take meets it under
+/// this queue's lock, but the append to the target must happen outside it (one queue
+/// lock at a time, and queues may expire into each other). So the item is held under a
+/// lease, not confirmed: the confirmation is journaled only once the item is in the
+/// target. A process killed in between moves it again after the restart (a duplicate
+/// in the target) instead of losing it from both queues.
+struct Move {
+    reader: String,
+    lease: u64,
+    item: Item,
 }
 
 /// What a take is for.
@@ -699,6 +729,49 @@ impl State {
         Ok(first)
     }
 
+    /// Ends the lease of a [`Move`]: confirmed (journaled) when `done`, else released,
+    /// so that a later take moves the item again. A lease gone meanwhile (the reader
+    /// was flushed or deleted) needs nothing.
+    fn finish_move(&mut self, m: &Move, done: bool) {
+        let next_seq = self.next_seq;
+        let Some((id, seq, loc, len)) = self.readers.get(&m.reader).and_then(|r| {
+            let l = r.leases.get(&m.lease).filter(|l| l.moving)?;
+            Some((r.id, l.seq, l.loc, l.len))
+        }) else {
+            return;
+        };
+        let confirmed = done
+            && {
+                let rec = JRecord::Confirm {
+                    id,
+                    from: seq,
+                    to: seq + 1,
+                };
+                match self.journal_append(rec) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::error!(dir = %self.dir().display(), error = %e, "could not confirm a moved item; it stays and is moved again");
+                        false
+                    }
+                }
+            };
+        let Some(r) = self.readers.get_mut(&m.reader) else {
+            return;
+        };
+        r.leases.remove(&m.lease);
+        r.moving = r.moving.saturating_sub(1);
+        r.moving_bytes = r.moving_bytes.saturating_sub(len as u64);
+        if confirmed {
+            r.confirm_mem(seq, seq + 1, len as u64);
+        } else {
+            // Not woken for: an item that cannot be moved yet would only be met again.
+            r.released.insert(seq, (loc, len));
+            r.expired = r.expired.saturating_sub(1);
+        }
+        r.settle(next_seq);
+        r.check(next_seq);
+    }
+
     /// Counts `[from, to)` as lost to damage for reader `name`.
     fn lose(&mut self, name: &str, from: u64, to: u64) -> Result<()> {
         let Some(id) = self.readers.get(name).map(|r| r.id) else {
@@ -850,7 +923,7 @@ impl State {
         name: &str,
         purpose: Purpose,
         now: u64,
-        moves: &mut Vec<Item>,
+        moves: &mut Vec<Move>,
     ) -> Result<Option<Taken>> {
         // Expired items at the head are dropped as they are met, but at most
         // `EXPIRED_PER_CALL_MAX` per call, so one call never holds the lock (or the
@@ -884,19 +957,46 @@ impl State {
                 }
             };
             if expired {
-                self.journal_append(JRecord::Confirm {
-                    id,
-                    from: seq,
-                    to: seq + 1,
-                })?;
-                let keep_moving = self.config.expire_to.is_some();
-                if let Some(r) = self.readers.get_mut(name) {
-                    consume(r);
-                    r.confirm_mem(seq, seq + 1, len);
-                    r.expired += 1;
-                }
-                if keep_moving {
-                    moves.push(c.item());
+                let moving = self
+                    .config
+                    .expire_to
+                    .as_deref()
+                    .is_some_and(|to| to != self.name);
+                if moving {
+                    let lease_id = self.next_lease_id;
+                    self.next_lease_id += 1;
+                    if let Some(r) = self.readers.get_mut(name) {
+                        consume(r);
+                        r.leases.insert(
+                            lease_id,
+                            LeaseInfo {
+                                seq,
+                                loc: c.loc,
+                                len: c.header.len,
+                                deadline: None,
+                                moving: true,
+                            },
+                        );
+                        r.moving += 1;
+                        r.moving_bytes += len;
+                        r.expired += 1;
+                    }
+                    moves.push(Move {
+                        reader: name.to_string(),
+                        lease: lease_id,
+                        item: c.item(),
+                    });
+                } else {
+                    self.journal_append(JRecord::Confirm {
+                        id,
+                        from: seq,
+                        to: seq + 1,
+                    })?;
+                    if let Some(r) = self.readers.get_mut(name) {
+                        consume(r);
+                        r.confirm_mem(seq, seq + 1, len);
+                        r.expired += 1;
+                    }
                 }
                 if purpose == Purpose::ExpireHead {
                     return Ok(Some(Taken {
@@ -950,6 +1050,7 @@ impl State {
                                 loc: c.loc,
                                 len: c.header.len,
                                 deadline: lease_timeout.and_then(|t| Instant::now().checked_add(t)),
+                                moving: false,
                             },
                         );
                         r.taken += 1;
@@ -961,6 +1062,22 @@ impl State {
                 }
             };
         }
+    }
+
+    /// [`State::most_behind`], less the items being moved to `expire_to`: what
+    /// `max_items` and `max_bytes` are checked against.
+    fn room_used(&self) -> (u64, u64) {
+        if self.readers.is_empty() {
+            return (self.next_seq - self.floor, self.floor_bytes);
+        }
+        let mut items = 0;
+        let mut bytes = 0;
+        for r in self.readers.values() {
+            let (i, b) = r.room_used(self.next_seq);
+            items = items.max(i);
+            bytes = bytes.max(b);
+        }
+        (items, bytes)
     }
 
     /// The most-behind reader's (items, bytes); the queue's own when it has no reader.
@@ -1055,7 +1172,7 @@ impl State {
     }
 
     /// Makes room for `count` items of `bytes` under `max_items`/`max_bytes`.
-    fn make_room(&mut self, count: u64, bytes: u64, now: u64, moves: &mut Vec<Item>) -> Result<()> {
+    fn make_room(&mut self, count: u64, bytes: u64, now: u64, moves: &mut Vec<Move>) -> Result<()> {
         let (max_items, max_bytes) = (self.config.max_items, self.config.max_bytes);
         if max_items == u64::MAX && max_bytes == u64::MAX {
             return Ok(());
@@ -1067,7 +1184,7 @@ impl State {
             return Err(full());
         }
         loop {
-            let (items, held) = self.most_behind();
+            let (items, held) = self.room_used();
             if items + count <= max_items && held + bytes <= max_bytes {
                 return Ok(());
             }
@@ -1085,8 +1202,8 @@ impl State {
                     .readers
                     .iter()
                     .filter(|(_, r)| {
-                        r.pending_items(self.next_seq) + count > max_items
-                            || r.pending_bytes + bytes > max_bytes
+                        let (items, held) = r.room_used(self.next_seq);
+                        items + count > max_items || held + bytes > max_bytes
                     })
                     .map(|(n, _)| n.clone())
                     .collect();
@@ -1157,6 +1274,8 @@ impl State {
         r.acked_below = next_seq;
         r.confirmed.clear();
         r.leases.clear();
+        r.moving = 0;
+        r.moving_bytes = 0;
         r.released.clear();
         r.cursor_seq = next_seq;
         r.cursor = tail;
@@ -1183,6 +1302,8 @@ fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderSta
         confirmed_total: 0,
         expired: 0,
         discarded: 0,
+        moving: 0,
+        moving_bytes: 0,
     }
 }
 
@@ -1331,6 +1452,7 @@ impl QueueCore {
             }
         };
         let mut state = State {
+            name: name.to_string(),
             config,
             closed: false,
             deleted: false,
@@ -1765,35 +1887,79 @@ impl QueueCore {
         result
     }
 
-    /// Appends expired items to the queue's `expire_to` queue (outside our lock).
-    fn move_expired(&self, moves: Vec<Item>) {
+    /// Appends expired items to the queue's `expire_to` queue, outside our lock, then
+    /// ends their leases here (see [`Move`]): confirmed once the target has the item
+    /// (or refused it for good), released to be moved again by a later take when the
+    /// append failed for a reason that can pass.
+    ///
+    /// The append is not waited on for durability: an OS crash soon after a move can
+    /// lose it (see docs/storage.md); a killed process cannot.
+    fn move_expired(&self, moves: Vec<Move>) {
         if moves.is_empty() {
             return;
         }
         let target = self.state.lock().config.expire_to.clone();
-        let Some(target) = target.filter(|t| *t != self.name) else {
-            return;
-        };
-        let Some(store) = self.store.upgrade() else {
-            return;
-        };
-        match store.open_queue(&target) {
-            Ok(q) => {
-                for item in moves {
-                    let options = AppendOptions {
-                        flags: item.flags,
-                        expires_at_ms: 0,
-                        sync: false,
-                    };
-                    if let Err(e) = q.append_batch(&[&item.data[..]], options) {
-                        tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired item");
+        let outcomes: Vec<(Move, bool)> = match target.filter(|t| *t != self.name) {
+            // The setting changed since the take: drop them, as a take would now.
+            None => moves.into_iter().map(|m| (m, true)).collect(),
+            Some(target) => {
+                let Some(store) = self.store.upgrade() else {
+                    // The store is going away, and these leases with it: a restart
+                    // delivers the items again, and moves them then.
+                    return;
+                };
+                match store.open_queue(&target) {
+                    Ok(q) => moves
+                        .into_iter()
+                        .map(|m| {
+                            let options = AppendOptions {
+                                flags: m.item.flags,
+                                expires_at_ms: 0,
+                                sync: false,
+                            };
+                            let done = match q.append_batch(&[&m.item.data[..]], options) {
+                                Ok(_) => true,
+                                Err(e) => self.move_failed(&target, &e),
+                            };
+                            (m, done)
+                        })
+                        .collect(),
+                    Err(e) => {
+                        let done = self.move_failed(&target, &e);
+                        moves.into_iter().map(|m| (m, done)).collect()
                     }
                 }
             }
-            Err(e) => {
-                tracing::warn!(from = %self.name, to = %target, error = %e, "cannot open the expire_to queue")
-            }
+        };
+        #[cfg(feature = "fault-injection")]
+        crate::fault::reached(crate::fault::MOVE_APPENDED);
+        let mut st = self.state.lock();
+        if st.check_usable().is_err() {
+            // Closed or deleted meanwhile: the leases went with it.
+            return;
         }
+        for (m, done) in &outcomes {
+            st.finish_move(m, *done);
+        }
+        st.reclaim();
+        st.maybe_rotate_journal();
+    }
+
+    /// Logs a move that failed with `e`; true when the item is to be dropped anyway
+    /// (the target refused it: too large, full and refusing, a bad name), false when it
+    /// stays in this queue to be moved again later (I/O, disk full, closing).
+    fn move_failed(&self, target: &str, e: &Error) -> bool {
+        use crate::error::ErrorKind;
+        let retry = matches!(
+            e.kind(),
+            ErrorKind::Io | ErrorKind::DiskFull | ErrorKind::Closed | ErrorKind::NotFound
+        );
+        if retry {
+            tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired item; it stays here and is moved again later");
+        } else {
+            tracing::error!(from = %self.name, to = %target, error = %e, "the expire_to queue refused an expired item; it is dropped");
+        }
+        !retry
     }
 
     pub(crate) fn take(&self, reader: &str, mode: TakeMode) -> Result<(Option<Taken>, Ticket)> {
@@ -1935,7 +2101,7 @@ impl QueueCore {
             return Ok((false, Ticket(None)));
         };
         let id = r.id;
-        let Some(info) = r.leases.get(&lease.0) else {
+        let Some(info) = r.leases.get(&lease.0).filter(|l| !l.moving) else {
             return Ok((false, Ticket(None)));
         };
         let (seq, len) = (info.seq, info.len as u64);
@@ -1963,6 +2129,9 @@ impl QueueCore {
         let Some(r) = st.readers.get_mut(reader) else {
             return Ok(false);
         };
+        if r.leases.get(&lease.0).is_none_or(|l| l.moving) {
+            return Ok(false);
+        }
         let Some(info) = r.leases.remove(&lease.0) else {
             return Ok(false);
         };
@@ -2005,7 +2174,7 @@ impl QueueCore {
                 confirmed: r.confirmed_total,
                 expired: r.expired,
                 discarded: r.discarded,
-                open_leases: r.leases.len() as u64,
+                open_leases: (r.leases.len() as u64).saturating_sub(r.moving),
                 waiters: r.waiters.load(Ordering::SeqCst),
                 age_ms: oldest.map_or(0, |(_, loc)| age_at(loc)),
             });
@@ -2136,7 +2305,7 @@ impl QueueCore {
                     let due: Vec<u64> = r
                         .leases
                         .iter()
-                        .filter(|(_, l)| l.deadline.is_some_and(|d| d <= now))
+                        .filter(|(_, l)| !l.moving && l.deadline.is_some_and(|d| d <= now))
                         .map(|(&id, _)| id)
                         .collect();
                     for id in &due {

@@ -33,6 +33,9 @@
 mod config;
 mod core;
 mod error;
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault;
 mod frame;
 mod intervals;
 mod item;

@@ -143,6 +143,10 @@ impl MapFile {
         let window = self.window_bytes.min(self.cap_bytes.saturating_sub(start));
         let window_len = need.max(window).div_ceil(PAGE_BYTES) * PAGE_BYTES;
         if start + window_len > self.allocated {
+            #[cfg(feature = "fault-injection")]
+            if crate::fault::disk_full(&self.path) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
             let from = self.allocated;
             let grow = start + window_len - from;
             // SAFETY: posix_fallocate takes a valid open descriptor and two offsets; it

@@ -1,0 +1,52 @@
+//! Fault injection for tests: failures the tests cannot cause from outside without
+//! root or a real crash. Compiled only with the cargo feature `fault-injection`, which
+//! the crate's own tests turn on (a dev-dependency on itself) and nothing else does;
+//! without it the hooks do not exist. They sit on cold paths only: the disk
+//! reservation made once per mapping window, and a move to `expire_to`.
+//!
+//! Hooks are process-wide but scoped: a disk is "full" only for files under the
+//! directories given, so tests running in parallel in one binary do not see each
+//! other's faults.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Directories under which every disk reservation fails with `ENOSPC`.
+static FULL_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The point at which the process aborts, as a kill at that instant would stop it.
+static ABORT_AT: Mutex<Option<String>> = Mutex::new(None);
+
+/// Where a move to `expire_to` has appended its items to the target queue and not yet
+/// confirmed them in the source queue.
+pub const MOVE_APPENDED: &str = "move:appended";
+
+/// Makes the disk under `dir` full (`true`) or not: reserving space for any file there
+/// fails with `ENOSPC`, as `posix_fallocate` does on a full disk. Space already
+/// reserved stays usable, as on a real disk.
+pub fn set_disk_full(dir: &Path, full: bool) {
+    let mut dirs = FULL_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    dirs.retain(|d| d != dir);
+    if full {
+        dirs.push(dir.to_path_buf());
+    }
+}
+
+/// Makes the process abort when it reaches `point` (one of this module's constants);
+/// `None` disarms it.
+pub fn abort_at(point: Option<&str>) {
+    *ABORT_AT.lock().unwrap_or_else(|e| e.into_inner()) = point.map(str::to_string);
+}
+
+/// Whether reserving space for the file at `path` must fail.
+pub(crate) fn disk_full(path: &Path) -> bool {
+    let dirs = FULL_DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    dirs.iter().any(|d| path.starts_with(d))
+}
+
+/// Aborts the process if it was told to at `point`.
+pub(crate) fn reached(point: &str) {
+    let armed = ABORT_AT.lock().unwrap_or_else(|e| e.into_inner());
+    if armed.as_deref() == Some(point) {
+        std::process::abort();
+    }
+}
