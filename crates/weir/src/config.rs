@@ -11,9 +11,10 @@ use std::time::Duration;
 /// the call returns. See `docs/storage.md` for exactly what each mode can lose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
-    /// Written into the OS page cache through a shared mapping; never fsync'ed on a
-    /// timer, only on close. A killed process loses nothing; an OS crash can lose
-    /// everything since the last clean close or explicit sync.
+    /// Written into the OS page cache through a shared mapping before the call
+    /// returns; fsync'ed only on close, an explicit sync, or an append with `sync`,
+    /// never on a timer. A killed process loses nothing; an OS crash or power cut can
+    /// lose whatever the kernel had not written back since the last fsync.
     Buffered,
     /// Written into the OS page cache before the call returns, fsync'ed every
     /// `interval` by a background thread. A killed process loses nothing; an OS crash

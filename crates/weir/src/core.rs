@@ -629,9 +629,12 @@ impl State {
         if let Err(e) = old.trim() {
             tracing::warn!(path = %old.path().display(), error = %e, "could not trim a sealed segment");
         }
-        // Sealed segments are fsync'ed off the append path: by the next group commit
-        // (synced), the periodic sync, or the background thread (buffered). Doing it
-        // here, inline, would write up to a whole segment to disk inside one append.
+        // Sealed segments are fsync'ed off the append path, by the next fsync of the
+        // queue: a group commit (synced, or an append with `sync`), the periodic sync
+        // (periodic), or an explicit sync or close (buffered: its contract is that an
+        // OS crash may lose what was not synced, so nothing syncs it in the
+        // background). Doing it here, inline, would write up to a whole segment to
+        // disk inside one append.
         self.unsynced.push(Arc::clone(old.file()));
         self.segments.push_back(segment);
         self.dir_dirty = true;
@@ -1339,6 +1342,11 @@ impl QueueCore {
             .map_err(io_err(|| ctx("opening the reader journal in")))?;
         if opened.damaged_tail {
             tracing::warn!(dir = %dir.display(), "reader journal had a damaged tail; it was cut");
+        }
+        if opened.started_afresh && (opened.unusable > 0 || !firsts.is_empty()) {
+            // The journal is created before the first segment, so segments without a
+            // usable journal mean it was lost or damaged, not that the queue is new.
+            tracing::error!(dir = %dir.display(), damaged_journals = opened.unusable, segments = firsts.len(), "no usable reader journal: readers are forgotten; a reader created again starts at the oldest stored item, so confirmed items come again");
         }
         let jstate = opened.state;
 

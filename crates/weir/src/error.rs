@@ -23,7 +23,9 @@ pub enum ErrorKind {
     NotFound,
     /// Another process holds the data directory.
     Locked,
-    /// Stored bytes failed their checksum or framing where no recovery applies.
+    /// Reserved; never returned. Damaged data is recovered from (skipped, logged and
+    /// counted in `QueueStats::corrupt_records`), never reported to a caller as an
+    /// error: see `docs/storage.md`. Kept so that matches written against it compile.
     Corrupt,
     /// The disk (or quota) is full; nothing was stored, retry once space is freed.
     DiskFull,
@@ -51,6 +53,7 @@ pub enum Error {
     NotFound { what: String },
     #[error("data directory {path} is in use by another process")]
     Locked { path: PathBuf },
+    /// Reserved; never constructed (see [`ErrorKind::Corrupt`]).
     #[error("corrupt data in {path} at offset {offset}: {reason}")]
     Corrupt {
         path: PathBuf,

@@ -239,6 +239,12 @@ pub(crate) struct Opened {
     pub state: JournalState,
     /// Bytes of damage found after the last valid record (a torn tail, or worse).
     pub damaged_tail: bool,
+    /// No usable generation was found (none there, or every one damaged): the journal
+    /// was started afresh, with no readers.
+    pub started_afresh: bool,
+    /// Generations found without a complete snapshot (removed once a newer one is
+    /// written, like every older generation).
+    pub unusable: usize,
 }
 
 fn file_name(gen: u64) -> String {
@@ -288,11 +294,12 @@ impl Journal {
                 journal,
                 state,
                 damaged_tail,
+                started_afresh: false,
+                unusable: i,
             });
         }
-        if !gens.is_empty() {
-            tracing::error!(dir = %dir.display(), "no usable reader journal; readers restart at the oldest kept item");
-        }
+        // Whether that is an error depends on whether the queue has data: the caller
+        // logs it.
         let state = JournalState {
             floor: default_floor,
             readers: BTreeMap::new(),
@@ -304,6 +311,8 @@ impl Journal {
             journal,
             state,
             damaged_tail: false,
+            started_afresh: true,
+            unusable: gens.len(),
         })
     }
 
