@@ -11,10 +11,12 @@ use std::time::Duration;
 /// the call returns. See `docs/storage.md` for exactly what each mode can lose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
-    /// Written into the OS page cache through a shared mapping before the call
-    /// returns; fsync'ed only on close, an explicit sync, or an append with `sync`,
-    /// never on a timer. A killed process loses nothing; an OS crash or power cut can
-    /// lose whatever the kernel had not written back since the last fsync.
+    /// The fastest: appends are staged in the process and written to the file (the OS
+    /// page cache) 64 KiB at a time, or once the oldest has waited 50 ms; fsync'ed
+    /// only on close, an explicit sync, or an append with `sync`, never on a timer. A
+    /// killed process can lose the newest staged appends (at most 64 KiB of them); an
+    /// OS crash or power cut can lose whatever the kernel had not written back since
+    /// the last fsync. Confirmations are written through at once, as in every mode.
     Buffered,
     /// Written into the OS page cache before the call returns, fsync'ed every
     /// `interval` by a background thread. A killed process loses nothing; an OS crash

@@ -63,6 +63,10 @@ const ROLL_WHEN_EMPTY_BYTES: u64 = 4 * 1024 * 1024;
 /// A queue not written for this long gives back its mapping windows (their RSS); the
 /// next write maps again. Bounds the memory of many idle queues.
 const IDLE_UNMAP: std::time::Duration = std::time::Duration::from_secs(2);
+/// In `buffered` mode, appends staged in memory (see `mapfile.rs`) are written to the
+/// file once the oldest has waited this long, if the buffer has not filled first: the
+/// bound on what a killed process can lose, besides a buffer's worth.
+pub(crate) const BUFFERED_STAGE_MS_MAX: u64 = 50;
 /// Most expired items one take drops (or moves) before it lets go of the lock.
 const EXPIRED_PER_CALL_MAX: u32 = 1024;
 
@@ -393,6 +397,9 @@ fn read_at(
     if loc.off >= limit {
         return Ok(ReadAt::End);
     }
+    // Reads of the file stop where the file's data does: past it the active segment's
+    // bytes are staged in memory (served by `writer.mapped` below).
+    let file_limit = if active { writer.file_end() } else { seg.end };
     if active {
         if let Some(hb) = writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
             let Some(h) = decode_header(hb) else {
@@ -414,7 +421,7 @@ fn read_at(
         &seg.file,
         seg.first_seq,
         loc.off,
-        limit,
+        file_limit,
         READ_AHEAD_BYTES,
     )? {
         Found::Record(h, rec) => Ok(ReadAt::Rec(
@@ -563,6 +570,23 @@ impl State {
         self.writer.path().parent().unwrap_or(Path::new("."))
     }
 
+    /// Writes what the segment writer has staged (buffered durability) to the file:
+    /// before anything reads the active segment through the file rather than through
+    /// the writer (scans, iteration, fsync).
+    fn flush_staged(&mut self) -> Result<()> {
+        self.writer
+            .flush_staged()
+            .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
+    }
+
+    /// Stages appends in memory (see `mapfile.rs`) when the queue is `buffered`.
+    fn apply_staging(&mut self) -> Result<()> {
+        let on = self.config.durability == Durability::Buffered;
+        self.writer
+            .set_staging(on)
+            .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
+    }
+
     fn journal_append(&mut self, rec: JRecord) -> Result<()> {
         if let Err(e) = self.journal.append(&rec) {
             return Err(Error::io(
@@ -620,8 +644,15 @@ impl State {
             self.writer.end() > FILE_HEADER_BYTES,
             "never roll an empty segment"
         );
+        // What is staged belongs to the segment being sealed: written before the seal,
+        // or the roll fails and it stays staged.
+        self.flush_staged()?;
         let dir = self.dir().to_path_buf();
-        let (segment, map) = create_segment(&dir, self.next_seq, self.config.segment_size_bytes)?;
+        let (segment, mut map) =
+            create_segment(&dir, self.next_seq, self.config.segment_size_bytes)?;
+        if let Err(e) = map.set_staging(self.config.durability == Durability::Buffered) {
+            return Err(Error::io(format!("writing {}", map.path().display()), e));
+        }
         let mut old = std::mem::replace(&mut self.writer, map);
         if let Some(last) = self.segments.back_mut() {
             last.end = old.end();
@@ -888,6 +919,12 @@ impl State {
                     let i = seg_index(segments, cursor.seg).unwrap_or(0);
                     let seg = &segments[i];
                     let active = i + 1 == segments.len();
+                    if active {
+                        // The scan below reads the file: staged bytes must be in it.
+                        writer
+                            .flush_staged()
+                            .map_err(io_err(|| format!("writing {}", seg.path.display())))?;
+                    }
                     let limit = if active { writer.end() } else { seg.end };
                     let seq_max = if active {
                         next_seq - 1
@@ -911,6 +948,9 @@ impl State {
                     // Its segment was deleted because every seq in it is confirmed.
                     r.cursor_seq = r.cursor_seq.max(r.acked_below);
                     let seq = r.cursor_seq;
+                    writer
+                        .flush_staged()
+                        .map_err(io_err(|| format!("writing {}", writer.path().display())))?;
                     let loc = locate_in(segments, writer, next_seq, seq)
                         .map_err(io_err(|| "locating a reader".into()))?;
                     r.cursor = loc;
@@ -1107,8 +1147,11 @@ impl State {
             }
             let loc = match self.floor_loc {
                 Some(l) => l,
-                None => locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
-                    .map_err(io_err(|| "locating the oldest item".into()))?,
+                None => {
+                    self.flush_staged()?;
+                    locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
+                        .map_err(io_err(|| "locating the oldest item".into()))?
+                }
             };
             let read = read_at(&self.segments, &self.writer, &mut self.floor_rb, loc)
                 .map_err(io_err(|| "reading the oldest item".into()))?;
@@ -1147,6 +1190,8 @@ impl State {
                     }
                 }
                 ReadAt::Bad => {
+                    // The scan below reads the file: staged bytes must be in it.
+                    self.flush_staged()?;
                     let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
                     let seg = &self.segments[i];
                     let active = i + 1 == self.segments.len();
@@ -1162,6 +1207,7 @@ impl State {
                     });
                 }
                 ReadAt::Missing => {
+                    self.flush_staged()?;
                     let relocated =
                         locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
                             .map_err(io_err(|| "locating the oldest item".into()))?;
@@ -1240,6 +1286,7 @@ impl State {
             Some(r) => r.pending_bytes,
             None => self.floor_bytes,
         };
+        self.flush_staged()?;
         let cursor = locate_in(&self.segments, &self.writer, self.next_seq, start)
             .map_err(io_err(|| "locating a new reader".into()))?;
         let id = self.next_reader_id;
@@ -1537,6 +1584,7 @@ impl QueueCore {
         // A crash between a confirmation and the deletion of a consumed segment leaves
         // the segment behind; delete it now.
         state.reclaim();
+        state.apply_staging()?;
         Ok(Arc::new(QueueCore {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -1555,7 +1603,12 @@ impl QueueCore {
     }
 
     pub(crate) fn set_config(&self, config: QueueConfig) {
-        self.state.lock().config = config;
+        let mut st = self.state.lock();
+        st.config = config;
+        if let Err(e) = st.apply_staging() {
+            // Staging stays on: its bytes are kept and written by a later flush.
+            tracing::error!(queue = %self.name, error = %e, "could not write staged appends");
+        }
     }
 
     fn ticket(st: &State, options_sync: bool, data_seq: u64, journal: bool) -> Ticket {
@@ -1749,6 +1802,8 @@ impl QueueCore {
                 return Ok((u64::MAX, u64::MAX));
             }
             st.check_usable()?;
+            // An fsync covers only what the file holds.
+            st.flush_staged()?;
             let sealed = std::mem::take(&mut st.unsynced);
             let mut files = Vec::with_capacity(2);
             let (seq, jpos) = (st.next_seq - 1, st.journal.written);
@@ -2228,8 +2283,10 @@ impl QueueCore {
     }
 
     pub(crate) fn iter(&self) -> Result<Iter> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
         st.check_usable()?;
+        // The iterator reads the files, outside the lock.
+        st.flush_staged()?;
         let start = st.oldest_kept();
         let loc = locate_in(&st.segments, &st.writer, st.next_seq, start)
             .map_err(io_err(|| "locating the oldest item".into()))?;
@@ -2265,7 +2322,9 @@ impl QueueCore {
             return Err(Error::io(format!("deleting {}", self.dir.display()), e));
         }
         st.deleted = true;
-        st.writer.unmap();
+        // The directory is on its way out: what is staged need not be written, but an
+        // error writing it does not matter either.
+        let _ = st.writer.unmap();
         st.journal.unmap();
         for r in st.readers.values() {
             r.notify.notify_waiters();
@@ -2303,9 +2362,24 @@ impl QueueCore {
             if std::mem::take(&mut st.wrote) {
                 st.last_write = now;
             } else if st.mapped && now.duration_since(st.last_write) >= IDLE_UNMAP {
-                st.writer.unmap();
-                st.journal.unmap();
-                st.mapped = false;
+                match st.writer.unmap() {
+                    Ok(()) => {
+                        st.journal.unmap();
+                        st.mapped = false;
+                    }
+                    Err(e) => {
+                        tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
+                    }
+                }
+            }
+            if st
+                .writer
+                .staged_since()
+                .is_some_and(|t| now.duration_since(t).as_millis() as u64 >= BUFFERED_STAGE_MS_MAX)
+            {
+                if let Err(e) = st.flush_staged() {
+                    tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
+                }
             }
             if st.config.open_timeout.is_some() {
                 let mut woke = Vec::new();

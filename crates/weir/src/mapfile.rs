@@ -15,6 +15,16 @@
 //! Why `posix_fallocate` before mapping: storing into a mapped page whose disk blocks
 //! cannot be allocated raises SIGBUS. Reserving the blocks first turns a full disk into
 //! an `ENOSPC` error from a system call, before anything is written.
+//!
+//! Staging (for `buffered` durability, which may hold appends in the process for a
+//! short, bounded time): appends collect in a buffer of [`STAGE_BYTES`] and reach the
+//! file in one `pwrite` when it fills, or when the owner calls [`MapFile::flush_staged`]
+//! (on a timer, before an fsync, before a scan of the file). Filling a page of the file
+//! through a mapping costs the kernel a fault, a zeroed page and page-table work; one
+//! `pwrite` per 64 KiB costs a copy (measured: about 1.7x fewer CPU cycles per 512 B
+//! append). Staged bytes are served to readers from the buffer. Disk space is reserved
+//! with `posix_fallocate` before a byte is staged, as for the mapping, so an append that
+//! was accepted cannot meet a full disk when it is written.
 
 use std::fs::File;
 use std::io;
@@ -30,6 +40,9 @@ const PAGE_BYTES: u64 = 4096;
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14); not in every libc crate release.
 const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Size of the staging buffer: one `pwrite` per this many bytes of appends.
+pub(crate) const STAGE_BYTES: usize = 64 * 1024;
 
 /// How far ahead of the write position pages are faulted in, in one call. Small enough
 /// that a slow queue does not hold a whole window of RSS, large enough that the call is
@@ -52,6 +65,15 @@ pub(crate) struct MapFile {
     /// Windows stop here (a segment's nominal size) unless one append needs more, so
     /// small segments do not reserve a whole window of disk each.
     cap_bytes: u64,
+    /// Appends go to `staged` instead of the mapping (see the module docs).
+    staging: bool,
+    /// Bytes `[end - staged.len(), end)`, not yet written to the file.
+    staged: Vec<u8>,
+    /// When the oldest staged byte was appended.
+    staged_since: Option<std::time::Instant>,
+    /// Bytes a [`MapFile::reserve`] made room for in `staged` that the appends of
+    /// that batch have not used yet: those appends do no I/O and cannot fail.
+    stage_reserved: u64,
 }
 
 impl MapFile {
@@ -68,7 +90,58 @@ impl MapFile {
             allocated,
             window_bytes: window_bytes.max(PAGE_BYTES),
             cap_bytes: u64::MAX,
+            staging: false,
+            staged: Vec::new(),
+            staged_since: None,
+            stage_reserved: 0,
         })
+    }
+
+    /// Turns staging on or off (see the module docs); turning it off writes what is
+    /// staged first. With staging on, the mapping window is dropped.
+    pub fn set_staging(&mut self, on: bool) -> io::Result<()> {
+        if on == self.staging {
+            return Ok(());
+        }
+        if on {
+            self.window = None;
+        } else {
+            self.flush_staged()?;
+            self.staged = Vec::new();
+        }
+        self.staging = on;
+        Ok(())
+    }
+
+    /// End of what the file itself holds; `[file_end, end)` is staged. Reads of the
+    /// file (not through [`MapFile::mapped`]) must stay below it: past it the file
+    /// holds zeroes (reserved space) or nothing yet.
+    pub fn file_end(&self) -> u64 {
+        self.end - self.staged.len() as u64
+    }
+
+    /// When the oldest staged byte was appended, if any is staged.
+    pub fn staged_since(&self) -> Option<std::time::Instant> {
+        self.staged_since
+    }
+
+    /// Writes the staged bytes to the file. On error they stay staged (a later call
+    /// writes them again, from the same offset) and the error is returned.
+    pub fn flush_staged(&mut self) -> io::Result<()> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        use std::os::unix::fs::FileExt;
+        let at = self.file_end();
+        self.file.write_all_at(&self.staged, at)?;
+        self.staged.clear();
+        self.staged_since = None;
+        self.stage_reserved = 0;
+        if self.staged.capacity() > 4 * STAGE_BYTES {
+            // Grown for one large batch: give the memory back.
+            self.staged = Vec::new();
+        }
+        Ok(())
     }
 
     /// Caps windows at `cap_bytes` of file (see the field).
@@ -77,10 +150,57 @@ impl MapFile {
         self
     }
 
-    /// Makes room for `len` more bytes (reserving disk and mapping), so that the appends
-    /// that follow, up to `len` bytes in all, cannot fail.
+    /// Makes room for `len` more bytes (reserving disk, and mapping or staging room),
+    /// so that the appends that follow, up to `len` bytes in all, cannot fail.
     pub fn reserve(&mut self, len: u64) -> io::Result<()> {
-        self.ensure_window(len)
+        if !self.staging {
+            return self.ensure_window(len);
+        }
+        self.reserve_disk(self.end + len)?;
+        if !self.staged.is_empty() && self.staged.len() as u64 + len > STAGE_BYTES as u64 {
+            self.flush_staged()?;
+        }
+        // A batch larger than the buffer is staged whole (and written at the next
+        // flush): an I/O error in its middle would leave half a batch behind `end`.
+        self.staged.reserve(len as usize);
+        self.stage_reserved = len;
+        Ok(())
+    }
+
+    /// Reserves disk blocks up to file offset `to` (in window-sized steps), so that
+    /// writing below it cannot fail for lack of space.
+    fn reserve_disk(&mut self, to: u64) -> io::Result<()> {
+        if to <= self.allocated {
+            return Ok(());
+        }
+        #[cfg(feature = "fault-injection")]
+        if crate::fault::disk_full(&self.path) {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let step = self
+            .window_bytes
+            .min(self.cap_bytes.saturating_sub(self.allocated));
+        let new_allocated = to.max(self.allocated + step).div_ceil(PAGE_BYTES) * PAGE_BYTES;
+        let from = self.allocated;
+        // SAFETY: posix_fallocate takes a valid open descriptor and two offsets; it
+        // touches no memory of ours.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                from as libc::off_t,
+                (new_allocated - from) as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            // Some blocks may have been reserved before the failure; the file's size
+            // says how far it got, and the tail is zeroes, which never parse.
+            if let Ok(meta) = self.file.metadata() {
+                self.allocated = self.allocated.max(meta.len());
+            }
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        self.allocated = new_allocated;
+        Ok(())
     }
 
     pub fn file(&self) -> &Arc<File> {
@@ -99,6 +219,23 @@ impl MapFile {
     /// On error nothing was written and `end` is unchanged.
     pub fn append(&mut self, parts: &[&[u8]]) -> io::Result<u64> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if self.staging {
+            if self.stage_reserved >= len {
+                self.stage_reserved -= len;
+            } else {
+                self.reserve(len)?;
+                self.stage_reserved -= len;
+            }
+            let at = self.end;
+            for part in parts {
+                self.staged.extend_from_slice(part);
+            }
+            if self.staged_since.is_none() {
+                self.staged_since = Some(std::time::Instant::now());
+            }
+            self.end += len;
+            return Ok(at);
+        }
         self.ensure_window(len)?;
         if self.end + len > self.populated_to {
             self.populate(self.end + len);
@@ -118,7 +255,16 @@ impl MapFile {
     }
 
     /// The bytes `[offset, offset+len)` if they are valid data inside the mapped window.
+    /// When staging, the bytes still staged (and only those).
     pub fn mapped(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        if self.staging {
+            let file_end = self.file_end();
+            if offset < file_end || offset + len > self.end {
+                return None;
+            }
+            let start = (offset - file_end) as usize;
+            return Some(&self.staged[start..start + len as usize]);
+        }
         let window = self.window.as_ref()?;
         if offset < self.window_start || offset + len > self.end {
             return None;
@@ -142,32 +288,7 @@ impl MapFile {
         let need = self.end + len - start;
         let window = self.window_bytes.min(self.cap_bytes.saturating_sub(start));
         let window_len = need.max(window).div_ceil(PAGE_BYTES) * PAGE_BYTES;
-        if start + window_len > self.allocated {
-            #[cfg(feature = "fault-injection")]
-            if crate::fault::disk_full(&self.path) {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-            let from = self.allocated;
-            let grow = start + window_len - from;
-            // SAFETY: posix_fallocate takes a valid open descriptor and two offsets; it
-            // touches no memory of ours.
-            let rc = unsafe {
-                libc::posix_fallocate(
-                    self.file.as_raw_fd(),
-                    from as libc::off_t,
-                    grow as libc::off_t,
-                )
-            };
-            if rc != 0 {
-                // Some blocks may have been reserved before the failure; the file's
-                // size says how far it got, and the tail is zeroes, which never parse.
-                if let Ok(meta) = self.file.metadata() {
-                    self.allocated = self.allocated.max(meta.len());
-                }
-                return Err(io::Error::from_raw_os_error(rc));
-            }
-            self.allocated = start + window_len;
-        }
+        self.reserve_disk(start + window_len)?;
         self.window = None;
         // SAFETY: the mapping is of a file we own and keep open; its range lies inside
         // the file (reserved just above), so no access can fault for lack of backing.
@@ -224,9 +345,10 @@ impl MapFile {
         self.populated_to = until;
     }
 
-    /// Drops the window and cuts the file to its valid data; used when a segment is
-    /// sealed and on a clean close.
+    /// Writes what is staged, drops the window and cuts the file to its valid data;
+    /// used when a segment is sealed and on a clean close.
     pub fn trim(&mut self) -> io::Result<()> {
+        self.flush_staged()?;
         self.window = None;
         if self.allocated != self.end {
             self.file.set_len(self.end)?;
@@ -235,13 +357,124 @@ impl MapFile {
         Ok(())
     }
 
-    /// Drops the mapping (frees its RSS); the next append maps again.
-    pub fn unmap(&mut self) {
+    /// Drops the mapping (frees its RSS); the next append maps again. Staged bytes
+    /// are written first, and the staging buffer's memory is given back; if that write
+    /// fails they stay staged and the error is returned.
+    pub fn unmap(&mut self) -> io::Result<()> {
         self.window = None;
+        self.flush_staged()?;
+        self.staged = Vec::new();
+        Ok(())
     }
 }
 
 /// fsyncs a directory, so that files created or removed in it survive an OS crash.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::FileExt;
+
+    fn open(dir: &Path) -> MapFile {
+        let path = dir.join("f");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        MapFile::new(file, &path, 0, 64 * 1024).unwrap()
+    }
+
+    fn file_bytes(m: &MapFile, from: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        m.file().read_exact_at(&mut buf, from).unwrap();
+        buf
+    }
+
+    #[test]
+    fn staged_bytes_are_served_then_written_when_the_buffer_fills() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        m.set_staging(true).unwrap();
+        let rec = [7u8; 1000];
+        assert_eq!(m.append(&[&rec[..10], &rec[10..]]).unwrap(), 0);
+        assert_eq!((m.end(), m.file_end()), (1000, 0));
+        assert_eq!(m.mapped(0, 1000), Some(&rec[..]));
+        assert!(m.staged_since().is_some());
+        // The file holds nothing yet (its reserved space reads as zeroes).
+        assert_eq!(file_bytes(&m, 0, 4), [0, 0, 0, 0]);
+        // Fill past one buffer: the first records reach the file, none is split.
+        let mut n = 1u64;
+        while m.file_end() == 0 {
+            m.append(&[&rec]).unwrap();
+            n += 1;
+        }
+        assert_eq!(m.end(), n * 1000);
+        assert_eq!(m.file_end() % 1000, 0);
+        assert!(m.end() - m.file_end() <= STAGE_BYTES as u64);
+        assert_eq!(file_bytes(&m, 0, 1000), rec);
+        // A range below `file_end` is the file's, not the buffer's.
+        assert_eq!(m.mapped(0, 1000), None);
+        m.trim().unwrap();
+        assert_eq!(m.file_end(), m.end());
+        assert_eq!(m.file().metadata().unwrap().len(), m.end());
+        assert_eq!(file_bytes(&m, m.end() - 1000, 1000), rec);
+    }
+
+    #[test]
+    fn a_reserved_batch_larger_than_the_buffer_is_staged_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        m.set_staging(true).unwrap();
+        m.append(&[b"head"]).unwrap();
+        let rec = vec![1u8; 4096];
+        let count = 2 * STAGE_BYTES / rec.len();
+        m.reserve((count * rec.len()) as u64).unwrap();
+        // The reservation wrote what was staged before the batch ...
+        assert_eq!(m.file_end(), 4);
+        for _ in 0..count {
+            m.append(&[&rec]).unwrap();
+        }
+        // ... and the batch itself waits whole, with no write in its middle.
+        assert_eq!(m.file_end(), 4);
+        assert_eq!(m.end(), 4 + (count * rec.len()) as u64);
+        m.flush_staged().unwrap();
+        assert_eq!(m.file_end(), m.end());
+        assert!(m.staged.capacity() <= 4 * STAGE_BYTES);
+        assert_eq!(file_bytes(&m, m.end() - 4096, 4096), rec);
+    }
+
+    #[test]
+    fn turning_staging_off_writes_what_is_staged_and_maps_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        m.append(&[b"mapped "]).unwrap();
+        m.set_staging(true).unwrap();
+        m.append(&[b"staged "]).unwrap();
+        assert_eq!(m.file_end(), 7);
+        m.set_staging(false).unwrap();
+        assert_eq!(m.file_end(), m.end());
+        m.append(&[b"mapped again"]).unwrap();
+        assert_eq!(m.mapped(14, 12), Some(&b"mapped again"[..]));
+        m.trim().unwrap();
+        assert_eq!(file_bytes(&m, 0, 26), b"mapped staged mapped again");
+    }
+
+    #[test]
+    fn unmap_writes_staged_bytes_and_frees_the_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        m.set_staging(true).unwrap();
+        m.append(&[b"abc"]).unwrap();
+        m.unmap().unwrap();
+        assert_eq!(m.file_end(), 3);
+        assert_eq!(m.staged.capacity(), 0);
+        assert_eq!(m.staged_since(), None);
+        assert_eq!(file_bytes(&m, 0, 3), b"abc");
+    }
 }

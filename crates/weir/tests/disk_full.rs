@@ -399,12 +399,23 @@ impl Drop for Injected {
 
 #[test]
 fn injected_disk_full_then_space_freed() {
+    injected_disk_full_then_space_freed_in(Durability::default());
+}
+
+/// `buffered` stages appends in memory (mapfile.rs) and reserves disk space before it
+/// stages one: the same guarantees through the other write path.
+#[test]
+fn injected_disk_full_then_space_freed_buffered() {
+    injected_disk_full_then_space_freed_in(Durability::Buffered);
+}
+
+fn injected_disk_full_then_space_freed_in(durability: Durability) {
     let disk = Injected::new();
     // Segments larger than the writer's window (256 KiB): the disk fills when the
     // window moves inside a segment (the batch test below fills at a new segment).
     let config = QueueConfig {
         segment_size_bytes: 1 << 20,
-        ..config(Durability::default())
+        ..config(durability)
     };
     let store = open_with_config(&disk.dir, config.clone()).unwrap();
     let q = store.queue(QUEUE).unwrap();

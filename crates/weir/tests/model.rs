@@ -20,7 +20,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use weir::{AppendOptions, Item, LeaseId, Queue, QueueConfig, Reader, Store, StoreOptions};
+use weir::{
+    AppendOptions, Durability, Item, LeaseId, Queue, QueueConfig, Reader, Store, StoreOptions,
+};
 
 use common::{is_payload, payload};
 
@@ -272,11 +274,12 @@ struct Engine {
 }
 
 impl Engine {
-    fn open(segment_size_bytes: u64) -> Engine {
+    fn open(segment_size_bytes: u64, durability: Durability) -> Engine {
         let dir = tempfile::tempdir().unwrap();
         let options = StoreOptions {
             defaults: QueueConfig {
                 segment_size_bytes,
+                durability,
                 open_timeout: Some(OPEN_TIMEOUT),
                 ..QueueConfig::default()
             },
@@ -744,9 +747,9 @@ impl Runner {
     }
 }
 
-fn run(segment_size_bytes: u64, n_readers: usize, ops: &[Op]) {
+fn run(segment_size_bytes: u64, durability: Durability, n_readers: usize, ops: &[Op]) {
     let mut runner = Runner {
-        engine: Engine::open(segment_size_bytes),
+        engine: Engine::open(segment_size_bytes, durability),
         model: Model::new(),
         n_readers,
         step: 0,
@@ -783,10 +786,12 @@ proptest! {
     #[test]
     fn engine_matches_model(
         segment_size_bytes in prop_oneof![Just(4096u64), Just(8192), Just(16384), Just(65536)],
+        // Buffered stages appends in memory (mapfile.rs): a second write path.
+        durability in prop_oneof![Just(Durability::default()), Just(Durability::Buffered)],
         n_readers in 1usize..=3,
         ops in proptest::collection::vec(op(), 1..120),
     ) {
-        run(segment_size_bytes, n_readers, &ops);
+        run(segment_size_bytes, durability, n_readers, &ops);
     }
 }
 
@@ -817,5 +822,6 @@ fn fixed_sequence_with_rollover_and_reopen() {
     ops.push(Op::TakeBatch(0, 4));
     ops.push(Op::FlushReader(0));
     ops.push(Op::Peek(1));
-    run(4096, 2, &ops);
+    run(4096, Durability::default(), 2, &ops.clone());
+    run(4096, Durability::Buffered, 2, &ops);
 }
