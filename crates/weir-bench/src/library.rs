@@ -325,6 +325,7 @@ fn sequential_writes(ctx: &Ctx, secs: Duration) -> Result<(u64, f64)> {
     let path = dir.path().join("seq.dat");
     let mut file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let chunk = vec![0x5au8; 1024 * 1024];
+    sync_filesystems();
     let start = Instant::now();
     let mut written = 0u64;
     while start.elapsed() < secs && written < ctx.p.seq_bytes_max {
@@ -341,6 +342,7 @@ fn fdatasync_loop(ctx: &Ctx, record: &[u8], secs: Duration) -> Result<(u64, f64)
     let dir = ctx.tempdir("fsync")?;
     let path = dir.path().join("fsync.dat");
     let mut file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    sync_filesystems();
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < secs {
@@ -362,6 +364,9 @@ fn write_case(
     secs: Duration,
 ) -> Result<(u64, f64)> {
     let dir = ctx.tempdir("write")?;
+    // Every timed case starts with nothing dirty in the page cache: none pays for the
+    // writeback of an earlier one.
+    sync_filesystems();
     let store = Store::open_with(dir.path(), options(durability))?;
     let queue = store.queue("bench")?;
     let stop = AtomicBool::new(false);
@@ -410,6 +415,7 @@ fn write_case(
 /// backlog at the end, seconds).
 fn read_write(ctx: &Ctx, record: &[u8], secs: Duration) -> Result<(u64, u64, u64, f64)> {
     let dir = ctx.tempdir("rw")?;
+    sync_filesystems();
     let store = Store::open_with(dir.path(), options(ctx.p.rw_durability))?;
     let queue = store.queue("bench")?;
     let reader = queue.reader("")?;
