@@ -21,8 +21,8 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -178,7 +178,7 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
             ),
         ),
     };
-    let cases = 2 + 2 * p.threads.len() + 1 + 1 + 1 + 2 + 1;
+    let cases = 2 + 2 * p.threads.len() + 1 + 1 + 1 + 1 + 2 + 1;
     bar.set_length(cases as u64);
     let record = crate::proto::payload(p.record_bytes);
     let secs = Duration::from_secs_f64(p.seconds);
@@ -267,6 +267,41 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
         }
     }
 
+    // What group commit can reach at best on this machine: the group's threads woken
+    // in rounds as long as one fsync, with no disk and no queue at all.
+    ctx.step(format!("reference: wake ceiling x{}", p.group_threads));
+    let round = Duration::from_secs_f64(1.0 / fsync_rate.max(1.0));
+    let (wakes, wake_s) = wake_ceiling(p.group_threads, round, secs);
+    let ceiling = wakes as f64 / wake_s;
+    ctx.report.rows.push(row(
+        "ref: wake ceiling",
+        p.group_threads,
+        "none",
+        wakes,
+        wake_s,
+        ceiling,
+        "wakes/s",
+    ));
+    if let Some(group) = ctx.report.rows.iter().find_map(|r| {
+        let is_group = matches!(r.get("case"), Some(Cell::Text(c)) if c == "append")
+            && matches!(r.get("durability"), Some(Cell::Text(d)) if d == "synced")
+            && r.get("threads").and_then(|t| t.as_f64()) == Some(p.group_threads as f64);
+        if is_group {
+            r.get("rate").and_then(|x| x.as_f64())
+        } else {
+            None
+        }
+    }) {
+        ctx.report.notes.push(format!(
+            "synced x{t}: {group:.0}/s = {:.2} x the wake ceiling ({ceiling:.0}/s: {t} \
+             threads parked and woken in rounds of one fsync ({:.0} us), no disk, no queue)",
+            group / ceiling,
+            round.as_secs_f64() * 1e6,
+            t = p.group_threads,
+        ));
+    }
+    ctx.done();
+
     // 3 writers + 1 reader.
     ctx.step("3 writers + 1 reader".into());
     let (writes, reads, backlog, s) = read_write(&ctx, &record, secs)?;
@@ -353,6 +388,66 @@ fn fdatasync_loop(ctx: &Ctx, record: &[u8], secs: Duration) -> Result<(u64, f64)
         n += 1;
     }
     Ok((n, start.elapsed().as_secs_f64()))
+}
+
+/// `threads` threads that each park until a coordinator wakes every parked one, once per
+/// `round` (as a group commit's leader wakes its round after each fsync), for `secs`;
+/// returns (wake-ups, seconds). No disk, no queue: the scheduler's part of group
+/// commit alone, an upper bound for synced appends from that many threads.
+fn wake_ceiling(threads: usize, round: Duration, secs: Duration) -> (u64, f64) {
+    struct Slot {
+        woken: AtomicU8,
+        thread: std::thread::Thread,
+    }
+    let parked: Mutex<Vec<Arc<Slot>>> = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    let finished = AtomicUsize::new(0);
+    let wake = |parked: &Mutex<Vec<Arc<Slot>>>| {
+        let batch = std::mem::take(&mut *parked.lock().unwrap_or_else(|e| e.into_inner()));
+        for slot in &batch {
+            slot.woken.store(1, Ordering::Release);
+            slot.thread.unpark();
+        }
+    };
+    let mut elapsed = 0.0;
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let slot = Arc::new(Slot {
+                    woken: AtomicU8::new(0),
+                    thread: std::thread::current(),
+                });
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    slot.woken.store(0, Ordering::Relaxed);
+                    parked
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Arc::clone(&slot));
+                    while slot.woken.load(Ordering::Acquire) == 0 {
+                        std::thread::park();
+                    }
+                    n += 1;
+                }
+                total.fetch_add(n, Ordering::Relaxed);
+                finished.fetch_add(1, Ordering::Release);
+            });
+        }
+        let start = Instant::now();
+        while start.elapsed() < secs {
+            std::thread::sleep(round);
+            wake(&parked);
+        }
+        elapsed = start.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        // Wake the stragglers until every thread has seen `stop`.
+        while finished.load(Ordering::Acquire) < threads {
+            wake(&parked);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    (total.load(Ordering::Relaxed), elapsed)
 }
 
 /// `threads` threads appending for `secs`; returns (appends, seconds).
