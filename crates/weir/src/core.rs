@@ -44,7 +44,7 @@ use crate::intervals::IntervalSet;
 use crate::item::{now_ms, AppendOptions, Item, LeaseId, TakeMode, Taken};
 use crate::iter::Iter;
 use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
-use crate::mapfile::{sync_dir, MapFile};
+use crate::mapfile::{sync_dir, MapFile, STAGE_BYTES};
 use crate::name::validate_reader_name;
 use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
 use crate::segment::{
@@ -716,12 +716,18 @@ impl State {
         {
             self.roll()?;
         }
+        if self.writer.is_staging() != (self.config.durability == Durability::Buffered) {
+            // A switch of durability whose first attempt failed (see `set_config`):
+            // never stage a `periodic` or `synced` append.
+            self.apply_staging()?;
+        }
         if let Err(e) = self.writer.reserve(total) {
             return Err(Error::io(
                 format!("appending to {}", self.writer.path().display()),
                 e,
             ));
         }
+        let batch_start = self.writer.end();
         let first = self.next_seq;
         let mut bytes = 0u64;
         for (i, data) in items.iter().enumerate() {
@@ -746,6 +752,18 @@ impl State {
                 ));
             }
             bytes += data.len() as u64;
+        }
+        if self.writer.staged_len() > STAGE_BYTES {
+            // A batch (or item) larger than the staging buffer was staged whole; write it
+            // before the call returns, so a killed process never loses more than one
+            // buffer. If that fails the batch never happened.
+            if let Err(e) = self.writer.flush_staged() {
+                self.writer.unstage_from(batch_start);
+                return Err(Error::io(
+                    format!("appending to {}", self.writer.path().display()),
+                    e,
+                ));
+            }
         }
         if let Some(last) = self.segments.back_mut() {
             last.end = self.writer.end();
@@ -814,7 +832,7 @@ impl State {
         if from >= to {
             return Ok(());
         }
-        tracing::error!(dir = %self.dir().display(), reader = name, from, to, "items lost to damaged data are skipped");
+        tracing::error!(dir = %self.dir().display(), reader = name, from, to, "items lost (damaged, or not on disk at a crash) are skipped");
         self.journal_append(JRecord::Confirm { id, from, to })?;
         self.corrupt_records += to - from;
         if let Some(r) = self.readers.get_mut(name) {
@@ -1598,6 +1616,11 @@ impl QueueCore {
         }))
     }
 
+    /// Writes what the segment writer has staged (`buffered`) to the file.
+    fn write_staged(&self) -> Result<()> {
+        self.state.lock().flush_staged()
+    }
+
     pub(crate) fn config(&self) -> QueueConfig {
         self.state.lock().config.clone()
     }
@@ -1980,8 +2003,14 @@ impl QueueCore {
                                 expires_at_ms: 0,
                                 sync: false,
                             };
-                            let done = match q.append_batch(&[&m.item.data[..]], options) {
-                                Ok(_) => true,
+                            // A `buffered` target writes what it staged before this queue
+                            // confirms: the confirmation must not survive a kill that the
+                            // moved item would not.
+                            let appended = q
+                                .append_batch(&[&m.item.data[..]], options)
+                                .and_then(|_| q.write_staged());
+                            let done = match appended {
+                                Ok(()) => true,
                                 Err(e) => self.move_failed(&target, &e),
                             };
                             (m, done)
@@ -2322,8 +2351,9 @@ impl QueueCore {
             return Err(Error::io(format!("deleting {}", self.dir.display()), e));
         }
         st.deleted = true;
-        // The directory is on its way out: what is staged need not be written, but an
-        // error writing it does not matter either.
+        // The directory is on its way out: what is staged is dropped with it.
+        let end = st.writer.file_end();
+        st.writer.unstage_from(end);
         let _ = st.writer.unmap();
         st.journal.unmap();
         for r in st.readers.values() {
@@ -2370,6 +2400,12 @@ impl QueueCore {
                     Err(e) => {
                         tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
                     }
+                }
+            }
+            if st.writer.is_staging() != (st.config.durability == Durability::Buffered) {
+                // A durability switch whose first attempt failed (`set_config`).
+                if let Err(e) = st.apply_staging() {
+                    tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
                 }
             }
             if st

@@ -120,6 +120,34 @@ impl MapFile {
         self.end - self.staged.len() as u64
     }
 
+    /// Whether appends are staged (see [`MapFile::set_staging`]).
+    pub fn is_staging(&self) -> bool {
+        self.staging
+    }
+
+    /// Bytes staged and not yet written to the file.
+    pub fn staged_len(&self) -> usize {
+        self.staged.len()
+    }
+
+    /// Forgets the staged bytes from file offset `from` on, as if never appended: how
+    /// a batch whose write failed is taken back whole. `from` must lie in the staged
+    /// range.
+    pub fn unstage_from(&mut self, from: u64) {
+        let file_end = self.file_end();
+        assert!(
+            from >= file_end && from <= self.end,
+            "unstage_from({from}) outside the staged range [{file_end}, {})",
+            self.end
+        );
+        self.staged.truncate((from - file_end) as usize);
+        self.end = from;
+        self.stage_reserved = 0;
+        if self.staged.is_empty() {
+            self.staged_since = None;
+        }
+    }
+
     /// When the oldest staged byte was appended, if any is staged.
     pub fn staged_since(&self) -> Option<std::time::Instant> {
         self.staged_since
@@ -433,7 +461,8 @@ mod tests {
         m.set_staging(true).unwrap();
         m.append(&[b"head"]).unwrap();
         let rec = vec![1u8; 4096];
-        let count = 2 * STAGE_BYTES / rec.len();
+        // Larger than the capacity kept after a flush, to see it given back.
+        let count = 5 * STAGE_BYTES / rec.len();
         m.reserve((count * rec.len()) as u64).unwrap();
         // The reservation wrote what was staged before the batch ...
         assert_eq!(m.file_end(), 4);
@@ -443,9 +472,14 @@ mod tests {
         // ... and the batch itself waits whole, with no write in its middle.
         assert_eq!(m.file_end(), 4);
         assert_eq!(m.end(), 4 + (count * rec.len()) as u64);
+        assert!(m.staged.capacity() > 4 * STAGE_BYTES);
         m.flush_staged().unwrap();
         assert_eq!(m.file_end(), m.end());
-        assert!(m.staged.capacity() <= 4 * STAGE_BYTES);
+        assert_eq!(
+            m.staged.capacity(),
+            0,
+            "a buffer grown for one batch is given back"
+        );
         assert_eq!(file_bytes(&m, m.end() - 4096, 4096), rec);
     }
 
@@ -463,6 +497,25 @@ mod tests {
         assert_eq!(m.mapped(14, 12), Some(&b"mapped again"[..]));
         m.trim().unwrap();
         assert_eq!(file_bytes(&m, 0, 26), b"mapped staged mapped again");
+    }
+
+    #[test]
+    fn unstage_takes_back_the_tail_of_what_is_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        m.set_staging(true).unwrap();
+        m.append(&[b"keep"]).unwrap();
+        m.flush_staged().unwrap();
+        m.append(&[b"also"]).unwrap();
+        m.append(&[b"drop"]).unwrap();
+        m.unstage_from(8);
+        assert_eq!((m.file_end(), m.end()), (4, 8));
+        assert_eq!(m.mapped(4, 4), Some(&b"also"[..]));
+        m.unstage_from(4);
+        assert_eq!((m.staged_len(), m.staged_since()), (0, None));
+        m.append(&[b"next"]).unwrap();
+        m.trim().unwrap();
+        assert_eq!(file_bytes(&m, 0, 8), b"keepnext");
     }
 
     #[test]

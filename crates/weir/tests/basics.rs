@@ -1218,3 +1218,120 @@ fn reopen_right_after_dropping_the_last_handle() {
     let store = Store::open(dir.path()).unwrap();
     assert_eq!(store.queue("q").unwrap().stats().items, 100);
 }
+
+/// Whether the segment files of queue `name` hold `needle`, read from disk (not through
+/// the store): what a killed process would leave behind.
+fn on_disk(dir: &std::path::Path, name: &str, needle: &[u8]) -> bool {
+    common::segment_files(dir, name).iter().any(|path| {
+        let bytes = std::fs::read(path).unwrap_or_default();
+        bytes.windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+fn buffered() -> QueueConfig {
+    QueueConfig {
+        durability: weir::Durability::Buffered,
+        ..QueueConfig::default()
+    }
+}
+
+#[test]
+fn buffered_appends_reach_the_file_within_the_stage_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_config(dir.path(), buffered()).unwrap();
+    let q = store.queue("q").unwrap();
+    let item = payload(1, 300);
+    q.append(&item, opts()).unwrap();
+    // Served from the staging buffer at once...
+    let r = q.reader("").unwrap();
+    assert_eq!(&r.peek().unwrap().unwrap().data[..], &item[..]);
+    // ... and in the file within 50 ms (plus a tick of the background thread), with no
+    // sync and no other call.
+    assert!(
+        common::wait_until(Duration::from_secs(2), || on_disk(dir.path(), "q", &item)),
+        "a staged append never reached the file"
+    );
+}
+
+#[test]
+fn buffered_items_larger_than_the_stage_are_written_before_the_append_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_config(dir.path(), buffered()).unwrap();
+    let q = store.queue("q").unwrap();
+    q.append(&payload(1, 100), opts()).unwrap();
+    let big = payload(2, 100 * 1024);
+    q.append(&big, opts()).unwrap();
+    assert!(
+        on_disk(dir.path(), "q", &big),
+        "a 100 KiB item was left staged"
+    );
+    let batch: Vec<Vec<u8>> = (3..40).map(|i| payload(i, 4000)).collect();
+    let refs: Vec<&[u8]> = batch.iter().map(|d| d.as_slice()).collect();
+    q.append_batch(&refs, opts()).unwrap();
+    assert!(
+        on_disk(dir.path(), "q", &batch[36]),
+        "a 148 KB batch was left staged"
+    );
+    let r = q.reader("").unwrap();
+    let seqs: Vec<u64> = std::iter::from_fn(|| r.take().unwrap())
+        .map(|i| i.seq)
+        .collect();
+    assert_eq!(seqs, (1..40).collect::<Vec<u64>>());
+}
+
+#[test]
+fn switching_from_buffered_to_periodic_writes_what_is_staged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_config(dir.path(), buffered()).unwrap();
+    let q = store.queue("q").unwrap();
+    let staged = payload(1, 200);
+    q.append(&staged, opts()).unwrap();
+    q.set_config(QueueConfig::default());
+    // Written by the switch, not by the 50 ms timer (which would need the time).
+    assert!(on_disk(dir.path(), "q", &staged));
+    // A periodic append is in the file when it returns.
+    let mapped = payload(2, 200);
+    q.append(&mapped, opts()).unwrap();
+    assert!(on_disk(dir.path(), "q", &mapped));
+    // And back: staged again, served to readers, and kept across a close.
+    q.set_config(buffered());
+    let again = payload(3, 200);
+    q.append(&again, opts()).unwrap();
+    drop(q);
+    store.close().unwrap();
+    let store = open_with_config(dir.path(), buffered()).unwrap();
+    let r = store.queue("q").unwrap().reader("").unwrap();
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| r.take().unwrap())
+        .map(|i| i.data.to_vec())
+        .collect();
+    assert_eq!(got, vec![staged, mapped, again]);
+}
+
+#[test]
+fn an_item_moved_into_a_buffered_queue_is_written_before_the_source_confirms_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        defaults: QueueConfig::default(),
+        config_for: Some(Arc::new(|name: &str| {
+            if name == "dead" {
+                buffered()
+            } else {
+                QueueConfig {
+                    expire_to: Some("dead".into()),
+                    ..QueueConfig::default()
+                }
+            }
+        })),
+    };
+    let store = Store::open_with(dir.path(), options).unwrap();
+    let q = store.queue("src").unwrap();
+    let item = payload(7, 300);
+    q.append(&item, expiring_at(now_ms().saturating_sub(1)))
+        .unwrap();
+    assert!(q.reader("").unwrap().take().unwrap().is_none());
+    // The take moved it; the target wrote it before the source confirmed it, so a kill
+    // now could not lose it from both queues.
+    assert!(on_disk(dir.path(), "dead", &item));
+    let moved = store.queue("dead").unwrap().reader("").unwrap().take();
+    assert_eq!(moved.unwrap().map(|i| i.data.to_vec()), Some(item));
+}
