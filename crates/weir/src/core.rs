@@ -317,6 +317,18 @@ struct Candidate {
 }
 
 impl Candidate {
+    /// The item, its payload moved out: a clone of a fresh `Bytes` would make it shared
+    /// (an allocation) only to drop one of the two handles at once.
+    fn into_item(self) -> Item {
+        Item {
+            seq: self.header.seq,
+            data: self.data,
+            flags: self.header.flags,
+            enqueued_at_ms: self.header.enqueued_at_ms,
+            expires_at_ms: self.header.expires_at_ms,
+        }
+    }
+
     fn item(&self) -> Item {
         Item {
             seq: self.header.seq,
@@ -1075,7 +1087,7 @@ impl State {
             let lease_timeout = self.config.open_timeout;
             return match purpose {
                 Purpose::Peek => Ok(Some(Taken {
-                    item: c.item(),
+                    item: c.into_item(),
                     lease: None,
                 })),
                 Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
@@ -1095,7 +1107,7 @@ impl State {
                         }
                     }
                     Ok(Some(Taken {
-                        item: c.item(),
+                        item: c.into_item(),
                         lease: None,
                     }))
                 }
@@ -1117,7 +1129,7 @@ impl State {
                         r.taken += 1;
                     }
                     Ok(Some(Taken {
-                        item: c.item(),
+                        item: c.into_item(),
                         lease: Some(LeaseId(lease_id)),
                     }))
                 }

@@ -45,14 +45,24 @@ impl From<OpenError> for KeyFailure {
 }
 
 pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
-    let open_reads_max = ctx.shared.limits.max_open_reads();
-    if let Err(reply) = check_leases(&ctx.session.leases, keys, open_reads_max) {
-        ctx.out.put_slice(reply);
-        return Flow::Continue;
+    // The common request, one plain key on a connection that holds no lease, cannot
+    // break a lease rule: it skips the check, and its name is checked by the parse
+    // below (before anything runs, as there is nothing before it).
+    let plain_single =
+        ctx.session.leases.total() == 0 && memchr::memchr2(b' ', b'/', keys.as_bytes()).is_none();
+    if !plain_single {
+        let open_reads_max = ctx.shared.limits.max_open_reads();
+        if let Err(reply) = check_leases(&ctx.session.leases, keys, open_reads_max) {
+            ctx.out.put_slice(reply);
+            return Flow::Continue;
+        }
     }
     for text in keys.split(' ').filter(|k| !k.is_empty()) {
         let Ok(key) = parse_read_key(text) else {
-            continue;
+            // Only a single key gets here: `check_leases` refused a bad name among
+            // several before any ran.
+            ctx.out.put_slice(REPLY_BAD_NAME);
+            return Flow::Continue;
         };
         match one_key(ctx, text, key, cas).await {
             Ok(()) => {}
