@@ -33,6 +33,8 @@ pub struct FloodParams {
     pub sets: u64,
     pub queues: usize,
     pub item_bytes: usize,
+    /// Rounds per connection count (see `--flood-repeat`).
+    pub repeat: usize,
 }
 
 /// One step's outcome.
@@ -86,76 +88,163 @@ pub async fn run(targets: &[Target], p: &FloodParams, bar: &ProgressBar) -> Resu
             p.item_bytes, p.queues, p.sets, p.sets
         ),
     );
-    bar.set_length((p.connections.len() * targets.len()) as u64);
+    bar.set_length((p.connections.len() * targets.len() * p.repeat) as u64);
+    let rounds = p.repeat.max(1);
     for &conns in &p.connections {
-        for target in targets {
-            bar.set_message(format!("flood {} x{conns}", target.name));
-            let r = step(target, conns, p.sets, &requests)
-                .await
-                .with_context(|| format!("flood on {} with {conns} connections", target.name))?;
-            let secs = r.elapsed.as_secs_f64();
-            let server_cpu = |row: Row| match r.server_cpu_s {
-                Some(s) => row
-                    .with("server_cpu_s", f(s, 2))
-                    .with("server_cpu_us/op", f(1e6 * s / r.ops.max(1) as f64, 2)),
-                None => row,
-            };
-            report.rows.push(server_cpu(
-                Row::new()
-                    .with("connections", conns as u64)
-                    .with("target", target.name.as_str())
-                    .with("ops", r.ops)
-                    .with("misses", r.misses)
-                    .with("seconds", f(secs, 3))
-                    .with("ops/s", f(r.ops as f64 / secs, 0))
-                    .with("client_cpu_s", f(r.cpu_s, 2))
-                    .with("client_cpu_%", f(100.0 * r.cpu_s / secs, 0)),
-            ));
-            bar.inc(1);
-            // Let the server retire the closed connections before the next step.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        for round in 0..rounds {
+            let mut order: Vec<&Target> = targets.iter().collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for target in order {
+                bar.set_message(format!("flood {} x{conns}", target.name));
+                let r = step(target, conns, p.sets, &requests)
+                    .await
+                    .with_context(|| {
+                        format!("flood on {} with {conns} connections", target.name)
+                    })?;
+                let secs = r.elapsed.as_secs_f64();
+                let server_cpu = |row: Row| match r.server_cpu_s {
+                    Some(s) => row
+                        .with("server_cpu_s", f(s, 2))
+                        .with("server_cpu_us/op", f(1e6 * s / r.ops.max(1) as f64, 2)),
+                    None => row,
+                };
+                let row = Row::new().with("connections", conns as u64);
+                let row = if rounds > 1 {
+                    row.with("round", round as u64 + 1)
+                } else {
+                    row
+                };
+                report.rows.push(server_cpu(
+                    row.with("target", target.name.as_str())
+                        .with("ops", r.ops)
+                        .with("misses", r.misses)
+                        .with("seconds", f(secs, 3))
+                        .with("ops/s", f(r.ops as f64 / secs, 0))
+                        .with("client_cpu_s", f(r.cpu_s, 2))
+                        .with("client_cpu_%", f(100.0 * r.cpu_s / secs, 0)),
+                ));
+                bar.inc(1);
+                // Let the server retire the closed connections before the next step.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
     add_ratio_notes(&mut report, targets);
     Ok(report)
 }
 
-/// "weir/memcached at N connections: 0.93" for each connection count.
+/// Per connection count, the first target's rate over each other's (the median over
+/// rounds, with every round's ratio when there are several), and for each target its
+/// rate at the most connections over its own peak (medians over rounds).
 fn add_ratio_notes(report: &mut Report, targets: &[Target]) {
-    if targets.len() < 2 {
-        return;
+    use crate::report::Cell;
+    // (connections, round, target) -> ops/s
+    let mut rates: Vec<(u64, u64, String, f64)> = Vec::new();
+    for row in &report.rows {
+        let (Some(c), Some(Cell::Text(t)), Some(r)) = (
+            row.get("connections").and_then(|x| x.as_f64()),
+            row.get("target"),
+            row.get("ops/s").and_then(|x| x.as_f64()),
+        ) else {
+            continue;
+        };
+        let round = row.get("round").and_then(|x| x.as_f64()).unwrap_or(1.0);
+        rates.push((c as u64, round as u64, t.clone(), r));
     }
-    let first = &targets[0].name;
-    for other in &targets[1..] {
-        let mut parts = Vec::new();
-        for row in &report.rows {
-            let (Some(c), Some(t)) = (row.get("connections"), row.get("target")) else {
-                continue;
-            };
-            if !matches!(t, crate::report::Cell::Text(s) if s == first) {
-                continue;
-            }
-            let rate = |name: &str| {
-                report
-                    .rows
-                    .iter()
-                    .find(|r| {
-                        r.get("connections").and_then(|x| x.as_f64()) == c.as_f64()
-                            && matches!(r.get("target"), Some(crate::report::Cell::Text(s)) if s == name)
+    let mut counts: Vec<u64> = rates.iter().map(|r| r.0).collect();
+    counts.dedup();
+    let rate_of = |c: u64, round: u64, t: &str| {
+        rates
+            .iter()
+            .find(|r| r.0 == c && r.1 == round && r.2 == t)
+            .map(|r| r.3)
+    };
+    let rounds_of = |c: u64| {
+        let mut rs: Vec<u64> = rates.iter().filter(|r| r.0 == c).map(|r| r.1).collect();
+        rs.sort_unstable();
+        rs.dedup();
+        rs
+    };
+    let median_rate = |c: u64, t: &str| {
+        median(
+            rounds_of(c)
+                .into_iter()
+                .filter_map(|round| rate_of(c, round, t))
+                .collect(),
+        )
+    };
+    if let Some((first, others)) = targets.split_first() {
+        for other in others {
+            let mut parts = Vec::new();
+            for &c in &counts {
+                let per_round: Vec<f64> = rounds_of(c)
+                    .into_iter()
+                    .filter_map(|round| {
+                        Some(rate_of(c, round, &first.name)? / rate_of(c, round, &other.name)?)
                     })
-                    .and_then(|r| r.get("ops/s"))
-                    .and_then(|x| x.as_f64())
+                    .collect();
+                let Some(m) = median(per_round.clone()) else {
+                    continue;
+                };
+                if per_round.len() > 1 {
+                    let each: Vec<String> = per_round.iter().map(|r| format!("{r:.2}")).collect();
+                    parts.push(format!("{c}:{m:.2} ({})", each.join(",")));
+                } else {
+                    parts.push(format!("{c}:{m:.2}"));
+                }
+            }
+            let what = if rounds_of(counts.first().copied().unwrap_or(0)).len() > 1 {
+                "median (rounds)"
+            } else {
+                ""
             };
-            if let (Some(a), Some(b)) = (rate(first), rate(&other.name)) {
-                parts.push(format!("{}:{:.2}", c.as_f64().unwrap_or(0.0), a / b));
+            report.notes.push(format!(
+                "ratio {}/{} by connections{}: {}",
+                first.name,
+                other.name,
+                if what.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {what}")
+                },
+                parts.join(" ")
+            ));
+        }
+    }
+    for t in targets {
+        let peak = counts
+            .iter()
+            .filter_map(|&c| Some((c, median_rate(c, &t.name)?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let last = counts
+            .last()
+            .and_then(|&c| Some((c, median_rate(c, &t.name)?)));
+        if let (Some((pc, p)), Some((lc, l))) = (peak, last) {
+            if pc != lc {
+                report.notes.push(format!(
+                    "{}: {l:.0} ops/s at {lc} connections = {:.2} x its peak ({p:.0} at {pc})",
+                    t.name,
+                    l / p
+                ));
             }
         }
-        report.notes.push(format!(
-            "ratio {first}/{} by connections: {}",
-            other.name,
-            parts.join(" ")
-        ));
     }
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    })
 }
 
 async fn step(
@@ -246,4 +335,16 @@ async fn connect_all(target: &Target, conns: usize) -> Result<Vec<Conn>> {
         out.push(joined.context("a connect task failed")??);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+    }
 }

@@ -161,6 +161,11 @@ struct FloodArgs {
     /// Item size [64].
     #[arg(long, value_name = "BYTES", default_value_t = 64)]
     flood_item_bytes: usize,
+    /// Rounds per connection count, the targets' order reversed every other round
+    /// (A B, B A, ...) so that a drift of the machine's speed hits both alike; ratios
+    /// are reported per round and as their median [1].
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    flood_repeat: usize,
 }
 
 const FLOOD_CONNECTIONS: &[usize] = &[
@@ -181,6 +186,7 @@ impl FloodArgs {
                 .flood_sets
                 .unwrap_or(if quick { 20_000 } else { 1_000_000 }),
             queues: self.flood_queues,
+            repeat: self.flood_repeat.max(1),
             item_bytes: self.flood_item_bytes,
         }
     }
