@@ -1856,6 +1856,8 @@ impl QueueCore {
         let result = (|| {
             for f in sealed.iter().chain(files.iter()) {
                 f.sync_data()?;
+                #[cfg(feature = "fault-injection")]
+                crate::fault::fsynced(&self.dir);
             }
             if dir_dirty {
                 sync_dir(&self.dir)?;

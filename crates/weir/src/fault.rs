@@ -2,7 +2,8 @@
 //! root or a real crash. Compiled only with the cargo feature `fault-injection`, which
 //! the crate's own tests turn on (a dev-dependency on itself) and nothing else does;
 //! without it the hooks do not exist. They sit on cold paths only: the disk
-//! reservation made once per mapping window, and a move to `expire_to`.
+//! reservation made once per mapping window, a move to `expire_to`, and each fsync
+//! (counted, so tests can see fsyncs happen and are shared).
 //!
 //! Hooks are process-wide but scoped: a disk is "full" only for files under the
 //! directories given, so tests running in parallel in one binary do not see each
@@ -41,6 +42,31 @@ pub fn abort_at(point: Option<&str>) {
 pub(crate) fn disk_full(path: &Path) -> bool {
     let dirs = FULL_DIRS.lock().unwrap_or_else(|e| e.into_inner());
     dirs.iter().any(|d| path.starts_with(d))
+}
+
+/// fdatasync calls made by the engine so far, per queue directory. Not a fault: a
+/// count the tests read to see that a synced append really fsyncs, and that group
+/// commit shares fsyncs between callers.
+static FSYNCS: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+
+/// Counts one fdatasync of a file in the queue directory `dir`.
+pub(crate) fn fsynced(dir: &Path) {
+    let mut counts = FSYNCS.lock().unwrap_or_else(|e| e.into_inner());
+    match counts.iter_mut().find(|(d, _)| d == dir) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((dir.to_path_buf(), 1)),
+    }
+}
+
+/// fdatasync calls the engine made on files under `dir` (a store's or a queue's
+/// directory) since the process started.
+pub fn fsyncs_under(dir: &Path) -> u64 {
+    let counts = FSYNCS.lock().unwrap_or_else(|e| e.into_inner());
+    counts
+        .iter()
+        .filter(|(d, _)| d.starts_with(dir))
+        .map(|(_, n)| n)
+        .sum()
 }
 
 /// Aborts the process if it was told to at `point`.

@@ -1335,3 +1335,47 @@ fn an_item_moved_into_a_buffered_queue_is_written_before_the_source_confirms_it(
     let moved = store.queue("dead").unwrap().reader("").unwrap().take();
     assert_eq!(moved.unwrap().map(|i| i.data.to_vec()), Some(item));
 }
+
+#[test]
+fn synced_appends_fsync_and_buffered_ones_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        defaults: buffered(),
+        config_for: Some(Arc::new(|name: &str| {
+            if name == "synced" {
+                QueueConfig {
+                    durability: weir::Durability::Synced,
+                    ..QueueConfig::default()
+                }
+            } else {
+                buffered()
+            }
+        })),
+    };
+    let store = Store::open_with(dir.path(), options).unwrap();
+    let fsyncs = |queue: &str| weir::fault::fsyncs_under(&dir.path().join("queues").join(queue));
+    let fast = store.queue("fast").unwrap();
+    for i in 0..20 {
+        fast.append(&payload(i, 100), opts()).unwrap();
+    }
+    assert_eq!(fsyncs("fast"), 0, "buffered appends fsynced");
+    // One append asking for `sync` is fsynced, whatever the queue's mode.
+    fast.append(
+        &payload(20, 100),
+        AppendOptions {
+            sync: true,
+            ..AppendOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(fsyncs("fast") >= 1, "an append with sync made no fsync");
+    let synced = store.queue("synced").unwrap();
+    for i in 0..5 {
+        let before = fsyncs("synced");
+        synced.append(&payload(i, 100), opts()).unwrap();
+        assert!(
+            fsyncs("synced") > before,
+            "synced append {i} returned without an fsync"
+        );
+    }
+}

@@ -239,8 +239,17 @@ fn synced_appends_from_many_threads_share_fsyncs() {
     seqs.sort_unstable();
     seqs.dedup();
     assert_eq!(seqs.len() as u64, THREADS * EACH, "seqs are unique");
+    // Every append waited for an fsync, and callers shared them: far fewer fsyncs than
+    // appends (each round fsyncs the segment, and the directory at most once).
+    let fsyncs = weir::fault::fsyncs_under(dir.path());
     println!(
-        "{} synced appends from {THREADS} threads in {elapsed:?}",
+        "{} synced appends from {THREADS} threads in {elapsed:?}: {fsyncs} fsyncs",
+        THREADS * EACH
+    );
+    assert!(fsyncs >= 1, "synced appends made no fsync");
+    assert!(
+        fsyncs < THREADS * EACH / 2,
+        "group commit shared no fsyncs: {fsyncs} for {} appends",
         THREADS * EACH
     );
     drop(q);
