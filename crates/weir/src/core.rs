@@ -591,9 +591,16 @@ impl State {
             .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
     }
 
-    /// Stages appends in memory (see `mapfile.rs`) when the queue is `buffered`.
+    /// Whether the segment writer should stage appends: the queue is `buffered`.
+    fn staging_wanted(&self) -> bool {
+        self.config.durability == Durability::Buffered
+    }
+
+    /// Stages appends in memory (see `mapfile.rs`) when the queue is `buffered`, and
+    /// stops (writing what is staged) when it is not; nothing to do when it already
+    /// matches.
     fn apply_staging(&mut self) -> Result<()> {
-        let on = self.config.durability == Durability::Buffered;
+        let on = self.staging_wanted();
         self.writer
             .set_staging(on)
             .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
@@ -662,7 +669,7 @@ impl State {
         let dir = self.dir().to_path_buf();
         let (segment, mut map) =
             create_segment(&dir, self.next_seq, self.config.segment_size_bytes)?;
-        if let Err(e) = map.set_staging(self.config.durability == Durability::Buffered) {
+        if let Err(e) = map.set_staging(self.staging_wanted()) {
             return Err(Error::io(format!("writing {}", map.path().display()), e));
         }
         let mut old = std::mem::replace(&mut self.writer, map);
@@ -728,11 +735,9 @@ impl State {
         {
             self.roll()?;
         }
-        if self.writer.is_staging() != (self.config.durability == Durability::Buffered) {
-            // A switch of durability whose first attempt failed (see `set_config`):
-            // never stage a `periodic` or `synced` append.
-            self.apply_staging()?;
-        }
+        // Retries a switch of durability whose first attempt failed (see `set_config`):
+        // never stage a `periodic` or `synced` append.
+        self.apply_staging()?;
         if let Err(e) = self.writer.reserve(total) {
             return Err(Error::io(
                 format!("appending to {}", self.writer.path().display()),
@@ -2416,11 +2421,9 @@ impl QueueCore {
                     }
                 }
             }
-            if st.writer.is_staging() != (st.config.durability == Durability::Buffered) {
-                // A durability switch whose first attempt failed (`set_config`).
-                if let Err(e) = st.apply_staging() {
-                    tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
-                }
+            // Retries a durability switch whose first attempt failed (`set_config`).
+            if let Err(e) = st.apply_staging() {
+                tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
             }
             if st
                 .writer

@@ -120,11 +120,6 @@ impl MapFile {
         self.end - self.staged.len() as u64
     }
 
-    /// Whether appends are staged (see [`MapFile::set_staging`]).
-    pub fn is_staging(&self) -> bool {
-        self.staging
-    }
-
     /// Bytes staged and not yet written to the file.
     pub fn staged_len(&self) -> usize {
         self.staged.len()

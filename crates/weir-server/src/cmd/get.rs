@@ -6,7 +6,7 @@
 //! lease rules (`max_open_reads`; no plain take while holding a lease; at most
 //! [`LEASES_PER_CONNECTION_MAX`] in all) are checked for the whole request before
 //! anything happens, counting what earlier keys of it open and close, so a refused
-//! request changes nothing. Replies past [`OUTPUT_BYTES_FLUSH_AT`] are written between
+//! request changes nothing. Replies past [`crate::server::OUTPUT_BYTES_FLUSH_AT`] are written between
 //! keys, so a request of many keys for large items is not held whole in memory.
 //! `gets` adds the item's sequence number as memcache's CAS field, for clients that
 //! expect one.
@@ -17,13 +17,13 @@ use std::time::Duration;
 use bytes::{BufMut, BytesMut};
 use weir::{ErrorKind, Reader, TakeMode, Taken};
 
-use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
-use crate::connection::write_now;
+use super::{
+    is_stale, put_engine_error, put_value, reader_handle, take, write_if_large, Ctx, Flow, Waited,
+};
 use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::metrics::LoopMetrics;
 use crate::queue_limit::{OpenError, REPLY_TOO_MANY_QUEUES};
 use crate::request::{parse_read_key, ReadKey};
-use crate::server::OUTPUT_BYTES_FLUSH_AT;
 
 pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
 const REPLY_BAD_NAME: &[u8] = b"CLIENT_ERROR bad queue name\r\n";
@@ -79,11 +79,8 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
         }
         // Many keys for large items: write as we go, so one request never holds more
         // than about one item past the threshold in memory.
-        if ctx.out.len() >= OUTPUT_BYTES_FLUSH_AT {
-            match write_now(ctx.stream, ctx.out).await {
-                Ok(n) => ctx.metrics.bytes_written.add(n as u64),
-                Err(_) => return Flow::Close,
-            }
+        if !write_if_large(ctx).await {
+            return Flow::Close;
         }
     }
     ctx.out.put_slice(b"END\r\n");

@@ -33,6 +33,7 @@ use crate::metrics::LoopMetrics;
 use crate::parse::Request;
 use crate::queue_limit::{OpenError, REPLY_TOO_MANY_QUEUES};
 use crate::server::Shared;
+use crate::server::OUTPUT_BYTES_FLUSH_AT;
 
 /// What the connection does after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,6 +204,22 @@ pub enum Waited {
     Done(weir::Result<Option<Taken>>),
     /// The client went away during the wait; nothing was taken.
     Gone,
+}
+
+/// Writes the pending replies once they pass [`OUTPUT_BYTES_FLUSH_AT`], so a command
+/// that produces many (large) items never holds them all in memory; false when the
+/// client is gone.
+pub async fn write_if_large(ctx: &mut Ctx<'_>) -> bool {
+    if ctx.out.len() < OUTPUT_BYTES_FLUSH_AT {
+        return true;
+    }
+    match write_now(ctx.stream, ctx.out).await {
+        Ok(n) => {
+            ctx.metrics.bytes_written.add(n as u64);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// Takes from `reader` by `mode`, waiting up to `wait`. A wait first sends the replies

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use weir::TakeMode;
 
-use super::{put_engine_error, put_open_error, put_value, reader_handle, take, Ctx, Flow, Waited};
-use crate::connection::write_now;
+use super::{
+    put_engine_error, put_open_error, put_value, reader_handle, take, write_if_large, Ctx, Flow,
+    Waited,
+};
 use crate::leases::{LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::request::parse_plain_key;
-use crate::server::OUTPUT_BYTES_FLUSH_AT;
 
 /// Most items one `monitor` hands out.
 pub const MONITOR_ITEMS_MAX: u64 = 10_000;
@@ -65,11 +66,8 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
         }
         // Items already there are taken without a wait, and a wait writes what is
         // pending only when it starts: bound what piles up in between.
-        if ctx.out.len() >= OUTPUT_BYTES_FLUSH_AT {
-            match write_now(ctx.stream, ctx.out).await {
-                Ok(n) => ctx.metrics.bytes_written.add(n as u64),
-                Err(_) => return Flow::Close,
-            }
+        if !write_if_large(ctx).await {
+            return Flow::Close;
         }
     }
     ctx.out.put_slice(b"END\r\n");
