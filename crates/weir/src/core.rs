@@ -37,19 +37,19 @@ use tokio::sync::Notify;
 use crate::config::{Durability, QueueConfig};
 use crate::error::{Error, Result};
 use crate::frame::{
-    decode_header, encode_header, verify, RecordHeader, RECORD_HEADER_BYTES,
+    decode_header, encode_header, new_seed, verify, RecordHeader, RECORD_HEADER_BYTES,
     RECORD_PAYLOAD_BYTES_MAX,
 };
 use crate::intervals::IntervalSet;
 use crate::item::{now_ms, AppendOptions, Item, LeaseId, TakeMode, Taken};
-use crate::iter::Iter;
+use crate::iter::{Iter, IterSegment};
 use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
 use crate::mapfile::{sync_dir, MapFile, STAGE_BYTES};
 use crate::name::validate_reader_name;
 use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
 use crate::segment::{
-    self, encode_file_header, parse_segment_file_name, segment_file_name, Found, Loc, ReadBuf,
-    Segment, FILE_HEADER_BYTES, READ_AHEAD_BYTES, SEGMENT_MAGIC,
+    self, encode_segment_header, parse_segment_file_name, segment_file_name, Found, Loc, ReadBuf,
+    Segment, FILE_HEADER_BYTES, READ_AHEAD_BYTES,
 };
 use crate::stats::{QueueStats, ReaderStats};
 use crate::store::StoreInner;
@@ -418,7 +418,7 @@ fn read_at(
                 return Ok(ReadAt::Bad);
             };
             if let Some(rec) = writer.mapped(loc.off, h.record_bytes()) {
-                if !verify(&h, rec) {
+                if !verify(&h, rec, seg.seed) {
                     return Ok(ReadAt::Bad);
                 }
                 return Ok(ReadAt::Rec(
@@ -432,6 +432,7 @@ fn read_at(
         rb,
         &seg.file,
         seg.first_seq,
+        seg.seed,
         loc.off,
         file_limit,
         READ_AHEAD_BYTES,
@@ -464,13 +465,15 @@ fn create_segment(
     let mut map = MapFile::new(file, &path, 0, WRITE_WINDOW_BYTES)
         .map_err(err)?
         .with_cap(segment_size_bytes);
-    if let Err(e) = map.append(&[&encode_file_header(SEGMENT_MAGIC, first_seq)]) {
+    let seed = new_seed();
+    if let Err(e) = map.append(&[&encode_segment_header(first_seq, seed)]) {
         drop(map);
         let _ = fs::remove_file(&path);
         return Err(err(e));
     }
     let segment = Segment {
         first_seq,
+        seed,
         path,
         file: Arc::clone(map.file()),
         end: map.end(),
@@ -506,7 +509,7 @@ fn locate_in(
     } else {
         seg.end
     };
-    let off = segment::locate(&seg.file, seg.first_seq, limit, seq)?;
+    let off = segment::locate(&seg.file, seg.first_seq, seg.seed, limit, seq)?;
     Ok(Loc {
         seg: seg.first_seq,
         off,
@@ -746,6 +749,8 @@ impl State {
         }
         let batch_start = self.writer.end();
         let first = self.next_seq;
+        // The writer always writes the last segment.
+        let seed = self.segments.back().map_or(0, |s| s.seed);
         let mut bytes = 0u64;
         for (i, data) in items.iter().enumerate() {
             let seq = first + i as u64;
@@ -753,6 +758,7 @@ impl State {
             let mut header = [0u8; RECORD_HEADER_BYTES];
             encode_header(
                 &mut header,
+                seed,
                 seq,
                 now,
                 options.expires_at_ms,
@@ -966,11 +972,15 @@ impl State {
                     } else {
                         segments[i + 1].first_seq.saturating_sub(1)
                     };
-                    let found =
-                        segment::resync(&seg.file, cursor.off + 1, limit, r.cursor_seq, seq_max)
-                            .map_err(io_err(|| {
-                                format!("reading segment {}", seg.path.display())
-                            }))?;
+                    let found = segment::resync(
+                        &seg.file,
+                        seg.seed,
+                        cursor.off + 1,
+                        limit,
+                        r.cursor_seq,
+                        seq_max,
+                    )
+                    .map_err(io_err(|| format!("reading segment {}", seg.path.display())))?;
                     tracing::error!(path = %seg.path.display(), offset = cursor.off, "damaged record; skipping to the next valid one");
                     r.rb.clear();
                     // The items skipped are counted by `lose` once the cursor lands.
@@ -1232,8 +1242,15 @@ impl State {
                     let active = i + 1 == self.segments.len();
                     let limit = if active { self.writer.end() } else { seg.end };
                     let seq_max = self.next_seq.saturating_sub(1);
-                    let found = segment::resync(&seg.file, loc.off + 1, limit, self.floor, seq_max)
-                        .map_err(io_err(|| format!("reading segment {}", seg.path.display())))?;
+                    let found = segment::resync(
+                        &seg.file,
+                        seg.seed,
+                        loc.off + 1,
+                        limit,
+                        self.floor,
+                        seq_max,
+                    )
+                    .map_err(io_err(|| format!("reading segment {}", seg.path.display())))?;
                     tracing::error!(path = %seg.path.display(), offset = loc.off, "damaged record; skipping to the next valid one");
                     self.floor_rb.clear();
                     self.floor_loc = Some(Loc {
@@ -1455,16 +1472,16 @@ impl QueueCore {
                 .map_err(io_err(|| ctx("reading segment size in")))?
                 .len();
             let mut header = [0u8; FILE_HEADER_BYTES as usize];
-            let header_ok = segment::read_full_at(&file, &mut header, 0)
-                .map_err(io_err(|| ctx("reading segment in")))?
-                == header.len()
-                && segment::decode_file_header(SEGMENT_MAGIC, &header) == Some(first);
+            let n = segment::read_full_at(&file, &mut header, 0)
+                .map_err(io_err(|| ctx("reading segment in")))?;
+            let decoded = segment::decode_segment_header(&header[..n], first);
             let last = i + 1 == firsts.len();
-            if !header_ok && !last {
+            if !decoded.intact && !last {
                 tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
             }
             segments.push_back(Segment {
                 first_seq: first,
+                seed: decoded.seed,
                 path,
                 file: Arc::new(file),
                 end: len,
@@ -1479,18 +1496,18 @@ impl QueueCore {
                 let mut header = [0u8; FILE_HEADER_BYTES as usize];
                 let n = segment::read_full_at(&file, &mut header, 0)
                     .map_err(io_err(|| ctx("reading segment in")))?;
-                let header_ok = n == header.len()
-                    && segment::decode_file_header(SEGMENT_MAGIC, &header) == Some(last.first_seq);
+                let header_ok = segment::decode_segment_header(&header[..n], last.first_seq).intact;
                 if !header_ok && last.end > FILE_HEADER_BYTES {
                     // The header is damaged but records may follow: rewrite the header
-                    // (the first seq is the file's name) and keep what checks out.
+                    // (the first seq is the file's name, the seed the vote of its
+                    // copies) and keep what checks out.
                     tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
                     use std::os::unix::fs::FileExt;
-                    file.write_all_at(&encode_file_header(SEGMENT_MAGIC, last.first_seq), 0)
+                    file.write_all_at(&encode_segment_header(last.first_seq, last.seed), 0)
                         .map_err(io_err(|| ctx("rewriting a segment header in")))?;
                 }
                 let (end, scanned_next) = if header_ok || last.end > FILE_HEADER_BYTES {
-                    let scan = segment::scan(&file, last.first_seq, last.end)
+                    let scan = segment::scan(&file, last.first_seq, last.seed, last.end)
                         .map_err(io_err(|| ctx("scanning segment in")))?;
                     if scan.torn_batch {
                         tracing::warn!(path = %last.path.display(), offset = scan.end, "a batch interrupted by a crash was cut, with everything after it");
@@ -1518,7 +1535,8 @@ impl QueueCore {
                 let mut map = MapFile::new(reopened, &last.path, end, WRITE_WINDOW_BYTES)
                     .map_err(io_err(|| ctx("mapping segment in")))?;
                 if end == 0 {
-                    map.append(&[&encode_file_header(SEGMENT_MAGIC, last.first_seq)])
+                    last.seed = new_seed();
+                    map.append(&[&encode_segment_header(last.first_seq, last.seed)])
                         .map_err(io_err(|| ctx("writing segment header in")))?;
                     last.end = map.end();
                 }
@@ -2344,12 +2362,11 @@ impl QueueCore {
             .iter()
             .enumerate()
             .filter(|(_, s)| s.first_seq >= loc.seg)
-            .map(|(i, s)| {
-                (
-                    s.first_seq,
-                    Arc::clone(&s.file),
-                    if i + 1 == n { st.writer.end() } else { s.end },
-                )
+            .map(|(i, s)| IterSegment {
+                first_seq: s.first_seq,
+                seed: s.seed,
+                file: Arc::clone(&s.file),
+                end: if i + 1 == n { st.writer.end() } else { s.end },
             })
             .collect();
         Ok(Iter::new(

@@ -3,7 +3,7 @@
 //! ```text
 //! offset  size  field
 //!      0     4  payload length (u32 LE)
-//!      4     4  CRC32C of bytes 8 .. 40+length
+//!      4     4  CRC32C of bytes 8 .. 40+length, seeded with the segment's seed
 //!      8     8  seq (u64 LE)
 //!     16     8  enqueued_at_ms
 //!     24     8  expires_at_ms (0 = never)
@@ -18,6 +18,15 @@
 //! The CRC covers every header field after it and the payload, so a torn write, a bit
 //! flip or a run of zeroes (a preallocated tail) never parses as a record. The seq inside
 //! each record lets a reader tell a stale or misplaced record from the one it expects.
+//!
+//! Why a seed: after damage, recovery looks for the next valid record byte by byte, and
+//! a payload is client data. Without a seed a client could store an item whose payload
+//! *is* a CRC-valid record (any seq, any flags) and, once a bit flip sends recovery
+//! looking, have it accepted in place of real records. Every segment gets a random
+//! 32-bit seed in its header, and every record's CRC starts from it
+//! (`crc32c_append(seed, ..)`, as if a secret prefix came first): a client never sees
+//! the seed, so a frame it crafts verifies with probability 2^-32. Segments written
+//! before seeds existed carry 0, which is the plain CRC32C.
 
 /// Bytes of a record header.
 pub(crate) const RECORD_HEADER_BYTES: usize = 40;
@@ -49,9 +58,12 @@ impl RecordHeader {
     }
 }
 
-/// Encodes a header (with its CRC over `payload`) into `out`.
+/// Encodes a header (with its CRC over `payload`, seeded with the segment's `seed`)
+/// into `out`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_header(
     out: &mut [u8; RECORD_HEADER_BYTES],
+    seed: u32,
     seq: u64,
     enqueued_at_ms: u64,
     expires_at_ms: u64,
@@ -59,15 +71,18 @@ pub(crate) fn encode_header(
     more: bool,
     payload: &[u8],
 ) {
-    debug_assert!(payload.len() as u64 <= RECORD_PAYLOAD_BYTES_MAX);
+    assert!(payload.len() as u64 <= RECORD_PAYLOAD_BYTES_MAX);
+    assert!(seq > 0 && seq <= SEQ_MAX, "seq {seq} out of range");
     out[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     out[8..16].copy_from_slice(&seq.to_le_bytes());
     out[16..24].copy_from_slice(&enqueued_at_ms.to_le_bytes());
     out[24..32].copy_from_slice(&expires_at_ms.to_le_bytes());
     out[32..36].copy_from_slice(&flags.to_le_bytes());
     out[36..40].copy_from_slice(&(if more { BIT_MORE } else { 0 }).to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[8..]), payload);
+    let crc = crc32c::crc32c_append(crc32c::crc32c_append(seed, &out[8..]), payload);
     out[4..8].copy_from_slice(&crc.to_le_bytes());
+    debug_assert!(decode_header(&out[..])
+        .is_some_and(|h| h.len as usize == payload.len() && h.seq == seq && h.crc == crc));
 }
 
 /// Decodes a header; `None` when `bytes` is too short or the length is implausible.
@@ -102,12 +117,46 @@ pub(crate) fn decode_header(bytes: &[u8]) -> Option<RecordHeader> {
     Some(header)
 }
 
-/// Whether `record` (header and payload, exactly) carries a valid CRC.
-pub(crate) fn verify(header: &RecordHeader, record: &[u8]) -> bool {
+/// Whether `record` (header and payload, exactly) carries a valid CRC for a segment
+/// whose seed is `seed`.
+pub(crate) fn verify(header: &RecordHeader, record: &[u8], seed: u32) -> bool {
     if record.len() as u64 != header.record_bytes() {
         return false;
     }
-    crc32c::crc32c(&record[8..]) == header.crc
+    crc32c::crc32c_append(seed, &record[8..]) == header.crc
+}
+
+/// A fresh random record seed for a new segment: never 0, which marks a segment
+/// written before seeds existed.
+pub(crate) fn new_seed() -> u32 {
+    loop {
+        let mut bytes = [0u8; 4];
+        // SAFETY: getrandom writes at most `bytes.len()` bytes into the live buffer.
+        let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+        let seed = if n == bytes.len() as isize {
+            u32::from_le_bytes(bytes)
+        } else {
+            fallback_seed()
+        };
+        if seed != 0 {
+            return seed;
+        }
+    }
+}
+
+/// Without getrandom (a seccomp filter, an old kernel): the clock, the pid and a
+/// counter, mixed. Not secret from someone who can read the clock, but never a value a
+/// client chose.
+fn fallback_seed() -> u32 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = nanos
+        ^ u64::from(std::process::id()).rotate_left(32)
+        ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    crc32c::crc32c(&mixed.to_le_bytes())
 }
 
 /// Largest seq a record may carry: far beyond any real queue (2^62 items), and far
@@ -149,7 +198,8 @@ mod tests {
     fn round_trip_and_damage() {
         let payload = b"hello";
         let mut h = [0u8; RECORD_HEADER_BYTES];
-        encode_header(&mut h, 7, 100, 0, 42, true, payload);
+        let seed = 0x1234_5678;
+        encode_header(&mut h, seed, 7, 100, 0, 42, true, payload);
         let mut rec = h.to_vec();
         rec.extend_from_slice(payload);
         let d = decode_header(&rec).unwrap();
@@ -157,16 +207,46 @@ mod tests {
             (d.len, d.seq, d.enqueued_at_ms, d.flags, d.more),
             (5, 7, 100, 42, true)
         );
-        assert!(verify(&d, &rec));
+        assert!(verify(&d, &rec, seed));
         for bit in 0..rec.len() * 8 {
             let mut bad = rec.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
             let ok = decode_header(&bad)
-                .map(|d| verify(&d, &bad))
+                .map(|d| verify(&d, &bad, seed))
                 .unwrap_or(false);
             assert!(!ok, "bit {bit} flip went unnoticed");
         }
         assert!(decode_header(&[0u8; RECORD_HEADER_BYTES]).is_none());
+    }
+
+    #[test]
+    fn a_record_made_without_the_seed_does_not_verify() {
+        // What a client could put in a payload: a frame that is valid unseeded, or
+        // under a seed of its own choosing.
+        let payload = b"forged";
+        for guess in [0u32, 1, 0xdead_beef] {
+            let mut h = [0u8; RECORD_HEADER_BYTES];
+            encode_header(&mut h, guess, 3, 100, 0, 0, false, payload);
+            let mut rec = h.to_vec();
+            rec.extend_from_slice(payload);
+            let d = decode_header(&rec).unwrap();
+            assert!(verify(&d, &rec, guess));
+            assert!(!verify(&d, &rec, 0x5eed_5eed), "guess {guess:#x} verified");
+        }
+        // Legacy segments (seed 0) are plain CRC32C.
+        let mut h = [0u8; RECORD_HEADER_BYTES];
+        encode_header(&mut h, 0, 1, 1, 0, 0, false, b"x");
+        let mut rec = h.to_vec();
+        rec.push(b'x');
+        assert_eq!(crc32c::crc32c(&rec[8..]), decode_header(&rec).unwrap().crc);
+    }
+
+    #[test]
+    fn seeds_are_nonzero_and_differ() {
+        let seeds: std::collections::HashSet<u32> = (0..64).map(|_| new_seed()).collect();
+        assert!(!seeds.contains(&0));
+        assert!(seeds.len() > 60, "{} distinct seeds of 64", seeds.len());
+        assert_ne!(fallback_seed(), fallback_seed());
     }
 
     #[test]

@@ -19,8 +19,8 @@ use crate::segment::{self, Found, ReadBuf, FILE_HEADER_BYTES, SCAN_CHUNK_BYTES};
 /// Iterator over a queue's kept items; see [`crate::Queue::iter`]. Expired items are
 /// skipped; damaged records are skipped (with an error logged).
 pub struct Iter {
-    /// (first seq, file, valid end) of each segment from the first one needed.
-    segments: Vec<(u64, Arc<File>, u64)>,
+    /// The segments from the first one needed.
+    segments: Vec<IterSegment>,
     index: usize,
     off: u64,
     /// Next seq expected; items below it are not kept any more.
@@ -33,9 +33,19 @@ pub struct Iter {
     failed: bool,
 }
 
+/// A segment as an iterator sees it: a snapshot taken under the queue's lock.
+#[derive(Clone)]
+pub(crate) struct IterSegment {
+    pub first_seq: u64,
+    pub seed: u32,
+    pub file: Arc<File>,
+    /// End of the valid data when the snapshot was taken.
+    pub end: u64,
+}
+
 impl Iter {
     pub(crate) fn new(
-        segments: Vec<(u64, Arc<File>, u64)>,
+        segments: Vec<IterSegment>,
         off: u64,
         start: u64,
         stop: u64,
@@ -64,11 +74,17 @@ impl Iterator for Iter {
             return None;
         }
         while self.seq < self.stop {
-            let (first, file, end) = self.segments.get(self.index)?.clone();
+            let IterSegment {
+                first_seq: first,
+                seed,
+                file,
+                end,
+            } = self.segments.get(self.index)?.clone();
             let found = match segment::read_record(
                 &mut self.rb,
                 &file,
                 first,
+                seed,
                 self.off,
                 end,
                 SCAN_CHUNK_BYTES,
@@ -111,7 +127,7 @@ impl Iterator for Iter {
                 }
                 Found::Bad => {
                     let seq_max = self.stop.saturating_sub(1);
-                    match segment::resync(&file, self.off + 1, end, self.seq, seq_max) {
+                    match segment::resync(&file, seed, self.off + 1, end, self.seq, seq_max) {
                         Ok(Some((at, _))) => {
                             tracing::error!(
                                 segment = first,

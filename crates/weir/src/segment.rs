@@ -1,8 +1,9 @@
 //! Segment files: the queue's items, in order, as CRC-framed records.
 //!
 //! A segment is named after the seq of its first record (`00000000000000000001.seg`)
-//! and starts with a 32-byte header (magic, first seq, CRC). Records follow back to back
-//! (see `frame.rs`). Only the last segment of a queue is written; when it passes the
+//! and starts with a 32-byte header (magic, first seq, the record seed three times,
+//! CRC). Records follow back to back (see `frame.rs`, which says why records carry a
+//! seed). Only the last segment of a queue is written; when it passes the
 //! queue's `segment_size_bytes` it is sealed (cut to its exact length) and a new one is
 //! started. Space is reclaimed by deleting whole segments that every reader is done with.
 
@@ -12,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::frame::{decode_header, verify, RecordHeader, RECORD_HEADER_BYTES};
+use crate::frame::{decode_header, verify, RecordHeader, RECORD_HEADER_BYTES, SEQ_MAX};
 
 pub(crate) const FILE_HEADER_BYTES: u64 = 32;
 pub(crate) const SEGMENT_MAGIC: &[u8; 8] = b"WEIRSEG1";
@@ -31,6 +32,51 @@ pub(crate) fn encode_file_header(magic: &[u8; 8], value: u64) -> [u8; FILE_HEADE
     let crc = crc32c::crc32c(&h[0..28]);
     h[28..32].copy_from_slice(&crc.to_le_bytes());
     h
+}
+
+/// A segment's header: magic, first seq, then the record seed three times, so that a
+/// damaged header still yields its seed (by a bitwise vote of the copies): without the
+/// seed no record of the segment can be verified.
+pub(crate) fn encode_segment_header(first_seq: u64, seed: u32) -> [u8; FILE_HEADER_BYTES as usize] {
+    let mut h = [0u8; FILE_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(SEGMENT_MAGIC);
+    h[8..16].copy_from_slice(&first_seq.to_le_bytes());
+    for copy in 0..3 {
+        h[16 + 4 * copy..20 + 4 * copy].copy_from_slice(&seed.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// What a segment's header says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentHeader {
+    /// The header is whole and names `first_seq`.
+    pub intact: bool,
+    /// The record seed: from an intact header, else the bitwise majority of its three
+    /// copies (0, the legacy "no seed", when the header bytes are missing).
+    pub seed: u32,
+}
+
+/// Decodes the header of the segment named `first_seq` from the bytes read at its
+/// start (fewer than a header when the file is shorter).
+pub(crate) fn decode_segment_header(bytes: &[u8], first_seq: u64) -> SegmentHeader {
+    if bytes.len() < FILE_HEADER_BYTES as usize {
+        return SegmentHeader {
+            intact: false,
+            seed: 0,
+        };
+    }
+    let copy = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    let (a, b, c) = (copy(16), copy(20), copy(24));
+    let intact = decode_file_header(SEGMENT_MAGIC, bytes) == Some(first_seq);
+    let seed = if intact {
+        a
+    } else {
+        (a & b) | (a & c) | (b & c)
+    };
+    SegmentHeader { intact, seed }
 }
 
 /// The u64 of a valid file header with `magic`, or `None`.
@@ -62,6 +108,8 @@ pub(crate) fn parse_segment_file_name(name: &str) -> Option<u64> {
 /// One segment file as the queue knows it.
 pub(crate) struct Segment {
     pub first_seq: u64,
+    /// The seed of its records' checksums (see `frame.rs`).
+    pub seed: u32,
     pub path: PathBuf,
     pub file: Arc<File>,
     /// End of the valid data. For the active segment it follows the writer.
@@ -150,10 +198,12 @@ pub(crate) enum Found<'a> {
 }
 
 /// Reads the record at `off` of a segment whose valid data ends at `limit`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_record<'a>(
     rb: &'a mut ReadBuf,
     file: &File,
     seg: u64,
+    seed: u32,
     off: u64,
     limit: u64,
     ahead: usize,
@@ -170,7 +220,7 @@ pub(crate) fn read_record<'a>(
     };
     match rb.get(file, seg, off, header.record_bytes(), limit, ahead)? {
         None => Ok(Found::Bad),
-        Some(record) if verify(&header, record) => Ok(Found::Record(header, record)),
+        Some(record) if verify(&header, record, seed) => Ok(Found::Record(header, record)),
         Some(_) => Ok(Found::Bad),
     }
 }
@@ -179,6 +229,7 @@ pub(crate) fn read_record<'a>(
 /// `seq_min..=seq_max`: how reading resumes after damage in the middle of a segment.
 pub(crate) fn resync(
     file: &File,
+    seed: u32,
     from: u64,
     limit: u64,
     seq_min: u64,
@@ -203,7 +254,7 @@ pub(crate) fn resync(
                 continue;
             }
             record.resize(h.record_bytes() as usize, 0);
-            if read_full_at(file, &mut record, at)? == record.len() && verify(&h, &record) {
+            if read_full_at(file, &mut record, at)? == record.len() && verify(&h, &record, seed) {
                 return Ok(Some((at, h)));
             }
         }
@@ -245,7 +296,7 @@ const SECTOR_BYTES: u64 = 512;
 /// the batch is cut with everything after it. Nothing after the hole can have been
 /// fsync'ed (an fsync would have written the hole's page too), so this loses nothing
 /// acknowledged, and keeps the batch all or nothing.
-pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Scan> {
+pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io::Result<Scan> {
     let mut rb = ReadBuf::default();
     let mut off = FILE_HEADER_BYTES;
     let mut next_seq = first_seq;
@@ -254,7 +305,15 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
     // Where the batch being read started, while its last record is not seen yet.
     let mut batch: Option<(u64, u64)> = None;
     loop {
-        match read_record(&mut rb, file, first_seq, off, file_len, SCAN_CHUNK_BYTES)? {
+        match read_record(
+            &mut rb,
+            file,
+            first_seq,
+            seed,
+            off,
+            file_len,
+            SCAN_CHUNK_BYTES,
+        )? {
             Found::Record(h, _) if h.seq >= next_seq => {
                 if h.more && batch.is_none() {
                     batch = Some((off, h.seq));
@@ -267,7 +326,8 @@ pub(crate) fn scan(file: &File, first_seq: u64, file_len: u64) -> io::Result<Sca
             }
             Found::End => break,
             Found::Record(..) | Found::Bad => {
-                let Some((at, _)) = resync(file, off + 1, file_len, next_seq, u64::MAX)? else {
+                let Some((at, _)) = resync(file, seed, off + 1, file_len, next_seq, SEQ_MAX)?
+                else {
                     // Nothing valid follows: a torn tail.
                     break;
                 };
@@ -327,12 +387,12 @@ fn has_zero_sector(file: &File, from: u64, to: u64) -> io::Result<bool> {
 /// Finds where the first record with seq ≥ `target` starts, reading (and checking)
 /// records from the segment's start. Returns the end of valid data when every record
 /// is below `target`.
-pub(crate) fn locate(file: &File, seg: u64, limit: u64, target: u64) -> io::Result<u64> {
+pub(crate) fn locate(file: &File, seg: u64, seed: u32, limit: u64, target: u64) -> io::Result<u64> {
     let mut rb = ReadBuf::default();
     let mut off = FILE_HEADER_BYTES;
     let mut expect = seg;
     loop {
-        match read_record(&mut rb, file, seg, off, limit, SCAN_CHUNK_BYTES)? {
+        match read_record(&mut rb, file, seg, seed, off, limit, SCAN_CHUNK_BYTES)? {
             Found::End => return Ok(limit),
             Found::Record(h, _) if h.seq >= expect => {
                 if h.seq >= target {
@@ -341,17 +401,18 @@ pub(crate) fn locate(file: &File, seg: u64, limit: u64, target: u64) -> io::Resu
                 expect = h.seq + 1;
                 off += h.record_bytes();
             }
-            Found::Record(..) | Found::Bad => match resync(file, off + 1, limit, expect, u64::MAX)?
-            {
-                Some((at, h)) => {
-                    if h.seq >= target {
-                        return Ok(at);
+            Found::Record(..) | Found::Bad => {
+                match resync(file, seed, off + 1, limit, expect, SEQ_MAX)? {
+                    Some((at, h)) => {
+                        if h.seq >= target {
+                            return Ok(at);
+                        }
+                        rb.clear();
+                        off = at;
                     }
-                    rb.clear();
-                    off = at;
+                    None => return Ok(limit),
                 }
-                None => return Ok(limit),
-            },
+            }
         }
     }
 }

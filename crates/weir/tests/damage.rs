@@ -594,3 +594,187 @@ fn appends_after_mid_segment_damage_survive_another_reopen() {
         "the damage and the appends after it both survive"
     );
 }
+
+// A payload is client data, and recovery looks for the next valid record byte by byte
+// after damage. A client that stores a payload which is itself a CRC-valid record frame
+// must never get it accepted: not in place of a real item, not as a new one, and it
+// must not cost the intact records after the damage. Records are checksummed from a
+// random per-segment seed the client never sees; these cases try the seeds a client
+// could guess (none, 0, a fixed value) with forged seqs below, at and above the real
+// ones, in the last segment (the scan at open) and in a sealed one (a reader's resync).
+
+/// The item whose payload carries the forged frame.
+const CARRIER: u64 = 30;
+/// What a forged record carries: never a `payload(..)` of any seq.
+const FORGED_DATA: &[u8] = b"FORGED-BY-A-CLIENT";
+
+/// A whole record frame (header and payload) as the engine lays one out, with its CRC
+/// seeded by `seed_guess`, padded with zeroes to `PAYLOAD_LEN` so the carrier has the
+/// size of every other item.
+fn forged_frame(seq: u64, seed_guess: u32) -> Vec<u8> {
+    let mut rec = vec![0u8; 40];
+    rec[0..4].copy_from_slice(&(FORGED_DATA.len() as u32).to_le_bytes());
+    rec[8..16].copy_from_slice(&seq.to_le_bytes());
+    rec[16..24].copy_from_slice(&1_700_000_000_000u64.to_le_bytes());
+    rec.extend_from_slice(FORGED_DATA);
+    let crc = crc32c::crc32c_append(seed_guess, &rec[8..]);
+    rec[4..8].copy_from_slice(&crc.to_le_bytes());
+    // A few bytes in, so that a resync starting one byte after the carrier's header
+    // meets it.
+    let mut carrier = vec![b'x'; 8];
+    carrier.extend_from_slice(&rec);
+    carrier.resize(PAYLOAD_LEN, 0);
+    carrier
+}
+
+/// Items 1..=ITEMS with `CARRIER` carrying a forged frame; returns the carrier's
+/// segment file and the offset of its payload.
+fn write_store_with_carrier(
+    dir: &Path,
+    config: weir::QueueConfig,
+    forged_seq: u64,
+    seed_guess: u32,
+) -> (PathBuf, usize) {
+    let store = open_with_config(dir, config).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let carrier = forged_frame(forged_seq, seed_guess);
+    for seq in 1..=ITEMS {
+        let data = if seq == CARRIER {
+            carrier.clone()
+        } else {
+            payload(seq, PAYLOAD_LEN)
+        };
+        assert_eq!(q.append(&data, AppendOptions::default()).unwrap(), seq);
+    }
+    drop(q);
+    store.close().unwrap();
+    for seg in segment_files(dir, QUEUE) {
+        if let Some(at) = find(&fs::read(&seg).unwrap(), &carrier) {
+            return (seg, at);
+        }
+    }
+    panic!("the carrier is in no segment file");
+}
+
+fn forged_frames_are_never_accepted(config: weir::QueueConfig, sealed: bool) {
+    for forged_seq in [3, CARRIER, CARRIER + 1, ITEMS + 5, 1_000_000] {
+        for seed_guess in [0u32, 1, 0xdead_beef] {
+            for damage in ["length", "payload"] {
+                let what =
+                    format!("forged seq {forged_seq}, seed {seed_guess:#x}, damaged {damage}");
+                let dir = tempfile::tempdir().unwrap();
+                let (seg, at) =
+                    write_store_with_carrier(dir.path(), config.clone(), forged_seq, seed_guess);
+                let segs = segment_files(dir.path(), QUEUE);
+                assert_eq!(
+                    sealed,
+                    segs.last() != Some(&seg),
+                    "{what}: carrier placement"
+                );
+                // Damage the carrier's own record: its length field (the 40-byte header
+                // precedes the payload), or its first payload byte.
+                flip_bit(&seg, if damage == "length" { at - 40 } else { at });
+                let store = open_with_config(dir.path(), config.clone())
+                    .unwrap_or_else(|e| panic!("{what}: recovered, not an error: {e}"));
+                let expected = all_but([CARRIER]);
+                assert_eq!(iter_seqs(&store).unwrap(), expected, "{what}: iter");
+                assert_eq!(drain(&store).unwrap(), expected, "{what}: a reader");
+                let q = store.queue(QUEUE).unwrap();
+                assert_eq!(
+                    q.stats().corrupt_records,
+                    1,
+                    "{what}: only the carrier is lost"
+                );
+                drop(q);
+                still_works(dir.path(), store, &expected);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_forged_frame_in_a_payload_is_never_accepted_in_the_last_segment() {
+    forged_frames_are_never_accepted(synced_one_segment(), false);
+}
+
+#[test]
+fn a_forged_frame_in_a_payload_is_never_accepted_in_a_sealed_segment() {
+    forged_frames_are_never_accepted(small_segments(SEGMENT_SIZE_BYTES), true);
+}
+
+#[test]
+fn a_damaged_segment_header_keeps_its_seed_and_records() {
+    // Any one field of the header damaged (the magic, the first seq, one copy of the
+    // seed, the checksum): the seed is voted from its three copies, and every record of
+    // the segment still verifies; in a sealed segment and in the last one.
+    for (field, at) in [
+        ("magic", 2),
+        ("first seq", 9),
+        ("seed copy", 17),
+        ("crc", 29),
+    ] {
+        for sealed in [true, false] {
+            let what = format!(
+                "{field} of the {} segment",
+                if sealed { "first" } else { "last" }
+            );
+            let dir = tempfile::tempdir().unwrap();
+            write_store(dir.path());
+            let segs = segment_files(dir.path(), QUEUE);
+            let seg = if sealed {
+                &segs[0]
+            } else {
+                &segs[segs.len() - 1]
+            };
+            flip_bit(seg, at);
+            let store = open(dir.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let all: Vec<u64> = (1..=ITEMS).collect();
+            assert_eq!(iter_seqs(&store).unwrap(), all, "{what}: iter");
+            assert_eq!(drain(&store).unwrap(), all, "{what}: a reader");
+            let q = store.queue(QUEUE).unwrap();
+            assert_eq!(q.stats().corrupt_records, 0, "{what}");
+            drop(q);
+            still_works(dir.path(), store, &all);
+        }
+    }
+}
+
+#[test]
+fn segments_written_before_seeds_are_read() {
+    // The format before seeds: bytes 16..28 of the header are zero and records carry a
+    // plain CRC32C. Such a segment (as left by an older weir) must open and read.
+    let dir = tempfile::tempdir().unwrap();
+    let qdir = dir.path().join("queues").join(QUEUE);
+    {
+        // A journal and an empty segment, made by this version.
+        let store = open(dir.path()).unwrap();
+        store.queue(QUEUE).unwrap();
+        store.close().unwrap();
+    }
+    for seg in segment_files(dir.path(), QUEUE) {
+        fs::remove_file(seg).unwrap();
+    }
+    let mut file = b"WEIRSEG1".to_vec();
+    file.extend_from_slice(&1u64.to_le_bytes());
+    file.extend_from_slice(&[0u8; 12]);
+    let crc = crc32c::crc32c(&file);
+    file.extend_from_slice(&crc.to_le_bytes());
+    for seq in 1..=ITEMS {
+        let data = payload(seq, PAYLOAD_LEN);
+        let mut rec = vec![0u8; 40];
+        rec[0..4].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        rec[8..16].copy_from_slice(&seq.to_le_bytes());
+        rec[16..24].copy_from_slice(&1_700_000_000_000u64.to_le_bytes());
+        rec.extend_from_slice(&data);
+        let crc = crc32c::crc32c(&rec[8..]);
+        rec[4..8].copy_from_slice(&crc.to_le_bytes());
+        file.extend_from_slice(&rec);
+    }
+    fs::write(qdir.join(format!("{:020}.seg", 1)), &file).unwrap();
+    let store = open(dir.path()).unwrap();
+    let all: Vec<u64> = (1..=ITEMS).collect();
+    assert_eq!(iter_seqs(&store).unwrap(), all);
+    assert_eq!(drain(&store).unwrap(), all);
+    assert_eq!(store.queue(QUEUE).unwrap().stats().corrupt_records, 0);
+    still_works(dir.path(), store, &all);
+}
