@@ -1,11 +1,23 @@
-//! One process owns a data directory at a time: the `LOCK` file.
+//! One process owns a data directory at a time: a lock on the directory itself, and one
+//! on its `LOCK` file.
 //!
-//! Why POSIX record locks (`fcntl(F_SETLK)`) and not `flock`: an `flock` lock belongs to
-//! the open file description, which a child process inherits between `fork` and `exec`;
-//! a program that starts processes could then keep its own directory locked after
-//! closing the store. Record locks belong to the process and are never inherited. They
-//! do not exclude a second opener in the same process, so a registry of the
-//! directories this process has open does that.
+//! Why the directory: a lock on a file only excludes openers of that same file. Once
+//! `LOCK` is unlinked (by an operator cleaning up, a script, a backup restore), a second
+//! process creates a new `LOCK`, locks it, and two servers write one directory. A
+//! directory cannot be unlinked while it holds files (the store's `queues/` at least),
+//! and one that is renamed or replaced is a different directory, so `flock` on the
+//! data directory's own descriptor is what a second opener always meets.
+//!
+//! Why `LOCK` as well: its POSIX record lock (`fcntl(F_SETLK)`) is what weir versions
+//! before the directory lock take, so a new and an old server exclude each other during
+//! an upgrade. `flock` belongs to the open file description: a child process forked by a
+//! program using the library shares it until it execs (our descriptors are
+//! close-on-exec), which can at most delay another opener for that moment.
+//!
+//! Neither lock excludes a second opener in the same process (a record lock belongs to
+//! the process; a second `flock` on a new descriptor would, but the registry answers
+//! first and without a system call), so a registry of the directories this process has
+//! open does that.
 
 use std::fs::{self, File};
 use std::io;
@@ -21,7 +33,27 @@ static OPEN_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// The lock of one data directory; released on drop.
 pub(crate) struct DirLock {
     file: Option<File>,
+    /// The data directory itself, `flock`ed.
+    dir_file: Option<File>,
     dir: PathBuf,
+}
+
+/// Takes an exclusive `flock` on the directory `dir`; `Locked` when another open file
+/// description holds it.
+fn lock_directory(dir: &Path) -> Result<File> {
+    let file = File::open(dir).map_err(|e| Error::io(format!("opening {}", dir.display()), e))?;
+    // SAFETY: a valid descriptor; flock only reads its arguments.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EWOULDBLOCK) => Err(Error::Locked {
+                path: dir.to_path_buf(),
+            }),
+            _ => Err(Error::io(format!("locking {}", dir.display()), e)),
+        };
+    }
+    Ok(file)
 }
 
 impl DirLock {
@@ -34,6 +66,12 @@ impl DirLock {
                 path: dir.to_path_buf(),
             });
         }
+        let dir_file = lock_directory(&canonical).map_err(|e| match e {
+            Error::Locked { .. } => Error::Locked {
+                path: dir.to_path_buf(),
+            },
+            e => e,
+        })?;
         let path = canonical.join("LOCK");
         let file = File::options()
             .create(true)
@@ -62,6 +100,7 @@ impl DirLock {
         open.push(canonical.clone());
         Ok(DirLock {
             file: Some(file),
+            dir_file: Some(dir_file),
             dir: canonical,
         })
     }
@@ -74,6 +113,7 @@ impl Drop for DirLock {
         // then lose it when this descriptor closes (POSIX drops all of a process's
         // locks on a file when any of its descriptors for it is closed).
         drop(self.file.take());
+        drop(self.dir_file.take());
         let mut open = OPEN_DIRS.lock().unwrap_or_else(|p| p.into_inner());
         open.retain(|d| d != &self.dir);
     }
