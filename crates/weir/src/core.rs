@@ -46,6 +46,7 @@ use crate::iter::{Iter, IterSegment};
 use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
 use crate::mapfile::{sync_dir, MapFile, STAGE_BYTES};
 use crate::name::validate_reader_name;
+use crate::reader_list::{self, ReaderList};
 use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
 use crate::segment::{
     self, encode_segment_header, parse_segment_file_name, segment_file_name, Found, Loc, ReadBuf,
@@ -279,6 +280,11 @@ struct State {
     next_seq: u64,
     /// Oldest seq kept when the queue has no reader.
     floor: u64,
+    /// Oldest seq kept for readers the store lost track of (see `reader_list.rs`):
+    /// nothing from it on is reclaimed until the whole queue is flushed.
+    hold: Option<u64>,
+    /// The reader list was rewritten since the last fsync.
+    reader_list_dirty: bool,
     floor_bytes: u64,
     floor_loc: Option<Loc>,
     floor_discarded: u64,
@@ -652,12 +658,34 @@ impl State {
         }
     }
 
+    /// The oldest seq some reader (or, with none, the queue itself) still keeps: what a
+    /// new reader starts at, and below which segments may go. A hold (readers lost with
+    /// the journal and the reader list, see `reader_list.rs`) keeps everything from it.
     fn oldest_kept(&self) -> u64 {
-        self.readers
+        let kept = self
+            .readers
             .values()
             .map(|r| r.acked_below)
             .min()
-            .unwrap_or(self.floor)
+            .unwrap_or(self.floor);
+        self.hold.map_or(kept, |hold| kept.min(hold))
+    }
+
+    /// Rewrites the reader list (`reader_list.rs`) from the readers in memory, plus
+    /// `extra` when one is about to be created; its fsync goes with the queue's next.
+    fn write_reader_list(&mut self, extra: Option<&str>) -> Result<()> {
+        let mut names: Vec<String> = self.readers.keys().cloned().collect();
+        names.extend(extra.map(str::to_string));
+        let list = ReaderList {
+            names,
+            hold: self.hold,
+        };
+        let dir = self.dir().to_path_buf();
+        reader_list::write(&dir, &list)
+            .map_err(|e| Error::io(format!("writing the reader list in {}", dir.display()), e))?;
+        self.reader_list_dirty = true;
+        self.dir_dirty = true;
+        Ok(())
     }
 
     /// Starts a new segment at `next_seq`; the current one is sealed.
@@ -1334,13 +1362,18 @@ impl State {
             )));
         }
         let start = self.oldest_kept();
-        let pending_bytes = match self.readers.values().min_by_key(|r| r.acked_below) {
-            Some(r) => r.pending_bytes,
-            None => self.floor_bytes,
-        };
         self.flush_staged()?;
         let cursor = locate_in(&self.segments, &self.writer, self.next_seq, start)
             .map_err(io_err(|| "locating a new reader".into()))?;
+        let pending_bytes = match self.readers.values().min_by_key(|r| r.acked_below) {
+            Some(r) if r.acked_below == start => r.pending_bytes,
+            None if self.hold.is_none() => self.floor_bytes,
+            // Starting below every reader (a hold): estimated from the files.
+            _ => span_payload_bytes(&self.segments, &self.writer, cursor, self.next_seq - start),
+        };
+        // The list first: a crash before the journal record leaves a name in the list
+        // that the journal does not have, and a readable journal wins.
+        self.write_reader_list(Some(name))?;
         let id = self.next_reader_id;
         self.journal_append(JRecord::ReaderCreate {
             id,
@@ -1352,6 +1385,53 @@ impl State {
             name.to_string(),
             new_reader(id, start, cursor, pending_bytes),
         );
+        Ok(())
+    }
+
+    /// At open, once the journal's readers are in: reconciles them with the reader list
+    /// (`reader_list.rs`). A readable journal is the truth and the list is rewritten to
+    /// match it when it differs. A lost journal's readers are created again from the
+    /// list, at the oldest stored item; with the list lost too, the stored items are
+    /// held (nothing reclaimed) for the readers nobody can name any more.
+    fn recover_reader_list(&mut self, journal_lost: bool, listed: reader_list::Read) -> Result<()> {
+        let dir = self.dir().to_path_buf();
+        match listed {
+            reader_list::Read::Found(list) if journal_lost => {
+                self.hold = list.hold;
+                for name in &list.names {
+                    if !self.readers.contains_key(name) {
+                        self.create_reader(name)?;
+                    }
+                }
+                tracing::error!(dir = %dir.display(), readers = ?list.names, "readers recreated from the reader list at the oldest stored item");
+            }
+            reader_list::Read::Found(list) => {
+                self.hold = list.hold;
+                let mut known: Vec<&String> = self.readers.keys().collect();
+                known.sort();
+                let mut listed: Vec<&String> = list.names.iter().collect();
+                listed.sort();
+                if known != listed {
+                    self.write_reader_list(None)?;
+                }
+            }
+            lost if journal_lost => {
+                if self.floor < self.next_seq {
+                    self.hold = Some(self.floor);
+                }
+                self.write_reader_list(None)?;
+                tracing::error!(dir = %dir.display(), list = ?lost, held_from = ?self.hold, "the reader journal and the reader list are both lost: the stored items are kept for readers nobody can name until the queue is flushed");
+            }
+            reader_list::Read::Damaged => {
+                tracing::warn!(dir = %dir.display(), "the reader list is damaged; it is written again from the reader journal");
+                self.write_reader_list(None)?;
+            }
+            // A new queue, or one made before the list existed.
+            reader_list::Read::Missing => self.write_reader_list(None)?,
+        }
+        if let Some(from) = self.hold {
+            tracing::warn!(dir = %dir.display(), held_from = from, "items are held for readers lost with the reader journal; `flush` the queue to release them");
+        }
         Ok(())
     }
 
@@ -1442,11 +1522,14 @@ impl QueueCore {
         if opened.damaged_tail {
             tracing::warn!(dir = %dir.display(), "reader journal had a damaged tail; it was cut");
         }
-        if opened.started_afresh && (opened.unusable > 0 || !firsts.is_empty()) {
-            // The journal is created before the first segment, so segments without a
-            // usable journal mean it was lost or damaged, not that the queue is new.
-            tracing::error!(dir = %dir.display(), damaged_journals = opened.unusable, segments = firsts.len(), "no usable reader journal: readers are forgotten; a reader created again starts at the oldest stored item, so confirmed items come again");
+        // The journal is created before the first segment, so segments without a
+        // usable journal mean it was lost or damaged, not that the queue is new.
+        let journal_lost = opened.started_afresh && (opened.unusable > 0 || !firsts.is_empty());
+        if journal_lost {
+            tracing::error!(dir = %dir.display(), damaged_journals = opened.unusable, segments = firsts.len(), "no usable reader journal: readers start again at the oldest stored item, so confirmed items come again");
         }
+        let listed =
+            reader_list::read(dir).map_err(io_err(|| ctx("reading the reader list in")))?;
         let jstate = opened.state;
 
         // Every seq a reader has confirmed must stay retired: after an OS crash the
@@ -1569,6 +1652,8 @@ impl QueueCore {
             writer,
             next_seq,
             floor: 1,
+            hold: None,
+            reader_list_dirty: false,
             floor_bytes: 0,
             floor_loc: None,
             floor_discarded: 0,
@@ -1634,6 +1719,7 @@ impl QueueCore {
             // reading, so the cursor starts at the oldest unconfirmed item.
             state.readers.insert(rec.name, r);
         }
+        state.recover_reader_list(journal_lost, listed)?;
         // A crash between a confirmation and the deletion of a consumed segment leaves
         // the segment behind; delete it now.
         state.reclaim();
@@ -1854,7 +1940,7 @@ impl QueueCore {
     /// fsyncs every file with writes newer than `synced` (data seq, journal position);
     /// returns what is now durable. A synced append costs one fsync, a synced take one.
     fn sync_files(&self, synced: (u64, u64)) -> Result<(u64, u64)> {
-        let (files, sealed, dir_dirty, seq, jpos) = {
+        let (files, sealed, dir_dirty, list_dirty, seq, jpos) = {
             let mut st = self.state.lock();
             if st.deleted {
                 return Ok((u64::MAX, u64::MAX));
@@ -1874,13 +1960,17 @@ impl QueueCore {
             st.dirty = false;
             st.last_sync = Instant::now();
             let dir_dirty = std::mem::take(&mut st.dir_dirty);
-            (files, sealed, dir_dirty, seq, jpos)
+            let list_dirty = std::mem::take(&mut st.reader_list_dirty);
+            (files, sealed, dir_dirty, list_dirty, seq, jpos)
         };
         let result = (|| {
             for f in sealed.iter().chain(files.iter()) {
                 f.sync_data()?;
                 #[cfg(feature = "fault-injection")]
                 crate::fault::fsynced(&self.dir);
+            }
+            if list_dirty {
+                reader_list::sync(&self.dir)?;
             }
             if dir_dirty {
                 sync_dir(&self.dir)?;
@@ -1934,6 +2024,11 @@ impl QueueCore {
         if let Some(r) = st.readers.remove(name) {
             r.notify.notify_waiters();
         }
+        if let Err(e) = st.write_reader_list(None) {
+            // The journal has the deletion; a stale list only matters if the journal is
+            // lost too, and then the reader comes back (keeping items, never losing any).
+            tracing::warn!(queue = %self.name, error = %e, "could not rewrite the reader list after deleting a reader");
+        }
         if last {
             st.floor = acked;
             st.floor_bytes = bytes;
@@ -1967,6 +2062,16 @@ impl QueueCore {
                 st.floor = next;
                 st.floor_bytes = 0;
                 st.floor_loc = None;
+                if st.hold.is_some() {
+                    // A flush of the whole queue is the operator's word that nothing
+                    // before it is wanted, by known readers or lost ones.
+                    let held = st.hold.take();
+                    if let Err(e) = st.write_reader_list(None) {
+                        st.hold = held;
+                        return Err(e);
+                    }
+                    tracing::info!(queue = %self.name, "flushed: items are no longer held for readers lost with the reader journal");
+                }
                 dropped
             }
         };

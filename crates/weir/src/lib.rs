@@ -46,6 +46,7 @@ mod mapfile;
 mod name;
 mod queue;
 mod reader;
+mod reader_list;
 mod readers;
 mod segment;
 mod stats;

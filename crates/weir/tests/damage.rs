@@ -307,13 +307,12 @@ fn missing_reader_state_files() {
     // Nothing a reader had not confirmed may be lost: a reader may get
     // confirmed items again (at-least-once), never miss one.
     let q = store.queue(QUEUE).unwrap();
-    // The recovery: the readers are forgotten, and a reader created again
-    // starts at the oldest item still on disk (confirmed ones come again:
-    // at-least-once, never a loss).
-    assert!(
-        q.reader_names().is_empty(),
-        "readers after losing their state: {:?}",
-        q.reader_names()
+    // The recovery: the readers come back from the reader list, at the oldest
+    // item still on disk (confirmed ones come again: at-least-once, never a loss).
+    assert_eq!(
+        q.reader_names(),
+        ["a", "b"],
+        "readers after losing their journal"
     );
     let oldest: u64 = segment_files(dir.path(), QUEUE)[0]
         .file_stem()
@@ -322,8 +321,6 @@ fn missing_reader_state_files() {
         .unwrap()
         .parse()
         .unwrap();
-    // Both readers exist before either reads, so neither's reads drop items
-    // the other still needs.
     let readers = [
         (q.reader("a").unwrap(), 30u64),
         (q.reader("b").unwrap(), 10),
@@ -777,4 +774,161 @@ fn segments_written_before_seeds_are_read() {
     assert_eq!(drain(&store).unwrap(), all);
     assert_eq!(store.queue(QUEUE).unwrap().stats().corrupt_records, 0);
     still_works(dir.path(), store, &all);
+}
+
+// The set of a queue's readers survives the loss of its reader journal: a fanout reader
+// that has not read yet must still get everything after the restart, even when another
+// reader drains the queue first (which would otherwise reclaim the segments).
+
+const FAN: &str = "fan";
+
+/// ITEMS items; the default reader confirms the first `confirmed`, reader `FAN` has
+/// read none. Closed cleanly.
+fn write_two_readers(dir: &Path, confirmed: u64) {
+    let store = open(dir).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let fan = q.reader(FAN).unwrap();
+    let default = q.reader("").unwrap();
+    for seq in 1..=ITEMS {
+        q.append(&payload(seq, PAYLOAD_LEN), AppendOptions::default())
+            .unwrap();
+    }
+    for seq in 1..=confirmed {
+        assert_eq!(default.take().unwrap().unwrap().seq, seq);
+    }
+    drop((q, fan, default));
+    store.close().unwrap();
+}
+
+/// Every item reader `name` gets, checked.
+fn drain_reader(store: &Store, name: &str) -> Vec<u64> {
+    let r = store.queue(QUEUE).unwrap().reader(name).unwrap();
+    std::iter::from_fn(|| r.take().unwrap())
+        .map(|item| {
+            assert!(
+                is_payload(&item.data, item.seq, PAYLOAD_LEN),
+                "seq {}",
+                item.seq
+            );
+            item.seq
+        })
+        .collect()
+}
+
+fn journal_files(dir: &Path) -> Vec<PathBuf> {
+    let qdir = dir.join("queues").join(QUEUE);
+    let mut files: Vec<PathBuf> = fs::read_dir(&qdir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("readers.")
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "the queue has a reader journal");
+    files
+}
+
+#[test]
+fn a_lost_or_damaged_reader_journal_loses_no_reader() {
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage); 5] = [
+        ("deleted", |p| fs::remove_file(p).unwrap()),
+        ("truncated to 16 bytes", |p| truncate(p, 16)),
+        ("header bit flipped", |p| flip_bit(p, 9)),
+        ("zeroed", |p| {
+            let len = fs::metadata(p).unwrap().len() as usize;
+            zero(p, 0, len)
+        }),
+        ("snapshot cut", |p| truncate(p, 40)),
+    ];
+    for (what, damage) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        write_two_readers(dir.path(), 30);
+        for journal in journal_files(dir.path()) {
+            damage(&journal);
+        }
+        let store = open(dir.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            store.queue(QUEUE).unwrap().reader_names(),
+            ["", FAN],
+            "{what}: both readers are known after the restart"
+        );
+        // The default reader gets everything again (its confirmations are gone with
+        // the journal) and drains the queue before the fanout reader reads.
+        let all: Vec<u64> = (1..=ITEMS).collect();
+        assert_eq!(drain_reader(&store, ""), all, "{what}: the default reader");
+        assert_eq!(drain_reader(&store, FAN), all, "{what}: the fanout reader");
+        // And the recovered state is durable: a restart redelivers nothing.
+        store.close().unwrap();
+        let store = open(dir.path()).unwrap();
+        assert_eq!(drain_reader(&store, ""), Vec::<u64>::new(), "{what}");
+        assert_eq!(drain_reader(&store, FAN), Vec::<u64>::new(), "{what}");
+    }
+}
+
+#[test]
+fn losing_the_journal_and_the_reader_list_holds_every_item_until_a_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    write_two_readers(dir.path(), 30);
+    for journal in journal_files(dir.path()) {
+        fs::remove_file(journal).unwrap();
+    }
+    let qdir = dir.path().join("queues").join(QUEUE);
+    fs::remove_file(qdir.join("reader-names")).unwrap();
+    let segments_before = segment_files(dir.path(), QUEUE).len();
+    let store = open(dir.path()).unwrap();
+    // Nobody can name the readers any more: the first one to come back drains the
+    // queue, and the one after it must still find every item.
+    let all: Vec<u64> = (1..=ITEMS).collect();
+    assert_eq!(drain_reader(&store, ""), all, "the default reader");
+    assert_eq!(
+        segment_files(dir.path(), QUEUE).len(),
+        segments_before,
+        "nothing is reclaimed while readers may be missing"
+    );
+    store.close().unwrap();
+    // The hold survives a restart.
+    let store = open(dir.path()).unwrap();
+    assert_eq!(drain_reader(&store, FAN), all, "the fanout reader, later");
+    assert_eq!(drain_reader(&store, "late"), all, "any reader, later still");
+    // A flush of the whole queue releases the hold: space is reclaimed again.
+    let q = store.queue(QUEUE).unwrap();
+    q.flush().unwrap();
+    q.append(b"after the flush", AppendOptions::default())
+        .unwrap();
+    let r = q.reader("").unwrap();
+    assert_eq!(&r.take().unwrap().unwrap().data[..], b"after the flush");
+    assert!(
+        segment_files(dir.path(), QUEUE).len() < segments_before,
+        "the flush released the hold"
+    );
+    drop((q, r));
+    store.close().unwrap();
+    // Flushed for good: the fanout reader gets only what came after the flush.
+    let store = open(dir.path()).unwrap();
+    let fan = store.queue(QUEUE).unwrap().reader(FAN).unwrap();
+    assert_eq!(&fan.take().unwrap().unwrap().data[..], b"after the flush");
+    assert!(fan.take().unwrap().is_none());
+}
+
+#[test]
+fn a_damaged_reader_list_is_rewritten_from_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    write_two_readers(dir.path(), 30);
+    let list = dir.path().join("queues").join(QUEUE).join("reader-names");
+    flip_bit(&list, 40);
+    let store = open(dir.path()).unwrap();
+    assert_eq!(store.queue(QUEUE).unwrap().reader_names(), ["", FAN]);
+    store.close().unwrap();
+    // The journal lost now: the rewritten list brings both readers back.
+    for journal in journal_files(dir.path()) {
+        fs::remove_file(journal).unwrap();
+    }
+    let store = open(dir.path()).unwrap();
+    assert_eq!(store.queue(QUEUE).unwrap().reader_names(), ["", FAN]);
+    assert_eq!(drain_reader(&store, FAN), (1..=ITEMS).collect::<Vec<_>>());
 }
