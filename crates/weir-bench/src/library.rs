@@ -81,6 +81,7 @@ fn options(durability: Durability) -> StoreOptions {
             ..QueueConfig::default()
         },
         config_for: None,
+        ..StoreOptions::default()
     }
 }
 

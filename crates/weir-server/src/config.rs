@@ -260,6 +260,7 @@ pub fn store_options(file: &FileConfig) -> anyhow::Result<StoreOptions> {
     Ok(StoreOptions {
         defaults,
         config_for,
+        ..StoreOptions::default()
     })
 }
 

@@ -22,6 +22,7 @@ fn main() -> weir::Result<()> {
                 ..Default::default()
             },
             config_for: None,
+            ..StoreOptions::default()
         },
     )?;
     let queue = store.queue("bench")?;

@@ -39,6 +39,7 @@ fn main() -> weir::Result<()> {
                 ..Default::default()
             },
             config_for: None,
+            ..StoreOptions::default()
         },
     )?;
     let q = store.queue("s")?;

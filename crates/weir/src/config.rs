@@ -88,12 +88,38 @@ impl Default for QueueConfig {
 pub type ConfigFn = Arc<dyn Fn(&str) -> QueueConfig + Send + Sync>;
 
 /// Options of a whole store.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct StoreOptions {
     /// Settings for queues that `config_for` does not decide.
     pub defaults: QueueConfig,
     /// Per-queue settings; when set it decides every queue's settings.
     pub config_for: Option<ConfigFn>,
+    /// Most queues the store creates: one more new name gets
+    /// [`crate::Error::TooManyQueues`]. Queues already on disk when the store opens
+    /// are always opened, even past it. No limit by default.
+    pub queues_max: usize,
+    /// Disk space set aside (a preallocated file, `space-reserve`) that appends never
+    /// get, so that readers can still consume, and free space, once appends have
+    /// filled the disk; 0 turns it off. Read when the store opens. See
+    /// `docs/storage.md`.
+    pub space_reserve_bytes: u64,
+}
+
+impl StoreOptions {
+    /// The default of `space_reserve_bytes`: enough reader-journal records to consume
+    /// a whole 32 MiB segment of small items, and the journal's rotation besides.
+    pub const SPACE_RESERVE_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            defaults: QueueConfig::default(),
+            config_for: None,
+            queues_max: usize::MAX,
+            space_reserve_bytes: Self::SPACE_RESERVE_BYTES_DEFAULT,
+        }
+    }
 }
 
 impl StoreOptions {
@@ -111,6 +137,8 @@ impl fmt::Debug for StoreOptions {
         f.debug_struct("StoreOptions")
             .field("defaults", &self.defaults)
             .field("config_for", &self.config_for.as_ref().map(|_| "fn"))
+            .field("queues_max", &self.queues_max)
+            .field("space_reserve_bytes", &self.space_reserve_bytes)
             .finish()
     }
 }

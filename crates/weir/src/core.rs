@@ -52,6 +52,7 @@ use crate::segment::{
     self, encode_segment_header, parse_segment_file_name, segment_file_name, Found, Loc, ReadBuf,
     Segment, FILE_HEADER_BYTES, READ_AHEAD_BYTES,
 };
+use crate::space_reserve::SpaceReserve;
 use crate::stats::{QueueStats, ReaderStats};
 use crate::store::StoreInner;
 
@@ -285,6 +286,12 @@ struct State {
     hold: Option<u64>,
     /// The reader list was rewritten since the last fsync.
     reader_list_dirty: bool,
+    /// The store's space reserve (`None` once the store is gone).
+    reserve: Option<Arc<SpaceReserve>>,
+    /// The queue was created (`QueueCore::open_or_create`) and its files and
+    /// directory entries not fsync'ed yet: its first fsync covers them all, its parent
+    /// directory included.
+    created_unsynced: bool,
     floor_bytes: u64,
     floor_loc: Option<Loc>,
     floor_discarded: u64,
@@ -368,6 +375,10 @@ enum Purpose {
     Discard,
     /// Drop the next item only if it has expired.
     ExpireHead,
+}
+
+fn is_disk_full(e: &io::Error) -> bool {
+    crate::error::is_disk_full(e)
 }
 
 fn io_err(context: impl FnOnce() -> String) -> impl FnOnce(io::Error) -> Error {
@@ -616,7 +627,11 @@ impl State {
     }
 
     fn journal_append(&mut self, rec: JRecord) -> Result<()> {
-        if let Err(e) = self.journal.append(&rec) {
+        let mut result = self.journal.append(&rec);
+        if result.as_ref().is_err_and(is_disk_full) && self.release_reserve() {
+            result = self.journal.append(&rec);
+        }
+        if let Err(e) = result {
             return Err(Error::io(
                 format!("writing reader state in {}", self.dir().display()),
                 e,
@@ -626,6 +641,16 @@ impl State {
         self.wrote = true;
         self.mapped = true;
         Ok(())
+    }
+
+    /// Gives the store's space reserve back to the file system (see
+    /// `space_reserve.rs`), so that reader state can be written on a full disk; false
+    /// when there was none left to give.
+    fn release_reserve(&self) -> bool {
+        // For consuming only: a queue with nothing to consume (a new one, say) must not
+        // take the space that readers of full queues need.
+        let holds_items = self.oldest_kept() < self.next_seq;
+        holds_items && self.reserve.as_ref().is_some_and(|r| r.release())
     }
 
     /// Rotates the journal when it is due. A failure leaves the current file in use.
@@ -681,7 +706,11 @@ impl State {
             hold: self.hold,
         };
         let dir = self.dir().to_path_buf();
-        reader_list::write(&dir, &list)
+        let mut result = reader_list::write(&dir, &list);
+        if result.as_ref().is_err_and(is_disk_full) && self.release_reserve() {
+            result = reader_list::write(&dir, &list);
+        }
+        result
             .map_err(|e| Error::io(format!("writing the reader list in {}", dir.display()), e))?;
         self.reader_list_dirty = true;
         self.dir_dirty = true;
@@ -745,6 +774,8 @@ impl State {
             if let Err(e) = fs::remove_file(&seg.path) {
                 tracing::warn!(path = %seg.path.display(), error = %e, "could not delete a consumed segment");
             }
+            // The deletion is made durable by the queue's next fsync.
+            self.dir_dirty = true;
         }
     }
 
@@ -769,6 +800,12 @@ impl State {
         // Retries a switch of durability whose first attempt failed (see `set_config`):
         // never stage a `periodic` or `synced` append.
         self.apply_staging()?;
+        if !self.reserve.as_ref().is_none_or(|r| r.appends_allowed()) {
+            return Err(Error::io(
+                format!("appending to {}", self.writer.path().display()),
+                io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
+        }
         if let Err(e) = self.writer.reserve(total) {
             return Err(Error::io(
                 format!("appending to {}", self.writer.path().display()),
@@ -1467,6 +1504,19 @@ impl State {
     }
 }
 
+/// The files of a new, empty queue in `dir` (created here): a reader journal, an empty
+/// reader list and a first segment holding only its header. No fsync (see
+/// [`QueueCore::open_or_create`]) and no space reserved ahead: the first append
+/// reserves what it needs.
+fn write_new_queue(dir: &Path) -> Result<()> {
+    let err = |what: &'static str| io_err(move || format!("{what} {}", dir.display()));
+    fs::create_dir(dir).map_err(err("creating"))?;
+    Journal::write_new(dir).map_err(err("writing the reader journal in"))?;
+    reader_list::write(dir, &ReaderList::default()).map_err(err("writing the reader list in"))?;
+    let segment = dir.join(segment_file_name(1));
+    fs::write(&segment, encode_segment_header(1, new_seed())).map_err(err("writing a segment in"))
+}
+
 fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderState {
     ReaderState {
         id,
@@ -1654,6 +1704,8 @@ impl QueueCore {
             floor: 1,
             hold: None,
             reader_list_dirty: false,
+            reserve: store.upgrade().map(|s| Arc::clone(&s.reserve)),
+            created_unsynced: false,
             floor_bytes: 0,
             floor_loc: None,
             floor_discarded: 0,
@@ -1735,6 +1787,44 @@ impl QueueCore {
             wake_cv: Condvar::new(),
             blocking_waiters: AtomicU64::new(0),
         }))
+    }
+
+    /// Opens the queue in `dir`, creating it first when there is none, all or nothing:
+    /// its first files are written under a temporary name beside it and renamed into
+    /// place whole (see `store.rs`). Nothing is fsync'ed here: a creation is made durable
+    /// by the queue's first fsync (see `State::created_unsynced`), under the queue's
+    /// durability like the appends that follow it, so a client naming new queues does
+    /// not cost an fsync each.
+    pub(crate) fn open_or_create(
+        name: &str,
+        dir: &Path,
+        config: QueueConfig,
+        store: Weak<StoreInner>,
+    ) -> Result<Arc<QueueCore>> {
+        if dir.is_dir() {
+            return QueueCore::open(name, dir, config, store);
+        }
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        let tmp = parent.join(crate::store::temporary_name(
+            crate::store::CREATING_PREFIX,
+            name,
+        ));
+        let made = write_new_queue(&tmp).and_then(|()| {
+            fs::rename(&tmp, dir).map_err(io_err(|| format!("creating {}", dir.display())))
+        });
+        if let Err(e) = made {
+            if let Err(cleanup) = fs::remove_dir_all(&tmp) {
+                tracing::warn!(path = %tmp.display(), error = %cleanup, "could not remove a half-made queue; the next open removes it");
+            }
+            return Err(e);
+        }
+        let core = QueueCore::open(name, dir, config, store)?;
+        {
+            let mut st = core.state.lock();
+            st.created_unsynced = true;
+            st.dirty = true;
+        }
+        Ok(core)
     }
 
     /// Writes what the segment writer has staged (`buffered`) to the file.
@@ -1940,7 +2030,7 @@ impl QueueCore {
     /// fsyncs every file with writes newer than `synced` (data seq, journal position);
     /// returns what is now durable. A synced append costs one fsync, a synced take one.
     fn sync_files(&self, synced: (u64, u64)) -> Result<(u64, u64)> {
-        let (files, sealed, dir_dirty, list_dirty, seq, jpos) = {
+        let (files, sealed, dir_dirty, list_dirty, created, seq, jpos) = {
             let mut st = self.state.lock();
             if st.deleted {
                 return Ok((u64::MAX, u64::MAX));
@@ -1951,17 +2041,18 @@ impl QueueCore {
             let sealed = std::mem::take(&mut st.unsynced);
             let mut files = Vec::with_capacity(2);
             let (seq, jpos) = (st.next_seq - 1, st.journal.written);
-            if seq > synced.0 || !sealed.is_empty() {
+            let created = std::mem::take(&mut st.created_unsynced);
+            if seq > synced.0 || !sealed.is_empty() || created {
                 files.push(Arc::clone(st.writer.file()));
             }
-            if jpos > synced.1 {
+            if jpos > synced.1 || created {
                 files.push(Arc::clone(st.journal.file()));
             }
             st.dirty = false;
             st.last_sync = Instant::now();
-            let dir_dirty = std::mem::take(&mut st.dir_dirty);
-            let list_dirty = std::mem::take(&mut st.reader_list_dirty);
-            (files, sealed, dir_dirty, list_dirty, seq, jpos)
+            let dir_dirty = std::mem::take(&mut st.dir_dirty) || created;
+            let list_dirty = std::mem::take(&mut st.reader_list_dirty) || created;
+            (files, sealed, dir_dirty, list_dirty, created, seq, jpos)
         };
         let result = (|| {
             for f in sealed.iter().chain(files.iter()) {
@@ -1975,6 +2066,10 @@ impl QueueCore {
             if dir_dirty {
                 sync_dir(&self.dir)?;
             }
+            if created {
+                // The queue's own entry, renamed into `queues/` at its creation.
+                sync_dir(self.dir.parent().unwrap_or(Path::new(".")))?;
+            }
             Ok::<(), io::Error>(())
         })();
         if let Err(e) = result {
@@ -1987,13 +2082,25 @@ impl QueueCore {
     }
 
     pub(crate) fn sync_now(&self) -> Result<()> {
-        let ticket = {
+        let (ticket, files_only) = {
             let st = self.state.lock();
             if st.deleted || st.closed {
                 return Ok(());
             }
-            Ticket(Some((st.next_seq - 1, st.journal.written)))
+            // A creation or a deleted segment is no data a ticket can name: sync the
+            // files and directories directly (group commit would find nothing to do).
+            let files_only = st.created_unsynced || st.dir_dirty || st.reader_list_dirty;
+            (
+                Ticket(Some((st.next_seq - 1, st.journal.written))),
+                files_only,
+            )
         };
+        if files_only {
+            let (seq, jpos) = self.sync_files((0, 0))?;
+            let mut s = self.sync.lock();
+            s.data_seq = s.data_seq.max(seq);
+            s.journal = s.journal.max(jpos);
+        }
         self.wait_durable(ticket)
     }
 
@@ -2136,7 +2243,7 @@ impl QueueCore {
                     // delivers the items again, and moves them then.
                     return;
                 };
-                match store.open_queue(&target) {
+                match store.queue_for_use(&target) {
                     Ok(q) => moves
                         .into_iter()
                         .map(|m| {
@@ -2186,7 +2293,11 @@ impl QueueCore {
         use crate::error::ErrorKind;
         let retry = matches!(
             e.kind(),
-            ErrorKind::Io | ErrorKind::DiskFull | ErrorKind::Closed | ErrorKind::NotFound
+            ErrorKind::Io
+                | ErrorKind::DiskFull
+                | ErrorKind::Closed
+                | ErrorKind::NotFound
+                | ErrorKind::TooManyQueues
         );
         if retry {
             tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired item; it stays here and is moved again later");

@@ -35,6 +35,8 @@ pub enum ErrorKind {
     Closed,
     /// A caller's argument is outside what the call accepts.
     InvalidArgument,
+    /// Creating the queue would pass the store's `queues_max`.
+    TooManyQueues,
 }
 
 /// An engine error.
@@ -70,6 +72,8 @@ pub enum Error {
     Closed,
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error("the store holds {max} queues, its most; delete one first")]
+    TooManyQueues { max: usize },
 }
 
 impl Error {
@@ -86,6 +90,7 @@ impl Error {
             Error::Io { .. } => ErrorKind::Io,
             Error::Closed => ErrorKind::Closed,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::TooManyQueues { .. } => ErrorKind::TooManyQueues,
         }
     }
 
@@ -99,7 +104,7 @@ impl Error {
 }
 
 /// ENOSPC and EDQUOT both mean "no room": the caller may retry after freeing space.
-fn is_disk_full(e: &io::Error) -> bool {
+pub(crate) fn is_disk_full(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
         || e.kind() == io::ErrorKind::StorageFull
 }

@@ -316,6 +316,25 @@ impl Journal {
         })
     }
 
+    /// Writes the first generation of a new queue's journal (no readers) into `dir`,
+    /// without an fsync: only for a directory that is itself being created, whose
+    /// creation is made durable later as a whole.
+    pub fn write_new(dir: &Path) -> io::Result<()> {
+        let state = JournalState {
+            floor: 1,
+            readers: BTreeMap::new(),
+            next_reader_id: 1,
+        };
+        let mut bytes = encode_file_header(JOURNAL_MAGIC, 1).to_vec();
+        let mut body = Vec::new();
+        for rec in state.snapshot() {
+            body.clear();
+            rec.encode(&mut body);
+            encode_small_frame(&mut bytes, &body);
+        }
+        fs::write(dir.join(file_name(1)), &bytes)
+    }
+
     /// Writes generation `gen` holding `snapshot`, fsyncs it and its directory.
     fn create(dir: &Path, gen: u64, snapshot: &[JRecord]) -> io::Result<Journal> {
         let path = dir.join(file_name(gen));

@@ -49,6 +49,7 @@ mod reader;
 mod reader_list;
 mod readers;
 mod segment;
+mod space_reserve;
 mod stats;
 mod store;
 

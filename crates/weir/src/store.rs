@@ -8,10 +8,16 @@
 //! DIR/queues/NAME/readers.GEN   reader-state journal, generation GEN
 //! ```
 //!
-//! A queue comes into being on first use. The store's background thread fsyncs queues
-//! in `periodic` mode and releases leases that outlive `open_timeout`.
+//! A queue comes into being on first use, all or nothing: its directory is built under
+//! a name no queue can have (`.creating-NAME-...`) and renamed into place once whole, so
+//! a crash or a full disk in the middle never leaves a half-made queue behind. The
+//! file work of opening or creating a queue happens outside the store's map lock (the
+//! name is marked as being opened, and counted against `queues_max`, meanwhile), so a
+//! lookup of an open queue never waits behind another queue's disk work. The store's
+//! background thread fsyncs queues in `periodic` mode and releases leases that outlive
+//! `open_timeout`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,12 +31,17 @@ use crate::config::StoreOptions;
 use crate::core::QueueCore;
 use crate::error::{Error, Result};
 use crate::lockfile::DirLock;
+use crate::mapfile::sync_dir;
 use crate::name::validate_queue_name;
 use crate::queue::Queue;
+use crate::space_reserve::SpaceReserve;
 
 /// How often the background thread wakes to look for work (lease timeouts, periodic
 /// fsyncs whose interval has passed).
 const TICK: Duration = Duration::from_millis(20);
+/// How often the background thread looks whether a released space reserve can be set
+/// up again (a `statvfs`).
+const RESERVE_CHECK: Duration = Duration::from_secs(1);
 
 /// An open data directory. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -52,12 +63,40 @@ impl Drop for StoreHandle {
     }
 }
 
+/// The store's queues by name, and the names whose files are being opened or created
+/// right now (outside the lock).
+#[derive(Default)]
+struct Registry {
+    queues: HashMap<String, Arc<QueueCore>>,
+    opening: HashSet<String>,
+}
+
+impl Registry {
+    /// Queues open or on their way: what `queues_max` is checked against.
+    fn count(&self) -> usize {
+        self.queues.len() + self.opening.len()
+    }
+}
+
+/// Whether opening a queue may create it, and whether `queues_max` applies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OpenMode {
+    /// A queue found on disk when the store opens: never refused.
+    OnDisk,
+    /// A client's (or `expire_to`'s) first use: created when missing, within the cap.
+    Use,
+}
+
 pub(crate) struct StoreInner {
     dir: PathBuf,
     /// Held (flock) while the store is open; dropping the file releases the lock.
     lock: Mutex<Option<DirLock>>,
     options: RwLock<StoreOptions>,
-    queues: Mutex<HashMap<String, Arc<QueueCore>>>,
+    registry: Mutex<Registry>,
+    /// Notified whenever a name leaves `Registry::opening`.
+    opened: Condvar,
+    /// Space that only reader state may use once the disk is full.
+    pub(crate) reserve: Arc<SpaceReserve>,
     closed: AtomicBool,
     background: Mutex<Option<JoinHandle<()>>>,
     /// Outside the store, so the background thread can sleep on it without keeping the
@@ -86,11 +125,14 @@ impl Store {
         fs::create_dir_all(dir.join("queues"))
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let lock = DirLock::acquire(&dir)?;
+        let reserve = Arc::new(SpaceReserve::open(&dir, options.space_reserve_bytes));
         let inner = Arc::new(StoreInner {
+            reserve,
             dir,
             lock: Mutex::new(Some(lock)),
             options: RwLock::new(options),
-            queues: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::default()),
+            opened: Condvar::new(),
             closed: AtomicBool::new(false),
             background: Mutex::new(None),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
@@ -99,7 +141,17 @@ impl Store {
         // happens at open, not at first use.
         let names = inner.names_on_disk()?;
         for name in names {
-            inner.open_queue(&name)?;
+            match inner.open_queue(&name, OpenMode::OnDisk) {
+                Ok(_) => {}
+                // Opening never needs free space in the usual case, but recovering a
+                // damaged queue can (a new journal, a segment header): a full disk must
+                // not keep every other queue from being served, and draining them is
+                // how space comes back. The queue is opened at its first use.
+                Err(e) if e.kind() == crate::error::ErrorKind::DiskFull => {
+                    tracing::error!(queue = %name, error = %e, "could not open a queue: the disk is full; it is opened again at its first use");
+                }
+                Err(e) => return Err(e),
+            }
         }
         let weak = Arc::downgrade(&inner);
         let stop = Arc::clone(&inner.stop);
@@ -121,7 +173,7 @@ impl Store {
     /// The queue `name`, created on first use.
     pub fn queue(&self, name: &str) -> Result<Queue> {
         self.handle.inner.check_open()?;
-        let core = self.handle.inner.open_queue(name)?;
+        let core = self.handle.inner.open_queue(name, OpenMode::Use)?;
         Ok(Queue { core })
     }
 
@@ -129,16 +181,54 @@ impl Store {
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
         self.handle.inner.check_open()?;
         validate_queue_name(name)?;
-        Ok(self.handle.inner.queues.lock().get(name).map(|core| Queue {
-            core: Arc::clone(core),
-        }))
+        Ok(self
+            .handle
+            .inner
+            .registry
+            .lock()
+            .queues
+            .get(name)
+            .map(|core| Queue {
+                core: Arc::clone(core),
+            }))
     }
 
     /// Names of all queues, sorted.
     pub fn queue_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.handle.inner.queues.lock().keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .handle
+            .inner
+            .registry
+            .lock()
+            .queues
+            .keys()
+            .cloned()
+            .collect();
         names.sort();
         names
+    }
+
+    /// Every open queue, sorted by name: one lock of the store's map for the lot (a
+    /// whole-store command walks thousands of queues).
+    pub fn queues(&self) -> Vec<Queue> {
+        let mut queues: Vec<Queue> = self
+            .handle
+            .inner
+            .registry
+            .lock()
+            .queues
+            .values()
+            .map(|core| Queue {
+                core: Arc::clone(core),
+            })
+            .collect();
+        queues.sort_by(|a, b| a.name().cmp(b.name()));
+        queues
+    }
+
+    /// How many queues the store holds (open, or being opened or created).
+    pub fn queue_count(&self) -> usize {
+        self.handle.inner.registry.lock().count()
     }
 
     /// Deletes a queue, its items and its readers; false when there was none. Handles
@@ -149,23 +239,29 @@ impl Store {
         // Under the map lock the queue is retired and its directory moved to a name no
         // queue can have, so a concurrent `queue(name)` creates a fresh queue and never
         // reopens the old files; the tombstone is removed afterwards, outside the lock.
+        let inner = &self.handle.inner;
         let tomb = {
-            let mut queues = self.handle.inner.queues.lock();
-            let Some(core) = queues.remove(name) else {
+            let mut registry = inner.registry.lock();
+            // A queue being opened or created is waited for: deleting it means
+            // deleting what that open produces.
+            while registry.opening.contains(name) {
+                inner.opened.wait(&mut registry);
+            }
+            let Some(core) = registry.queues.remove(name) else {
                 return Ok(false);
             };
-            let tomb = self
-                .handle
-                .inner
-                .dir
-                .join("queues")
-                .join(tombstone_name(name));
+            let tomb = inner.dir.join("queues").join(tombstone_name(name));
             if let Err(e) = core.retire(&tomb) {
-                queues.insert(name.to_string(), core);
+                registry.queues.insert(name.to_string(), core);
                 return Err(e);
             }
             tomb
         };
+        // Make the rename durable before the files go: after a power cut the queue is
+        // either whole under its name or a tombstone that the next open removes.
+        let queues_dir = inner.dir.join("queues");
+        sync_dir(&queues_dir)
+            .map_err(|e| Error::io(format!("syncing {}", queues_dir.display()), e))?;
         fs::remove_dir_all(&tomb)
             .map_err(|e| Error::io(format!("deleting {}", tomb.display()), e))?;
         Ok(true)
@@ -173,8 +269,7 @@ impl Store {
 
     /// Replaces the options and applies the new settings to every open queue.
     pub fn set_options(&self, options: StoreOptions) {
-        let queues: Vec<Arc<QueueCore>> =
-            self.handle.inner.queues.lock().values().cloned().collect();
+        let queues = self.handle.inner.cores();
         for q in &queues {
             q.set_config(options.config(&q.name));
         }
@@ -183,8 +278,7 @@ impl Store {
 
     /// fdatasyncs every queue now.
     pub fn sync(&self) -> Result<()> {
-        let queues: Vec<Arc<QueueCore>> =
-            self.handle.inner.queues.lock().values().cloned().collect();
+        let queues = self.handle.inner.cores();
         for q in queues {
             q.sync_now()?;
         }
@@ -202,12 +296,19 @@ impl Store {
 /// Prefix of a deleted queue's directory while it is being removed; not a valid queue
 /// name, so it is never opened as one (leftovers are removed at open).
 const TOMBSTONE_PREFIX: &str = ".deleted-";
+/// Prefix of a queue's directory while it is being created (see the module docs).
+pub(crate) const CREATING_PREFIX: &str = ".creating-";
 
 fn tombstone_name(queue: &str) -> String {
+    temporary_name(TOMBSTONE_PREFIX, queue)
+}
+
+/// `PREFIXqueue-NANOS`: unique within the process, never a valid queue name.
+pub(crate) fn temporary_name(prefix: &str, queue: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    format!("{TOMBSTONE_PREFIX}{queue}-{nanos}")
+    format!("{prefix}{queue}-{nanos}")
 }
 
 impl StoreInner {
@@ -229,10 +330,11 @@ impl StoreInner {
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
-            if name.starts_with(TOMBSTONE_PREFIX) {
-                // A deletion interrupted by a crash: finish it.
+            if name.starts_with(TOMBSTONE_PREFIX) || name.starts_with(CREATING_PREFIX) {
+                // A deletion or a creation interrupted by a crash: finish the one,
+                // undo the other (nothing was acknowledged in a queue not yet made).
                 if let Err(e) = fs::remove_dir_all(entry.path()) {
-                    tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a deleted queue");
+                    tracing::warn!(path = %entry.path().display(), error = %e, "could not remove a deleted or half-made queue");
                 }
                 continue;
             }
@@ -243,23 +345,61 @@ impl StoreInner {
         Ok(names)
     }
 
-    pub(crate) fn open_queue(self: &Arc<Self>, name: &str) -> Result<Arc<QueueCore>> {
+    /// The queue `name`, created on first use within `queues_max` (how `expire_to`
+    /// gets its target).
+    pub(crate) fn queue_for_use(self: &Arc<Self>, name: &str) -> Result<Arc<QueueCore>> {
+        self.open_queue(name, OpenMode::Use)
+    }
+
+    /// Every open queue.
+    fn cores(&self) -> Vec<Arc<QueueCore>> {
+        self.registry.lock().queues.values().cloned().collect()
+    }
+
+    /// The queue `name`, opened (or, for a use, created) if it is not open yet. The
+    /// file work runs outside the map lock, with the name in `Registry::opening`: a
+    /// second caller for the same name waits for the first, callers for other names do
+    /// not wait at all.
+    fn open_queue(self: &Arc<Self>, name: &str, mode: OpenMode) -> Result<Arc<QueueCore>> {
         validate_queue_name(name)?;
-        let mut queues = self.queues.lock();
-        // Checked under the map lock: `shutdown` marks the store closed before it
-        // drains the map, so no queue is opened after the drain.
-        self.check_open()?;
-        if let Some(core) = queues.get(name) {
-            return Ok(Arc::clone(core));
+        let mut registry = self.registry.lock();
+        loop {
+            // Checked under the map lock: `shutdown` marks the store closed before it
+            // waits for openings to end and drains the map.
+            self.check_open()?;
+            if let Some(core) = registry.queues.get(name) {
+                return Ok(Arc::clone(core));
+            }
+            if !registry.opening.contains(name) {
+                break;
+            }
+            self.opened.wait(&mut registry);
         }
-        let config = self.options.read().config(name);
-        let core = QueueCore::open(
-            name,
-            &self.dir.join("queues").join(name),
-            config,
-            Arc::downgrade(self),
-        )?;
-        queues.insert(name.to_string(), Arc::clone(&core));
+        let (config, queues_max) = {
+            let options = self.options.read();
+            (options.config(name), options.queues_max)
+        };
+        if mode == OpenMode::Use && registry.count() >= queues_max {
+            return Err(Error::TooManyQueues { max: queues_max });
+        }
+        registry.opening.insert(name.to_string());
+        drop(registry);
+        let dir = self.dir.join("queues").join(name);
+        let opened = match mode {
+            OpenMode::OnDisk => QueueCore::open(name, &dir, config, Arc::downgrade(self)),
+            OpenMode::Use => QueueCore::open_or_create(name, &dir, config, Arc::downgrade(self)),
+        };
+        let mut registry = self.registry.lock();
+        registry.opening.remove(name);
+        self.opened.notify_all();
+        let core = opened?;
+        if let Err(e) = self.check_open() {
+            // The store closed while this queue was being opened: close it too.
+            drop(registry);
+            let _ = core.close();
+            return Err(e);
+        }
+        registry.queues.insert(name.to_string(), Arc::clone(&core));
         Ok(core)
     }
 
@@ -278,7 +418,15 @@ impl StoreInner {
                 let _ = handle.join();
             }
         }
-        let queues: Vec<Arc<QueueCore>> = self.queues.lock().drain().map(|(_, q)| q).collect();
+        let queues: Vec<Arc<QueueCore>> = {
+            let mut registry = self.registry.lock();
+            // Openings in progress end (closing what they opened, see `open_queue`)
+            // before the map is drained.
+            while !registry.opening.is_empty() {
+                self.opened.wait(&mut registry);
+            }
+            registry.queues.drain().map(|(_, q)| q).collect()
+        };
         let mut first_error = None;
         for q in queues {
             if let Err(e) = q.close() {
@@ -304,6 +452,7 @@ impl Drop for StoreInner {
 /// times out leases. It holds the store only while it works, never while it sleeps, so
 /// dropping the last handle is never delayed by it.
 fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
+    let mut reserve_checked = Instant::now();
     loop {
         {
             let (lock, cvar) = &*stop;
@@ -320,9 +469,13 @@ fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
         if inner.closed.load(Ordering::Acquire) {
             return;
         }
-        let queues: Vec<Arc<QueueCore>> = inner.queues.lock().values().cloned().collect();
-        drop(inner);
+        let queues = inner.cores();
         let now = Instant::now();
+        if now.duration_since(reserve_checked) >= RESERVE_CHECK {
+            reserve_checked = now;
+            inner.reserve.restore();
+        }
+        drop(inner);
         for q in queues {
             q.tick(now);
         }

@@ -764,6 +764,7 @@ fn expire_to_moves_expired_items_to_another_queue() {
         StoreOptions {
             defaults: QueueConfig::default(),
             config_for: Some(config_for),
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -808,6 +809,7 @@ fn expire_to_also_applies_when_a_take_skips_expired_items() {
         StoreOptions {
             defaults: QueueConfig::default(),
             config_for: Some(config_for),
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -1161,6 +1163,7 @@ fn set_config_takes_effect() {
             ..QueueConfig::default()
         },
         config_for: None,
+        ..StoreOptions::default()
     });
     assert_eq!(q.config().max_items, 1);
     assert_eq!(q.append(b"x", opts()).unwrap_err().kind(), ErrorKind::Full);
@@ -1322,6 +1325,7 @@ fn an_item_moved_into_a_buffered_queue_is_written_before_the_source_confirms_it(
                 }
             }
         })),
+        ..StoreOptions::default()
     };
     let store = Store::open_with(dir.path(), options).unwrap();
     let q = store.queue("src").unwrap();
@@ -1351,6 +1355,7 @@ fn synced_appends_fsync_and_buffered_ones_do_not() {
                 buffered()
             }
         })),
+        ..StoreOptions::default()
     };
     let store = Store::open_with(dir.path(), options).unwrap();
     let fsyncs = |queue: &str| weir::fault::fsyncs_under(&dir.path().join("queues").join(queue));

@@ -72,6 +72,7 @@ fn options(mode: &str) -> StoreOptions {
             ..QueueConfig::default()
         },
         config_for: None,
+        ..StoreOptions::default()
     }
 }
 

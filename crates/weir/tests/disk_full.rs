@@ -471,11 +471,19 @@ fn injected_disk_full_batches_are_all_or_none() {
     let disk = Injected::new();
     let config = config(Durability::Synced);
     let store = open_with_config(&disk.dir, config.clone()).unwrap();
-    store.queue(QUEUE).unwrap();
+    // A new queue reserves no space until its first append: one batch reserves a
+    // window, and more batches fit in it once the disk is full.
+    let first: Vec<Vec<u8>> = (1..=10).map(|i| payload(i, ITEM_LEN)).collect();
+    let refs: Vec<&[u8]> = first.iter().map(|d| d.as_slice()).collect();
+    store
+        .queue(QUEUE)
+        .unwrap()
+        .append_batch(&refs, AppendOptions::default())
+        .unwrap();
     disk.full(true);
-    let last = fill(&store, 1, 10);
+    let last = fill(&store, 11, 10);
     assert!(
-        last >= 10,
+        last >= 20,
         "some batches fit before the disk filled ({last})"
     );
     assert_eq!(last % 10, 0, "acknowledged: whole batches");

@@ -284,6 +284,7 @@ impl Engine {
                 ..QueueConfig::default()
             },
             config_for: None,
+            ..StoreOptions::default()
         };
         let mut engine = Engine {
             dir,

@@ -36,6 +36,7 @@ fn open(dir: &Path, limits: QueueConfig) -> weir::Result<Store> {
         StoreOptions {
             defaults: QueueConfig::default(),
             config_for: Some(config_for),
+            ..StoreOptions::default()
         },
     )
 }
@@ -116,10 +117,14 @@ fn a_move_that_fails_for_lack_of_space_keeps_the_item() {
     let src_r = src.reader("").unwrap();
     src.append(b"old", expired()).unwrap();
     let live = src.append(b"live", AppendOptions::default()).unwrap();
-    // "dead" does not exist yet: opening it needs disk space for its first segment.
+    // "dead" has no space for its first append (creating it needs none).
     let dead_dir = dir.path().join("queues").join("dead");
     weir::fault::set_disk_full(&dead_dir, true);
-    let e = store.queue("dead").expect_err("no space for the target");
+    let e = store
+        .queue("dead")
+        .unwrap()
+        .append(b"x", AppendOptions::default())
+        .expect_err("no space for the target");
     assert_eq!(e.kind(), ErrorKind::DiskFull);
     assert_eq!(src.expire().unwrap(), 1, "the item expired");
     assert_eq!(src.stats().items, 2, "but stays until it can be moved");

@@ -112,6 +112,7 @@ fn byte_count_is_exact_again_after_a_reopen_with_out_of_order_confirms() {
     let options = StoreOptions {
         defaults: config,
         config_for: None,
+        ..StoreOptions::default()
     };
     {
         let store = Store::open_with(dir.path(), options.clone()).unwrap();
@@ -154,6 +155,7 @@ fn huge_timeouts_do_not_panic() {
         StoreOptions {
             defaults: config,
             config_for: None,
+            ..StoreOptions::default()
         },
     )
     .unwrap();

@@ -13,6 +13,7 @@ fn basics() {
         StoreOptions {
             defaults: cfg.clone(),
             config_for: None,
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -52,6 +53,7 @@ fn basics() {
         StoreOptions {
             defaults: cfg,
             config_for: None,
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -127,6 +129,7 @@ fn synced_threads() {
         StoreOptions {
             defaults: cfg,
             config_for: None,
+            ..StoreOptions::default()
         },
     )
     .unwrap();

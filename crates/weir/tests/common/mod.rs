@@ -15,6 +15,7 @@ pub fn open_with_config(dir: &Path, config: QueueConfig) -> weir::Result<Store> 
         StoreOptions {
             defaults: config,
             config_for: None,
+            ..StoreOptions::default()
         },
     )
 }
