@@ -103,6 +103,12 @@ pub struct StoreOptions {
     /// filled the disk; 0 turns it off. Read when the store opens. See
     /// `docs/storage.md`.
     pub space_reserve_bytes: u64,
+    /// About how many descriptors the store keeps open for its queues' files. A queue
+    /// in use holds about three (its segment being written, its reader journal, a
+    /// sealed segment a reader is in); a queue unused for 10 s closes them all; past
+    /// this budget the queues used least recently close theirs at once. Default: half
+    /// the process's open-files limit (`RLIMIT_NOFILE`) when the options are made.
+    pub files_open_max: usize,
 }
 
 impl StoreOptions {
@@ -118,6 +124,7 @@ impl Default for StoreOptions {
             config_for: None,
             queues_max: usize::MAX,
             space_reserve_bytes: Self::SPACE_RESERVE_BYTES_DEFAULT,
+            files_open_max: open_files_limit() / 2,
         }
     }
 }
@@ -132,6 +139,20 @@ impl StoreOptions {
     }
 }
 
+/// The process's soft limit on open files (`RLIMIT_NOFILE`), or 1024 when it cannot be
+/// read.
+pub fn open_files_limit() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass and nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
+    }
+    usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+}
+
 impl fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreOptions")
@@ -139,6 +160,7 @@ impl fmt::Debug for StoreOptions {
             .field("config_for", &self.config_for.as_ref().map(|_| "fn"))
             .field("queues_max", &self.queues_max)
             .field("space_reserve_bytes", &self.space_reserve_bytes)
+            .field("files_open_max", &self.files_open_max)
             .finish()
     }
 }

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -69,6 +69,10 @@ const IDLE_UNMAP: std::time::Duration = std::time::Duration::from_secs(2);
 /// file once the oldest has waited this long, if the buffer has not filled first: the
 /// bound on what a killed process can lose, besides a buffer's worth.
 pub(crate) const BUFFERED_STAGE_MS_MAX: u64 = 50;
+/// A queue not used for this long closes its files (segments, journal), so that
+/// thousands of idle queues hold no descriptors; the next operation opens them again
+/// (two `open`s and, for a write, a new mapping window).
+const IDLE_CLOSE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Most expired items one take drops (or moves) before it lets go of the lock.
 const EXPIRED_PER_CALL_MAX: u32 = 1024;
 
@@ -76,6 +80,33 @@ const EXPIRED_PER_CALL_MAX: u32 = 1024;
 /// journal position)`, or nothing.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Ticket(Option<(u64, u64)>);
+
+/// Calls [`QueueCore::mark_active`] when dropped: at the end of an operation, after
+/// the state lock (declared first, so dropped last).
+struct MarkActiveOnDrop<'a>(&'a QueueCore);
+
+impl Drop for MarkActiveOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.mark_active();
+    }
+}
+
+/// One queue with open files, in the store's count of them (see `store.rs`: the
+/// descriptor budget); counted while it lives.
+pub(crate) struct OpenFilesToken(Arc<AtomicUsize>);
+
+impl OpenFilesToken {
+    fn new(counter: &Arc<AtomicUsize>) -> OpenFilesToken {
+        counter.fetch_add(1, Ordering::Relaxed);
+        OpenFilesToken(Arc::clone(counter))
+    }
+}
+
+impl Drop for OpenFilesToken {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// Counts a waiter for `stats` while it lives.
 pub(crate) struct WaiterGuard(Option<Arc<AtomicU64>>);
@@ -92,6 +123,10 @@ pub(crate) struct QueueCore {
     pub(crate) name: String,
     dir: PathBuf,
     store: Weak<StoreInner>,
+    /// This queue, for handing itself to the store's list of active queues.
+    me: Weak<QueueCore>,
+    /// On the store's list of queues its background thread visits (see `tick`).
+    active: AtomicBool,
     state: Mutex<State>,
     sync: Mutex<SyncState>,
     /// Bumped whenever an item may have become available; blocking (thread) waiters
@@ -193,9 +228,32 @@ struct ReaderState {
     /// Leases held for items being moved to `expire_to`, and their payload bytes.
     moving: u64,
     moving_bytes: u64,
+    /// While the queue's files are closed: when the oldest item this reader holds was
+    /// enqueued (read before closing), so `stats` needs no descriptor.
+    oldest_enqueued_ms: Option<u64>,
 }
 
 impl ReaderState {
+    /// Where the oldest item this reader has not confirmed is: leased, released, or at
+    /// the cursor.
+    fn oldest_loc(&self, next_seq: u64) -> Option<Loc> {
+        let mut oldest: Option<(u64, Loc)> = None;
+        for l in self.leases.values() {
+            if oldest.is_none_or(|(s, _)| l.seq < s) {
+                oldest = Some((l.seq, l.loc));
+            }
+        }
+        if let Some((&s, &(loc, _))) = self.released.iter().next() {
+            if oldest.is_none_or(|(o, _)| s < o) {
+                oldest = Some((s, loc));
+            }
+        }
+        if oldest.is_none() && self.cursor_seq < next_seq {
+            oldest = Some((self.cursor_seq, self.cursor));
+        }
+        oldest.map(|(_, loc)| loc)
+    }
+
     fn pending_items(&self, next_seq: u64) -> u64 {
         next_seq - self.acked_below - self.confirmed.count()
     }
@@ -281,6 +339,14 @@ struct State {
     next_seq: u64,
     /// Oldest seq kept when the queue has no reader.
     floor: u64,
+    /// While the files are closed: when the oldest item of a queue without readers
+    /// was enqueued (see `ReaderState::oldest_enqueued_ms`).
+    floor_enqueued_ms: Option<u64>,
+    /// One of the store's count of queues with open files, while this queue's are
+    /// (see `store.rs`: the descriptor budget).
+    files_token: Option<OpenFilesToken>,
+    /// The store's count of queues with open files (`None` once the store is gone).
+    files_counter: Option<Arc<AtomicUsize>>,
     /// Oldest seq kept for readers the store lost track of (see `reader_list.rs`):
     /// nothing from it on is reclaimed until the whole queue is flushed.
     hold: Option<u64>,
@@ -307,14 +373,19 @@ struct State {
     dirty: bool,
     /// A file was created in the queue's directory since the last fsync.
     dir_dirty: bool,
-    /// Sealed segments not yet fsync'ed.
-    unsynced: Vec<Arc<File>>,
+    /// Sealed segments not yet fsync'ed (opened by path for the fsync: their
+    /// descriptors may be closed by then).
+    unsynced: Vec<PathBuf>,
     last_sync: Instant,
     /// When the queue last wrote (an append or a journal record); windows idle for
     /// `IDLE_UNMAP` are unmapped.
     last_write: Instant,
     /// Written since the background thread last looked.
     wrote: bool,
+    /// Used (an operation went through `ready`) since the background thread last
+    /// looked, and when it last saw that: files close after [`IDLE_CLOSE`] unused.
+    used: bool,
+    last_used: Instant,
     /// The last take stopped after dropping `EXPIRED_PER_CALL_MAX` expired items.
     expired_budget_spent: bool,
     mapped: bool,
@@ -447,7 +518,7 @@ fn read_at(
     }
     match segment::read_record(
         rb,
-        &seg.file,
+        seg_file(segments, writer, i)?,
         seg.first_seq,
         seg.seed,
         loc.off,
@@ -460,6 +531,20 @@ fn read_at(
         )),
         Found::End => Ok(ReadAt::End),
         Found::Bad => Ok(ReadAt::Bad),
+    }
+}
+
+/// The descriptor to read segment `i` through: the writer's for the segment being
+/// written, else the segment's own (opened on first use).
+fn seg_file<'a>(
+    segments: &'a VecDeque<Segment>,
+    writer: &'a MapFile,
+    i: usize,
+) -> io::Result<&'a Arc<File>> {
+    if i + 1 == segments.len() {
+        writer.file()
+    } else {
+        segments[i].file()
     }
 }
 
@@ -488,13 +573,7 @@ fn create_segment(
         let _ = fs::remove_file(&path);
         return Err(err(e));
     }
-    let segment = Segment {
-        first_seq,
-        seed,
-        path,
-        file: Arc::clone(map.file()),
-        end: map.end(),
-    };
+    let segment = Segment::new(first_seq, seed, path, map.end());
     Ok((segment, map))
 }
 
@@ -526,7 +605,13 @@ fn locate_in(
     } else {
         seg.end
     };
-    let off = segment::locate(&seg.file, seg.first_seq, seg.seed, limit, seq)?;
+    let off = segment::locate(
+        seg_file(segments, writer, i)?,
+        seg.first_seq,
+        seg.seed,
+        limit,
+        seq,
+    )?;
     Ok(Loc {
         seg: seg.first_seq,
         off,
@@ -562,7 +647,7 @@ fn header_at(segments: &VecDeque<Segment>, writer: &MapFile, loc: Loc) -> Option
         }
     }
     let mut buf = [0u8; RECORD_HEADER_BYTES];
-    segment::read_full_at(&segments[i].file, &mut buf, loc.off).ok()?;
+    segment::read_full_at(seg_file(segments, writer, i).ok()?, &mut buf, loc.off).ok()?;
     decode_header(&buf)
 }
 
@@ -587,10 +672,188 @@ impl State {
         }
     }
 
-    /// Refuses work on a closed, deleted or poisoned queue, and creates the reader
-    /// `name` on first use (a reader comes into being the first time it is read from).
-    fn usable_reader(&mut self, name: &str) -> Result<()> {
+    /// Refuses work on a closed, deleted or poisoned queue, and opens its files again
+    /// if they were closed while it was idle: every operation that may touch a file
+    /// starts here.
+    fn ready(&mut self) -> Result<()> {
         self.check_usable()?;
+        self.used = true;
+        self.open_files()
+    }
+
+    /// Opens the files an idle queue closed ([`State::close_files`]).
+    fn open_files(&mut self) -> Result<()> {
+        let dir = self.dir().to_path_buf();
+        let err = |e| Error::io(format!("reopening the files of {}", dir.display()), e);
+        if !self.writer.is_open() {
+            self.writer.reopen().map_err(err)?;
+        }
+        if !self.journal.is_open() {
+            self.journal.reopen().map_err(err)?;
+        }
+        if self.files_token.is_none() {
+            self.files_token = self.files_counter.as_ref().map(OpenFilesToken::new);
+        }
+        self.floor_enqueued_ms = None;
+        for r in self.readers.values_mut() {
+            r.oldest_enqueued_ms = None;
+        }
+        Ok(())
+    }
+
+    /// Closes every descriptor the queue holds, so that an idle queue costs none; the
+    /// next operation opens them again ([`State::ready`]). What `stats` would read from
+    /// the files is read first. Staged bytes are written first; if that fails nothing
+    /// is closed. Returns whether anything was open.
+    fn close_files(&mut self) -> Result<bool> {
+        if !self.writer.is_open() {
+            return Ok(false);
+        }
+        let next_seq = self.next_seq;
+        let enqueued = |loc: Option<Loc>| {
+            loc.and_then(|loc| header_at(&self.segments, &self.writer, loc))
+                .map(|h| h.enqueued_at_ms)
+        };
+        let floor = enqueued(self.floor_loc.filter(|_| self.floor < next_seq));
+        let oldest: Vec<Option<u64>> = self
+            .readers
+            .values()
+            .map(|r| enqueued(r.oldest_loc(next_seq)))
+            .collect();
+        let dir = self.dir().to_path_buf();
+        let err = |e| Error::io(format!("closing the files of {}", dir.display()), e);
+        self.writer.close().map_err(err)?;
+        self.journal.close().map_err(err)?;
+        for seg in self.segments.iter_mut() {
+            seg.close_file();
+        }
+        self.mapped = false;
+        self.files_token = None;
+        self.floor_enqueued_ms = floor;
+        for (r, t) in self.readers.values_mut().zip(oldest) {
+            r.oldest_enqueued_ms = t;
+            r.rb.clear();
+        }
+        self.floor_rb.clear();
+        Ok(true)
+    }
+
+    /// Gives back the mapping windows of a queue not written for [`IDLE_UNMAP`].
+    fn tick_unmap(&mut self, now: Instant, queue: &str) {
+        if std::mem::take(&mut self.wrote) {
+            self.last_write = now;
+        } else if self.mapped && now.duration_since(self.last_write) >= IDLE_UNMAP {
+            match self.writer.unmap() {
+                Ok(()) => {
+                    self.journal.unmap();
+                    self.mapped = false;
+                }
+                Err(e) => {
+                    tracing::error!(queue, error = %e, "could not write staged appends; they stay staged and are tried again");
+                }
+            }
+        }
+    }
+
+    /// Writes staged appends (`buffered`) once the oldest has waited
+    /// [`BUFFERED_STAGE_MS_MAX`], and retries a durability switch whose first attempt
+    /// failed (`set_config`).
+    fn tick_staged(&mut self, now: Instant, queue: &str) {
+        if let Err(e) = self.apply_staging() {
+            tracing::error!(queue, error = %e, "could not write staged appends; they stay staged and are tried again");
+        }
+        let waited = self
+            .writer
+            .staged_since()
+            .is_some_and(|t| now.duration_since(t).as_millis() as u64 >= BUFFERED_STAGE_MS_MAX);
+        if waited {
+            if let Err(e) = self.flush_staged() {
+                tracing::error!(queue, error = %e, "could not write staged appends; they stay staged and are tried again");
+            }
+        }
+    }
+
+    /// Releases the leases past their `open_timeout`; returns the readers to wake.
+    fn tick_leases(&mut self, now: Instant) -> Vec<String> {
+        let mut woke = Vec::new();
+        if self.config.open_timeout.is_none() {
+            return woke;
+        }
+        for (name, r) in self.readers.iter_mut() {
+            let due: Vec<u64> = r
+                .leases
+                .iter()
+                .filter(|(_, l)| !l.moving && l.deadline.is_some_and(|d| d <= now))
+                .map(|(&id, _)| id)
+                .collect();
+            for id in &due {
+                if let Some(l) = r.leases.remove(id) {
+                    r.released.insert(l.seq, (l.loc, l.len));
+                }
+            }
+            if !due.is_empty() {
+                woke.push(name.clone());
+            }
+        }
+        woke
+    }
+
+    /// Closes the files of a queue unused for [`IDLE_CLOSE`], and in a queue in use
+    /// the sealed segments nobody reads.
+    fn tick_close(&mut self, now: Instant, queue: &str) {
+        if std::mem::take(&mut self.used) {
+            self.last_used = now;
+        }
+        if !self.writer.is_open() {
+            return;
+        }
+        if now.duration_since(self.last_used) < IDLE_CLOSE {
+            self.close_unused_segments();
+            return;
+        }
+        if let Err(e) = self.close_files() {
+            tracing::error!(queue, error = %e, "could not close the files of an idle queue");
+        }
+    }
+
+    /// Whether the background thread must come back (see [`QueueCore::tick`]).
+    fn needs_tick(&self) -> bool {
+        let periodic = matches!(self.config.durability, Durability::Periodic(_));
+        let sync_pending =
+            self.dirty || self.created_unsynced || self.dir_dirty || self.reader_list_dirty;
+        self.writer.is_open()
+            || self.mapped
+            || self.writer.staged_len() > 0
+            || self.writer.staging_differs(self.staging_wanted())
+            || (periodic && sync_pending)
+            || (self.config.open_timeout.is_some()
+                && self
+                    .readers
+                    .values()
+                    .any(|r| r.leases.len() as u64 > r.moving))
+    }
+
+    /// Closes the descriptors of sealed segments that no reader's cursor (nor the
+    /// floor) is in; a lease or a released item in one opens it again when read.
+    fn close_unused_segments(&mut self) {
+        let in_use: Vec<u64> = self
+            .readers
+            .values()
+            .map(|r| r.cursor.seg)
+            .chain(self.floor_loc.map(|l| l.seg))
+            .collect();
+        let last = self.segments.len().saturating_sub(1);
+        for seg in self.segments.iter_mut().take(last) {
+            if !in_use.contains(&seg.first_seq) {
+                seg.close_file();
+            }
+        }
+    }
+
+    /// Creates the reader `name` on first use (a reader comes into being the first
+    /// time it is read from), after [`State::ready`].
+    fn usable_reader(&mut self, name: &str) -> Result<()> {
+        self.ready()?;
         if !self.readers.contains_key(name) {
             validate_reader_name(name)?;
             self.create_reader(name)?;
@@ -745,7 +1008,7 @@ impl State {
         // OS crash may lose what was not synced, so nothing syncs it in the
         // background). Doing it here, inline, would write up to a whole segment to
         // disk inside one append.
-        self.unsynced.push(Arc::clone(old.file()));
+        self.unsynced.push(old.path().to_path_buf());
         self.segments.push_back(segment);
         self.dir_dirty = true;
         self.dirty = true;
@@ -770,7 +1033,7 @@ impl State {
             if self.floor_loc.is_some_and(|l| l.seg == seg.first_seq) {
                 self.floor_loc = None;
             }
-            self.unsynced.retain(|f| !Arc::ptr_eq(f, &seg.file));
+            self.unsynced.retain(|p| *p != seg.path);
             if let Err(e) = fs::remove_file(&seg.path) {
                 tracing::warn!(path = %seg.path.display(), error = %e, "could not delete a consumed segment");
             }
@@ -1037,8 +1300,10 @@ impl State {
                     } else {
                         segments[i + 1].first_seq.saturating_sub(1)
                     };
+                    let file = seg_file(segments, writer, i)
+                        .map_err(io_err(|| format!("opening {}", seg.path.display())))?;
                     let found = segment::resync(
-                        &seg.file,
+                        file,
                         seg.seed,
                         cursor.off + 1,
                         limit,
@@ -1307,15 +1572,13 @@ impl State {
                     let active = i + 1 == self.segments.len();
                     let limit = if active { self.writer.end() } else { seg.end };
                     let seq_max = self.next_seq.saturating_sub(1);
-                    let found = segment::resync(
-                        &seg.file,
-                        seg.seed,
-                        loc.off + 1,
-                        limit,
-                        self.floor,
-                        seq_max,
-                    )
-                    .map_err(io_err(|| format!("reading segment {}", seg.path.display())))?;
+                    let file = seg_file(&self.segments, &self.writer, i)
+                        .map_err(io_err(|| format!("opening {}", seg.path.display())))?;
+                    let found =
+                        segment::resync(file, seg.seed, loc.off + 1, limit, self.floor, seq_max)
+                            .map_err(io_err(|| {
+                                format!("reading segment {}", seg.path.display())
+                            }))?;
                     tracing::error!(path = %seg.path.display(), offset = loc.off, "damaged record; skipping to the next valid one");
                     self.floor_rb.clear();
                     self.floor_loc = Some(Loc {
@@ -1536,6 +1799,7 @@ fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderSta
         discarded: 0,
         moving: 0,
         moving_bytes: 0,
+        oldest_enqueued_ms: None,
     }
 }
 
@@ -1595,11 +1859,9 @@ impl QueueCore {
         let mut segments = VecDeque::new();
         for (i, &first) in firsts.iter().enumerate() {
             let path = dir.join(segment_file_name(first));
-            let file = File::options()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(io_err(|| ctx("opening segment in")))?;
+            // Only for the header and the size: sealed segments are opened again when
+            // a reader reaches them, the last one below as the writer.
+            let file = File::open(&path).map_err(io_err(|| ctx("opening segment in")))?;
             let len = file
                 .metadata()
                 .map_err(io_err(|| ctx("reading segment size in")))?
@@ -1612,20 +1874,18 @@ impl QueueCore {
             if !decoded.intact && !last {
                 tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
             }
-            segments.push_back(Segment {
-                first_seq: first,
-                seed: decoded.seed,
-                path,
-                file: Arc::new(file),
-                end: len,
-            });
+            segments.push_back(Segment::new(first, decoded.seed, path, len));
         }
 
         let mut next_seq;
         let writer;
         match segments.back_mut() {
             Some(last) => {
-                let file = Arc::clone(&last.file);
+                let file = File::options()
+                    .read(true)
+                    .write(true)
+                    .open(&last.path)
+                    .map_err(io_err(|| ctx("opening segment in")))?;
                 let mut header = [0u8; FILE_HEADER_BYTES as usize];
                 let n = segment::read_full_at(&file, &mut header, 0)
                     .map_err(io_err(|| ctx("reading segment in")))?;
@@ -1673,7 +1933,6 @@ impl QueueCore {
                         .map_err(io_err(|| ctx("writing segment header in")))?;
                     last.end = map.end();
                 }
-                last.file = Arc::clone(map.file());
                 next_seq = scanned_next;
                 writer = Some(map);
             }
@@ -1703,6 +1962,9 @@ impl QueueCore {
             next_seq,
             floor: 1,
             hold: None,
+            floor_enqueued_ms: None,
+            files_token: None,
+            files_counter: store.upgrade().map(|s| Arc::clone(&s.open_queues)),
             reader_list_dirty: false,
             reserve: store.upgrade().map(|s| Arc::clone(&s.reserve)),
             created_unsynced: false,
@@ -1723,6 +1985,8 @@ impl QueueCore {
             last_sync: Instant::now(),
             last_write: Instant::now(),
             wrote: false,
+            used: false,
+            last_used: Instant::now(),
             expired_budget_spent: false,
             mapped: true,
         };
@@ -1776,17 +2040,24 @@ impl QueueCore {
         // the segment behind; delete it now.
         state.reclaim();
         state.apply_staging()?;
-        Ok(Arc::new(QueueCore {
+        state.files_token = state.files_counter.as_ref().map(OpenFilesToken::new);
+        let core = Arc::new_cyclic(|me| QueueCore {
             name: name.to_string(),
             dir: dir.to_path_buf(),
             store,
+            me: me.clone(),
+            // The store's list gets every queue it opens; the first tick takes an idle
+            // one off it.
+            active: AtomicBool::new(false),
             state: Mutex::new(state),
             sync: Mutex::new(SyncState::default()),
             wake_gen: AtomicU64::new(0),
             wake_lock: Mutex::new(()),
             wake_cv: Condvar::new(),
             blocking_waiters: AtomicU64::new(0),
-        }))
+        });
+        core.mark_active();
+        Ok(core)
     }
 
     /// Opens the queue in `dir`, creating it first when there is none, all or nothing:
@@ -1837,6 +2108,8 @@ impl QueueCore {
     }
 
     pub(crate) fn set_config(&self, config: QueueConfig) {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
         st.config = config;
         if let Err(e) = st.apply_staging() {
@@ -1885,6 +2158,8 @@ impl QueueCore {
         items: &[&[u8]],
         options: AppendOptions,
     ) -> Result<(u64, Ticket)> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         if items.is_empty() {
             return Err(Error::InvalidArgument(
                 "an append needs at least one item".into(),
@@ -1894,7 +2169,7 @@ impl QueueCore {
         let mut moves = Vec::new();
         let result = {
             let mut st = self.state.lock();
-            st.check_usable()?;
+            st.ready()?;
             let max = st.config.max_item_size_bytes.min(RECORD_PAYLOAD_BYTES_MAX);
             let mut bytes = 0u64;
             for data in items {
@@ -2035,18 +2310,20 @@ impl QueueCore {
             if st.deleted {
                 return Ok((u64::MAX, u64::MAX));
             }
-            st.check_usable()?;
+            // A buffered queue idle since its last write may have closed its files.
+            st.ready()?;
             // An fsync covers only what the file holds.
             st.flush_staged()?;
             let sealed = std::mem::take(&mut st.unsynced);
             let mut files = Vec::with_capacity(2);
             let (seq, jpos) = (st.next_seq - 1, st.journal.written);
             let created = std::mem::take(&mut st.created_unsynced);
+            let file_err = |e| Error::io(format!("syncing {}", self.dir.display()), e);
             if seq > synced.0 || !sealed.is_empty() || created {
-                files.push(Arc::clone(st.writer.file()));
+                files.push(Arc::clone(st.writer.file().map_err(file_err)?));
             }
             if jpos > synced.1 || created {
-                files.push(Arc::clone(st.journal.file()));
+                files.push(Arc::clone(st.journal.file().map_err(file_err)?));
             }
             st.dirty = false;
             st.last_sync = Instant::now();
@@ -2055,7 +2332,17 @@ impl QueueCore {
             (files, sealed, dir_dirty, list_dirty, created, seq, jpos)
         };
         let result = (|| {
-            for f in sealed.iter().chain(files.iter()) {
+            for path in &sealed {
+                match File::open(path) {
+                    Ok(f) => f.sync_data()?,
+                    // Deleted since it was sealed: every reader was done with it.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+                #[cfg(feature = "fault-injection")]
+                crate::fault::fsynced(&self.dir);
+            }
+            for f in &files {
                 f.sync_data()?;
                 #[cfg(feature = "fault-injection")]
                 crate::fault::fsynced(&self.dir);
@@ -2082,6 +2369,8 @@ impl QueueCore {
     }
 
     pub(crate) fn sync_now(&self) -> Result<()> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let (ticket, files_only) = {
             let st = self.state.lock();
             if st.deleted || st.closed {
@@ -2105,6 +2394,8 @@ impl QueueCore {
     }
 
     pub(crate) fn ensure_reader(&self, name: &str) -> Result<()> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         self.state.lock().usable_reader(name)
     }
 
@@ -2115,9 +2406,11 @@ impl QueueCore {
     }
 
     pub(crate) fn delete_reader(&self, name: &str) -> Result<bool> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         validate_reader_name(name)?;
         let mut st = self.state.lock();
-        st.check_usable()?;
+        st.ready()?;
         let Some(r) = st.readers.get(name) else {
             return Ok(false);
         };
@@ -2147,8 +2440,10 @@ impl QueueCore {
     }
 
     pub(crate) fn flush(&self, reader: Option<&str>) -> Result<u64> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
-        st.check_usable()?;
+        st.ready()?;
         let dropped = match reader {
             Some(name) => {
                 st.usable_reader(name)?;
@@ -2188,11 +2483,13 @@ impl QueueCore {
     }
 
     pub(crate) fn expire(&self) -> Result<u64> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let now = now_ms();
         let mut moves = Vec::new();
         let result = (|| {
             let mut st = self.state.lock();
-            st.check_usable()?;
+            st.ready()?;
             let mut count = 0u64;
             if st.readers.is_empty() {
                 while st.advance_floor(true, now)? {
@@ -2275,7 +2572,7 @@ impl QueueCore {
         #[cfg(feature = "fault-injection")]
         crate::fault::reached(crate::fault::MOVE_APPENDED);
         let mut st = self.state.lock();
-        if st.check_usable().is_err() {
+        if st.ready().is_err() {
             // Closed or deleted meanwhile: the leases went with it.
             return;
         }
@@ -2308,6 +2605,8 @@ impl QueueCore {
     }
 
     pub(crate) fn take(&self, reader: &str, mode: TakeMode) -> Result<(Option<Taken>, Ticket)> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let purpose = match mode {
             TakeMode::Take => Purpose::Take,
             TakeMode::Lease => Purpose::Lease,
@@ -2350,6 +2649,8 @@ impl QueueCore {
     }
 
     pub(crate) fn take_batch(&self, reader: &str, count_max: usize) -> Result<(Vec<Item>, Ticket)> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let now = now_ms();
         loop {
             let mut moves = Vec::new();
@@ -2417,6 +2718,8 @@ impl QueueCore {
     }
 
     pub(crate) fn reader_notify(&self, reader: &str) -> Result<Arc<Notify>> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
         st.usable_reader(reader)?;
         match st.readers.get(reader) {
@@ -2440,8 +2743,10 @@ impl QueueCore {
     }
 
     pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Ticket)> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
-        st.check_usable()?;
+        st.ready()?;
         let Some(r) = st.readers.get(reader) else {
             return Ok((false, Ticket(None)));
         };
@@ -2469,6 +2774,8 @@ impl QueueCore {
     }
 
     pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
         st.check_usable()?;
         let Some(r) = st.readers.get_mut(reader) else {
@@ -2490,27 +2797,20 @@ impl QueueCore {
     pub(crate) fn stats(&self) -> QueueStats {
         let st = self.state.lock();
         let now = now_ms();
+        // An idle queue's files are closed: its ages were read before they were, and
+        // a whole-store `stats` reopens nothing.
+        let open = st.writer.is_open();
         let age_at = |loc: Loc| {
             header_at(&st.segments, &st.writer, loc)
                 .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
         };
         let mut readers = Vec::with_capacity(st.readers.len());
         for (name, r) in st.readers.iter() {
-            // The oldest unconfirmed item is leased, released, or at the cursor.
-            let mut oldest: Option<(u64, Loc)> = None;
-            for l in r.leases.values() {
-                if oldest.is_none_or(|(s, _)| l.seq < s) {
-                    oldest = Some((l.seq, l.loc));
-                }
-            }
-            if let Some((&s, &(loc, _))) = r.released.iter().next() {
-                if oldest.is_none_or(|(o, _)| s < o) {
-                    oldest = Some((s, loc));
-                }
-            }
-            if oldest.is_none() && r.cursor_seq < st.next_seq {
-                oldest = Some((r.cursor_seq, r.cursor));
-            }
+            let age_ms = if open {
+                r.oldest_loc(st.next_seq).map_or(0, age_at)
+            } else {
+                r.oldest_enqueued_ms.map_or(0, |t| now.saturating_sub(t))
+            };
             readers.push(ReaderStats {
                 name: name.clone(),
                 items: r.pending_items(st.next_seq),
@@ -2521,16 +2821,18 @@ impl QueueCore {
                 discarded: r.discarded,
                 open_leases: (r.leases.len() as u64).saturating_sub(r.moving),
                 waiters: r.waiters.load(Ordering::SeqCst),
-                age_ms: oldest.map_or(0, |(_, loc)| age_at(loc)),
+                age_ms,
             });
         }
         readers.sort_by(|a, b| a.name.cmp(&b.name));
         let (items, bytes) = st.most_behind();
         let age_ms = if st.readers.is_empty() {
-            if st.floor < st.next_seq {
+            if st.floor >= st.next_seq {
+                0
+            } else if open {
                 st.floor_loc.map_or(0, age_at)
             } else {
-                0
+                st.floor_enqueued_ms.map_or(0, |t| now.saturating_sub(t))
             }
         } else {
             readers.iter().map(|r| r.age_ms).max().unwrap_or(0)
@@ -2565,8 +2867,10 @@ impl QueueCore {
     }
 
     pub(crate) fn iter(&self) -> Result<Iter> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
-        st.check_usable()?;
+        st.ready()?;
         // The iterator reads the files, outside the lock.
         st.flush_staged()?;
         let start = st.oldest_kept();
@@ -2581,7 +2885,12 @@ impl QueueCore {
             .map(|(i, s)| IterSegment {
                 first_seq: s.first_seq,
                 seed: s.seed,
-                file: Arc::clone(&s.file),
+                path: s.path.clone(),
+                file: if i + 1 == n {
+                    st.writer.file().ok().cloned()
+                } else {
+                    s.file_if_open().cloned()
+                },
                 end: if i + 1 == n { st.writer.end() } else { s.end },
             })
             .collect();
@@ -2624,7 +2933,12 @@ impl QueueCore {
             return synced;
         }
         st.closed = true;
-        let trimmed = st.writer.trim().and_then(|()| st.journal.trim());
+        // An idle queue's files are closed already, untrimmed: opening handles both.
+        let trimmed = if st.writer.is_open() {
+            st.writer.trim().and_then(|()| st.journal.trim())
+        } else {
+            Ok(())
+        };
         for r in st.readers.values() {
             r.notify.notify_waiters();
         }
@@ -2634,74 +2948,87 @@ impl QueueCore {
         trimmed.map_err(io_err(|| format!("closing {}", self.dir.display())))
     }
 
-    /// Periodic work: release timed-out leases, fsync when the interval has passed.
-    pub(crate) fn tick(&self, now: Instant) {
-        let sync_due = {
+    /// Periodic work, from the store's background thread: unmap idle windows, write
+    /// staged appends that waited long enough, release timed-out leases, close the
+    /// files of a queue idle for [`IDLE_CLOSE`], fsync when the interval has passed.
+    /// Returns whether the queue needs more of it later: a queue that is idle, closed
+    /// and synced drops off the background thread's list until its next operation
+    /// ([`QueueCore::mark_active`]), so thousands of idle queues cost it nothing.
+    pub(crate) fn tick(&self, now: Instant) -> bool {
+        #[cfg(feature = "fault-injection")]
+        crate::fault::ticked(&self.dir);
+        let (sync_due, needs) = {
             let mut st = self.state.lock();
             if st.closed || st.deleted {
-                return;
+                return false;
             }
-            if std::mem::take(&mut st.wrote) {
-                st.last_write = now;
-            } else if st.mapped && now.duration_since(st.last_write) >= IDLE_UNMAP {
-                match st.writer.unmap() {
-                    Ok(()) => {
-                        st.journal.unmap();
-                        st.mapped = false;
-                    }
-                    Err(e) => {
-                        tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
-                    }
+            st.tick_unmap(now, &self.name);
+            st.tick_staged(now, &self.name);
+            for name in st.tick_leases(now) {
+                if let Some(r) = st.readers.get(&name) {
+                    self.wake_reader(r);
                 }
             }
-            // Retries a durability switch whose first attempt failed (`set_config`).
-            if let Err(e) = st.apply_staging() {
-                tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
-            }
-            if st
-                .writer
-                .staged_since()
-                .is_some_and(|t| now.duration_since(t).as_millis() as u64 >= BUFFERED_STAGE_MS_MAX)
-            {
-                if let Err(e) = st.flush_staged() {
-                    tracing::error!(queue = %self.name, error = %e, "could not write staged appends; they stay staged and are tried again");
-                }
-            }
-            if st.config.open_timeout.is_some() {
-                let mut woke = Vec::new();
-                for (name, r) in st.readers.iter_mut() {
-                    let due: Vec<u64> = r
-                        .leases
-                        .iter()
-                        .filter(|(_, l)| !l.moving && l.deadline.is_some_and(|d| d <= now))
-                        .map(|(&id, _)| id)
-                        .collect();
-                    for id in &due {
-                        if let Some(l) = r.leases.remove(id) {
-                            r.released.insert(l.seq, (l.loc, l.len));
-                        }
-                    }
-                    if !due.is_empty() {
-                        woke.push(name.clone());
-                    }
-                }
-                for name in woke {
-                    if let Some(r) = st.readers.get(&name) {
-                        self.wake_reader(r);
-                    }
-                }
-            }
-            match st.config.durability {
+            st.tick_close(now, &self.name);
+            let sync_due = match st.config.durability {
                 Durability::Periodic(interval) => {
                     st.dirty && now.duration_since(st.last_sync) >= interval
                 }
                 _ => false,
-            }
+            };
+            (sync_due, st.needs_tick())
         };
         if sync_due {
             if let Err(e) = self.sync_now() {
                 tracing::error!(queue = %self.name, error = %e, "periodic fsync failed");
             }
         }
+        needs
+    }
+
+    /// Puts the queue on the store's list of queues its background thread visits,
+    /// unless it is there: called after every operation, since most leave work for
+    /// later (an fsync due, a window to unmap, files to close, a lease to time out).
+    /// One relaxed load when the queue is on the list already, which is the common
+    /// case. (See `tick` for why a load ordered only by the state lock suffices.)
+    pub(crate) fn mark_active(&self) {
+        if self.active.load(Ordering::Relaxed) {
+            return;
+        }
+        if !self.active.swap(true, Ordering::SeqCst) {
+            if let (Some(store), Some(me)) = (self.store.upgrade(), self.me.upgrade()) {
+                store.activate(me);
+            }
+        }
+    }
+
+    /// Called by the background thread before it ticks the queue, which it has just
+    /// taken off its list: a `mark_active` from now on puts it back. Clearing the flag
+    /// before the tick looks at the state (under the state lock, which every operation
+    /// takes before its `mark_active`) means no operation can slip between the two
+    /// unseen.
+    pub(crate) fn clear_active(&self) {
+        self.active.store(false, Ordering::SeqCst);
+    }
+
+    /// Closes the queue's files now, if open (the store is over its descriptor budget
+    /// and this queue was used least recently). True when it closed anything.
+    pub(crate) fn close_files(&self) -> bool {
+        let mut st = self.state.lock();
+        if st.closed || st.deleted {
+            return false;
+        }
+        match st.close_files() {
+            Ok(closed) => closed,
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "could not close the files of a queue");
+                false
+            }
+        }
+    }
+
+    /// When the queue was last used, for the descriptor budget's choice.
+    pub(crate) fn last_used(&self) -> Instant {
+        self.state.lock().last_used
     }
 }

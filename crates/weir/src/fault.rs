@@ -2,8 +2,9 @@
 //! root or a real crash. Compiled only with the cargo feature `fault-injection`, which
 //! the crate's own tests turn on (a dev-dependency on itself) and nothing else does;
 //! without it the hooks do not exist. They sit on cold paths only: the disk
-//! reservation made once per mapping window, a move to `expire_to`, and each fsync
-//! (counted, so tests can see fsyncs happen and are shared).
+//! reservation made once per mapping window, a move to `expire_to`, each fsync
+//! (counted, so tests can see fsyncs happen and are shared) and each visit of the
+//! background thread to a queue (counted, so tests can see idle queues cost none).
 //!
 //! Hooks are process-wide but scoped: a disk is "full" only for files under the
 //! directories given, so tests running in parallel in one binary do not see each
@@ -75,4 +76,26 @@ pub(crate) fn reached(point: &str) {
     if armed.as_deref() == Some(point) {
         std::process::abort();
     }
+}
+
+/// Visits of the background thread to queues, per queue directory (see `fsynced`).
+static TICKS: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+
+/// Counts one visit of the background thread to the queue in `dir`.
+pub(crate) fn ticked(dir: &Path) {
+    let mut counts = TICKS.lock().unwrap_or_else(|e| e.into_inner());
+    match counts.iter_mut().find(|(d, _)| d == dir) {
+        Some((_, n)) => *n += 1,
+        None => counts.push((dir.to_path_buf(), 1)),
+    }
+}
+
+/// Visits of the background thread to queues under `dir` since the process started.
+pub fn ticks_under(dir: &Path) -> u64 {
+    let counts = TICKS.lock().unwrap_or_else(|e| e.into_inner());
+    counts
+        .iter()
+        .filter(|(d, _)| d.starts_with(dir))
+        .map(|(_, n)| n)
+        .sum()
 }

@@ -2,10 +2,14 @@
 //! iterator).
 //!
 //! The iterator takes a snapshot of the segment list when it is made and reads the
-//! files itself (with its own descriptors, so segments deleted meanwhile stay readable),
-//! never holding the queue's lock. Items appended after it was made are not included.
+//! files itself, never holding the queue's lock: through the queue's descriptors where
+//! they were open (kept open by the iterator, so those segments stay readable if
+//! deleted meanwhile), else opening each segment when it gets there (one deleted
+//! before that had been consumed by every reader: it is skipped). Items appended after
+//! it was made are not included.
 
 use std::fs::File;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,11 +38,12 @@ pub struct Iter {
 }
 
 /// A segment as an iterator sees it: a snapshot taken under the queue's lock.
-#[derive(Clone)]
 pub(crate) struct IterSegment {
     pub first_seq: u64,
     pub seed: u32,
-    pub file: Arc<File>,
+    pub path: PathBuf,
+    /// Opened when the iterator gets there, unless the queue had it open.
+    pub file: Option<Arc<File>>,
     /// End of the valid data when the snapshot was taken.
     pub end: u64,
 }
@@ -74,12 +79,24 @@ impl Iterator for Iter {
             return None;
         }
         while self.seq < self.stop {
-            let IterSegment {
-                first_seq: first,
-                seed,
-                file,
-                end,
-            } = self.segments.get(self.index)?.clone();
+            let seg = self.segments.get_mut(self.index)?;
+            let (first, seed, end) = (seg.first_seq, seg.seed, seg.end);
+            let file = match &seg.file {
+                Some(file) => Arc::clone(file),
+                None => match File::open(&seg.path) {
+                    Ok(file) => Arc::clone(seg.file.insert(Arc::new(file))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        // Consumed by every reader and deleted since the snapshot.
+                        self.index += 1;
+                        self.off = FILE_HEADER_BYTES;
+                        continue;
+                    }
+                    Err(e) => {
+                        self.failed = true;
+                        return Some(Err(Error::io("iterating a queue", e)));
+                    }
+                },
+            };
             let found = match segment::read_record(
                 &mut self.rb,
                 &file,

@@ -408,8 +408,21 @@ impl Journal {
         Ok(())
     }
 
-    pub fn file(&self) -> &Arc<File> {
+    pub fn file(&self) -> io::Result<&Arc<File>> {
         self.map.file()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.map.is_open()
+    }
+
+    /// Closes the descriptor (an idle queue's); [`Journal::reopen`] takes up again.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.map.close()
+    }
+
+    pub fn reopen(&mut self) -> io::Result<()> {
+        self.map.reopen()
     }
 
     pub fn size_bytes(&self) -> u64 {

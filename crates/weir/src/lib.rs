@@ -53,7 +53,7 @@ mod space_reserve;
 mod stats;
 mod store;
 
-pub use crate::config::{ConfigFn, Durability, QueueConfig, StoreOptions};
+pub use crate::config::{open_files_limit, ConfigFn, Durability, QueueConfig, StoreOptions};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::item::{now_ms, AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
 pub use crate::iter::Iter;

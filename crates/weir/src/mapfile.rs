@@ -50,7 +50,8 @@ pub(crate) const STAGE_BYTES: usize = 64 * 1024;
 const POPULATE_AHEAD_BYTES: u64 = 64 * 1024;
 
 pub(crate) struct MapFile {
-    file: Arc<File>,
+    /// `None` while closed ([`MapFile::close`]): an idle queue holds no descriptor.
+    file: Option<Arc<File>>,
     path: PathBuf,
     window: Option<MmapMut>,
     /// File offset of the window's first byte (page-aligned).
@@ -81,7 +82,7 @@ impl MapFile {
     pub fn new(file: File, path: &Path, end: u64, window_bytes: u64) -> io::Result<MapFile> {
         let allocated = file.metadata()?.len().max(end);
         Ok(MapFile {
-            file: Arc::new(file),
+            file: Some(Arc::new(file)),
             path: path.to_path_buf(),
             window: None,
             window_start: 0,
@@ -111,6 +112,11 @@ impl MapFile {
         }
         self.staging = on;
         Ok(())
+    }
+
+    /// Whether staging is not what `wanted` says (a switch still to be made).
+    pub fn staging_differs(&self, wanted: bool) -> bool {
+        self.staging != wanted
     }
 
     /// End of what the file itself holds; `[file_end, end)` is staged. Reads of the
@@ -156,7 +162,7 @@ impl MapFile {
         }
         use std::os::unix::fs::FileExt;
         let at = self.file_end();
-        self.file.write_all_at(&self.staged, at)?;
+        self.fd()?.write_all_at(&self.staged, at)?;
         self.staged.clear();
         self.staged_since = None;
         self.stage_reserved = 0;
@@ -206,11 +212,12 @@ impl MapFile {
             .min(self.cap_bytes.saturating_sub(self.allocated));
         let new_allocated = to.max(self.allocated + step).div_ceil(PAGE_BYTES) * PAGE_BYTES;
         let from = self.allocated;
+        let file = Arc::clone(self.fd()?);
         // SAFETY: posix_fallocate takes a valid open descriptor and two offsets; it
         // touches no memory of ours.
         let rc = unsafe {
             libc::posix_fallocate(
-                self.file.as_raw_fd(),
+                file.as_raw_fd(),
                 from as libc::off_t,
                 (new_allocated - from) as libc::off_t,
             )
@@ -218,7 +225,7 @@ impl MapFile {
         if rc != 0 {
             // Some blocks may have been reserved before the failure; the file's size
             // says how far it got, and the tail is zeroes, which never parse.
-            if let Ok(meta) = self.file.metadata() {
+            if let Ok(meta) = file.metadata() {
                 self.allocated = self.allocated.max(meta.len());
             }
             return Err(io::Error::from_raw_os_error(rc));
@@ -227,8 +234,46 @@ impl MapFile {
         Ok(())
     }
 
-    pub fn file(&self) -> &Arc<File> {
-        &self.file
+    /// The open file; an error while closed (the queue reopens it before any work).
+    pub fn file(&self) -> io::Result<&Arc<File>> {
+        self.fd()
+    }
+
+    fn fd(&self) -> io::Result<&Arc<File>> {
+        self.file.as_ref().ok_or_else(|| {
+            io::Error::other(format!(
+                "{} is closed (a bug: used before reopening)",
+                self.path.display()
+            ))
+        })
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Writes what is staged, drops the window and closes the descriptor; nothing
+    /// else changes, and [`MapFile::reopen`] takes up where this left off. On error
+    /// (the staged bytes could not be written) it stays open.
+    pub fn close(&mut self) -> io::Result<()> {
+        self.flush_staged()?;
+        self.staged = Vec::new();
+        self.window = None;
+        self.populated_to = 0;
+        self.file = None;
+        Ok(())
+    }
+
+    /// Opens the file again after [`MapFile::close`]; nothing to do when open.
+    pub fn reopen(&mut self) -> io::Result<()> {
+        if self.file.is_some() {
+            return Ok(());
+        }
+        let file = File::options().read(true).write(true).open(&self.path)?;
+        // What was reserved before is still the file's (closing never trims).
+        self.allocated = file.metadata()?.len().max(self.end);
+        self.file = Some(Arc::new(file));
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -324,7 +369,7 @@ impl MapFile {
             MmapOptions::new()
                 .offset(start)
                 .len(window_len as usize)
-                .map_mut(&*self.file)?
+                .map_mut(&**self.fd()?)?
         };
         // Fault the whole window in with one call instead of one trap per page: each
         // first store into a page would otherwise take a read fault and a write fault.
@@ -375,7 +420,7 @@ impl MapFile {
         self.flush_staged()?;
         self.window = None;
         if self.allocated != self.end {
-            self.file.set_len(self.end)?;
+            self.fd()?.set_len(self.end)?;
             self.allocated = self.end;
         }
         Ok(())
@@ -416,7 +461,7 @@ mod tests {
 
     fn file_bytes(m: &MapFile, from: u64, len: usize) -> Vec<u8> {
         let mut buf = vec![0u8; len];
-        m.file().read_exact_at(&mut buf, from).unwrap();
+        m.file().unwrap().read_exact_at(&mut buf, from).unwrap();
         buf
     }
 
@@ -446,7 +491,7 @@ mod tests {
         assert_eq!(m.mapped(0, 1000), None);
         m.trim().unwrap();
         assert_eq!(m.file_end(), m.end());
-        assert_eq!(m.file().metadata().unwrap().len(), m.end());
+        assert_eq!(m.file().unwrap().metadata().unwrap().len(), m.end());
         assert_eq!(file_bytes(&m, m.end() - 1000, 1000), rec);
     }
 
@@ -512,6 +557,25 @@ mod tests {
         m.append(&[b"next"]).unwrap();
         m.trim().unwrap();
         assert_eq!(file_bytes(&m, 0, 8), b"keepnext");
+    }
+
+    #[test]
+    fn close_writes_staged_bytes_and_reopen_goes_on_where_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        m.append(&[b"mapped "]).unwrap();
+        m.set_staging(true).unwrap();
+        m.append(&[b"staged "]).unwrap();
+        m.close().unwrap();
+        assert!(!m.is_open());
+        assert!(m.file().is_err());
+        assert_eq!(m.mapped(0, 7), None);
+        m.reopen().unwrap();
+        assert_eq!(m.file_end(), 14);
+        m.set_staging(false).unwrap();
+        m.append(&[b"after"]).unwrap();
+        m.trim().unwrap();
+        assert_eq!(file_bytes(&m, 0, 19), b"mapped staged after");
     }
 
     #[test]

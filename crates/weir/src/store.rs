@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +42,10 @@ const TICK: Duration = Duration::from_millis(20);
 /// How often the background thread looks whether a released space reserve can be set
 /// up again (a `statvfs`).
 const RESERVE_CHECK: Duration = Duration::from_secs(1);
+/// Descriptors one queue in use holds, about: the segment being written, the reader
+/// journal, and a sealed segment a reader is in. Converts `files_open_max` into a
+/// number of queues.
+const FILES_PER_OPEN_QUEUE: usize = 3;
 
 /// An open data directory. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -97,6 +101,12 @@ pub(crate) struct StoreInner {
     opened: Condvar,
     /// Space that only reader state may use once the disk is full.
     pub(crate) reserve: Arc<SpaceReserve>,
+    /// Queues whose files are open now (see `QueueCore`'s idle close): what the
+    /// background thread holds under `StoreOptions::files_open_max`.
+    pub(crate) open_queues: Arc<AtomicUsize>,
+    /// Queues with work for the background thread (see `QueueCore::tick`): every
+    /// queue in use, none that is idle, so thousands of idle queues cost it nothing.
+    active: Mutex<Vec<Arc<QueueCore>>>,
     closed: AtomicBool,
     background: Mutex<Option<JoinHandle<()>>>,
     /// Outside the store, so the background thread can sleep on it without keeping the
@@ -128,6 +138,8 @@ impl Store {
         let reserve = Arc::new(SpaceReserve::open(&dir, options.space_reserve_bytes));
         let inner = Arc::new(StoreInner {
             reserve,
+            open_queues: Arc::new(AtomicUsize::new(0)),
+            active: Mutex::new(Vec::new()),
             dir,
             lock: Mutex::new(Some(lock)),
             options: RwLock::new(options),
@@ -351,6 +363,62 @@ impl StoreInner {
         self.open_queue(name, OpenMode::Use)
     }
 
+    /// Puts a queue on the background thread's list (see `QueueCore::mark_active`).
+    pub(crate) fn activate(&self, queue: Arc<QueueCore>) {
+        self.active.lock().push(queue);
+    }
+
+    /// Most queues that may have their files open at once: the descriptor budget
+    /// (`StoreOptions::files_open_max`) over what one queue in use holds.
+    fn open_queues_max(&self) -> usize {
+        (self.options.read().files_open_max / FILES_PER_OPEN_QUEUE).max(1)
+    }
+
+    /// Ticks the queues on the active list; the ones with work left go back on it.
+    fn tick_active(&self, now: Instant) {
+        let batch = std::mem::take(&mut *self.active.lock());
+        for queue in batch {
+            queue.clear_active();
+            if queue.tick(now) {
+                queue.mark_active();
+            }
+        }
+    }
+
+    /// Over the descriptor budget: closes the files of the queues used least
+    /// recently, down to nine tenths of it (so that it is not met again at once).
+    /// Every queue with open files is on the active list.
+    fn enforce_files_budget(&self) {
+        let max = self.open_queues_max();
+        let open = self.open_queues.load(Ordering::Relaxed);
+        if open <= max {
+            return;
+        }
+        let mut queues: Vec<(Instant, Arc<QueueCore>)> = self
+            .active
+            .lock()
+            .iter()
+            .map(|q| (q.last_used(), Arc::clone(q)))
+            .collect();
+        queues.sort_by_key(|(used, _)| *used);
+        let target = max - max / 10;
+        let mut closed = 0usize;
+        for (_, queue) in queues {
+            if self.open_queues.load(Ordering::Relaxed) <= target {
+                break;
+            }
+            if queue.close_files() {
+                closed += 1;
+            }
+        }
+        tracing::debug!(
+            open,
+            max,
+            closed,
+            "closed the files of the queues used least recently"
+        );
+    }
+
     /// Every open queue.
     fn cores(&self) -> Vec<Arc<QueueCore>> {
         self.registry.lock().queues.values().cloned().collect()
@@ -448,9 +516,11 @@ impl Drop for StoreInner {
     }
 }
 
-/// The background thread: fsyncs `periodic` queues when their interval has passed and
-/// times out leases. It holds the store only while it works, never while it sleeps, so
-/// dropping the last handle is never delayed by it.
+/// The background thread: ticks the queues in use (fsyncs `periodic` queues when their
+/// interval has passed, times out leases, closes idle queues' files), keeps the store
+/// within its descriptor budget and sets up the space reserve again. It holds the
+/// store only while it works, never while it sleeps, so dropping the last handle is
+/// never delayed by it.
 fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
     let mut reserve_checked = Instant::now();
     loop {
@@ -469,15 +539,12 @@ fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
         if inner.closed.load(Ordering::Acquire) {
             return;
         }
-        let queues = inner.cores();
         let now = Instant::now();
         if now.duration_since(reserve_checked) >= RESERVE_CHECK {
             reserve_checked = now;
             inner.reserve.restore();
         }
-        drop(inner);
-        for q in queues {
-            q.tick(now);
-        }
+        inner.tick_active(now);
+        inner.enforce_files_budget();
     }
 }
