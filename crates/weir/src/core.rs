@@ -683,6 +683,10 @@ impl State {
 
     /// Opens the files an idle queue closed ([`State::close_files`]).
     fn open_files(&mut self) -> Result<()> {
+        if self.writer.is_open() && self.journal.is_open() {
+            // The common case, on every operation: nothing to do.
+            return Ok(());
+        }
         let dir = self.dir().to_path_buf();
         let err = |e| Error::io(format!("reopening the files of {}", dir.display()), e);
         if !self.writer.is_open() {
