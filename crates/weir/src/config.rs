@@ -103,11 +103,13 @@ pub struct StoreOptions {
     /// filled the disk; 0 turns it off. Read when the store opens. See
     /// `docs/storage.md`.
     pub space_reserve_bytes: u64,
-    /// About how many descriptors the store keeps open for its queues' files. A queue
-    /// in use holds about three (its segment being written, its reader journal, a
-    /// sealed segment a reader is in); a queue unused for 10 s closes them all; past
-    /// this budget the queues used least recently close theirs at once. Default: half
-    /// the process's open-files limit (`RLIMIT_NOFILE`) when the options are made.
+    /// Most descriptors the store keeps open for its queues' files (segments, reader
+    /// journals). A queue in use holds two to four (its segment being written, its
+    /// reader journal, the sealed segments its readers are in); a queue unused for
+    /// 10 s closes them all; past this budget the queues used least recently close
+    /// theirs at once. Not counted: short-lived ones (an fsync of a sealed segment, an
+    /// iterator's). Default: half the process's open-files limit (`RLIMIT_NOFILE`)
+    /// when the options are made.
     pub files_open_max: usize,
 }
 

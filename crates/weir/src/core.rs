@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -36,6 +36,7 @@ use tokio::sync::Notify;
 
 use crate::config::{Durability, QueueConfig};
 use crate::error::{Error, Result};
+use crate::file_cell::FilesBudget;
 use crate::frame::{
     decode_header, encode_header, new_seed, verify, RecordHeader, RECORD_HEADER_BYTES,
     RECORD_PAYLOAD_BYTES_MAX,
@@ -88,23 +89,14 @@ struct MarkActiveOnDrop<'a>(&'a QueueCore);
 impl Drop for MarkActiveOnDrop<'_> {
     fn drop(&mut self) {
         self.0.mark_active();
-    }
-}
-
-/// One queue with open files, in the store's count of them (see `store.rs`: the
-/// descriptor budget); counted while it lives.
-pub(crate) struct OpenFilesToken(Arc<AtomicUsize>);
-
-impl OpenFilesToken {
-    fn new(counter: &Arc<AtomicUsize>) -> OpenFilesToken {
-        counter.fetch_add(1, Ordering::Relaxed);
-        OpenFilesToken(Arc::clone(counter))
-    }
-}
-
-impl Drop for OpenFilesToken {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        // An operation that reopened files may have put the store over its budget;
+        // the background thread would notice within a tick, but a loop over
+        // thousands of idle queues reopens them faster than that.
+        if self.0.budget.as_ref().is_some_and(|b| b.over()) {
+            if let Some(store) = self.0.store.upgrade() {
+                store.enforce_files_budget();
+            }
+        }
     }
 }
 
@@ -127,6 +119,8 @@ pub(crate) struct QueueCore {
     me: Weak<QueueCore>,
     /// On the store's list of queues its background thread visits (see `tick`).
     active: AtomicBool,
+    /// The store's descriptor budget (`None` once the store is gone).
+    budget: Option<Arc<FilesBudget>>,
     state: Mutex<State>,
     sync: Mutex<SyncState>,
     /// Bumped whenever an item may have become available; blocking (thread) waiters
@@ -228,9 +222,15 @@ struct ReaderState {
     /// Leases held for items being moved to `expire_to`, and their payload bytes.
     moving: u64,
     moving_bytes: u64,
-    /// While the queue's files are closed: when the oldest item this reader holds was
-    /// enqueued (read before closing), so `stats` needs no descriptor.
-    oldest_enqueued_ms: Option<u64>,
+    /// Where the oldest item this reader holds is and when it was enqueued, as read
+    /// when the queue's files were last closed, so that `stats` needs no descriptor
+    /// while they are.
+    oldest_enqueued: Option<(Loc, u64)>,
+    /// `(cursor_seq, ms)`: the item at the cursor, found unexpired by an `expire`,
+    /// cannot expire before `ms` (valid while the cursor has not moved, nothing was
+    /// released and the settings are the same), so the next `expire` before then reads
+    /// nothing.
+    head_expiry: Option<(u64, u64)>,
 }
 
 impl ReaderState {
@@ -339,14 +339,14 @@ struct State {
     next_seq: u64,
     /// Oldest seq kept when the queue has no reader.
     floor: u64,
-    /// While the files are closed: when the oldest item of a queue without readers
-    /// was enqueued (see `ReaderState::oldest_enqueued_ms`).
-    floor_enqueued_ms: Option<u64>,
-    /// One of the store's count of queues with open files, while this queue's are
-    /// (see `store.rs`: the descriptor budget).
-    files_token: Option<OpenFilesToken>,
-    /// The store's count of queues with open files (`None` once the store is gone).
-    files_counter: Option<Arc<AtomicUsize>>,
+    /// The oldest item of a queue without readers, as `ReaderState::oldest_enqueued`.
+    floor_oldest: Option<(Loc, u64)>,
+    /// `(floor, ms)`: the oldest item of a queue without readers cannot expire before
+    /// `ms` (see `ReaderState::head_expiry`).
+    floor_head_expiry: Option<(u64, u64)>,
+    /// The store's tally of open descriptors (see `file_cell.rs`), which every file
+    /// of the queue counts itself in; `None` once the store is gone.
+    tally: Option<Arc<FilesBudget>>,
     /// Oldest seq kept for readers the store lost track of (see `reader_list.rs`):
     /// nothing from it on is reclaimed until the whole queue is flushed.
     hold: Option<u64>,
@@ -456,6 +456,20 @@ fn io_err(context: impl FnOnce() -> String) -> impl FnOnce(io::Error) -> Error {
     move |e| Error::io(context(), e)
 }
 
+/// When the item `h` heads expires at the earliest (its own expiry or `max_age`);
+/// `u64::MAX` when never.
+fn expiry_ms(h: &RecordHeader, config: &QueueConfig) -> u64 {
+    let own = if h.expires_at_ms != 0 {
+        h.expires_at_ms
+    } else {
+        u64::MAX
+    };
+    let aged = config.max_age.map_or(u64::MAX, |age| {
+        h.enqueued_at_ms.saturating_add(age.as_millis() as u64)
+    });
+    own.min(aged)
+}
+
 fn is_expired(h: &RecordHeader, now_ms: u64, config: &QueueConfig) -> bool {
     if h.expires_at_ms != 0 && h.expires_at_ms <= now_ms {
         return true;
@@ -554,6 +568,7 @@ fn create_segment(
     dir: &Path,
     first_seq: u64,
     segment_size_bytes: u64,
+    tally: Option<Arc<FilesBudget>>,
 ) -> Result<(Segment, MapFile)> {
     let path = dir.join(segment_file_name(first_seq));
     let err = |e| Error::io(format!("creating segment {}", path.display()), e);
@@ -573,7 +588,8 @@ fn create_segment(
         let _ = fs::remove_file(&path);
         return Err(err(e));
     }
-    let segment = Segment::new(first_seq, seed, path, map.end());
+    map.set_tally(tally.clone());
+    let segment = Segment::new(first_seq, seed, path, map.end(), tally);
     Ok((segment, map))
 }
 
@@ -678,31 +694,14 @@ impl State {
     fn ready(&mut self) -> Result<()> {
         self.check_usable()?;
         self.used = true;
-        self.open_files()
+        Ok(())
     }
 
-    /// Opens the files an idle queue closed ([`State::close_files`]).
-    fn open_files(&mut self) -> Result<()> {
-        if self.writer.is_open() && self.journal.is_open() {
-            // The common case, on every operation: nothing to do.
-            return Ok(());
-        }
-        let dir = self.dir().to_path_buf();
-        let err = |e| Error::io(format!("reopening the files of {}", dir.display()), e);
-        if !self.writer.is_open() {
-            self.writer.reopen().map_err(err)?;
-        }
-        if !self.journal.is_open() {
-            self.journal.reopen().map_err(err)?;
-        }
-        if self.files_token.is_none() {
-            self.files_token = self.files_counter.as_ref().map(OpenFilesToken::new);
-        }
-        self.floor_enqueued_ms = None;
-        for r in self.readers.values_mut() {
-            r.oldest_enqueued_ms = None;
-        }
-        Ok(())
+    /// Whether the queue holds any descriptor now.
+    fn any_file_open(&self) -> bool {
+        self.writer.is_open()
+            || self.journal.is_open()
+            || self.segments.iter().any(Segment::is_open)
     }
 
     /// Closes every descriptor the queue holds, so that an idle queue costs none; the
@@ -710,19 +709,27 @@ impl State {
     /// the files is read first. Staged bytes are written first; if that fails nothing
     /// is closed. Returns whether anything was open.
     fn close_files(&mut self) -> Result<bool> {
-        if !self.writer.is_open() {
+        if !self.any_file_open() {
             return Ok(false);
         }
         let next_seq = self.next_seq;
-        let enqueued = |loc: Option<Loc>| {
-            loc.and_then(|loc| header_at(&self.segments, &self.writer, loc))
-                .map(|h| h.enqueued_at_ms)
+        // Read only where the oldest item moved since the last close: a queue closed
+        // and reopened by a whole-store command reads nothing here.
+        let enqueued = |loc: Option<Loc>, kept: Option<(Loc, u64)>| {
+            let loc = loc?;
+            match kept {
+                Some((at, ms)) if at == loc => Some((loc, ms)),
+                _ => header_at(&self.segments, &self.writer, loc).map(|h| (loc, h.enqueued_at_ms)),
+            }
         };
-        let floor = enqueued(self.floor_loc.filter(|_| self.floor < next_seq));
-        let oldest: Vec<Option<u64>> = self
+        let floor = enqueued(
+            self.floor_loc.filter(|_| self.floor < next_seq),
+            self.floor_oldest,
+        );
+        let oldest: Vec<Option<(Loc, u64)>> = self
             .readers
             .values()
-            .map(|r| enqueued(r.oldest_loc(next_seq)))
+            .map(|r| enqueued(r.oldest_loc(next_seq), r.oldest_enqueued))
             .collect();
         let dir = self.dir().to_path_buf();
         let err = |e| Error::io(format!("closing the files of {}", dir.display()), e);
@@ -732,10 +739,9 @@ impl State {
             seg.close_file();
         }
         self.mapped = false;
-        self.files_token = None;
-        self.floor_enqueued_ms = floor;
+        self.floor_oldest = floor;
         for (r, t) in self.readers.values_mut().zip(oldest) {
-            r.oldest_enqueued_ms = t;
+            r.oldest_enqueued = t;
             r.rb.clear();
         }
         self.floor_rb.clear();
@@ -808,7 +814,7 @@ impl State {
         if std::mem::take(&mut self.used) {
             self.last_used = now;
         }
-        if !self.writer.is_open() {
+        if !self.any_file_open() {
             return;
         }
         if now.duration_since(self.last_used) < IDLE_CLOSE {
@@ -820,12 +826,30 @@ impl State {
         }
     }
 
+    /// Whether an `expire` now would find nothing, known from memory alone: every
+    /// reader (or the queue, with none) is empty, or its head was seen unexpired and
+    /// cannot expire before a time still to come.
+    fn nothing_to_expire(&self, now: u64) -> bool {
+        if self.readers.is_empty() {
+            return self.floor >= self.next_seq
+                || self
+                    .floor_head_expiry
+                    .is_some_and(|(floor, due)| floor == self.floor && now < due);
+        }
+        self.readers.values().all(|r| {
+            r.released.is_empty()
+                && (r.cursor_seq >= self.next_seq
+                    || r.head_expiry
+                        .is_some_and(|(seq, due)| seq == r.cursor_seq && now < due))
+        })
+    }
+
     /// Whether the background thread must come back (see [`QueueCore::tick`]).
     fn needs_tick(&self) -> bool {
         let periodic = matches!(self.config.durability, Durability::Periodic(_));
         let sync_pending =
             self.dirty || self.created_unsynced || self.dir_dirty || self.reader_list_dirty;
-        self.writer.is_open()
+        self.any_file_open()
             || self.mapped
             || self.writer.staged_len() > 0
             || self.writer.staging_differs(self.staging_wanted())
@@ -994,8 +1018,12 @@ impl State {
         // or the roll fails and it stays staged.
         self.flush_staged()?;
         let dir = self.dir().to_path_buf();
-        let (segment, mut map) =
-            create_segment(&dir, self.next_seq, self.config.segment_size_bytes)?;
+        let (segment, mut map) = create_segment(
+            &dir,
+            self.next_seq,
+            self.config.segment_size_bytes,
+            self.tally.clone(),
+        )?;
         if let Err(e) = map.set_staging(self.staging_wanted()) {
             return Err(Error::io(format!("writing {}", map.path().display()), e));
         }
@@ -1357,6 +1385,14 @@ impl State {
             };
             let expired = is_expired(&c.header, now, &self.config);
             if purpose == Purpose::ExpireHead && !expired {
+                // Remember when this head can expire at the earliest, so that an
+                // `expire` before then needs no read (see `State::nothing_to_expire`).
+                let due_ms = expiry_ms(&c.header, &self.config);
+                if let Some(r) = self.readers.get_mut(name) {
+                    if c.next_cursor.is_some() && r.released.is_empty() {
+                        r.head_expiry = Some((r.cursor_seq, due_ms));
+                    }
+                }
                 return Ok(None);
             }
             let seq = c.header.seq;
@@ -1547,6 +1583,7 @@ impl State {
                     }
                     if only_expired && !is_expired(&h, now, &self.config) {
                         self.floor_loc = Some(loc);
+                        self.floor_head_expiry = Some((self.floor, expiry_ms(&h, &self.config)));
                         return Ok(false);
                     }
                     self.journal_append(JRecord::Floor(h.seq + 1))?;
@@ -1803,7 +1840,8 @@ fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderSta
         discarded: 0,
         moving: 0,
         moving_bytes: 0,
-        oldest_enqueued_ms: None,
+        oldest_enqueued: None,
+        head_expiry: None,
     }
 }
 
@@ -1835,6 +1873,8 @@ impl QueueCore {
             }
         }
         firsts.sort_unstable();
+        // Every descriptor of the queue counts in the store's tally (`file_cell.rs`).
+        let tally = store.upgrade().map(|s| Arc::clone(&s.files_budget));
         let opened = Journal::open(dir, firsts.first().copied().unwrap_or(1))
             .map_err(io_err(|| ctx("opening the reader journal in")))?;
         if opened.damaged_tail {
@@ -1878,7 +1918,7 @@ impl QueueCore {
             if !decoded.intact && !last {
                 tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
             }
-            segments.push_back(Segment::new(first, decoded.seed, path, len));
+            segments.push_back(Segment::new(first, decoded.seed, path, len, tally.clone()));
         }
 
         let mut next_seq;
@@ -1945,16 +1985,19 @@ impl QueueCore {
                 writer = None;
             }
         }
-        let journal = opened.journal;
-        let writer = match writer {
+        let mut journal = opened.journal;
+        journal.set_tally(tally.clone());
+        let mut writer = match writer {
             Some(w) => w,
             None => {
-                let (segment, map) = create_segment(dir, next_seq, config.segment_size_bytes)?;
+                let (segment, map) =
+                    create_segment(dir, next_seq, config.segment_size_bytes, tally.clone())?;
                 segments.push_back(segment);
                 sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
                 map
             }
         };
+        writer.set_tally(tally.clone());
         let mut state = State {
             name: name.to_string(),
             config,
@@ -1966,9 +2009,9 @@ impl QueueCore {
             next_seq,
             floor: 1,
             hold: None,
-            floor_enqueued_ms: None,
-            files_token: None,
-            files_counter: store.upgrade().map(|s| Arc::clone(&s.open_queues)),
+            floor_oldest: None,
+            floor_head_expiry: None,
+            tally: tally.clone(),
             reader_list_dirty: false,
             reserve: store.upgrade().map(|s| Arc::clone(&s.reserve)),
             created_unsynced: false,
@@ -2003,8 +2046,12 @@ impl QueueCore {
                 // An empty last segment is named after a seq that is now retired.
                 let old = state.segments.pop_back();
                 state.next_seq = seq_floor;
-                let (segment, map) =
-                    create_segment(dir, seq_floor, state.config.segment_size_bytes)?;
+                let (segment, map) = create_segment(
+                    dir,
+                    seq_floor,
+                    state.config.segment_size_bytes,
+                    state.tally.clone(),
+                )?;
                 state.segments.push_back(segment);
                 state.writer = map;
                 if let Some(old) = old {
@@ -2044,7 +2091,6 @@ impl QueueCore {
         // the segment behind; delete it now.
         state.reclaim();
         state.apply_staging()?;
-        state.files_token = state.files_counter.as_ref().map(OpenFilesToken::new);
         let core = Arc::new_cyclic(|me| QueueCore {
             name: name.to_string(),
             dir: dir.to_path_buf(),
@@ -2053,6 +2099,7 @@ impl QueueCore {
             // The store's list gets every queue it opens; the first tick takes an idle
             // one off it.
             active: AtomicBool::new(false),
+            budget: tally,
             state: Mutex::new(state),
             sync: Mutex::new(SyncState::default()),
             wake_gen: AtomicU64::new(0),
@@ -2116,6 +2163,11 @@ impl QueueCore {
         let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
         st.config = config;
+        // `max_age` may have changed: when the heads expire is not known any more.
+        st.floor_head_expiry = None;
+        for r in st.readers.values_mut() {
+            r.head_expiry = None;
+        }
         if let Err(e) = st.apply_staging() {
             // Staging stays on: its bytes are kept and written by a later flush.
             tracing::error!(queue = %self.name, error = %e, "could not write staged appends");
@@ -2400,7 +2452,9 @@ impl QueueCore {
     pub(crate) fn ensure_reader(&self, name: &str) -> Result<()> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        self.state.lock().usable_reader(name)
+        // Bound first: a temporary guard in the tail would outlive `_active`.
+        let ready = self.state.lock().usable_reader(name);
+        ready
     }
 
     pub(crate) fn reader_names(&self) -> Vec<String> {
@@ -2464,7 +2518,11 @@ impl QueueCore {
                     dropped = dropped.max(st.flush_reader(&name)?);
                 }
                 let next = st.next_seq;
-                st.journal_append(JRecord::Floor(next))?;
+                if st.floor < next {
+                    // Nothing to record when the floor is there already: a flush of an
+                    // empty queue writes nothing (and opens no file).
+                    st.journal_append(JRecord::Floor(next))?;
+                }
                 st.floor = next;
                 st.floor_bytes = 0;
                 st.floor_loc = None;
@@ -2493,6 +2551,12 @@ impl QueueCore {
         let mut moves = Vec::new();
         let result = (|| {
             let mut st = self.state.lock();
+            st.check_usable()?;
+            if st.nothing_to_expire(now) {
+                // Known without a read: a whole-store `flush_all_expired` over thousands
+                // of idle queues opens none of their files.
+                return Ok(0);
+            }
             st.ready()?;
             let mut count = 0u64;
             if st.readers.is_empty() {
@@ -2803,7 +2867,9 @@ impl QueueCore {
         let now = now_ms();
         // An idle queue's files are closed: its ages were read before they were, and
         // a whole-store `stats` reopens nothing.
-        let open = st.writer.is_open();
+        // Every change to what `stats` reports here reads or writes a file (opening it),
+        // so while none is open the ages kept at the last close are current.
+        let open = st.any_file_open();
         let age_at = |loc: Loc| {
             header_at(&st.segments, &st.writer, loc)
                 .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
@@ -2813,7 +2879,7 @@ impl QueueCore {
             let age_ms = if open {
                 r.oldest_loc(st.next_seq).map_or(0, age_at)
             } else {
-                r.oldest_enqueued_ms.map_or(0, |t| now.saturating_sub(t))
+                r.oldest_enqueued.map_or(0, |(_, t)| now.saturating_sub(t))
             };
             readers.push(ReaderStats {
                 name: name.clone(),
@@ -2836,7 +2902,7 @@ impl QueueCore {
             } else if open {
                 st.floor_loc.map_or(0, age_at)
             } else {
-                st.floor_enqueued_ms.map_or(0, |t| now.saturating_sub(t))
+                st.floor_oldest.map_or(0, |(_, t)| now.saturating_sub(t))
             }
         } else {
             readers.iter().map(|r| r.age_ms).max().unwrap_or(0)
@@ -3016,9 +3082,13 @@ impl QueueCore {
     }
 
     /// Closes the queue's files now, if open (the store is over its descriptor budget
-    /// and this queue was used least recently). True when it closed anything.
+    /// and this queue was used least recently). True when it closed anything; false
+    /// too when the queue is busy right now (which makes it no candidate): this never
+    /// waits for a queue's lock, so it can run at the end of any operation.
     pub(crate) fn close_files(&self) -> bool {
-        let mut st = self.state.lock();
+        let Some(mut st) = self.state.try_lock() else {
+            return false;
+        };
         if st.closed || st.deleted {
             return false;
         }
@@ -3031,8 +3101,13 @@ impl QueueCore {
         }
     }
 
-    /// When the queue was last used, for the descriptor budget's choice.
-    pub(crate) fn last_used(&self) -> Instant {
-        self.state.lock().last_used
+    /// When the queue was last used, for the descriptor budget's choice; `None` when it
+    /// is busy right now (in use: no candidate). Never waits, see `close_files`.
+    pub(crate) fn last_used(&self) -> Option<Instant> {
+        // Used since the background thread last looked: as good as now.
+        let now = Instant::now();
+        self.state
+            .try_lock()
+            .map(|st| if st.used { now } else { st.last_used })
     }
 }

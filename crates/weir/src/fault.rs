@@ -10,6 +10,7 @@
 //! directories given, so tests running in parallel in one binary do not see each
 //! other's faults.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -45,29 +46,41 @@ pub(crate) fn disk_full(path: &Path) -> bool {
     dirs.iter().any(|d| path.starts_with(d))
 }
 
+/// Counts per queue directory: a hash map, since tests open thousands of queues.
+type Counts = Mutex<Option<HashMap<PathBuf, u64>>>;
+
+fn count(counts: &Counts, dir: &Path) {
+    let mut counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+    *counts
+        .get_or_insert_with(HashMap::new)
+        .entry(dir.to_path_buf())
+        .or_insert(0) += 1;
+}
+
+fn sum_under(counts: &Counts, dir: &Path) -> u64 {
+    let counts = counts.lock().unwrap_or_else(|e| e.into_inner());
+    counts
+        .iter()
+        .flatten()
+        .filter(|(d, _)| d.starts_with(dir))
+        .map(|(_, n)| n)
+        .sum()
+}
+
 /// fdatasync calls made by the engine so far, per queue directory. Not a fault: a
 /// count the tests read to see that a synced append really fsyncs, and that group
 /// commit shares fsyncs between callers.
-static FSYNCS: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+static FSYNCS: Counts = Mutex::new(None);
 
 /// Counts one fdatasync of a file in the queue directory `dir`.
 pub(crate) fn fsynced(dir: &Path) {
-    let mut counts = FSYNCS.lock().unwrap_or_else(|e| e.into_inner());
-    match counts.iter_mut().find(|(d, _)| d == dir) {
-        Some((_, n)) => *n += 1,
-        None => counts.push((dir.to_path_buf(), 1)),
-    }
+    count(&FSYNCS, dir);
 }
 
 /// fdatasync calls the engine made on files under `dir` (a store's or a queue's
 /// directory) since the process started.
 pub fn fsyncs_under(dir: &Path) -> u64 {
-    let counts = FSYNCS.lock().unwrap_or_else(|e| e.into_inner());
-    counts
-        .iter()
-        .filter(|(d, _)| d.starts_with(dir))
-        .map(|(_, n)| n)
-        .sum()
+    sum_under(&FSYNCS, dir)
 }
 
 /// Aborts the process if it was told to at `point`.
@@ -79,23 +92,14 @@ pub(crate) fn reached(point: &str) {
 }
 
 /// Visits of the background thread to queues, per queue directory (see `fsynced`).
-static TICKS: Mutex<Vec<(PathBuf, u64)>> = Mutex::new(Vec::new());
+static TICKS: Counts = Mutex::new(None);
 
 /// Counts one visit of the background thread to the queue in `dir`.
 pub(crate) fn ticked(dir: &Path) {
-    let mut counts = TICKS.lock().unwrap_or_else(|e| e.into_inner());
-    match counts.iter_mut().find(|(d, _)| d == dir) {
-        Some((_, n)) => *n += 1,
-        None => counts.push((dir.to_path_buf(), 1)),
-    }
+    count(&TICKS, dir);
 }
 
 /// Visits of the background thread to queues under `dir` since the process started.
 pub fn ticks_under(dir: &Path) -> u64 {
-    let counts = TICKS.lock().unwrap_or_else(|e| e.into_inner());
-    counts
-        .iter()
-        .filter(|(d, _)| d.starts_with(dir))
-        .map(|(_, n)| n)
-        .sum()
+    sum_under(&TICKS, dir)
 }

@@ -395,7 +395,8 @@ impl Journal {
     /// Starts the next generation from `state`; the old file goes only once the new one
     /// is safely on disk. On error the current file stays in use.
     pub fn rotate(&mut self, state: &JournalState) -> io::Result<()> {
-        let next = Journal::create(&self.dir, self.gen + 1, &state.snapshot())?;
+        let mut next = Journal::create(&self.dir, self.gen + 1, &state.snapshot())?;
+        next.set_tally(self.map.tally());
         let old = std::mem::replace(
             self,
             Journal {
@@ -412,17 +413,18 @@ impl Journal {
         self.map.file()
     }
 
-    pub fn is_open(&self) -> bool {
-        self.map.is_open()
-    }
-
-    /// Closes the descriptor (an idle queue's); [`Journal::reopen`] takes up again.
+    /// Closes the descriptor (an idle queue's); the next use opens it again.
     pub fn close(&mut self) -> io::Result<()> {
         self.map.close()
     }
 
-    pub fn reopen(&mut self) -> io::Result<()> {
-        self.map.reopen()
+    /// Counts the descriptor in the store's tally (see `file_cell.rs`).
+    pub fn set_tally(&mut self, tally: Option<Arc<crate::file_cell::FilesBudget>>) {
+        self.map.set_tally(tally);
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.map.is_open()
     }
 
     pub fn size_bytes(&self) -> u64 {

@@ -36,6 +36,7 @@ mod error;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
 pub mod fault;
+mod file_cell;
 mod frame;
 mod intervals;
 mod item;

@@ -32,6 +32,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::file_cell::{FileCell, FilesBudget};
+
 use memmap2::{MmapMut, MmapOptions};
 
 /// Page size assumed for mapping offsets; 4 KiB on every platform we run on, and any
@@ -44,14 +46,24 @@ const MADV_POPULATE_WRITE: libc::c_int = 23;
 /// Size of the staging buffer: one `pwrite` per this many bytes of appends.
 pub(crate) const STAGE_BYTES: usize = 64 * 1024;
 
+/// Appends written with `pwrite` after the window was dropped (an idle file's first
+/// writes) before a window is mapped again: mapping and faulting in a window costs
+/// more than a few small writes, and many files see only a few (a queue among
+/// thousands, touched once by a whole-store command). A file written on maps soon.
+const WRITES_BEFORE_MAPPING: u32 = 8;
+
 /// How far ahead of the write position pages are faulted in, in one call. Small enough
 /// that a slow queue does not hold a whole window of RSS, large enough that the call is
 /// rare (once per 64 KiB written).
 const POPULATE_AHEAD_BYTES: u64 = 64 * 1024;
 
 pub(crate) struct MapFile {
-    /// `None` while closed ([`MapFile::close`]): an idle queue holds no descriptor.
-    file: Option<Arc<File>>,
+    /// Closed by [`MapFile::close`] (an idle queue holds no descriptor) and opened
+    /// again by the next use; closing never trims, so nothing else changes.
+    file: FileCell,
+    /// Appends written with `pwrite` since the window was last dropped (see
+    /// [`WRITES_BEFORE_MAPPING`]).
+    unmapped_writes: u32,
     path: PathBuf,
     window: Option<MmapMut>,
     /// File offset of the window's first byte (page-aligned).
@@ -82,7 +94,8 @@ impl MapFile {
     pub fn new(file: File, path: &Path, end: u64, window_bytes: u64) -> io::Result<MapFile> {
         let allocated = file.metadata()?.len().max(end);
         Ok(MapFile {
-            file: Some(Arc::new(file)),
+            file: FileCell::open(path, file, true, None),
+            unmapped_writes: 0,
             path: path.to_path_buf(),
             window: None,
             window_start: 0,
@@ -234,46 +247,66 @@ impl MapFile {
         Ok(())
     }
 
-    /// The open file; an error while closed (the queue reopens it before any work).
+    /// The file, opened again if it was closed.
     pub fn file(&self) -> io::Result<&Arc<File>> {
         self.fd()
     }
 
     fn fd(&self) -> io::Result<&Arc<File>> {
-        self.file.as_ref().ok_or_else(|| {
-            io::Error::other(format!(
-                "{} is closed (a bug: used before reopening)",
-                self.path.display()
-            ))
-        })
+        // What was reserved before is still the file's when it opens again: closing
+        // never trims.
+        self.file.get()
     }
 
+    /// Whether the descriptor is open now.
     pub fn is_open(&self) -> bool {
-        self.file.is_some()
+        self.file.is_open()
+    }
+
+    /// Counts the descriptor in the store's tally (see `file_cell.rs`).
+    pub fn set_tally(&mut self, tally: Option<Arc<FilesBudget>>) {
+        self.file.set_tally(tally);
+    }
+
+    pub fn tally(&self) -> Option<Arc<FilesBudget>> {
+        self.file.tally()
     }
 
     /// Writes what is staged, drops the window and closes the descriptor; nothing
-    /// else changes, and [`MapFile::reopen`] takes up where this left off. On error
-    /// (the staged bytes could not be written) it stays open.
+    /// else changes, and the next use opens it again. On error (the staged bytes
+    /// could not be written) it stays open.
     pub fn close(&mut self) -> io::Result<()> {
         self.flush_staged()?;
         self.staged = Vec::new();
-        self.window = None;
-        self.populated_to = 0;
-        self.file = None;
+        self.drop_window();
+        self.file.close();
         Ok(())
     }
 
-    /// Opens the file again after [`MapFile::close`]; nothing to do when open.
-    pub fn reopen(&mut self) -> io::Result<()> {
-        if self.file.is_some() {
-            return Ok(());
-        }
-        let file = File::options().read(true).write(true).open(&self.path)?;
-        // What was reserved before is still the file's (closing never trims).
-        self.allocated = file.metadata()?.len().max(self.end);
-        self.file = Some(Arc::new(file));
-        Ok(())
+    fn drop_window(&mut self) {
+        self.window = None;
+        self.populated_to = 0;
+        self.unmapped_writes = 0;
+    }
+
+    /// Writes one append with `pwrite`, without a mapping (see
+    /// [`WRITES_BEFORE_MAPPING`]); disk space is reserved first, as for the mapping.
+    fn append_unmapped(&mut self, parts: &[&[u8]], len: u64) -> io::Result<u64> {
+        self.reserve_disk(self.end + len)?;
+        let at = self.end;
+        let joined;
+        let bytes: &[u8] = match parts {
+            [one] => one,
+            _ => {
+                joined = parts.concat();
+                &joined
+            }
+        };
+        use std::os::unix::fs::FileExt;
+        self.fd()?.write_all_at(bytes, at)?;
+        self.unmapped_writes += 1;
+        self.end += len;
+        Ok(at)
     }
 
     pub fn path(&self) -> &Path {
@@ -304,6 +337,9 @@ impl MapFile {
             }
             self.end += len;
             return Ok(at);
+        }
+        if self.window.is_none() && self.unmapped_writes < WRITES_BEFORE_MAPPING {
+            return self.append_unmapped(parts, len);
         }
         self.ensure_window(len)?;
         if self.end + len > self.populated_to {
@@ -430,7 +466,7 @@ impl MapFile {
     /// are written first, and the staging buffer's memory is given back; if that write
     /// fails they stay staged and the error is returned.
     pub fn unmap(&mut self) -> io::Result<()> {
-        self.window = None;
+        self.drop_window();
         self.flush_staged()?;
         self.staged = Vec::new();
         Ok(())
@@ -534,10 +570,34 @@ mod tests {
         assert_eq!(m.file_end(), 7);
         m.set_staging(false).unwrap();
         assert_eq!(m.file_end(), m.end());
-        m.append(&[b"mapped again"]).unwrap();
-        assert_eq!(m.mapped(14, 12), Some(&b"mapped again"[..]));
+        m.append(&[b"written again"]).unwrap();
+        assert_eq!(file_bytes(&m, 14, 13), b"written again");
         m.trim().unwrap();
-        assert_eq!(file_bytes(&m, 0, 26), b"mapped staged mapped again");
+        assert_eq!(file_bytes(&m, 0, 27), b"mapped staged written again");
+    }
+
+    #[test]
+    fn the_first_writes_after_the_window_is_dropped_are_pwrites_then_it_maps() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = open(dir.path());
+        for i in 0..WRITES_BEFORE_MAPPING {
+            let at = m.append(&[b"ab", b"cd"]).unwrap();
+            assert_eq!(at, u64::from(i) * 4);
+            assert!(m.window.is_none(), "write {i} maps nothing");
+            assert_eq!(m.mapped(at, 4), None);
+        }
+        let at = m.append(&[b"mapped"]).unwrap();
+        assert!(m.window.is_some(), "a file written on is mapped");
+        assert_eq!(m.mapped(at, 6), Some(&b"mapped"[..]));
+        m.unmap().unwrap();
+        let at = m.append(&[b"again"]).unwrap();
+        assert!(m.window.is_none(), "dropping the window starts over");
+        let len = (WRITES_BEFORE_MAPPING * 4) as usize;
+        assert_eq!(
+            file_bytes(&m, 0, len),
+            b"abcd".repeat(WRITES_BEFORE_MAPPING as usize)
+        );
+        assert_eq!(file_bytes(&m, at, 5), b"again");
     }
 
     #[test]
@@ -568,9 +628,7 @@ mod tests {
         m.append(&[b"staged "]).unwrap();
         m.close().unwrap();
         assert!(!m.is_open());
-        assert!(m.file().is_err());
         assert_eq!(m.mapped(0, 7), None);
-        m.reopen().unwrap();
         assert_eq!(m.file_end(), 14);
         m.set_staging(false).unwrap();
         m.append(&[b"after"]).unwrap();

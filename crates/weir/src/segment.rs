@@ -11,7 +11,9 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+
+use crate::file_cell::{FileCell, FilesBudget};
 
 use crate::frame::{decode_header, verify, RecordHeader, RECORD_HEADER_BYTES, SEQ_MAX};
 
@@ -115,42 +117,47 @@ pub(crate) struct Segment {
     /// [`Segment::close_file`]): a deep backlog of sealed segments holds no descriptor
     /// until a reader reaches it. The segment being written is read through the
     /// writer's descriptor instead.
-    file: OnceLock<Arc<File>>,
+    file: FileCell,
     /// End of the valid data. For the active segment it follows the writer.
     pub end: u64,
 }
 
 impl Segment {
-    pub fn new(first_seq: u64, seed: u32, path: PathBuf, end: u64) -> Segment {
+    pub fn new(
+        first_seq: u64,
+        seed: u32,
+        path: PathBuf,
+        end: u64,
+        tally: Option<Arc<FilesBudget>>,
+    ) -> Segment {
         Segment {
             first_seq,
             seed,
+            // Read-only: only the writer writes.
+            file: FileCell::closed(&path, false, tally),
             path,
-            file: OnceLock::new(),
             end,
         }
     }
 
-    /// The segment's file, opened (read-only: only the writer writes) on first use.
+    /// The segment's file, opened on first use.
     pub fn file(&self) -> io::Result<&Arc<File>> {
-        if let Some(file) = self.file.get() {
-            return Ok(file);
-        }
-        let file = Arc::new(File::open(&self.path)?);
-        // Under the queue's lock nobody else sets it; were it set meanwhile, either
-        // descriptor reads the same file.
-        Ok(self.file.get_or_init(|| file))
+        self.file.get()
     }
 
     /// The descriptor, if one is open now.
     pub fn file_if_open(&self) -> Option<&Arc<File>> {
-        self.file.get()
+        self.file.get_if_open()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.file.is_open()
     }
 
     /// Closes the descriptor, if one is open; the next read opens it again. Returns
     /// whether one was open.
     pub fn close_file(&mut self) -> bool {
-        self.file.take().is_some()
+        self.file.close()
     }
 }
 

@@ -30,6 +30,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::config::StoreOptions;
 use crate::core::QueueCore;
 use crate::error::{Error, Result};
+use crate::file_cell::FilesBudget;
 use crate::lockfile::DirLock;
 use crate::mapfile::sync_dir;
 use crate::name::validate_queue_name;
@@ -39,13 +40,19 @@ use crate::space_reserve::SpaceReserve;
 /// How often the background thread wakes to look for work (lease timeouts, periodic
 /// fsyncs whose interval has passed).
 const TICK: Duration = Duration::from_millis(20);
+/// Most descriptors the store's queues may hold at once (at least a few, so that one
+/// queue can always work).
+fn files_open_max(options: &StoreOptions) -> usize {
+    options.files_open_max.max(FILES_OPEN_MIN)
+}
+
 /// How often the background thread looks whether a released space reserve can be set
 /// up again (a `statvfs`).
 const RESERVE_CHECK: Duration = Duration::from_secs(1);
-/// Descriptors one queue in use holds, about: the segment being written, the reader
-/// journal, and a sealed segment a reader is in. Converts `files_open_max` into a
-/// number of queues.
-const FILES_PER_OPEN_QUEUE: usize = 3;
+/// The least `files_open_max` taken: what one queue in use needs (the segment being
+/// written, the reader journal, a sealed segment a reader is in, one more being
+/// read), so that one queue can always work.
+const FILES_OPEN_MIN: usize = 4;
 
 /// An open data directory. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
@@ -101,9 +108,10 @@ pub(crate) struct StoreInner {
     opened: Condvar,
     /// Space that only reader state may use once the disk is full.
     pub(crate) reserve: Arc<SpaceReserve>,
-    /// Queues whose files are open now (see `QueueCore`'s idle close): what the
-    /// background thread holds under `StoreOptions::files_open_max`.
-    pub(crate) open_queues: Arc<AtomicUsize>,
+    /// Queues whose files are open now (see `QueueCore`'s idle close), held under
+    /// `StoreOptions::files_open_max` by the background thread and by each operation
+    /// that finds the store over it.
+    pub(crate) files_budget: Arc<FilesBudget>,
     /// Queues with work for the background thread (see `QueueCore::tick`): every
     /// queue in use, none that is idle, so thousands of idle queues cost it nothing.
     active: Mutex<Vec<Arc<QueueCore>>>,
@@ -138,7 +146,10 @@ impl Store {
         let reserve = Arc::new(SpaceReserve::open(&dir, options.space_reserve_bytes));
         let inner = Arc::new(StoreInner {
             reserve,
-            open_queues: Arc::new(AtomicUsize::new(0)),
+            files_budget: Arc::new(FilesBudget {
+                max: AtomicUsize::new(files_open_max(&options)),
+                ..FilesBudget::default()
+            }),
             active: Mutex::new(Vec::new()),
             dir,
             lock: Mutex::new(Some(lock)),
@@ -281,7 +292,12 @@ impl Store {
 
     /// Replaces the options and applies the new settings to every open queue.
     pub fn set_options(&self, options: StoreOptions) {
-        let queues = self.handle.inner.cores();
+        let inner = &self.handle.inner;
+        inner
+            .files_budget
+            .max
+            .store(files_open_max(&options), Ordering::Relaxed);
+        let queues = inner.cores();
         for q in &queues {
             q.set_config(options.config(&q.name));
         }
@@ -368,12 +384,6 @@ impl StoreInner {
         self.active.lock().push(queue);
     }
 
-    /// Most queues that may have their files open at once: the descriptor budget
-    /// (`StoreOptions::files_open_max`) over what one queue in use holds.
-    fn open_queues_max(&self) -> usize {
-        (self.options.read().files_open_max / FILES_PER_OPEN_QUEUE).max(1)
-    }
-
     /// Ticks the queues on the active list; the ones with work left go back on it.
     fn tick_active(&self, now: Instant) {
         let batch = std::mem::take(&mut *self.active.lock());
@@ -388,23 +398,27 @@ impl StoreInner {
     /// Over the descriptor budget: closes the files of the queues used least
     /// recently, down to nine tenths of it (so that it is not met again at once).
     /// Every queue with open files is on the active list.
-    fn enforce_files_budget(&self) {
-        let max = self.open_queues_max();
-        let open = self.open_queues.load(Ordering::Relaxed);
-        if open <= max {
+    pub(crate) fn enforce_files_budget(&self) {
+        let budget = &self.files_budget;
+        if !budget.over() {
             return;
         }
-        let mut queues: Vec<(Instant, Arc<QueueCore>)> = self
-            .active
-            .lock()
-            .iter()
-            .map(|q| (q.last_used(), Arc::clone(q)))
+        // One at a time; whoever is at it brings the count down for all.
+        let Some(_enforcing) = budget.enforcing.try_lock() else {
+            return;
+        };
+        let max = budget.max.load(Ordering::Relaxed);
+        let open = budget.open.load(Ordering::Relaxed);
+        let active: Vec<Arc<QueueCore>> = self.active.lock().clone();
+        let mut queues: Vec<(Instant, Arc<QueueCore>)> = active
+            .into_iter()
+            .filter_map(|q| Some((q.last_used()?, q)))
             .collect();
         queues.sort_by_key(|(used, _)| *used);
         let target = max - max / 10;
         let mut closed = 0usize;
         for (_, queue) in queues {
-            if self.open_queues.load(Ordering::Relaxed) <= target {
+            if budget.open.load(Ordering::Relaxed) <= target {
                 break;
             }
             if queue.close_files() {

@@ -88,9 +88,9 @@ fn descriptors_stay_within_the_budget_and_idle_queues_cost_no_background_work() 
 #[test]
 fn a_queue_back_from_idle_is_fsynced_on_its_interval() {
     let dir = tempfile::tempdir().unwrap();
-    // A budget of one queue: using another closes this one's files at once, and it
-    // leaves the background thread's list.
-    let store = open_budgeted(dir.path(), 3);
+    // A budget of about one queue: using others closes this one's files at once, and
+    // it leaves the background thread's list.
+    let store = open_budgeted(dir.path(), 4);
     let a = store.queue("a").unwrap();
     let qdir = dir.path().join("queues").join("a");
     a.append(b"1", AppendOptions::default()).unwrap();
@@ -99,8 +99,10 @@ fn a_queue_back_from_idle_is_fsynced_on_its_interval() {
             >= 1),
         "the periodic fsync of a new queue"
     );
-    let b = store.queue("b").unwrap();
-    b.append(b"1", AppendOptions::default()).unwrap();
+    for other in ["b", "c", "d"] {
+        let q = store.queue(other).unwrap();
+        q.append(b"1", AppendOptions::default()).unwrap();
+    }
     let quiet = wait_until(Duration::from_secs(10), || {
         let t0 = weir::fault::ticks_under(&qdir);
         std::thread::sleep(Duration::from_millis(100));
