@@ -733,6 +733,41 @@ fn expire_drops_expired_items_at_the_head() {
 }
 
 #[test]
+fn expire_before_and_after_the_head_is_due_with_and_without_readers() {
+    // `expire` remembers when the head can expire at the earliest and answers from
+    // memory before then: it must still drop the head once that time has come, and
+    // forget what it remembered when the settings change.
+    for with_reader in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let q = store.queue("q").unwrap();
+        let r = with_reader.then(|| q.reader("").unwrap());
+        let due = now_ms() + 300;
+        q.append(b"soon", expiring_at(due)).unwrap();
+        q.append(b"never", opts()).unwrap();
+        assert_eq!(q.expire().unwrap(), 0, "not due yet");
+        assert_eq!(q.expire().unwrap(), 0, "still not due");
+        while now_ms() <= due {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(q.expire().unwrap(), 1, "due now (reader: {with_reader})");
+        assert_eq!(q.expire().unwrap(), 0);
+        // A max_age set later applies to the head seen before it.
+        store.set_options(StoreOptions {
+            defaults: QueueConfig {
+                max_age: Some(Duration::from_millis(1)),
+                ..QueueConfig::default()
+            },
+            ..StoreOptions::default()
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(q.expire().unwrap(), 1, "max_age (reader: {with_reader})");
+        assert_eq!(q.stats().items, 0);
+        drop(r);
+    }
+}
+
+#[test]
 fn max_age_expires_old_items() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_with_config(
