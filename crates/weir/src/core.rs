@@ -373,9 +373,9 @@ struct State {
     dirty: bool,
     /// A file was created in the queue's directory since the last fsync.
     dir_dirty: bool,
-    /// Sealed segments not yet fsync'ed (opened by path for the fsync: their
-    /// descriptors may be closed by then).
-    unsynced: Vec<PathBuf>,
+    /// Sealed segments not yet fsync'ed, with the descriptor they were written
+    /// through (see `roll`).
+    unsynced: Vec<(PathBuf, Arc<File>)>,
     last_sync: Instant,
     /// When the queue last wrote (an append or a journal record); windows idle for
     /// `IDLE_UNMAP` are unmapped.
@@ -709,7 +709,10 @@ impl State {
     /// the files is read first. Staged bytes are written first; if that fails nothing
     /// is closed. Returns whether anything was open.
     fn close_files(&mut self) -> Result<bool> {
-        if !self.any_file_open() {
+        if !self.any_file_open() || self.unsynced_writes() {
+            // Written and not fsync'ed: the descriptors stay until the fsync, since a
+            // write-back error is reported only through a descriptor that was open
+            // when it happened (see `roll`). `tick` syncs an idle queue first.
             return Ok(false);
         }
         let next_seq = self.next_seq;
@@ -809,21 +812,36 @@ impl State {
     }
 
     /// Closes the files of a queue unused for [`IDLE_CLOSE`], and in a queue in use
-    /// the sealed segments nobody reads.
-    fn tick_close(&mut self, now: Instant, queue: &str) {
+    /// the sealed segments nobody reads. Returns whether an fsync must come first
+    /// (an idle `buffered` queue with writes not synced: see `close_files`).
+    fn tick_close(&mut self, now: Instant, queue: &str) -> bool {
         if std::mem::take(&mut self.used) {
             self.last_used = now;
         }
         if !self.any_file_open() {
-            return;
+            return false;
         }
         if now.duration_since(self.last_used) < IDLE_CLOSE {
             self.close_unused_segments();
-            return;
+            return false;
+        }
+        if self.unsynced_writes() {
+            return true;
         }
         if let Err(e) = self.close_files() {
             tracing::error!(queue, error = %e, "could not close the files of an idle queue");
         }
+        false
+    }
+
+    /// Whether anything was written and not fsync'ed yet.
+    fn unsynced_writes(&self) -> bool {
+        self.dirty
+            || self.created_unsynced
+            || self.dir_dirty
+            || self.reader_list_dirty
+            || !self.unsynced.is_empty()
+            || self.writer.staged_len() > 0
     }
 
     /// Whether an `expire` now would find nothing, known from memory alone: every
@@ -1040,7 +1058,18 @@ impl State {
         // OS crash may lose what was not synced, so nothing syncs it in the
         // background). Doing it here, inline, would write up to a whole segment to
         // disk inside one append.
-        self.unsynced.push(old.path().to_path_buf());
+        // The writer's own descriptor is kept until then: a write-back error is
+        // reported to an fsync through a descriptor that was open when it happened,
+        // and may be lost once none is (the inode can leave the cache).
+        match old.file() {
+            Ok(file) => self
+                .unsynced
+                .push((old.path().to_path_buf(), Arc::clone(file))),
+            Err(e) => {
+                tracing::error!(path = %old.path().display(), error = %e, "a sealed segment lost its descriptor before its fsync");
+                self.poisoned = Some(format!("sealed segment without a descriptor: {e}"));
+            }
+        }
         self.segments.push_back(segment);
         self.dir_dirty = true;
         self.dirty = true;
@@ -1065,7 +1094,7 @@ impl State {
             if self.floor_loc.is_some_and(|l| l.seg == seg.first_seq) {
                 self.floor_loc = None;
             }
-            self.unsynced.retain(|p| *p != seg.path);
+            self.unsynced.retain(|(path, _)| *path != seg.path);
             if let Err(e) = fs::remove_file(&seg.path) {
                 tracing::warn!(path = %seg.path.display(), error = %e, "could not delete a consumed segment");
             }
@@ -2366,8 +2395,9 @@ impl QueueCore {
             if st.deleted {
                 return Ok((u64::MAX, u64::MAX));
             }
-            // A buffered queue idle since its last write may have closed its files.
-            st.ready()?;
+            // Not `ready`: an fsync is no use of the queue (it would keep an idle queue
+            // from closing its files); the files it needs open as they are used.
+            st.check_usable()?;
             // An fsync covers only what the file holds.
             st.flush_staged()?;
             let sealed = std::mem::take(&mut st.unsynced);
@@ -2388,17 +2418,7 @@ impl QueueCore {
             (files, sealed, dir_dirty, list_dirty, created, seq, jpos)
         };
         let result = (|| {
-            for path in &sealed {
-                match File::open(path) {
-                    Ok(f) => f.sync_data()?,
-                    // Deleted since it was sealed: every reader was done with it.
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e),
-                }
-                #[cfg(feature = "fault-injection")]
-                crate::fault::fsynced(&self.dir);
-            }
-            for f in &files {
+            for f in sealed.iter().map(|(_, f)| f).chain(files.iter()) {
                 f.sync_data()?;
                 #[cfg(feature = "fault-injection")]
                 crate::fault::fsynced(&self.dir);
@@ -3039,13 +3059,14 @@ impl QueueCore {
                     self.wake_reader(r);
                 }
             }
-            st.tick_close(now, &self.name);
-            let sync_due = match st.config.durability {
-                Durability::Periodic(interval) => {
-                    st.dirty && now.duration_since(st.last_sync) >= interval
-                }
-                _ => false,
-            };
+            let sync_to_close = st.tick_close(now, &self.name);
+            let sync_due = sync_to_close
+                || match st.config.durability {
+                    Durability::Periodic(interval) => {
+                        st.dirty && now.duration_since(st.last_sync) >= interval
+                    }
+                    _ => false,
+                };
             (sync_due, st.needs_tick())
         };
         if sync_due {

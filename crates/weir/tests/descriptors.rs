@@ -11,17 +11,27 @@ mod common;
 use std::time::Duration;
 
 use common::wait_until;
-use weir::{AppendOptions, Store, StoreOptions};
+use weir::{AppendOptions, Durability, QueueConfig, Store, StoreOptions};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
+/// A store with a descriptor budget; the queue named "buffered" is `buffered`.
 fn open_budgeted(dir: &std::path::Path, files_open_max: usize) -> Store {
+    let config_for: weir::ConfigFn = std::sync::Arc::new(|name: &str| QueueConfig {
+        durability: if name == "buffered" {
+            Durability::Buffered
+        } else {
+            Durability::default()
+        },
+        ..QueueConfig::default()
+    });
     Store::open_with(
         dir,
         StoreOptions {
             files_open_max,
+            config_for: Some(config_for),
             ..StoreOptions::default()
         },
     )
@@ -35,7 +45,8 @@ fn descriptors_stay_within_the_budget_and_idle_queues_cost_no_background_work() 
     let dir = tempfile::tempdir().unwrap();
     let before = open_fds();
     let store = open_budgeted(dir.path(), BUDGET);
-    let names: Vec<String> = (0..QUEUES).map(|i| format!("q{i:04}")).collect();
+    let mut names: Vec<String> = (0..QUEUES).map(|i| format!("q{i:04}")).collect();
+    names.push("buffered".into());
     for (i, name) in names.iter().enumerate() {
         let q = store.queue(name).unwrap();
         q.reader("fan").unwrap();
@@ -74,6 +85,13 @@ fn descriptors_stay_within_the_budget_and_idle_queues_cost_no_background_work() 
         weir::fault::ticks_under(dir.path()) <= t0 + 5
     });
     assert!(quiet, "idle queues are still ticked");
+    // An idle buffered queue is fsync'ed before it closes its files: a write-back
+    // error is reported only through a descriptor open when it happened.
+    let buffered = dir.path().join("queues").join("buffered");
+    assert!(
+        weir::fault::fsyncs_under(&buffered) >= 1,
+        "the idle buffered queue was synced"
+    );
     store.close().unwrap();
     let store = open_budgeted(dir.path(), BUDGET);
     for (i, name) in names.iter().enumerate() {
