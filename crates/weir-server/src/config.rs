@@ -32,7 +32,9 @@ pub const OPEN_READS_MAX_DEFAULT: u64 = 1;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const WAIT_MS_MAX_DEFAULT: u64 = 3_600_000;
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 5_000;
-pub use crate::queue_limit::QUEUES_MAX_DEFAULT;
+/// The default of `max_queues`: the store's `queues_max`, the most queues clients can
+/// bring into being.
+pub const QUEUES_MAX_DEFAULT: usize = 10_000;
 
 /// Bounds on the limits themselves, so a typo cannot make the server unusable.
 pub const LINE_BYTES_MAX_MIN: usize = 256;
@@ -223,8 +225,10 @@ pub fn resolve_limits(s: &ServerSection) -> anyhow::Result<Limits> {
     Ok(limits)
 }
 
-/// The engine's options: `[defaults]` over the engine's defaults, and a function that
-/// picks the most specific `[queues."PATTERN"]` section for each queue.
+/// The engine's options: `[defaults]` over the engine's defaults, a function that
+/// picks the most specific `[queues."PATTERN"]` section for each queue, and
+/// `max_queues` as the store's `queues_max`. `files_open_max` is left at the engine's
+/// default: the server derives it at start (see `server::run`).
 pub fn store_options(file: &FileConfig) -> anyhow::Result<StoreOptions> {
     let defaults =
         apply_section(&QueueConfig::default(), &file.defaults).context("in [defaults]")?;
@@ -260,6 +264,7 @@ pub fn store_options(file: &FileConfig) -> anyhow::Result<StoreOptions> {
     Ok(StoreOptions {
         defaults,
         config_for,
+        queues_max: file.server.max_queues.unwrap_or(QUEUES_MAX_DEFAULT),
         ..StoreOptions::default()
     })
 }

@@ -12,11 +12,12 @@
 //!
 //! A handle on a queue deleted meanwhile answers `NotFound`; the caller then calls
 //! [`Handles::evict`] and asks again, which creates the queue afresh. A miss goes
-//! through [`QueueLimit`], which refuses to create a queue past `max_queues`.
+//! through [`QueueOpener`], which creates what is missing off the event loop (within
+//! the store's `max_queues`).
 
 use weir::{Queue, Reader};
 
-use crate::queue_limit::{OpenError, QueueLimit};
+use crate::queues::QueueOpener;
 
 /// Names compare length-first (`weir::names_equal`): the default reader's name is
 /// empty, and a zero-length `memcmp` costs ~150 ns on some machines.
@@ -50,7 +51,7 @@ fn names_hash(queue: &str, reader: Option<&str>) -> u64 {
 
 impl Handles {
     /// The queue `name`, created on first use (within `max_queues`).
-    pub fn queue(&mut self, queues: &QueueLimit, name: &str) -> Result<&Queue, OpenError> {
+    pub async fn queue(&mut self, queues: &QueueOpener, name: &str) -> weir::Result<&Queue> {
         let hash = names_hash(name, None);
         let found = self
             .queues
@@ -59,7 +60,7 @@ impl Handles {
         let index = match found {
             Some(i) => i,
             None => {
-                let queue = queues.queue(name)?;
+                let queue = queues.queue(name).await?;
                 if self.queues.len() == HANDLES_CACHED_MAX {
                     self.queues.remove(0);
                 }
@@ -71,12 +72,12 @@ impl Handles {
     }
 
     /// The reader `reader` of queue `queue`, both created on first use.
-    pub fn reader(
+    pub async fn reader(
         &mut self,
-        queues: &QueueLimit,
+        queues: &QueueOpener,
         queue: &str,
         reader: &str,
-    ) -> Result<&Reader, OpenError> {
+    ) -> weir::Result<&Reader> {
         let hash = names_hash(queue, Some(reader));
         let found = self.readers.iter().position(|(h, r)| {
             *h == hash && same_name(r.queue_name(), queue) && same_name(r.name(), reader)
@@ -84,7 +85,8 @@ impl Handles {
         let index = match found {
             Some(i) => i,
             None => {
-                let handle = self.queue(queues, queue)?.reader(reader)?;
+                let q = self.queue(queues, queue).await?.clone();
+                let handle = queues.reader(&q, reader).await?;
                 if self.readers.len() == HANDLES_CACHED_MAX {
                     self.readers.remove(0);
                 }
@@ -120,31 +122,32 @@ mod tests {
         assert_eq!(names_hash("q", Some("r")), names_hash("q", Some("r")));
     }
 
-    #[test]
-    fn cache_hits_evicts_and_recreates() -> Result<(), Box<dyn std::error::Error>> {
+    #[tokio::test]
+    async fn cache_hits_evicts_and_recreates() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let store = Store::open(dir.path())?;
-        let queues = QueueLimit::new(store.clone(), 100);
+        let queues = QueueOpener::new(store.clone());
         let mut handles = Handles::default();
         handles
-            .queue(&queues, "a")?
+            .queue(&queues, "a")
+            .await?
             .append(b"1", Default::default())?;
         // Same names, same handle: the reader sees the append made through the cache.
-        let taken = handles.reader(&queues, "a", "")?.take()?;
+        let taken = handles.reader(&queues, "a", "").await?.take()?;
         assert_eq!(taken.map(|i| i.data.to_vec()), Some(b"1".to_vec()));
         // More queues than the cache holds: the oldest is evicted and comes back.
         for i in 0..HANDLES_CACHED_MAX + 2 {
             let name = format!("q{i}");
-            assert_eq!(handles.queue(&queues, &name)?.name(), name);
+            assert_eq!(handles.queue(&queues, &name).await?.name(), name);
         }
         assert!(handles.queues.len() <= HANDLES_CACHED_MAX);
-        assert_eq!(handles.queue(&queues, "a")?.name(), "a");
+        assert_eq!(handles.queue(&queues, "a").await?.name(), "a");
         // A deleted queue: evict, and the next lookup creates it afresh.
         store.delete_queue("a")?;
         handles.evict("a");
         assert!(handles.readers.is_empty());
-        assert_eq!(handles.reader(&queues, "a", "r")?.name(), "r");
-        assert_eq!(handles.reader(&queues, "a", "r")?.queue_name(), "a");
+        assert_eq!(handles.reader(&queues, "a", "r").await?.name(), "r");
+        assert_eq!(handles.reader(&queues, "a", "r").await?.queue_name(), "a");
         Ok(())
     }
 }

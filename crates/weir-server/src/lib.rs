@@ -20,7 +20,7 @@ pub mod http;
 pub mod leases;
 pub mod metrics;
 pub mod parse;
-pub mod queue_limit;
+pub mod queues;
 pub mod request;
 pub mod server;
 pub mod shutdown;

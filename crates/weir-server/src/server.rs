@@ -32,7 +32,7 @@ use crate::config::{Limits, Settings};
 use crate::connection::{write_now, Connection};
 use crate::metrics::{LoopMetrics, Metrics};
 use crate::parse::{parse, CommandKind, Parse, ParseLimits};
-use crate::queue_limit::QueueLimit;
+use crate::queues::QueueOpener;
 use crate::shutdown::Shutdown;
 
 /// Pending replies past this size are written before the next request of the same
@@ -45,9 +45,12 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// What every connection shares.
 pub struct Shared {
     pub store: weir::Store,
-    /// Where connections get queues they have not cached: the store behind
-    /// `max_queues`.
-    pub queues: QueueLimit,
+    /// Where connections get queues and readers they have not cached, creating them
+    /// off the event loop (within the store's `max_queues`).
+    pub queues: QueueOpener,
+    /// The store's descriptor budget, derived at start (see [`files_open_max`]) and
+    /// kept across reloads.
+    pub files_open_max: usize,
     pub limits: RuntimeLimits,
     pub metrics: Metrics,
     pub config_path: Option<PathBuf>,
@@ -140,7 +143,9 @@ async fn listen(addr: &str) -> io::Result<TcpListener> {
 /// Runs the server until it is shut down; returns once the store is closed.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let dir = settings.data_dir.clone();
-    let options = settings.store.clone();
+    let mut options = settings.store.clone();
+    let files_open_max = files_open_max(settings.max_connections);
+    options.files_open_max = files_open_max;
     let store = tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
         .await
         .context("opening the store")?
@@ -152,7 +157,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
     let shared = Arc::new(Shared {
-        queues: QueueLimit::new(store.clone(), settings.limits.max_queues),
+        queues: QueueOpener::new(store.clone()),
+        files_open_max,
         store,
         limits: RuntimeLimits::new(settings.limits),
         metrics: Metrics::new(settings.threads),
@@ -197,6 +203,34 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .context("closing the store")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Descriptors the process keeps for other things than queue files and memcache
+/// connections: the listeners, HTTP connections, the log, short-lived opens.
+const FILES_RESERVED: usize = 256;
+/// The least budget of queue files, however few descriptors are left.
+const FILES_FOR_QUEUES_MIN: usize = 64;
+
+/// The store's descriptor budget (`StoreOptions::files_open_max`): the open-files
+/// limit (raised to the hard limit at start) less what `max_connections` and the rest
+/// of the server may need, so that queues and clients cannot together run out.
+fn files_open_max(max_connections: usize) -> usize {
+    let limit = weir::open_files_limit();
+    let left = limit.saturating_sub(max_connections.saturating_add(FILES_RESERVED));
+    if left < FILES_FOR_QUEUES_MIN {
+        tracing::warn!(
+            open_files_limit = limit,
+            max_connections,
+            "few descriptors left for queue files: queues will close and reopen their files often; raise the open-files hard limit or lower max_connections"
+        );
+    }
+    let budget = left.max(FILES_FOR_QUEUES_MIN);
+    tracing::info!(
+        open_files_limit = limit,
+        queue_files_max = budget,
+        "descriptor budget"
+    );
+    budget
 }
 
 /// SIGTERM and SIGINT start a graceful shutdown.

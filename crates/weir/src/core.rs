@@ -2477,6 +2477,10 @@ impl QueueCore {
         ready
     }
 
+    pub(crate) fn has_reader(&self, name: &str) -> bool {
+        self.state.lock().readers.contains_key(name)
+    }
+
     pub(crate) fn reader_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.state.lock().readers.keys().cloned().collect();
         names.sort();

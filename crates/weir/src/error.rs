@@ -94,6 +94,12 @@ impl Error {
         }
     }
 
+    /// An I/O error of a front door's own (a task that died while it worked for the
+    /// engine, say), as the engine reports one.
+    pub fn from_io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::io(context, source)
+    }
+
     /// Wraps an I/O error with what the engine was doing.
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Error {
         Error::Io {

@@ -81,6 +81,11 @@ impl Queue {
         })
     }
 
+    /// Whether the reader `name` exists (a look, no file work, nothing created).
+    pub fn has_reader(&self, name: &str) -> bool {
+        self.core.has_reader(name)
+    }
+
     /// Names of the readers that exist.
     pub fn reader_names(&self) -> Vec<String> {
         self.core.reader_names()

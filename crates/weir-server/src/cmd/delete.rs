@@ -15,8 +15,6 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, noreply: bool) -> Flow {
     let queue = key.queue.to_owned();
     let result = if key.reader.is_empty() {
         let r = blocking(move || store.delete_queue(&queue)).await;
-        // Even on an error: the queue may be gone from the store all the same.
-        ctx.shared.queues.note_deleted();
         ctx.session.handles.evict(key.queue);
         ctx.session.leases.forget(key.queue, None);
         r

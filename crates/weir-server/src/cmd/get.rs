@@ -22,7 +22,6 @@ use super::{
 };
 use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::metrics::LoopMetrics;
-use crate::queue_limit::{OpenError, REPLY_TOO_MANY_QUEUES};
 use crate::request::{parse_read_key, ReadKey};
 
 pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
@@ -35,12 +34,9 @@ enum KeyFailure {
     Gone,
 }
 
-impl From<OpenError> for KeyFailure {
-    fn from(e: OpenError) -> KeyFailure {
-        match e {
-            OpenError::Engine(e) => KeyFailure::Engine(e),
-            OpenError::TooManyQueues => KeyFailure::Refused(REPLY_TOO_MANY_QUEUES),
-        }
+impl From<weir::Error> for KeyFailure {
+    fn from(e: weir::Error) -> KeyFailure {
+        KeyFailure::Engine(e)
     }
 }
 
@@ -178,7 +174,7 @@ async fn one_key(
     if !wait.is_zero() {
         // A wait uses the connection (to send what is pending, to notice a close), so
         // it holds its own clone of the handle.
-        let reader = reader_handle(ctx, key.queue, key.reader)?;
+        let reader = reader_handle(ctx, key.queue, key.reader).await?;
         let result = match take(ctx, &reader, mode, wait).await {
             Waited::Gone => return Err(KeyFailure::Gone),
             Waited::Done(result) => result,
@@ -195,7 +191,11 @@ async fn one_key(
     let queues = &ctx.shared.queues;
     let mut evicted = false;
     loop {
-        let reader = ctx.session.handles.reader(queues, key.queue, key.reader)?;
+        let reader = ctx
+            .session
+            .handles
+            .reader(queues, key.queue, key.reader)
+            .await?;
         let result = reader.take_async(mode, Duration::ZERO).await;
         if is_stale(&result) && !evicted {
             evicted = true;

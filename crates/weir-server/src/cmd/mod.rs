@@ -31,7 +31,6 @@ use crate::handles::Handles;
 use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
 use crate::parse::Request;
-use crate::queue_limit::{OpenError, REPLY_TOO_MANY_QUEUES};
 use crate::server::Shared;
 use crate::server::OUTPUT_BYTES_FLUSH_AT;
 
@@ -135,17 +134,13 @@ pub fn put_engine_error(out: &mut BytesMut, e: &weir::Error) {
         ErrorKind::InvalidArgument => out.put_slice(b"CLIENT_ERROR invalid argument\r\n"),
         ErrorKind::DiskFull => out.put_slice(b"SERVER_ERROR disk full\r\n"),
         ErrorKind::Closed => out.put_slice(b"SERVER_ERROR shutting down\r\n"),
+        ErrorKind::TooManyQueues => out.put_slice(REPLY_TOO_MANY_QUEUES),
         _ => put_server_error(out, &e.to_string()),
     }
 }
 
-/// The reply for a queue that could not be had.
-pub fn put_open_error(out: &mut BytesMut, e: &OpenError) {
-    match e {
-        OpenError::Engine(e) => put_engine_error(out, e),
-        OpenError::TooManyQueues => out.put_slice(REPLY_TOO_MANY_QUEUES),
-    }
-}
+/// The reply to a queue the store refuses to create: it holds `max_queues`.
+pub const REPLY_TOO_MANY_QUEUES: &[u8] = b"SERVER_ERROR too many queues\r\n";
 
 /// Longest error text put in a reply line.
 const ERROR_TEXT_BYTES_MAX: usize = 200;
@@ -252,10 +247,11 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
 
 /// A reader handle from the connection's cache, cloned so that it can be held while
 /// `ctx` is used (a wait); a plain look borrows from `ctx.session.handles` instead.
-pub fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> Result<Reader, OpenError> {
+pub async fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> weir::Result<Reader> {
     ctx.session
         .handles
         .reader(&ctx.shared.queues, queue, reader)
+        .await
         .cloned()
 }
 

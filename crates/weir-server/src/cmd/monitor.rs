@@ -10,10 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::BufMut;
 use weir::TakeMode;
 
-use super::{
-    put_engine_error, put_open_error, put_value, reader_handle, take, write_if_large, Ctx, Flow,
-    Waited,
-};
+use super::{put_engine_error, put_value, reader_handle, take, write_if_large, Ctx, Flow, Waited};
 use crate::leases::{LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
 use crate::request::parse_plain_key;
 
@@ -33,10 +30,10 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
         .min(MONITOR_ITEMS_MAX)
         .min(room);
     let deadline = Instant::now() + Duration::from_secs(seconds.min(MONITOR_SECONDS_MAX));
-    let reader = match reader_handle(ctx, parsed.queue, parsed.reader) {
+    let reader = match reader_handle(ctx, parsed.queue, parsed.reader).await {
         Ok(r) => r,
         Err(e) => {
-            put_open_error(ctx.out, &e);
+            put_engine_error(ctx.out, &e);
             return Flow::Continue;
         }
     };

@@ -12,10 +12,13 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
         return Flow::Continue;
     };
     let store = ctx.shared.store.clone();
+    let files_open_max = ctx.shared.files_open_max;
     let result = tokio::task::spawn_blocking(move || -> anyhow::Result<config::Limits> {
         let file = config::read_file(&path)?;
         let limits = config::resolve_limits(&file.server)?;
-        let options = config::store_options(&file)?;
+        let mut options = config::store_options(&file)?;
+        // Derived at start from restart-only settings: kept as it was.
+        options.files_open_max = files_open_max;
         store.set_options(options);
         Ok(limits)
     })
@@ -23,7 +26,6 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     match result {
         Ok(Ok(limits)) => {
             ctx.shared.limits.set(limits);
-            ctx.shared.queues.set_max(limits.max_queues);
             tracing::info!(?limits, "reloaded config");
             ctx.out.put_slice(b"Reloaded config.\r\n");
         }

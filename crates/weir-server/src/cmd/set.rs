@@ -7,8 +7,7 @@
 use bytes::BufMut;
 use weir::{AppendOptions, ErrorKind};
 
-use super::{put_open_error, Ctx, Flow};
-use crate::queue_limit::OpenError;
+use super::{put_engine_error, Ctx, Flow};
 use crate::request::{expires_at_ms, parse_write_key};
 
 pub async fn execute(
@@ -44,7 +43,7 @@ pub async fn execute(
     if !noreply {
         match failure {
             None => ctx.out.put_slice(b"STORED\r\n"),
-            Some(e) => put_open_error(ctx.out, &e),
+            Some(e) => put_engine_error(ctx.out, &e),
         }
     }
     Flow::Continue
@@ -57,12 +56,13 @@ async fn append(
     name: &str,
     data: &[u8],
     options: AppendOptions,
-) -> Result<u64, OpenError> {
+) -> weir::Result<u64> {
     let queues = &ctx.shared.queues;
     let result = ctx
         .session
         .handles
-        .queue(queues, name)?
+        .queue(queues, name)
+        .await?
         .append_async(data, options)
         .await;
     match result {
@@ -70,9 +70,9 @@ async fn append(
         // `max_queues`).
         Err(e) if e.kind() == ErrorKind::NotFound => {
             ctx.session.handles.evict(name);
-            let queue = ctx.session.handles.queue(queues, name)?;
-            Ok(queue.append_async(data, options).await?)
+            let queue = ctx.session.handles.queue(queues, name).await?;
+            queue.append_async(data, options).await
         }
-        result => Ok(result?),
+        result => result,
     }
 }
