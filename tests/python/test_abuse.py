@@ -261,18 +261,19 @@ def read_error_then_maybe_close(conn: Conn) -> bytes:
 
 @pytest.mark.weir_only
 def test_over_long_line_is_an_error(server, probe):
+    # The default limit is 64 KiB (line_bytes_max).
     with Conn(server.addr) as c:
-        c.send(b"get " + b"a" * 3000 + b"\r\n")
+        c.send(b"get " + b"a" * 70_000 + b"\r\n")
         read_error_then_maybe_close(c)
     probe.check()
     # A line that never ends: the server must not buffer it forever nor wait for more.
     with Conn(server.addr) as c:
-        c.send(b"set " + b"x" * 10_000)
+        c.send(b"set " + b"x" * 70_000)
         read_error_then_maybe_close(c)
     probe.check()
     # A line just under the limit is fine (an unknown command: ERROR, connection open).
     with Conn(server.addr) as c:
-        c.send(b"x" * 2000 + b"\r\n")
+        c.send(b"x" * 65_000 + b"\r\n")
         c.expect(b"ERROR\r\n")
         assert c.request(b"version\r\n").startswith(b"VERSION weir-")
     assert server.alive()

@@ -43,3 +43,59 @@ def test_metrics_prometheus_format(server):
 def test_unknown_path_is_404(server):
     status, _ = fetch(server, "/no-such-page")
     assert status == 404
+
+
+def weir_with_config(make_server, toml: str):
+    server = make_server()
+    path = server.root / "weir.toml"
+    path.write_text(toml)
+    base = server.argv
+    server.argv = lambda: base() + ["--config", str(path)]
+    return server.start()
+
+
+def http_probe(server, request: bytes = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n") -> bytes:
+    import socket
+
+    with socket.create_connection((server.addr[0], server.http_port), timeout=5) as s:
+        s.sendall(request)
+        return s.recv(4096)
+
+
+@pytest.mark.weir_only
+def test_http_connections_are_capped_and_half_sent_headers_time_out(make_server):
+    import socket
+    import time
+
+    server = weir_with_config(
+        make_server, "[server]\nhttp_max_connections = 20\nhttp_header_timeout_ms = 700\n"
+    )
+    held = []
+    try:
+        for _ in range(60):
+            s = socket.create_connection((server.addr[0], server.http_port), timeout=5)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+            held.append(s)
+        time.sleep(0.3)
+
+        def closed(s) -> bool:
+            s.settimeout(0.05)
+            try:
+                return s.recv(4096) == b""
+            except socket.timeout:
+                return False
+            except OSError:
+                return True
+
+        refused = sum(closed(s) for s in held)
+        # Past the cap they are closed at once; the 20 within it wait for their heads.
+        assert refused >= 35, refused
+        time.sleep(1.0)
+        # The header deadline closes the others (hyper may answer 408 first).
+        still = [s for s in held if not closed(s)]
+        assert not still, f"{len(still)} half-sent requests still held"
+        assert b"200 OK" in http_probe(server)
+    finally:
+        for s in held:
+            s.close()
+    assert server.alive()

@@ -21,7 +21,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 use weir::{Durability, QueueConfig, StoreOptions};
 
-use crate::parse::{ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT};
+use crate::parse::{GET_KEYS_MAX_DEFAULT, ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT};
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:22133";
 pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:22134";
@@ -40,6 +40,12 @@ pub const QUEUES_MAX_DEFAULT: usize = 10_000;
 pub const LINE_BYTES_MAX_MIN: usize = 256;
 pub const LINE_BYTES_MAX_MAX: usize = 1024 * 1024;
 pub const OPEN_READS_MAX_MAX: u64 = 1024;
+pub const GET_KEYS_MAX_MAX: usize = 65_536;
+/// HTTP connections (`/health`, `/metrics`) open at once: a few scrapers and probes
+/// need a handful; the cap keeps a flood of half-open ones from holding memory.
+pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 256;
+/// Time an HTTP client has to send its whole request head.
+pub const HTTP_HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 
 /// The file as written; every key optional.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -70,6 +76,10 @@ pub struct ServerSection {
     pub max_queues: Option<usize>,
     pub shutdown_enabled: Option<bool>,
     pub shutdown_grace_ms: Option<u64>,
+    pub get_keys_max: Option<usize>,
+    pub flush_all_reply: Option<String>,
+    pub http_max_connections: Option<usize>,
+    pub http_header_timeout_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -98,6 +108,10 @@ pub struct Limits {
     /// Most queues clients may create; more is `SERVER_ERROR too many queues`.
     pub max_queues: usize,
     pub shutdown_enabled: bool,
+    /// Most keys of one `get`; more is `CLIENT_ERROR too many keys`.
+    pub get_keys_max: usize,
+    /// `flush_all` answers Kestrel's `Flushed all queues.` instead of memcache's `OK`.
+    pub flush_all_kestrel: bool,
 }
 
 impl Default for Limits {
@@ -110,6 +124,8 @@ impl Default for Limits {
             wait_ms_max: WAIT_MS_MAX_DEFAULT,
             max_queues: QUEUES_MAX_DEFAULT,
             shutdown_enabled: false,
+            get_keys_max: GET_KEYS_MAX_DEFAULT,
+            flush_all_kestrel: false,
         }
     }
 }
@@ -125,6 +141,10 @@ pub struct Settings {
     pub threads: usize,
     pub max_connections: usize,
     pub shutdown_grace_ms: u64,
+    /// HTTP connections open at once; one more is closed at once.
+    pub http_max_connections: usize,
+    /// Time an HTTP client has to send its request head; then it is closed.
+    pub http_header_timeout_ms: u64,
     pub limits: Limits,
     pub store: StoreOptions,
 }
@@ -165,6 +185,18 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
     if max_connections == 0 {
         bail!("max_connections must be at least 1");
     }
+    let http_max_connections = s
+        .http_max_connections
+        .unwrap_or(HTTP_CONNECTIONS_MAX_DEFAULT);
+    if http_max_connections == 0 {
+        bail!("http_max_connections must be at least 1");
+    }
+    let http_header_timeout_ms = s
+        .http_header_timeout_ms
+        .unwrap_or(HTTP_HEADER_TIMEOUT_MS_DEFAULT);
+    if http_header_timeout_ms == 0 {
+        bail!("http_header_timeout_ms must be at least 1");
+    }
     Ok(Settings {
         listen: overrides
             .listen
@@ -189,6 +221,8 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
         threads,
         max_connections,
         shutdown_grace_ms: s.shutdown_grace_ms.unwrap_or(SHUTDOWN_GRACE_MS_DEFAULT),
+        http_max_connections,
+        http_header_timeout_ms,
         limits,
         store: store_options(file)?,
     })
@@ -205,7 +239,16 @@ pub fn resolve_limits(s: &ServerSection) -> anyhow::Result<Limits> {
         wait_ms_max: s.wait_ms_max.unwrap_or(d.wait_ms_max),
         max_queues: s.max_queues.unwrap_or(d.max_queues),
         shutdown_enabled: s.shutdown_enabled.unwrap_or(d.shutdown_enabled),
+        get_keys_max: s.get_keys_max.unwrap_or(d.get_keys_max),
+        flush_all_kestrel: match s.flush_all_reply.as_deref() {
+            None | Some("ok") => false,
+            Some("kestrel") => true,
+            Some(other) => bail!("flush_all_reply must be \"ok\" or \"kestrel\", not {other:?}"),
+        },
     };
+    if !(1..=GET_KEYS_MAX_MAX).contains(&limits.get_keys_max) {
+        bail!("get_keys_max must be 1 to {GET_KEYS_MAX_MAX}");
+    }
     if !(LINE_BYTES_MAX_MIN..=LINE_BYTES_MAX_MAX).contains(&limits.line_bytes_max) {
         bail!("line_bytes_max must be {LINE_BYTES_MAX_MIN} to {LINE_BYTES_MAX_MAX}");
     }

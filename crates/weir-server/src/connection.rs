@@ -37,6 +37,12 @@ pub struct Connection {
     discard_bytes: u64,
     /// Drop everything up to the next `\n` before the next request.
     skip_line: bool,
+    /// `input` (then starting at this address) was searched for a line end up to this
+    /// length without finding one. A long line trickling in a byte at a time would
+    /// otherwise be searched from its start on every read: quadratic in its length.
+    /// Any change to the buffer's start (a request consumed, a reallocation) makes
+    /// the address differ, and the memo is dropped.
+    no_line_end_before: Option<(usize, usize)>,
 }
 
 impl Connection {
@@ -48,7 +54,31 @@ impl Connection {
             read_ahead: BytesMut::new(),
             discard_bytes: 0,
             skip_line: false,
+            no_line_end_before: None,
         }
+    }
+
+    /// The parser found no complete line in `input` (see `no_line_end_before`).
+    pub fn note_no_line_end(&mut self) {
+        self.no_line_end_before = Some((self.input.as_ptr() as usize, self.input.len()));
+    }
+
+    /// Whether `input` still holds no line end, looking only at the bytes that
+    /// arrived since [`Connection::note_no_line_end`]; false once one is there, or the
+    /// line is too long (the parser refuses it then).
+    pub fn line_still_incomplete(&mut self, line_bytes_max: usize) -> bool {
+        let Some((start, from)) = self.no_line_end_before.take() else {
+            return false;
+        };
+        if start != self.input.as_ptr() as usize
+            || from > self.input.len()
+            || self.input.len() > line_bytes_max + 1
+            || memchr::memchr(b'\n', &self.input[from..]).is_some()
+        {
+            return false;
+        }
+        self.note_no_line_end();
+        true
     }
 
     /// Whether a request has begun but not ended (so a timeout applies).

@@ -1,26 +1,110 @@
 //! HTTP beside the memcache port: `/health` for load balancers and `/metrics` in
 //! Prometheus's text format, rendered at scrape time from the front door's counters
 //! and the engine's stats (see `metrics.rs`).
+//!
+//! Its own accept loop rather than `axum::serve`, for two limits: at most
+//! `http_max_connections` connections at once (one more is closed as soon as it is
+//! accepted), and `http_header_timeout_ms` for a client to send a request head (hyper
+//! closes it after that), so that half-sent requests cannot pile up and hold memory.
+//! On shutdown every connection is told to close once its request in flight is
+//! answered; idle keep-alive connections close at once.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use tokio::net::TcpListener;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 use crate::server::Shared;
 
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) -> std::io::Result<()> {
+/// Pause after a failed accept (typically EMFILE), so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// The HTTP port's limits.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    limits: HttpLimits,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .with_state(Arc::clone(&shared));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shared.shutdown.wait().await })
-        .await
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shared.shutdown.wait() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "HTTP accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!(
+                max = limits.max_connections,
+                "HTTP connection refused: too many open"
+            );
+            drop(stream);
+            continue;
+        };
+        // Reap the ones that ended, so the set stays as small as what is open.
+        while connections.try_join_next().is_some() {}
+        let app = app.clone();
+        let shared = Arc::clone(&shared);
+        connections.spawn(async move {
+            let _slot = slot;
+            serve_connection(stream, app, &shared, limits.header_timeout).await;
+        });
+    }
+    drop(listener);
+    // Told to close (see `serve_connection`); a request in flight gets its answer.
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    shared: &Shared,
+    header_timeout: Duration,
+) {
+    let service = TowerToHyperService::new(app);
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        _ = shared.shutdown.wait() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "HTTP connection ended with an error");
+    }
 }
 
 async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
@@ -31,13 +115,18 @@ async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    let body = shared.metrics.render(&shared.store);
-    (
+async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse, Infallible> {
+    let store = shared.store.clone();
+    let metrics_shared = Arc::clone(&shared);
+    // Thousands of queues make a large page: rendered off the event loop.
+    let body = tokio::task::spawn_blocking(move || metrics_shared.metrics.render(&store))
+        .await
+        .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
+    Ok((
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         body,
-    )
+    ))
 }

@@ -77,6 +77,46 @@ pub struct Metrics {
     pub connections_total: AtomicU64,
     pub connections_refused: AtomicU64,
     loops: Box<[LoopMetrics]>,
+    /// What `stats reset` subtracts from the counters `stats` shows.
+    stats_baseline: std::sync::Mutex<StatsBaseline>,
+}
+
+/// The counters `stats` shows (and `stats reset` resets), at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsBaseline {
+    pub total_connections: u64,
+    pub cmd_get: u64,
+    pub cmd_set: u64,
+    pub cmd_peek: u64,
+    pub get_hits: u64,
+    pub get_misses: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+impl StatsBaseline {
+    fn zip(&self, other: &StatsBaseline, f: impl Fn(u64, u64) -> u64) -> StatsBaseline {
+        StatsBaseline {
+            total_connections: f(self.total_connections, other.total_connections),
+            cmd_get: f(self.cmd_get, other.cmd_get),
+            cmd_set: f(self.cmd_set, other.cmd_set),
+            cmd_peek: f(self.cmd_peek, other.cmd_peek),
+            get_hits: f(self.get_hits, other.get_hits),
+            get_misses: f(self.get_misses, other.get_misses),
+            bytes_read: f(self.bytes_read, other.bytes_read),
+            bytes_written: f(self.bytes_written, other.bytes_written),
+        }
+    }
+
+    /// These counters less `base`.
+    pub fn since(&self, base: &StatsBaseline) -> StatsBaseline {
+        self.zip(base, u64::saturating_sub)
+    }
+
+    /// These counters plus `base`.
+    pub fn plus(&self, base: &StatsBaseline) -> StatsBaseline {
+        self.zip(base, u64::saturating_add)
+    }
 }
 
 impl Metrics {
@@ -87,6 +127,7 @@ impl Metrics {
             connections_total: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
             loops: (0..loops.max(1)).map(|_| LoopMetrics::default()).collect(),
+            stats_baseline: std::sync::Mutex::new(StatsBaseline::default()),
         }
     }
 
@@ -127,6 +168,21 @@ impl Metrics {
 
     pub fn peeks(&self) -> u64 {
         self.sum(|l| &l.peeks)
+    }
+
+    /// What `stats` subtracts (set by `stats reset`).
+    pub fn stats_baseline(&self) -> StatsBaseline {
+        *self
+            .stats_baseline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn set_stats_baseline(&self, base: StatsBaseline) {
+        *self
+            .stats_baseline
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = base;
     }
 
     /// The Prometheus text format of every counter, and of every queue and reader.
@@ -225,12 +281,7 @@ impl Metrics {
     }
 
     fn render_queues(&self, store: &Store, out: &mut String) {
-        let stats: Vec<weir::QueueStats> = store
-            .queue_names()
-            .iter()
-            .filter_map(|name| store.existing_queue(name).ok().flatten())
-            .map(|q| q.stats())
-            .collect();
+        let stats: Vec<weir::QueueStats> = store.queues().iter().map(|q| q.stats()).collect();
         type QueueField = (
             &'static str,
             &'static str,

@@ -11,6 +11,14 @@
 //! `line_bytes_max` (not counting its end) is refused. A `set` data block must be
 //! followed by `\r\n` (or `\n`); anything else means the stream can no longer be
 //! trusted, and the refusal says to close the connection.
+//!
+//! One request, one reply, always in step. The other storage commands of the memcache
+//! protocol (`add`, `replace`, `append`, `prepend`, `cas`, and the meta `ms`) carry a
+//! data block too: weir does not do them, but it reads their block (its length is on
+//! the line) and drops it with one error reply, so client data is never run as
+//! commands. Where the block cannot be found (no valid length, a line too long), the
+//! connection is closed after the reply. A binary-protocol request (first byte 0x80)
+//! gets a binary error response and the connection is closed.
 
 use crate::request::{
     parse_i64, parse_plain_key, parse_read_key, parse_u64, parse_write_key, KeyError,
@@ -23,6 +31,8 @@ pub struct ParseLimits {
     pub line_bytes_max: usize,
     /// Largest `set` data block accepted, in bytes.
     pub item_size_bytes_max: u64,
+    /// Most keys one `get`/`gets` may name.
+    pub get_keys_max: usize,
 }
 
 impl Default for ParseLimits {
@@ -30,11 +40,18 @@ impl Default for ParseLimits {
         ParseLimits {
             line_bytes_max: LINE_BYTES_MAX_DEFAULT,
             item_size_bytes_max: ITEM_SIZE_BYTES_MAX_DEFAULT,
+            get_keys_max: GET_KEYS_MAX_DEFAULT,
         }
     }
 }
 
-pub const LINE_BYTES_MAX_DEFAULT: usize = 2048;
+/// The default longest line: room for a multi-get of [`GET_KEYS_MAX_DEFAULT`] keys of
+/// 60 bytes (memcached reads `get` lines of any length; clients such as gomemcache
+/// send hundreds of keys in one). What bounds a request is the key count.
+pub const LINE_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// The default most keys of one `get`: each key may create a queue and each reply
+/// may hold an item, so the count, not the line, is what a request's work follows.
+pub const GET_KEYS_MAX_DEFAULT: usize = 1024;
 pub const ITEM_SIZE_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
 
 /// One complete request. Everything borrows from the read buffer.
@@ -69,6 +86,10 @@ pub enum Request<'a> {
     },
     FlushAllExpired,
     Stats,
+    /// `stats settings`: the server's settings as `STAT` lines.
+    StatsSettings,
+    /// `stats reset`: the counters `stats` shows start again from zero.
+    StatsReset,
     /// `names` is the rest of the line: zero or more queue names, each valid.
     DumpStats {
         names: &'a str,
@@ -99,7 +120,7 @@ impl Request<'_> {
             Request::FlushAll { .. } => CommandKind::FlushAll,
             Request::FlushExpired { .. } => CommandKind::FlushExpired,
             Request::FlushAllExpired => CommandKind::FlushAllExpired,
-            Request::Stats => CommandKind::Stats,
+            Request::Stats | Request::StatsSettings | Request::StatsReset => CommandKind::Stats,
             Request::DumpStats { .. } => CommandKind::DumpStats,
             Request::Monitor { .. } => CommandKind::Monitor,
             Request::Confirm { .. } => CommandKind::Confirm,
@@ -214,6 +235,11 @@ impl Reject {
 /// What [`parse`] found at the front of the buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parse<'a> {
+    /// A binary-protocol request header: answer with [`binary_error`] and close.
+    Binary {
+        opcode: u8,
+        opaque: [u8; 4],
+    },
     /// Not a complete request yet. `bytes_needed` is the buffer length that will
     /// complete it when known (a `set` whose line is in), else 0.
     Incomplete {
@@ -231,17 +257,77 @@ pub const REPLY_BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 pub const REPLY_LINE_TOO_LONG: &[u8] = b"CLIENT_ERROR line too long\r\n";
 pub const REPLY_BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 pub const REPLY_TOO_LARGE: &[u8] = b"CLIENT_ERROR item too large\r\n";
+pub const REPLY_TOO_MANY_KEYS: &[u8] = b"CLIENT_ERROR too many keys\r\n";
+
+/// The memcache storage commands weir does not do, with the index (among the tokens
+/// after the command word) of their data block's length, and their one reply.
+const UNSUPPORTED_STORAGE: [(&str, usize, &[u8]); 6] = [
+    (
+        "add",
+        3,
+        b"CLIENT_ERROR add is not supported by a queue\r\n",
+    ),
+    (
+        "replace",
+        3,
+        b"CLIENT_ERROR replace is not supported by a queue\r\n",
+    ),
+    (
+        "append",
+        3,
+        b"CLIENT_ERROR append is not supported by a queue\r\n",
+    ),
+    (
+        "prepend",
+        3,
+        b"CLIENT_ERROR prepend is not supported by a queue\r\n",
+    ),
+    (
+        "cas",
+        3,
+        b"CLIENT_ERROR cas is not supported by a queue\r\n",
+    ),
+    ("ms", 1, b"CLIENT_ERROR ms is not supported by a queue\r\n"),
+];
+
+/// Bytes of a binary-protocol request header.
+pub const BINARY_HEADER_BYTES: usize = 24;
+/// First byte of a binary-protocol request.
+const BINARY_REQUEST_MAGIC: u8 = 0x80;
+/// The text of the binary error response.
+const BINARY_ERROR_TEXT: &[u8] = b"weir speaks the memcache text protocol only";
+
+/// A binary-protocol response refusing the request (`opcode`, `opaque` echoed):
+/// status 0x0081, "unknown command", with a short text, so a binary client reports a
+/// clear error instead of waiting.
+pub fn binary_error(opcode: u8, opaque: [u8; 4]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(BINARY_HEADER_BYTES + BINARY_ERROR_TEXT.len());
+    out.push(0x81);
+    out.push(opcode);
+    out.extend_from_slice(&[0, 0, 0, 0]); // key length, extras length, data type
+    out.extend_from_slice(&0x0081u16.to_be_bytes());
+    out.extend_from_slice(&(BINARY_ERROR_TEXT.len() as u32).to_be_bytes());
+    out.extend_from_slice(&opaque);
+    out.extend_from_slice(&[0u8; 8]); // cas
+    out.extend_from_slice(BINARY_ERROR_TEXT);
+    out
+}
 
 /// Parses the request at the front of `buf`.
 pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
+    if buf.first() == Some(&BINARY_REQUEST_MAGIC) {
+        return parse_binary(buf);
+    }
     let Some(line_end) = find_line_end(buf, limits.line_bytes_max) else {
         if buf.len() > limits.line_bytes_max + 1 {
             // No end within reach: refuse now rather than buffer without bound. If
             // the end has arrived, drop through it; else drop up to it once it does.
+            // A storage command's data block cannot be found past a line that is
+            // not read: the connection closes rather than run it as commands.
             let end = memchr::memchr(b'\n', buf);
             return Parse::Reject(Reject {
                 skip_line: end.is_none(),
-                close: starts_with_set(buf),
+                close: starts_with_storage_command(buf),
                 ..Reject::new(end.map_or(buf.len(), |i| i + 1), REPLY_LINE_TOO_LONG)
             });
         }
@@ -251,7 +337,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     let line = trim_line(&buf[..line_end]);
     if line.len() > limits.line_bytes_max {
         return Parse::Reject(Reject {
-            close: starts_with_set(line),
+            close: starts_with_storage_command(line),
             ..Reject::new(consumed, REPLY_LINE_TOO_LONG)
         });
     }
@@ -263,8 +349,11 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     if is("set") {
         return parse_set(buf, consumed, tokens, limits);
     }
+    if let Some(&(_, length_at, reply)) = UNSUPPORTED_STORAGE.iter().find(|(w, _, _)| is(w)) {
+        return refuse_storage(consumed, tokens, length_at, reply, is("ms"));
+    }
     let request = if is("get") || is("gets") {
-        parse_get(tokens, is("gets"))
+        parse_get(tokens, is("gets"), limits.get_keys_max)
     } else if is("delete") {
         parse_delete(tokens)
     } else if is("flush") {
@@ -276,8 +365,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     } else if is("flush_all_expired") {
         no_arguments(tokens, Request::FlushAllExpired)
     } else if is("stats") {
-        // memcache's `stats ARG` variants all get the one form weir has.
-        Ok(Request::Stats)
+        parse_stats(tokens)
     } else if is("dump_stats") {
         parse_dump_stats(tokens)
     } else if is("monitor") {
@@ -285,13 +373,15 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     } else if is("confirm") {
         parse_confirm(tokens)
     } else if is("version") {
-        no_arguments(tokens, Request::Version)
+        // memcached answers whatever follows; so do we.
+        Ok(Request::Version)
     } else if is("reload") {
         no_arguments(tokens, Request::Reload)
     } else if is("shutdown") {
         no_arguments(tokens, Request::Shutdown)
     } else if is("quit") {
-        no_arguments(tokens, Request::Quit)
+        // memcached closes whatever follows; so do we.
+        Ok(Request::Quit)
     } else {
         Err(REPLY_ERROR)
     };
@@ -313,8 +403,65 @@ fn trim_line(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-fn starts_with_set(buf: &[u8]) -> bool {
-    buf.len() >= 4 && buf[..3].eq_ignore_ascii_case(b"set") && buf[3] == b' '
+/// Whether `buf` starts with a command that carries a data block (`set`, or one of
+/// [`UNSUPPORTED_STORAGE`]) followed by a space.
+fn starts_with_storage_command(buf: &[u8]) -> bool {
+    let word_end = buf.iter().position(|&b| b == b' ').unwrap_or(buf.len());
+    if word_end == buf.len() {
+        return false;
+    }
+    let word = &buf[..word_end];
+    word.eq_ignore_ascii_case(b"set")
+        || UNSUPPORTED_STORAGE
+            .iter()
+            .any(|(w, _, _)| word.eq_ignore_ascii_case(w.as_bytes()))
+}
+
+/// A binary-protocol request: its header's opcode and opaque, once the 24 bytes are in.
+fn parse_binary(buf: &[u8]) -> Parse<'_> {
+    if buf.len() < BINARY_HEADER_BYTES {
+        return Parse::Incomplete {
+            bytes_needed: BINARY_HEADER_BYTES,
+        };
+    }
+    let mut opaque = [0u8; 4];
+    opaque.copy_from_slice(&buf[12..16]);
+    Parse::Binary {
+        opcode: buf[1],
+        opaque,
+    }
+}
+
+/// A storage command weir does not do: its data block is dropped, one reply (none
+/// after a final `noreply`, except for `ms`, whose errors always answer). Without a
+/// valid length the block cannot be found: reply and close.
+fn refuse_storage<'a>(
+    line_consumed: usize,
+    tokens: Tokens<'a>,
+    length_at: usize,
+    reply: &'static [u8],
+    meta: bool,
+) -> Parse<'a> {
+    let mut length = None;
+    let mut last: Option<&[u8]> = None;
+    for (i, token) in tokens.enumerate() {
+        if i == length_at {
+            length = parse_u64(token);
+        }
+        last = Some(token);
+    }
+    let Some(length) = length else {
+        return Parse::Reject(Reject {
+            close: true,
+            ..Reject::new(line_consumed, REPLY_BAD_DATA_CHUNK)
+        });
+    };
+    let noreply = !meta && last.is_some_and(|t| t.eq_ignore_ascii_case(b"noreply"));
+    Parse::Reject(Reject {
+        discard_bytes: length.saturating_add(2),
+        noreply,
+        ..Reject::new(line_consumed, reply)
+    })
 }
 
 /// Space-separated tokens of a line; runs of spaces count as one.
@@ -350,8 +497,9 @@ impl<'a> Iterator for Tokens<'a> {
     }
 }
 
-fn as_str(token: &[u8]) -> Result<&str, &'static [u8]> {
-    std::str::from_utf8(token).map_err(|_| REPLY_BAD_FORMAT)
+/// A key token as text: a key that is not UTF-8 cannot be a valid queue name.
+fn key_str(token: &[u8]) -> Result<&str, &'static [u8]> {
+    std::str::from_utf8(token).map_err(|_| KeyError::BadName.reply())
 }
 
 fn key_error(e: KeyError) -> &'static [u8] {
@@ -376,8 +524,10 @@ fn parse_set<'a>(
         });
     };
     let last = tokens.next();
-    let noreply = last.is_some_and(|t| t.eq_ignore_ascii_case(b"noreply"));
-    let extra = tokens.next().is_some() || (last.is_some() && !noreply);
+    let extra = tokens.next().is_some();
+    // `noreply` counts only as the last token: a malformed line is answered.
+    let noreply = !extra && last.is_some_and(|t| t.eq_ignore_ascii_case(b"noreply"));
+    let extra = extra || (last.is_some() && !noreply);
     let data_and_end = length.saturating_add(2);
     let refuse = |reply| {
         Parse::Reject(Reject {
@@ -396,7 +546,7 @@ fn parse_set<'a>(
     let (Some(key), Some(flags), Some(exptime), false) = (key, flags, exptime, extra) else {
         return refuse(REPLY_BAD_FORMAT);
     };
-    let key = match as_str(key) {
+    let key = match key_str(key) {
         Ok(key) => key,
         Err(reply) => return refuse(reply),
     };
@@ -439,12 +589,19 @@ fn parse_set<'a>(
     }
 }
 
-fn parse_get<'a>(tokens: Tokens<'a>, cas: bool) -> Result<Request<'a>, &'static [u8]> {
-    let keys = tokens.rest_str().ok_or(REPLY_BAD_FORMAT)?;
+fn parse_get<'a>(
+    tokens: Tokens<'a>,
+    cas: bool,
+    keys_max: usize,
+) -> Result<Request<'a>, &'static [u8]> {
+    let keys = tokens.rest_str().ok_or(KeyError::BadName.reply())?;
     let mut count = 0;
     for key in keys.split(' ').filter(|k| !k.is_empty()) {
-        parse_read_key(key).map_err(key_error)?;
         count += 1;
+        if count > keys_max {
+            return Err(REPLY_TOO_MANY_KEYS);
+        }
+        parse_read_key(key).map_err(key_error)?;
     }
     if count == 0 {
         return Err(REPLY_BAD_FORMAT);
@@ -455,13 +612,16 @@ fn parse_get<'a>(tokens: Tokens<'a>, cas: bool) -> Result<Request<'a>, &'static 
 /// `delete KEY [0] [noreply]` (the `0` is memcache's old hold time, accepted for
 /// clients that still send it).
 fn parse_delete(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let key = as_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
+    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
     parse_plain_key(key).map_err(key_error)?;
     let mut noreply = false;
+    let mut hold_time = false;
     for token in tokens {
         if token.eq_ignore_ascii_case(b"noreply") && !noreply {
             noreply = true;
-        } else if token != b"0" || noreply {
+        } else if token == b"0" && !hold_time && !noreply {
+            hold_time = true;
+        } else {
             return Err(REPLY_BAD_FORMAT);
         }
     }
@@ -470,7 +630,7 @@ fn parse_delete(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 
 /// `COMMAND KEY [noreply]` where the key takes no options.
 fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(&str, bool), &'static [u8]> {
-    let key = as_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
+    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
     parse_plain_key(key).map_err(key_error)?;
     let noreply = match tokens.next() {
         None => false,
@@ -521,8 +681,24 @@ fn no_arguments<'a>(
     }
 }
 
+/// `stats`, `stats settings`, `stats reset`; any other argument is `ERROR`, as
+/// memcached answers a statistics group it does not have (weir has no slabs, items
+/// per slab class, sizes or per-connection statistics).
+fn parse_stats(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
+    let request = match tokens.next() {
+        None => Request::Stats,
+        Some(t) if t.eq_ignore_ascii_case(b"settings") => Request::StatsSettings,
+        Some(t) if t.eq_ignore_ascii_case(b"reset") => Request::StatsReset,
+        Some(_) => return Err(REPLY_ERROR),
+    };
+    match tokens.next() {
+        None => Ok(request),
+        Some(_) => Err(REPLY_ERROR),
+    }
+}
+
 fn parse_dump_stats(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let names = tokens.rest_str().ok_or(REPLY_BAD_FORMAT)?;
+    let names = tokens.rest_str().ok_or(KeyError::BadName.reply())?;
     for name in names.split(' ').filter(|n| !n.is_empty()) {
         if weir::validate_queue_name(name).is_err() {
             return Err(KeyError::BadName.reply());
@@ -533,7 +709,7 @@ fn parse_dump_stats(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 
 /// `monitor KEY SECONDS [MAX_ITEMS]`
 fn parse_monitor(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let key = as_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
+    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
     parse_plain_key(key).map_err(key_error)?;
     let seconds = tokens.next().and_then(parse_u64).ok_or(REPLY_BAD_FORMAT)?;
     let items_max = match tokens.next() {
@@ -552,7 +728,7 @@ fn parse_monitor(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 
 /// `confirm KEY COUNT`
 fn parse_confirm(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let key = as_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
+    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
     parse_plain_key(key).map_err(key_error)?;
     let count = tokens.next().and_then(parse_u64).ok_or(REPLY_BAD_FORMAT)?;
     if tokens.next().is_some() {
@@ -569,6 +745,7 @@ mod tests {
         ParseLimits {
             line_bytes_max: 64,
             item_size_bytes_max: 100,
+            get_keys_max: 4,
         }
     }
 
@@ -719,7 +896,27 @@ mod tests {
             request(b"confirm q 2\r\n").0,
             Request::Confirm { key: "q", count: 2 }
         );
-        assert_eq!(reject(b"version x\r\n").reply, REPLY_BAD_FORMAT);
+        assert_eq!(request(b"version x\r\n").0, Request::Version);
+        assert_eq!(request(b"quit now\r\n").0, Request::Quit);
+        assert_eq!(request(b"stats settings\r\n").0, Request::StatsSettings);
+        assert_eq!(request(b"STATS reset\r\n").0, Request::StatsReset);
+        for other in [
+            &b"stats items\r\n"[..],
+            b"stats slabs\r\n",
+            b"stats reset now\r\n",
+        ] {
+            assert_eq!(reject(other).reply, REPLY_ERROR);
+        }
+        assert_eq!(reject(b"delete q 0 0\r\n").reply, REPLY_BAD_FORMAT);
+        assert_eq!(reject(b"delete q noreply 0\r\n").reply, REPLY_BAD_FORMAT);
+        assert!(matches!(
+            request(b"delete q 0 noreply\r\n").0,
+            Request::Delete { noreply: true, .. }
+        ));
+        assert!(matches!(
+            request(b"delete q 0\r\n").0,
+            Request::Delete { noreply: false, .. }
+        ));
         assert_eq!(
             request(b"dump_stats a b\r\n").0,
             Request::DumpStats { names: "a b" }
@@ -737,5 +934,103 @@ mod tests {
             KeyError::BadOption.reply()
         );
         assert_eq!(reject(b"flush_expired q x\r\n").reply, REPLY_BAD_FORMAT);
+    }
+
+    #[test]
+    fn keys_that_are_not_utf8_are_bad_names() {
+        let bad = KeyError::BadName.reply();
+        for line in [
+            &b"get \xff\r\n"[..],
+            b"get ok \xfe\r\n",
+            b"delete \xff\r\n",
+            b"flush \xff\r\n",
+            b"monitor \xff 1\r\n",
+            b"confirm \xff 1\r\n",
+            b"dump_stats \xff\r\n",
+        ] {
+            assert_eq!(reject(line).reply, bad, "{}", String::from_utf8_lossy(line));
+        }
+        let r = reject(b"set \xff 0 0 1\r\nx\r\n");
+        assert_eq!((r.reply, r.discard_bytes), (bad, 3));
+    }
+
+    #[test]
+    fn noreply_counts_only_as_the_last_token() {
+        let r = reject(b"set q 0 0 1 noreply extra\r\nx\r\n");
+        assert_eq!(
+            (r.reply, r.noreply, r.discard_bytes),
+            (REPLY_BAD_FORMAT, false, 3)
+        );
+        let r = reject(b"set q.r 0 0 1 noreply\r\nx\r\n");
+        assert!(r.noreply);
+    }
+
+    #[test]
+    fn storage_commands_weir_does_not_do_drop_their_block() {
+        for (line, length) in [
+            (&b"add k 0 0 13\r\n"[..], 13),
+            (b"replace k 0 0 2\r\n", 2),
+            (b"APPEND k 0 0 0\r\n", 0),
+            (b"prepend k 1 2 3\r\n", 3),
+            (b"cas k 0 0 4 99\r\n", 4),
+            (b"ms k 5 T10\r\n", 5),
+        ] {
+            let r = reject(line);
+            assert!(r.reply.starts_with(b"CLIENT_ERROR "), "{:?}", r);
+            assert_eq!(
+                (r.consumed, r.discard_bytes, r.close, r.noreply),
+                (line.len(), length + 2, false, false)
+            );
+        }
+        let r = reject(b"add k 0 0 1 noreply\r\n");
+        assert!(r.noreply && !r.close);
+        // The meta command's errors always answer.
+        assert!(!reject(b"ms k 1 noreply\r\n").noreply);
+        // No length to find the block by: close.
+        for line in [
+            &b"add k 0 0\r\n"[..],
+            b"cas k 0 0 x 1\r\n",
+            b"ms k\r\n",
+            b"add\r\n",
+        ] {
+            let r = reject(line);
+            assert_eq!((r.reply, r.close), (REPLY_BAD_DATA_CHUNK, true));
+        }
+        // A line too long: its block cannot be found either.
+        let mut line = b"add ".to_vec();
+        line.extend_from_slice(&[b'k'; 80]);
+        line.extend_from_slice(b" 0 0 1\r\n");
+        assert!(reject(&line).close);
+        assert!(reject(&line[..70]).close);
+        let mut get = b"get ".to_vec();
+        get.extend_from_slice(&[b'k'; 80]);
+        assert!(!reject(&get).close);
+    }
+
+    #[test]
+    fn gets_have_a_key_count_limit() {
+        assert!(matches!(request(b"get a b c d\r\n").0, Request::Get { .. }));
+        assert_eq!(reject(b"get a b c d e\r\n").reply, REPLY_TOO_MANY_KEYS);
+    }
+
+    #[test]
+    fn a_binary_request_is_answered_in_binary() {
+        let mut req = vec![
+            0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef,
+        ];
+        assert_eq!(
+            parse(&req, &limits()),
+            Parse::Incomplete { bytes_needed: 24 }
+        );
+        req.extend_from_slice(&[0u8; 8]);
+        let Parse::Binary { opcode, opaque } = parse(&req, &limits()) else {
+            panic!("not a binary request");
+        };
+        let reply = binary_error(opcode, opaque);
+        assert_eq!(&reply[..2], &[0x81, 0x0a]);
+        assert_eq!(&reply[6..8], &[0x00, 0x81], "status: unknown command");
+        assert_eq!(&reply[12..16], &[0xde, 0xad, 0xbe, 0xef], "opaque echoed");
+        let body = u32::from_be_bytes([reply[8], reply[9], reply[10], reply[11]]) as usize;
+        assert_eq!(reply.len(), 24 + body);
     }
 }

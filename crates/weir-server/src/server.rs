@@ -31,7 +31,7 @@ use crate::cmd::{self, Ctx, Flow, Session};
 use crate::config::{Limits, Settings};
 use crate::connection::{write_now, Connection};
 use crate::metrics::{LoopMetrics, Metrics};
-use crate::parse::{parse, CommandKind, Parse, ParseLimits};
+use crate::parse::{binary_error, parse, CommandKind, Parse, ParseLimits};
 use crate::queues::QueueOpener;
 use crate::shutdown::Shutdown;
 
@@ -51,6 +51,9 @@ pub struct Shared {
     /// The store's descriptor budget, derived at start (see [`files_open_max`]) and
     /// kept across reloads.
     pub files_open_max: usize,
+    /// The settings the server started with (`stats settings` shows the restart-only
+    /// ones from here, the reloadable ones from `limits`).
+    pub settings: Settings,
     pub limits: RuntimeLimits,
     pub metrics: Metrics,
     pub config_path: Option<PathBuf>,
@@ -66,6 +69,8 @@ pub struct RuntimeLimits {
     request_timeout_ms: AtomicU64,
     wait_ms_max: AtomicU64,
     shutdown_enabled: AtomicBool,
+    get_keys_max: AtomicUsize,
+    flush_all_kestrel: AtomicBool,
 }
 
 impl RuntimeLimits {
@@ -77,6 +82,8 @@ impl RuntimeLimits {
             request_timeout_ms: AtomicU64::new(0),
             wait_ms_max: AtomicU64::new(0),
             shutdown_enabled: AtomicBool::new(false),
+            get_keys_max: AtomicUsize::new(0),
+            flush_all_kestrel: AtomicBool::new(false),
         };
         r.set(limits);
         r
@@ -90,12 +97,20 @@ impl RuntimeLimits {
         self.request_timeout_ms.store(l.request_timeout_ms, Relaxed);
         self.wait_ms_max.store(l.wait_ms_max, Relaxed);
         self.shutdown_enabled.store(l.shutdown_enabled, Relaxed);
+        self.get_keys_max.store(l.get_keys_max, Relaxed);
+        self.flush_all_kestrel.store(l.flush_all_kestrel, Relaxed);
+    }
+
+    /// Whether `flush_all` answers Kestrel's text instead of `OK`.
+    pub fn flush_all_kestrel(&self) -> bool {
+        self.flush_all_kestrel.load(Relaxed)
     }
 
     pub fn parse_limits(&self) -> ParseLimits {
         ParseLimits {
             line_bytes_max: self.line_bytes_max.load(Relaxed),
             item_size_bytes_max: self.item_size_bytes_max.load(Relaxed),
+            get_keys_max: self.get_keys_max.load(Relaxed),
         }
     }
 
@@ -159,6 +174,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let shared = Arc::new(Shared {
         queues: QueueOpener::new(store.clone()),
         files_open_max,
+        settings: settings.clone(),
         store,
         limits: RuntimeLimits::new(settings.limits),
         metrics: Metrics::new(settings.threads),
@@ -176,7 +192,15 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         "listening"
     );
     tokio::spawn(on_signals(Arc::clone(&shared)));
-    let http = tokio::spawn(crate::http::serve(http_listener, Arc::clone(&shared)));
+    let http_limits = crate::http::HttpLimits {
+        max_connections: settings.http_max_connections,
+        header_timeout: Duration::from_millis(settings.http_header_timeout_ms),
+    };
+    let http = tokio::spawn(crate::http::serve(
+        http_listener,
+        Arc::clone(&shared),
+        http_limits,
+    ));
 
     accept_loop(
         &shared,
@@ -485,10 +509,22 @@ async fn process(
             return (Flow::Continue, progressed);
         }
         let limits = shared.limits.parse_limits();
+        if conn.line_still_incomplete(limits.line_bytes_max) {
+            // A long line trickling in: only the new bytes were looked at.
+            return (Flow::Continue, progressed);
+        }
         match parse(&conn.input, &limits) {
             Parse::Incomplete { bytes_needed } => {
                 conn.reserve_for(bytes_needed);
+                if bytes_needed == 0 {
+                    conn.note_no_line_end();
+                }
                 return (Flow::Continue, progressed);
+            }
+            Parse::Binary { opcode, opaque } => {
+                metrics.record(CommandKind::Invalid, Duration::ZERO);
+                conn.output.extend_from_slice(&binary_error(opcode, opaque));
+                return (Flow::Close, true);
             }
             Parse::Reject(r) => {
                 progressed = true;

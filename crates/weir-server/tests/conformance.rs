@@ -312,18 +312,29 @@ fn readers_fan_out_and_share() {
 fn delete_queue_and_reader() {
     let (_dir, s) = server();
     let mut c = s.client();
-    c.call(b"delete q\r\n", b"NOT_FOUND\r\n");
+    // DELETED whether or not it existed, as Kestrel's last release answers.
+    c.call(b"delete q\r\n", b"DELETED\r\n");
     c.call(
         b"set q 0 0 1\r\na\r\nget q.r/peek\r\n",
         b"STORED\r\nVALUE q.r/peek 0 1\r\na\r\nEND\r\n",
     );
-    c.call(b"delete q.nope\r\n", b"NOT_FOUND\r\n");
+    c.call(b"delete q.nope\r\n", b"DELETED\r\n");
     c.call(b"delete q.r\r\n", b"DELETED\r\n");
-    c.call(b"delete q+r\r\n", b"NOT_FOUND\r\n");
+    c.call(b"delete q+r\r\n", b"DELETED\r\n");
     let mut other = s.client();
     other.call(b"get q/peek\r\n", b"VALUE q/peek 0 1\r\na\r\nEND\r\n");
     c.call(b"delete q\r\n", b"DELETED\r\n");
-    c.call(b"delete q noreply\r\ndelete q 0\r\n", b"NOT_FOUND\r\n");
+    c.call(b"delete q noreply\r\ndelete q 0\r\n", b"DELETED\r\n");
+    // memcache's old hold time, once, and only 0.
+    c.call(
+        b"delete q 0 0\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.call(
+        b"delete q 5\r\n",
+        b"CLIENT_ERROR bad command line format\r\n",
+    );
+    c.call(b"delete \xff\r\n", b"CLIENT_ERROR bad queue name\r\n");
     // A connection that cached the queue still works: it is created afresh.
     other.call(b"get q\r\n", b"END\r\n");
     other.call(
@@ -354,7 +365,7 @@ fn flush_commands() {
         b"set a 0 0 1\r\na\r\nset b 0 0 1\r\nb\r\n",
         b"STORED\r\nSTORED\r\n",
     );
-    c.call(b"flush_all\r\n", b"Flushed all queues.\r\n");
+    c.call(b"flush_all\r\n", b"OK\r\n");
     c.call(b"flush_all 0 noreply\r\nget a b\r\n", b"END\r\n");
     c.call(
         b"flush_all 10\r\n",
@@ -571,18 +582,152 @@ fn unknown_commands_and_bad_lines() {
     c.call(b"get\r\n", b"CLIENT_ERROR bad command line format\r\n");
     c.call(b"get    \r\n", b"CLIENT_ERROR bad command line format\r\n");
     c.call(b"get ../etc\r\n", b"CLIENT_ERROR bad queue name\r\n");
-    c.call(
-        b"get \xff\xfe\r\n",
-        b"CLIENT_ERROR bad command line format\r\n",
+    c.call(b"get \xff\xfe\r\n", b"CLIENT_ERROR bad queue name\r\n");
+    let version = format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION"));
+    // As memcached: what follows `version` is ignored.
+    c.call(b"version extra\r\n", version.as_bytes());
+    c.call(b"version\r\n", version.as_bytes());
+    c.call(b"stats bogus\r\n", b"ERROR\r\n");
+    c.call(b"quit now\r\n", b"");
+    c.expect_closed();
+}
+
+/// Every memcache command that carries a data block is read whole, data included,
+/// with one reply; the data never runs as commands (it once deleted queues).
+#[test]
+fn storage_commands_weir_does_not_do_never_run_their_data() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    c.call(b"set victim 0 0 1\r\nv\r\n", b"STORED\r\n");
+    let block = b"delete victim\r\n";
+    for (line, reply) in [
+        (
+            &b"add k 0 0 15"[..],
+            &b"CLIENT_ERROR add is not supported by a queue\r\n"[..],
+        ),
+        (
+            b"replace k 0 0 15",
+            b"CLIENT_ERROR replace is not supported by a queue\r\n",
+        ),
+        (
+            b"append k 0 0 15",
+            b"CLIENT_ERROR append is not supported by a queue\r\n",
+        ),
+        (
+            b"prepend k 0 0 15",
+            b"CLIENT_ERROR prepend is not supported by a queue\r\n",
+        ),
+        (
+            b"cas k 0 0 15 42",
+            b"CLIENT_ERROR cas is not supported by a queue\r\n",
+        ),
+        (
+            b"ms k 15 T0",
+            b"CLIENT_ERROR ms is not supported by a queue\r\n",
+        ),
+    ] {
+        let mut request = line.to_vec();
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(block);
+        request.extend_from_slice(b"\r\n");
+        c.call(&request, reply);
+        // With noreply: nothing at all, and the block still skipped.
+        if !line.starts_with(b"ms") {
+            let mut quiet = line.to_vec();
+            quiet.extend_from_slice(b" noreply\r\n");
+            quiet.extend_from_slice(block);
+            quiet.extend_from_slice(b"\r\nget victim/peek\r\n");
+            c.call(&quiet, b"VALUE victim/peek 0 1\r\nv\r\nEND\r\n");
+        }
+    }
+    // Split across reads, the block arriving byte by byte.
+    c.send(b"add k 0 0 15\r\n");
+    for b in block.iter().chain(b"\r\n") {
+        c.send(&[*b]);
+    }
+    c.expect(b"CLIENT_ERROR add is not supported by a queue\r\n");
+    c.call(b"get victim\r\n", b"VALUE victim 0 1\r\nv\r\nEND\r\n");
+    // No length to find the block by: one reply, then the connection closes.
+    c.call(b"add k 0 0\r\n", b"CLIENT_ERROR bad data chunk\r\n");
+    c.expect_closed();
+    let mut c = s.client();
+    let mut long = b"append ".to_vec();
+    long.extend(std::iter::repeat_n(b'k', 70_000));
+    long.extend_from_slice(b" 0 0 15\r\ndelete victim\r\n");
+    c.call(&long, b"CLIENT_ERROR line too long\r\n");
+    c.expect_closed();
+    s.client().call(b"get victim\r\n", b"END\r\n");
+}
+
+#[test]
+fn a_binary_request_gets_a_binary_error_and_a_close() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    // A binary NOOP with opaque 0xdeadbeef, as memjs sends.
+    let mut noop = vec![
+        0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef,
+    ];
+    noop.extend_from_slice(&[0u8; 8]);
+    let text = b"weir speaks the memcache text protocol only";
+    let mut reply = vec![0x81, 0x0a, 0, 0, 0, 0, 0x00, 0x81];
+    reply.extend_from_slice(&(text.len() as u32).to_be_bytes());
+    reply.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    reply.extend_from_slice(&[0u8; 8]);
+    reply.extend_from_slice(text);
+    c.call(&noop, &reply);
+    c.expect_closed();
+    s.client().call(b"get q\r\n", b"END\r\n");
+}
+
+#[test]
+fn flush_all_replies_kestrels_text_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config_file(dir.path(), "[server]\nflush_all_reply = \"kestrel\"\n");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
     );
-    c.call(
-        b"version extra\r\n",
-        b"CLIENT_ERROR bad command line format\r\n",
+    let mut c = s.client();
+    c.call(b"flush_all\r\n", b"Flushed all queues.\r\n");
+    std::fs::write(&cfg, "[server]\nflush_all_reply = \"ok\"\n").unwrap();
+    c.call(b"reload\r\nflush_all\r\n", b"Reloaded config.\r\nOK\r\n");
+    std::fs::write(&cfg, "[server]\nflush_all_reply = \"yes\"\n").unwrap();
+    c.send(b"reload\r\n");
+    let reply = c.read_until(b"\r\n");
+    assert!(
+        reply.starts_with(b"SERVER_ERROR reload failed: "),
+        "{}",
+        String::from_utf8_lossy(&reply)
     );
+}
+
+#[test]
+fn stats_settings_and_reset() {
+    let (_dir, s) = server();
+    let mut c = s.client();
     c.call(
-        b"version\r\n",
-        format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
+        b"set q 0 0 1\r\na\r\nget q\r\nget q\r\n",
+        b"STORED\r\nVALUE q 0 1\r\na\r\nEND\r\nEND\r\n",
     );
+    let stats = c.stats();
+    let counts = |s: &std::collections::HashMap<String, String>| {
+        ["cmd_get", "get_hits", "get_misses", "cmd_set"].map(|k| s[k].clone())
+    };
+    assert_eq!(counts(&stats), ["2", "1", "1", "1"]);
+    c.call(b"stats reset\r\n", b"RESET\r\n");
+    let stats = c.stats();
+    assert_eq!(counts(&stats), ["0", "0", "0", "0"]);
+    // The queue's own counters are its state: kept.
+    assert_eq!(stats["queue_q_total_items"], "1");
+    let settings = c.stats_of(b"stats settings\r\n");
+    assert_eq!(settings["maxconns"], "16384");
+    assert_eq!(settings["line_bytes_max"], "65536");
+    assert_eq!(settings["get_keys_max"], "1024");
+    assert_eq!(settings["max_queues"], "10000");
+    assert_eq!(settings["flush_all_reply"], "ok");
+    // /metrics keeps counting across a reset: Prometheus counters only grow.
+    let (_, metrics) = s.http_get("/metrics");
+    assert!(metrics.contains("weir_get_hits_total 1"), "{metrics}");
 }
 
 #[test]
@@ -648,22 +793,22 @@ fn data_not_followed_by_crlf_closes() {
 fn over_long_lines() {
     let (_dir, s) = server();
     let mut c = s.client();
-    // 2048 bytes of line is fine (an unknown command here); 2049 is not.
-    let mut ok = vec![b'x'; 2048];
+    // 65536 bytes of line is fine (an unknown command here); 65537 is not.
+    let mut ok = vec![b'x'; 65536];
     ok.extend_from_slice(b"\r\n");
     c.call(&ok, b"ERROR\r\n");
     let mut long = b"get ".to_vec();
-    long.extend(std::iter::repeat_n(b'a', 3000));
+    long.extend(std::iter::repeat_n(b'a', 70_000));
     long.extend_from_slice(b"\r\nversion\r\n");
     c.call(&long, b"CLIENT_ERROR line too long\r\n");
     c.expect(format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes());
     // The end of a long line arriving later is skipped too.
-    c.send(&vec![b'z'; 5000]);
+    c.send(&vec![b'z'; 70_000]);
     c.expect(b"CLIENT_ERROR line too long\r\n");
     c.call(b"zzzz\r\nget q\r\n", b"END\r\n");
     // A long set line: its data block cannot be found, so the connection closes.
     let mut long_set = b"set ".to_vec();
-    long_set.extend(std::iter::repeat_n(b'q', 3000));
+    long_set.extend(std::iter::repeat_n(b'q', 70_000));
     long_set.extend_from_slice(b" 0 0 1\r\nx\r\n");
     c.call(&long_set, b"CLIENT_ERROR line too long\r\n");
     c.expect_closed();
@@ -948,7 +1093,7 @@ fn max_queues_caps_creation_not_use() {
         b"flush d\r\ndump_stats d\r\nflush_expired d\r\n",
         b"END\r\nEND\r\n0\r\n",
     );
-    c.call(b"delete d\r\n", b"NOT_FOUND\r\n");
+    c.call(b"delete d\r\n", b"DELETED\r\n");
     // A deleted queue makes room.
     c.call(b"delete b\r\n", b"DELETED\r\n");
     c.call(

@@ -1,6 +1,7 @@
 //! The request parser under random input: it never panics, never claims more bytes
-//! than it was given, and a valid request split anywhere parses as incomplete until
-//! its last byte arrives, then exactly as when sent whole.
+//! than it was given, a valid request split anywhere parses as incomplete until its
+//! last byte arrives, then exactly as when sent whole, and a storage command's data
+//! block is never read as commands, whatever it holds.
 
 use proptest::prelude::*;
 use weir_server::parse::{parse, Parse, ParseLimits};
@@ -10,6 +11,7 @@ fn limits() -> ParseLimits {
     ParseLimits {
         line_bytes_max: 300,
         item_size_bytes_max: 1000,
+        get_keys_max: 8,
     }
 }
 
@@ -25,6 +27,10 @@ fn request_like() -> impl Strategy<Value = Vec<u8>> {
         Just(b"monitor ".to_vec()),
         Just(b"confirm ".to_vec()),
         Just(b"dump_stats ".to_vec()),
+        Just(b"add ".to_vec()),
+        Just(b"cas ".to_vec()),
+        Just(b"ms ".to_vec()),
+        Just(vec![0x80, 0x01]),
         Just(b"q".to_vec()),
         Just(b"q.r/open/close/t=5".to_vec()),
         Just(b"a+b/sync".to_vec()),
@@ -51,7 +57,44 @@ fn check(buf: &[u8]) {
             assert!(r.consumed >= 1 && r.consumed <= buf.len());
             assert!(r.reply.ends_with(b"\r\n"));
         }
+        Parse::Binary { .. } => assert_eq!(buf[0], 0x80),
     }
+}
+
+/// What a connection does with `buf`: the request kinds (or refusals) in order, until
+/// the bytes run out or a refusal closes; refused data blocks are skipped.
+fn run(buf: &[u8]) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut rest = buf;
+    while !rest.is_empty() {
+        match parse(rest, &limits()) {
+            Parse::Incomplete { .. } => break,
+            Parse::Binary { .. } => {
+                seen.push("binary".into());
+                break;
+            }
+            Parse::Request { consumed, request } => {
+                seen.push(format!("{:?}", request.kind()));
+                rest = &rest[consumed..];
+            }
+            Parse::Reject(r) => {
+                seen.push(format!(
+                    "refused {}",
+                    String::from_utf8_lossy(r.reply).trim()
+                ));
+                if r.close {
+                    seen.push("closed".into());
+                    break;
+                }
+                let skip = r.consumed as u64 + r.discard_bytes;
+                rest = &rest[(skip.min(rest.len() as u64)) as usize..];
+                if r.skip_line {
+                    break;
+                }
+            }
+        }
+    }
+    seen
 }
 
 proptest! {
@@ -69,7 +112,7 @@ proptest! {
         let mut rest = &buf[..];
         while !rest.is_empty() {
             let consumed = match parse(rest, &limits()) {
-                Parse::Incomplete { .. } => break,
+                Parse::Incomplete { .. } | Parse::Binary { .. } => break,
                 Parse::Request { consumed, .. } => consumed,
                 Parse::Reject(r) => {
                     if r.close { break; }
@@ -77,6 +120,52 @@ proptest! {
                 }
             };
             rest = &rest[consumed..];
+        }
+    }
+
+    #[test]
+    fn a_data_block_never_runs_as_commands(
+        command in prop::sample::select(vec!["add", "replace", "append", "prepend", "cas", "ms", "set"]),
+        key in prop::sample::select(vec!["k", "bad.key.", "ok_key", "\u{e9}"]),
+        noreply in any::<bool>(),
+        block in prop::sample::select(vec![
+            &b"delete victim\r\n"[..],
+            b"flush_all\r\nget q\r\n",
+            b"set x 0 0 1\r\nx",
+            b"",
+            b"\r\n\r\n",
+        ]),
+    ) {
+        // Every storage command, with its length where each puts it, then a sentinel.
+        let length = block.len();
+        let line = match command {
+            "ms" => format!("ms {key} {length}"),
+            "cas" => format!("cas {key} 0 0 {length} 7"),
+            _ => format!("{command} {key} 0 0 {length}"),
+        };
+        let noreply = noreply && command != "ms";
+        let mut req = line.into_bytes();
+        if noreply {
+            req.extend_from_slice(b" noreply");
+        }
+        req.extend_from_slice(b"\r\n");
+        req.extend_from_slice(block);
+        req.extend_from_slice(b"\r\nversion\r\n");
+        let seen = run(&req);
+        // Exactly two things happened: the storage command (stored or refused), then
+        // the sentinel. Nothing in the block ran.
+        prop_assert_eq!(seen.len(), 2, "{:?}", seen);
+        prop_assert_eq!(&seen[1], "Version", "{:?}", seen);
+        let set_ok = command == "set" && key != "bad.key." && key != "\u{e9}";
+        if set_ok {
+            prop_assert_eq!(&seen[0], "Set");
+        } else {
+            prop_assert!(seen[0].starts_with("refused"), "{:?}", seen);
+        }
+        // A refusal after a final noreply is silent, else one reply: the connection
+        // sees it as a reject with `noreply` set.
+        if let Parse::Reject(r) = parse(&req, &limits()) {
+            prop_assert_eq!(r.noreply, noreply);
         }
     }
 

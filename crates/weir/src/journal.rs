@@ -438,11 +438,6 @@ impl Journal {
             debug_assert!(false, "a journal had staged bytes: {e}");
         }
     }
-
-    /// Cuts the file to its valid data (on a clean close).
-    pub fn trim(&mut self) -> io::Result<()> {
-        self.map.trim()
-    }
 }
 
 /// How much of a journal file replay reads at once. Replay streams the file through a

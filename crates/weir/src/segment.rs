@@ -318,6 +318,9 @@ pub(crate) struct Scan {
     pub damaged: bool,
     /// Records of a batch that a crash interrupted were cut.
     pub torn_batch: bool,
+    /// Everything from `end` to the end of the file is zeroes: space reserved ahead
+    /// of the data (a clean stop leaves it), nothing to cut.
+    pub zero_tail: bool,
 }
 
 /// Granularity of the "never reached the disk" test: a sector. A page the kernel had
@@ -371,6 +374,10 @@ pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io:
             }
             Found::End => break,
             Found::Record(..) | Found::Bad => {
+                if is_zero(file, off, file_len)? {
+                    // The space reserved ahead of the data: nothing follows.
+                    break;
+                }
                 let Some((at, _)) = resync(file, seed, off + 1, file_len, next_seq, SEQ_MAX)?
                 else {
                     // Nothing valid follows: a torn tail.
@@ -394,13 +401,33 @@ pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io:
         end = batch_off;
         next_seq = batch_seq;
     }
+    let zero_tail = !torn_batch && is_zero(file, end, file_len)?;
     debug_assert!(end <= file_len.max(FILE_HEADER_BYTES) && next_seq >= first_seq);
     Ok(Scan {
         end,
         next_seq,
         damaged,
         torn_batch,
+        zero_tail,
     })
+}
+
+/// Whether bytes `[from, to)` of the file are all zeroes (or missing).
+fn is_zero(file: &File, from: u64, to: u64) -> io::Result<bool> {
+    let mut chunk = vec![0u8; SCAN_CHUNK_BYTES.min(to.saturating_sub(from) as usize)];
+    let mut at = from;
+    while at < to {
+        let want = ((to - at) as usize).min(chunk.len());
+        let n = read_full_at(file, &mut chunk[..want], at)?;
+        if chunk[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        if n < want {
+            return Ok(true);
+        }
+        at += n as u64;
+    }
+    Ok(true)
 }
 
 /// Whether an aligned sector that ends by `to` and holds `from` or follows it reads as

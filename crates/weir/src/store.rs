@@ -249,6 +249,11 @@ impl Store {
         queues
     }
 
+    /// The most queues the store creates (`StoreOptions::queues_max`, as set now).
+    pub fn queues_max(&self) -> usize {
+        self.handle.inner.options.read().queues_max
+    }
+
     /// How many queues the store holds (open, or being opened or created).
     pub fn queue_count(&self) -> usize {
         self.handle.inner.registry.lock().count()

@@ -9,12 +9,17 @@ fuzz_target!(|data: &[u8]| {
     let limits = ParseLimits {
         line_bytes_max: 256,
         item_size_bytes_max: 512,
+        get_keys_max: 8,
     };
     let mut rest = data;
     while !rest.is_empty() {
         let consumed = match parse(rest, &limits) {
             Parse::Incomplete { bytes_needed } => {
                 assert!(bytes_needed == 0 || bytes_needed > rest.len());
+                break;
+            }
+            Parse::Binary { .. } => {
+                assert_eq!(rest[0], 0x80);
                 break;
             }
             Parse::Request { consumed, .. } => consumed,

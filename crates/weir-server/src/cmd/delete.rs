@@ -1,5 +1,9 @@
 //! `delete QUEUE` / `delete QUEUE.READER`: remove a queue (items, readers, files) or
 //! one reader (its position and leases).
+//!
+//! Replies `DELETED` whether or not it existed, as Kestrel's last release does:
+//! xmemcached's Kestrel mode accepts nothing else (it closes the connection on
+//! `NOT_FOUND`), and a queue that is gone is what the client asked for either way.
 
 use bytes::BufMut;
 
@@ -31,8 +35,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, noreply: bool) -> Flow {
     };
     if !noreply {
         match result {
-            Ok(true) => ctx.out.put_slice(b"DELETED\r\n"),
-            Ok(false) => ctx.out.put_slice(b"NOT_FOUND\r\n"),
+            Ok(_) => ctx.out.put_slice(b"DELETED\r\n"),
             Err(f) => put_failure(ctx.out, &f),
         }
     }

@@ -3,7 +3,7 @@
 
 use bytes::{BufMut, BytesMut};
 
-use super::{put_u64, Ctx, Flow};
+use super::{blocking, put_failure, put_u64, Ctx, Flow};
 
 fn field(out: &mut BytesMut, name: &str, value: u64) {
     out.put_slice(b"  ");
@@ -23,21 +23,38 @@ fn open_block(out: &mut BytesMut, queue: &str, reader: &str) {
     out.put_slice(b"' {\r\n");
 }
 
-pub fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
-    let store = &ctx.shared.store;
-    let mut wanted: Vec<String> = names
+/// Thousands of queues make a large reply: it is built on the blocking pool.
+pub async fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
+    let store = ctx.shared.store.clone();
+    let wanted: Vec<String> = names
         .split(' ')
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
         .collect();
-    if wanted.is_empty() {
-        wanted = store.queue_names();
+    match blocking(move || Ok(blocks(&store, &wanted))).await {
+        Ok(bytes) => ctx.out.put_slice(&bytes),
+        Err(f) => {
+            put_failure(ctx.out, &f);
+            return Flow::Continue;
+        }
     }
-    let out = &mut *ctx.out;
-    for name in &wanted {
-        let Ok(Some(q)) = store.existing_queue(name) else {
-            continue;
-        };
+    ctx.out.put_slice(b"END\r\n");
+    Flow::Continue
+}
+
+/// The blocks of the queues named (every queue when none is), in order.
+fn blocks(store: &weir::Store, wanted: &[String]) -> BytesMut {
+    let queues: Vec<weir::Queue> = if wanted.is_empty() {
+        store.queues()
+    } else {
+        wanted
+            .iter()
+            .filter_map(|name| store.existing_queue(name).ok().flatten())
+            .collect()
+    };
+    let mut out = BytesMut::new();
+    let out = &mut out;
+    for q in queues {
         let s = q.stats();
         open_block(out, &s.name, "");
         field(out, "items", s.items);
@@ -64,6 +81,5 @@ pub fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
             out.put_slice(b"}\r\n");
         }
     }
-    out.put_slice(b"END\r\n");
-    Flow::Continue
+    std::mem::take(out)
 }

@@ -1,23 +1,30 @@
 //! `flush_all [0] [noreply]`: drop every item of every queue (queues and readers stay).
+//!
+//! Replies `OK`, what every memcache client's flush call expects (Node's `memcached`,
+//! gomemcache, pymemcache, python-memcached, spymemcached, xmemcached); Kestrel
+//! replied `Flushed all queues.`, which breaks them all, and is there for clients
+//! written against Kestrel with `flush_all_reply = "kestrel"`.
 
 use bytes::BufMut;
 
 use super::{blocking, put_failure, Ctx, Flow};
 
+pub const REPLY_OK: &[u8] = b"OK\r\n";
+pub const REPLY_KESTREL: &[u8] = b"Flushed all queues.\r\n";
+
 pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
     let store = ctx.shared.store.clone();
     let result = blocking(move || {
-        for name in store.queue_names() {
-            if let Some(q) = store.existing_queue(&name)? {
-                q.flush()?;
-            }
+        for queue in store.queues() {
+            queue.flush()?;
         }
         Ok(())
     })
     .await;
     if !noreply {
         match result {
-            Ok(()) => ctx.out.put_slice(b"Flushed all queues.\r\n"),
+            Ok(()) if ctx.shared.limits.flush_all_kestrel() => ctx.out.put_slice(REPLY_KESTREL),
+            Ok(()) => ctx.out.put_slice(REPLY_OK),
             Err(f) => put_failure(ctx.out, &f),
         }
     }

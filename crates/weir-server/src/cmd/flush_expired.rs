@@ -9,16 +9,15 @@ use super::{blocking, put_failure, put_u64, Ctx, Flow};
 /// `queue` is `None` for `flush_all_expired`.
 pub async fn execute(ctx: &mut Ctx<'_>, queue: Option<&str>) -> Flow {
     let store = ctx.shared.store.clone();
-    let names = match queue {
-        Some(name) => vec![name.to_owned()],
-        None => store.queue_names(),
-    };
+    let name = queue.map(str::to_owned);
     let result = blocking(move || {
+        let queues = match name {
+            Some(name) => store.existing_queue(&name)?.into_iter().collect(),
+            None => store.queues(),
+        };
         let mut count = 0u64;
-        for name in names {
-            if let Some(q) = store.existing_queue(&name)? {
-                count += q.expire()?;
-            }
+        for q in queues {
+            count += q.expire()?;
         }
         Ok(count)
     })

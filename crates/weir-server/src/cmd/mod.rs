@@ -75,8 +75,10 @@ pub async fn execute(request: Request<'_>, ctx: &mut Ctx<'_>) -> Flow {
         Request::FlushAll { noreply } => flush_all::execute(ctx, noreply).await,
         Request::FlushExpired { key } => flush_expired::execute(ctx, Some(key)).await,
         Request::FlushAllExpired => flush_expired::execute(ctx, None).await,
-        Request::Stats => stats::execute(ctx),
-        Request::DumpStats { names } => dump_stats::execute(ctx, names),
+        Request::Stats => stats::execute(ctx).await,
+        Request::StatsSettings => stats::settings(ctx),
+        Request::StatsReset => stats::reset(ctx),
+        Request::DumpStats { names } => dump_stats::execute(ctx, names).await,
         Request::Monitor {
             key,
             seconds,

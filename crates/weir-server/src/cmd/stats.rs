@@ -1,11 +1,21 @@
 //! `stats`: memcache's general `STAT` lines, then per queue and per named reader
 //! (`queue_NAME+READER_...`, as Kestrel names fanout queues), then `END`.
+//! `stats settings`: the server's settings, memcached's names where they exist.
+//! `stats reset`: the server's counters that `stats` shows (connections, commands,
+//! hits and misses, bytes) count from zero again, as memcached's do; `RESET`. The
+//! queues' own counters (`total_items`, `expired_items`, ...) are the queues' state and
+//! stay, and `/metrics` is never reset (Prometheus counters only grow): the reset is a
+//! baseline subtracted from what `stats` shows.
+//!
+//! The reply for thousands of queues is megabytes: it is built on the blocking pool,
+//! not on the event loop, so other connections are not held up meanwhile.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::{BufMut, BytesMut};
 
-use super::{put_u64, Ctx, Flow};
+use super::{blocking, put_failure, put_u64, Ctx, Flow};
+use crate::metrics::{Metrics, StatsBaseline};
 use crate::parse::CommandKind;
 
 fn stat(out: &mut BytesMut, name: &str, value: u64) {
@@ -13,6 +23,14 @@ fn stat(out: &mut BytesMut, name: &str, value: u64) {
     out.put_slice(name.as_bytes());
     out.put_u8(b' ');
     put_u64(out, value);
+    out.put_slice(b"\r\n");
+}
+
+fn stat_text(out: &mut BytesMut, name: &str, value: &str) {
+    out.put_slice(b"STAT ");
+    out.put_slice(name.as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(value.as_bytes());
     out.put_slice(b"\r\n");
 }
 
@@ -30,40 +48,76 @@ fn queue_stat(out: &mut BytesMut, queue: &str, reader: &str, field: &str, value:
     out.put_slice(b"\r\n");
 }
 
-pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
+/// The server's counters as `stats` shows them: since the start or the last reset.
+fn counters(m: &Metrics) -> StatsBaseline {
+    let now = StatsBaseline {
+        total_connections: m.connections_total.load(Relaxed),
+        cmd_get: m.command_count(CommandKind::Get),
+        cmd_set: m.command_count(CommandKind::Set),
+        cmd_peek: m.peeks(),
+        get_hits: m.get_hits(),
+        get_misses: m.get_misses(),
+        bytes_read: m.bytes_read(),
+        bytes_written: m.bytes_written(),
+    };
+    now.since(&m.stats_baseline())
+}
+
+pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let shared = ctx.shared;
+    let store = shared.store.clone();
+    let queues = match blocking(move || Ok(queue_lines(&store))).await {
+        Ok(lines) => lines,
+        Err(f) => {
+            put_failure(ctx.out, &f);
+            return Flow::Continue;
+        }
+    };
     let m = &shared.metrics;
     let out = &mut *ctx.out;
-    let queues: Vec<weir::QueueStats> = shared
-        .store
-        .queue_names()
-        .iter()
-        .filter_map(|name| shared.store.existing_queue(name).ok().flatten())
-        .map(|q| q.stats())
-        .collect();
+    let c = counters(m);
     stat(out, "pid", u64::from(std::process::id()));
     stat(out, "uptime", shared.started.elapsed().as_secs());
     stat(out, "time", weir::now_ms() / 1000);
-    out.put_slice(b"STAT version weir-");
-    out.put_slice(env!("CARGO_PKG_VERSION").as_bytes());
-    out.put_slice(b"\r\n");
-    stat(out, "curr_items", queues.iter().map(|q| q.items).sum());
-    stat(
-        out,
-        "total_items",
-        queues.iter().map(|q| q.total_items).sum(),
-    );
-    stat(out, "bytes", queues.iter().map(|q| q.bytes).sum());
+    stat_text(out, "version", concat!("weir-", env!("CARGO_PKG_VERSION")));
+    stat(out, "curr_items", queues.items);
+    stat(out, "total_items", queues.total_items);
+    stat(out, "bytes", queues.bytes);
     stat(out, "curr_connections", m.connections_current.load(Relaxed));
-    stat(out, "total_connections", m.connections_total.load(Relaxed));
-    stat(out, "cmd_get", m.command_count(CommandKind::Get));
-    stat(out, "cmd_set", m.command_count(CommandKind::Set));
-    stat(out, "cmd_peek", m.peeks());
-    stat(out, "get_hits", m.get_hits());
-    stat(out, "get_misses", m.get_misses());
-    stat(out, "bytes_read", m.bytes_read());
-    stat(out, "bytes_written", m.bytes_written());
-    for q in &queues {
+    stat(out, "total_connections", c.total_connections);
+    stat(out, "cmd_get", c.cmd_get);
+    stat(out, "cmd_set", c.cmd_set);
+    stat(out, "cmd_peek", c.cmd_peek);
+    stat(out, "get_hits", c.get_hits);
+    stat(out, "get_misses", c.get_misses);
+    stat(out, "bytes_read", c.bytes_read);
+    stat(out, "bytes_written", c.bytes_written);
+    out.put_slice(&queues.lines);
+    out.put_slice(b"END\r\n");
+    Flow::Continue
+}
+
+/// What the queues contribute to `stats`: the totals and the per-queue lines.
+struct QueueLines {
+    items: u64,
+    total_items: u64,
+    bytes: u64,
+    lines: BytesMut,
+}
+
+fn queue_lines(store: &weir::Store) -> QueueLines {
+    let mut all = QueueLines {
+        items: 0,
+        total_items: 0,
+        bytes: 0,
+        lines: BytesMut::new(),
+    };
+    let out = &mut all.lines;
+    for queue in store.queues() {
+        let q = queue.stats();
+        all.items += q.items;
+        all.total_items += q.total_items;
+        all.bytes += q.bytes;
         let name = q.name.as_str();
         queue_stat(out, name, "", "items", q.items);
         queue_stat(out, name, "", "bytes", q.bytes);
@@ -86,6 +140,60 @@ pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
             queue_stat(out, name, &r.name, "age", r.age_ms);
         }
     }
+    all
+}
+
+/// `stats settings`.
+pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
+    let shared = ctx.shared;
+    let limits = &shared.limits;
+    let parse = limits.parse_limits();
+    let out = &mut *ctx.out;
+    let s = &shared.settings;
+    stat_text(out, "listen", &s.listen);
+    stat_text(out, "http_listen", &s.http_listen);
+    stat_text(out, "data_dir", &s.data_dir.display().to_string());
+    stat(out, "maxconns", s.max_connections as u64);
+    stat(out, "num_threads", s.threads as u64);
+    stat(out, "item_size_max", parse.item_size_bytes_max);
+    stat(out, "line_bytes_max", parse.line_bytes_max as u64);
+    stat(out, "get_keys_max", parse.get_keys_max as u64);
+    stat(out, "max_open_reads", limits.max_open_reads());
+    stat(
+        out,
+        "request_timeout_ms",
+        limits.request_timeout().as_millis() as u64,
+    );
+    stat(out, "wait_ms_max", limits.wait_ms_max());
+    stat(out, "max_queues", shared.store.queues_max() as u64);
+    stat(out, "queue_files_max", shared.files_open_max as u64);
+    stat_text(
+        out,
+        "shutdown_command",
+        if limits.shutdown_enabled() {
+            "yes"
+        } else {
+            "no"
+        },
+    );
+    stat_text(
+        out,
+        "flush_all_reply",
+        if limits.flush_all_kestrel() {
+            "kestrel"
+        } else {
+            "ok"
+        },
+    );
     out.put_slice(b"END\r\n");
+    Flow::Continue
+}
+
+/// `stats reset`.
+pub fn reset(ctx: &mut Ctx<'_>) -> Flow {
+    let m = &ctx.shared.metrics;
+    let now = counters(m).plus(&m.stats_baseline());
+    m.set_stats_baseline(now);
+    ctx.out.put_slice(b"RESET\r\n");
     Flow::Continue
 }

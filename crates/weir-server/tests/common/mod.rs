@@ -252,6 +252,23 @@ impl Client {
         }
     }
 
+    /// The `STAT name value` lines of a `stats` request's reply, by name.
+    pub fn stats_of(&mut self, request: &[u8]) -> std::collections::HashMap<String, String> {
+        self.send(request);
+        let reply = self.read_until(b"END\r\n");
+        String::from_utf8_lossy(&reply)
+            .lines()
+            .filter_map(|l| l.strip_prefix("STAT "))
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// `stats`, by name.
+    pub fn stats(&mut self) -> std::collections::HashMap<String, String> {
+        self.stats_of(b"stats\r\n")
+    }
+
     /// The server closes the connection (after any bytes already sent).
     pub fn expect_closed(&mut self) {
         assert!(
