@@ -17,6 +17,7 @@ mod library;
 mod mem_rss;
 mod packing;
 mod proto;
+mod queues;
 mod report;
 mod sys;
 mod target;
@@ -76,6 +77,13 @@ enum Cmd {
         #[command(flatten)]
         rss: MemRssArgs,
     },
+    /// 10,000 queues: setup, idle CPU, stats, flush_all_expired and flush_all.
+    Queues {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        queues: QueuesArgs,
+    },
     /// popout's suite on the engine in-process, with physical references.
     Library {
         #[command(flatten)]
@@ -97,9 +105,14 @@ enum Cmd {
         rss: MemRssArgs,
         #[command(flatten)]
         lib: LibraryArgs,
+        #[command(flatten)]
+        queues: QueuesArgs,
         /// Skip the library suite.
         #[arg(long)]
         skip_library: bool,
+        /// Skip the many-queues step.
+        #[arg(long)]
+        skip_queues: bool,
         /// Skip packing-unpacking (hours at the seeds' size).
         #[arg(long)]
         skip_packing_unpacking: bool,
@@ -312,6 +325,45 @@ impl MemRssArgs {
 }
 
 #[derive(Args, Clone)]
+struct QueuesArgs {
+    /// Queues [10000; quick: 300].
+    #[arg(long, value_name = "N")]
+    queues_count: Option<usize>,
+    /// Items in each queue [3].
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    queues_items: u64,
+    /// Item size [64].
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    queues_item_bytes: usize,
+    /// Connections creating the queues [8].
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    queues_connections: usize,
+    /// Seconds of the idle CPU measurement [10; quick: 1].
+    #[arg(long, value_name = "S")]
+    queues_idle_seconds: Option<f64>,
+    /// Runs of each whole-store command, medians reported [3; quick: 1].
+    #[arg(long, value_name = "N")]
+    queues_repeat: Option<usize>,
+}
+
+impl QueuesArgs {
+    fn resolve(&self, quick: bool) -> queues::QueuesParams {
+        queues::QueuesParams {
+            queues: self
+                .queues_count
+                .unwrap_or(if quick { 300 } else { 10_000 }),
+            items_per_queue: self.queues_items,
+            item_bytes: self.queues_item_bytes,
+            connections: self.queues_connections.max(1),
+            idle_seconds: self
+                .queues_idle_seconds
+                .unwrap_or(if quick { 1.0 } else { 10.0 }),
+            repeat: self.queues_repeat.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
 struct LibraryArgs {
     /// Directory for the temporary stores: the filesystem under test [system temp dir].
     #[arg(long, value_name = "DIR")]
@@ -439,6 +491,10 @@ fn real_main(cli: Cli) -> Result<()> {
             let p = lib.resolve(common.quick);
             run_library(&common, &p, &progress, &mut failures)?;
         }
+        Cmd::Queues { common, queues } => {
+            let p = queues.resolve(common.quick);
+            run_queues(&runtime, &common, &p, &progress)?;
+        }
         Cmd::All {
             common,
             flood,
@@ -446,7 +502,9 @@ fn real_main(cli: Cli) -> Result<()> {
             pu,
             rss,
             lib,
+            queues,
             skip_library,
+            skip_queues,
             skip_packing_unpacking,
         } => {
             let q = common.quick;
@@ -469,6 +527,9 @@ fn real_main(cli: Cli) -> Result<()> {
             run_mem_rss(&runtime, &common, &rss.resolve(q), &progress, &mut failures)?;
             if !skip_library {
                 run_library(&common, &lib.resolve(q), &progress, &mut failures)?;
+            }
+            if !skip_queues {
+                run_queues(&runtime, &common, &queues.resolve(q), &progress)?;
             }
         }
         Cmd::ProbeOpen { .. } => unreachable!("handled above"),
@@ -564,6 +625,32 @@ fn run_mem_rss(
         log_y: false,
     };
     emit(common, &report, &[spec], failures)
+}
+
+/// The many-queues step; spawned weir servers are allowed the queues it makes.
+fn run_queues(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &queues::QueuesParams,
+    progress: &Progress,
+) -> Result<()> {
+    let config = tempfile::Builder::new()
+        .prefix("weir-bench-queues-")
+        .suffix(".toml")
+        .tempfile()
+        .context("writing a config for the spawned weir")?;
+    std::fs::write(
+        config.path(),
+        format!("[server]\nmax_queues = {}\n", p.queues + 100),
+    )
+    .context("writing a config for the spawned weir")?;
+    let mut common = common.clone();
+    common.weir_args.push("--config".into());
+    common.weir_args.push(config.path().display().to_string());
+    let targets = make_targets(&common)?;
+    progress.steps.reset();
+    let report = runtime.block_on(queues::run(&targets, p, &progress.steps, &progress.fill))?;
+    print_and_write(&common, &report)
 }
 
 fn run_library(

@@ -94,7 +94,7 @@ impl Drop for MarkActiveOnDrop<'_> {
         // thousands of idle queues reopens them faster than that.
         if self.0.budget.as_ref().is_some_and(|b| b.over()) {
             if let Some(store) = self.0.store.upgrade() {
-                store.enforce_files_budget();
+                store.enforce_files_budget(false);
             }
         }
     }

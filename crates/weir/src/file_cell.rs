@@ -26,12 +26,20 @@ pub(crate) struct FilesBudget {
     pub max: AtomicUsize,
     /// Held by whoever closes queues' files to get back under `max`: one at a time.
     pub enforcing: Mutex<()>,
+    /// After an attempt that could not get under `max` (the queues used least recently
+    /// had writes not fsync'ed yet, which keep their descriptors), operations try
+    /// again only past this many: each attempt sorts every queue in use, and trying on
+    /// every operation would make a burst over thousands of queues quadratic. The
+    /// background thread tries again on its own, a few times a second.
+    pub retry_above: AtomicUsize,
 }
 
 impl FilesBudget {
-    /// Past the budget: two relaxed loads, cheap enough for the end of every operation.
+    /// Past the budget and worth an attempt from an operation: three relaxed loads,
+    /// cheap enough for the end of every operation.
     pub fn over(&self) -> bool {
-        self.open.load(Ordering::Relaxed) > self.max.load(Ordering::Relaxed)
+        let open = self.open.load(Ordering::Relaxed);
+        open > self.max.load(Ordering::Relaxed) && open > self.retry_above.load(Ordering::Relaxed)
     }
 }
 

@@ -46,6 +46,10 @@ fn files_open_max(options: &StoreOptions) -> usize {
     options.files_open_max.max(FILES_OPEN_MIN)
 }
 
+/// How often the background thread tries to bring the descriptors under their
+/// budget when operations gave up (see `FilesBudget::retry_above`).
+const BUDGET_CHECK: Duration = Duration::from_millis(250);
+
 /// How often the background thread looks whether a released space reserve can be set
 /// up again (a `statvfs`).
 const RESERVE_CHECK: Duration = Duration::from_secs(1);
@@ -402,10 +406,12 @@ impl StoreInner {
 
     /// Over the descriptor budget: closes the files of the queues used least
     /// recently, down to nine tenths of it (so that it is not met again at once).
-    /// Every queue with open files is on the active list.
-    pub(crate) fn enforce_files_budget(&self) {
+    /// Every queue with open files is on the active list. `from_background`: the
+    /// background thread's periodic attempt, made whatever `retry_above` says.
+    pub(crate) fn enforce_files_budget(&self, from_background: bool) {
         let budget = &self.files_budget;
-        if !budget.over() {
+        let over = budget.open.load(Ordering::Relaxed) > budget.max.load(Ordering::Relaxed);
+        if !over || !(from_background || budget.over()) {
             return;
         }
         // One at a time; whoever is at it brings the count down for all.
@@ -430,6 +436,9 @@ impl StoreInner {
                 closed += 1;
             }
         }
+        let now_open = budget.open.load(Ordering::Relaxed);
+        let retry_above = if now_open > max { now_open + max / 10 } else { 0 };
+        budget.retry_above.store(retry_above, Ordering::Relaxed);
         tracing::debug!(
             open,
             max,
@@ -542,6 +551,7 @@ impl Drop for StoreInner {
 /// never delayed by it.
 fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
     let mut reserve_checked = Instant::now();
+    let mut budget_checked = Instant::now();
     loop {
         {
             let (lock, cvar) = &*stop;
@@ -564,6 +574,9 @@ fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
             inner.reserve.restore();
         }
         inner.tick_active(now);
-        inner.enforce_files_budget();
+        if now.duration_since(budget_checked) >= BUDGET_CHECK {
+            budget_checked = now;
+            inner.enforce_files_budget(true);
+        }
     }
 }
