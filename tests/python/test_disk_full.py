@@ -5,8 +5,9 @@ It must start (starting never needs free space), no half-made queue may be left 
 (creating a queue is all or nothing), every acknowledged item must come back intact,
 and draining them must make room for new appends.
 
-Mounting needs root. Without it these tests skip, unless WEIR_REQUIRE_MOUNTS=1 (set by
-scripts/test, which CI runs as root), where a skip would hide a hole, so it fails.
+Mounting needs root with the capability. Without it these tests skip, unless
+WEIR_REQUIRE_MOUNTS=1 (scripts/test sets it where a probe mount works), where a skip would
+hide a hole, so it fails.
 """
 
 from __future__ import annotations

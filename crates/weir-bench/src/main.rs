@@ -358,7 +358,10 @@ impl QueuesArgs {
             idle_seconds: self
                 .queues_idle_seconds
                 .unwrap_or(if quick { 1.0 } else { 10.0 }),
-            repeat: self.queues_repeat.unwrap_or(if quick { 1 } else { 3 }).max(1),
+            repeat: self
+                .queues_repeat
+                .unwrap_or(if quick { 1 } else { 3 })
+                .max(1),
         }
     }
 }

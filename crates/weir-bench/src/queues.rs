@@ -47,7 +47,12 @@ const SETTLE_MAX: Duration = Duration::from_secs(60);
 /// A second with less CPU than this share of a core: settled.
 const SETTLED_CPU: f64 = 0.02;
 
-pub async fn run(targets: &[Target], p: &QueuesParams, bar: &ProgressBar, fill: &ProgressBar) -> Result<Report> {
+pub async fn run(
+    targets: &[Target],
+    p: &QueuesParams,
+    bar: &ProgressBar,
+    fill: &ProgressBar,
+) -> Result<Report> {
     let mut report = Report::new(
         "queues",
         format!(
@@ -58,7 +63,9 @@ pub async fn run(targets: &[Target], p: &QueuesParams, bar: &ProgressBar, fill: 
     bar.set_length((targets.len() * 5) as u64);
     for target in targets {
         if target.name == "memcached" {
-            report.notes.push("memcached: skipped, it has no queues".into());
+            report
+                .notes
+                .push("memcached: skipped, it has no queues".into());
             bar.inc(5);
             continue;
         }
@@ -78,7 +85,9 @@ pub async fn run(targets: &[Target], p: &QueuesParams, bar: &ProgressBar, fill: 
         ] {
             bar.set_message(format!("queues {}: {what}", target.name));
             let (took, worst, bytes) = repeat_timed(target, request, p.repeat).await?;
-            report.rows.push(timed_row(target, what, took, worst, bytes, goal));
+            report
+                .rows
+                .push(timed_row(target, what, took, worst, bytes, goal));
             bar.inc(1);
         }
         bar.set_message(format!("queues {}: flush_all", target.name));
@@ -90,7 +99,14 @@ pub async fn run(targets: &[Target], p: &QueuesParams, bar: &ProgressBar, fill: 
             runs.push(timed(target, b"flush_all\r\n").await?);
         }
         let (took, worst, bytes) = medians(runs);
-        report.rows.push(timed_row(target, "flush_all", took, worst, bytes, Some(FLUSH_ALL_GOAL_S)));
+        report.rows.push(timed_row(
+            target,
+            "flush_all",
+            took,
+            worst,
+            bytes,
+            Some(FLUSH_ALL_GOAL_S),
+        ));
         bar.inc(1);
     }
     Ok(report)
@@ -125,7 +141,10 @@ fn measured(
         .with("measure", what)
         .with("value", f(seconds, 3))
         .with("unit", "s")
-        .with("worst_other_ms", other.map_or(Cell::Empty, |(w, _)| f(w * 1000.0, 1)))
+        .with(
+            "worst_other_ms",
+            other.map_or(Cell::Empty, |(w, _)| f(w * 1000.0, 1)),
+        )
         .with("reply_bytes", other.map(|(_, b)| b))
         .with("goal", goal.map_or("-".to_string(), |g| format!("< {g}")))
         .with(
@@ -155,7 +174,11 @@ async fn settle(target: &Target) -> Result<f64> {
 /// The server's CPU over an idle window, as a share of one core.
 async fn idle_row(target: &Target, seconds: f64) -> Result<Row> {
     let Some(pid) = target.pid else {
-        bail!("{}: idle CPU needs the server's pid (--pid {}=PID)", target.name, target.name);
+        bail!(
+            "{}: idle CPU needs the server's pid (--pid {}=PID)",
+            target.name,
+            target.name
+        );
     };
     let cpu = || crate::sys::process_cpu_time(pid).context("reading the server's CPU time");
     let before = cpu()?;
@@ -170,7 +193,14 @@ async fn idle_row(target: &Target, seconds: f64) -> Result<Row> {
         .with("worst_other_ms", Cell::Empty)
         .with("reply_bytes", None::<u64>)
         .with("goal", format!("< {}", IDLE_CPU_GOAL * 100.0))
-        .with("met", if share < IDLE_CPU_GOAL { "yes" } else { "NOT MET" }))
+        .with(
+            "met",
+            if share < IDLE_CPU_GOAL {
+                "yes"
+            } else {
+                "NOT MET"
+            },
+        ))
 }
 
 /// Creates (or refills) the queues `q00000`.. with their items over `p.connections`
@@ -191,7 +221,9 @@ async fn fill_queues(target: &Target, p: &QueuesParams, fill: &ProgressBar) -> R
             while i < p.queues {
                 let mut request = Vec::new();
                 for _ in 0..p.items_per_queue {
-                    request.extend_from_slice(format!("set q{i:05} 0 0 {}\r\n", data.len()).as_bytes());
+                    request.extend_from_slice(
+                        format!("set q{i:05} 0 0 {}\r\n", data.len()).as_bytes(),
+                    );
                     request.extend_from_slice(&data);
                     request.extend_from_slice(b"\r\n");
                 }
@@ -240,7 +272,9 @@ fn medians(mut runs: Vec<(f64, f64, u64)>) -> (f64, f64, u64) {
 /// Sends one whole-store request and reads its whole reply (to `END`, or one line),
 /// while a second connection pings; returns (seconds, worst ping wait, reply bytes).
 async fn timed(target: &Target, request: &[u8]) -> Result<(f64, f64, u64)> {
-    let mut conn = TcpStream::connect(target.addr).await.context("connecting")?;
+    let mut conn = TcpStream::connect(target.addr)
+        .await
+        .context("connecting")?;
     conn.set_nodelay(true)?;
     let stop = Arc::new(AtomicBool::new(false));
     let prober = tokio::spawn(probe(target.addr, Arc::clone(&stop)));
@@ -251,8 +285,15 @@ async fn timed(target: &Target, request: &[u8]) -> Result<(f64, f64, u64)> {
     let took = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let worst = prober.await.context("the prober died")??;
-    if reply.starts_with(b"SERVER_ERROR") || reply.starts_with(b"CLIENT_ERROR") || reply.starts_with(b"ERROR") {
-        bail!("{}: {:?}", String::from_utf8_lossy(request).trim(), String::from_utf8_lossy(&reply));
+    if reply.starts_with(b"SERVER_ERROR")
+        || reply.starts_with(b"CLIENT_ERROR")
+        || reply.starts_with(b"ERROR")
+    {
+        bail!(
+            "{}: {:?}",
+            String::from_utf8_lossy(request).trim(),
+            String::from_utf8_lossy(&reply)
+        );
     }
     Ok((took, worst, reply.len() as u64))
 }
@@ -273,7 +314,9 @@ async fn read_reply(conn: &mut TcpStream, until_end: bool) -> Result<Vec<u8>> {
 
 /// Pings with `version` every 5 ms until `stop`; the worst wait in seconds.
 async fn probe(addr: std::net::SocketAddr, stop: Arc<AtomicBool>) -> Result<f64> {
-    let mut conn = TcpStream::connect(addr).await.context("connecting the prober")?;
+    let mut conn = TcpStream::connect(addr)
+        .await
+        .context("connecting the prober")?;
     conn.set_nodelay(true)?;
     let mut worst = 0f64;
     while !stop.load(Ordering::Relaxed) {

@@ -131,6 +131,34 @@ fn all_quick_against_spawned_servers() {
         assert!(r["rate"].as_f64().unwrap_or(0.0) > 0.0, "library row {r}");
     }
 
+    // queues (weir only): every measure, with a value; memcached is skipped.
+    if weir.is_some() {
+        let text = std::fs::read_to_string(out.path().join("queues.json")).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let rows = rows_of(&v, "weir");
+        let measures: Vec<&str> = rows.iter().filter_map(|r| r["measure"].as_str()).collect();
+        assert_eq!(
+            measures,
+            [
+                "setup",
+                "settle",
+                "idle CPU",
+                "stats",
+                "flush_all_expired",
+                "flush_all"
+            ]
+        );
+        for r in &rows {
+            assert!(r["value"].as_f64().is_some(), "queues row {r}");
+        }
+        let stats = rows.iter().find(|r| r["measure"] == "stats").unwrap();
+        assert!(
+            num(stats, "reply_bytes") > 300 * 9 * 20,
+            "stats reply: {stats}"
+        );
+        assert!(rows_of(&v, "memcached").is_empty());
+    }
+
     for title in [
         "flood",
         "packing",

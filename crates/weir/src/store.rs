@@ -437,7 +437,11 @@ impl StoreInner {
             }
         }
         let now_open = budget.open.load(Ordering::Relaxed);
-        let retry_above = if now_open > max { now_open + max / 10 } else { 0 };
+        let retry_above = if now_open > max {
+            now_open + max / 10
+        } else {
+            0
+        };
         budget.retry_above.store(retry_above, Ordering::Relaxed);
         tracing::debug!(
             open,
