@@ -31,7 +31,6 @@
 //! ```
 
 mod config;
-mod core;
 mod error;
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

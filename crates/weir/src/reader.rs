@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::QueueCore;
 use crate::error::Result;
 use crate::item::{Item, Lease, LeaseId, TakeMode, Taken};
+use crate::queue::QueueCore;
 
 /// What a timeout too large to add to the clock is cut to (about 30 years).
 const WAIT_FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);

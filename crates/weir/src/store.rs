@@ -28,13 +28,13 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::config::StoreOptions;
-use crate::core::QueueCore;
 use crate::error::{Error, Result};
 use crate::file_cell::FilesBudget;
 use crate::lockfile::DirLock;
 use crate::mapfile::sync_dir;
 use crate::name::validate_queue_name;
 use crate::queue::Queue;
+use crate::queue::QueueCore;
 use crate::space_reserve::SpaceReserve;
 
 /// How often the background thread wakes to look for work (lease timeouts, periodic

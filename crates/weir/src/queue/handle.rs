@@ -3,15 +3,14 @@
 //! Handles are cheap to clone and `Send + Sync`; all of them share one [`QueueCore`],
 //! which holds the queue's lock, its segment files and its readers.
 
-use std::sync::Arc;
-
 use crate::config::QueueConfig;
-use crate::core::QueueCore;
 use crate::error::Result;
 use crate::item::AppendOptions;
 use crate::iter::Iter;
+use crate::queue::QueueCore;
 use crate::reader::Reader;
 use crate::stats::QueueStats;
+use std::sync::Arc;
 
 /// A named, append-only, durable sequence of items.
 #[derive(Clone)]

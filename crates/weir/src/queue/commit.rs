@@ -1,0 +1,292 @@
+//! Group commit: what an operation must wait for before it is durable (a [`Ticket`])
+//! and the fsync rounds that cover many waiters at once.
+//!
+//! The wait happens outside the state lock. The first waiter to find no round running
+//! leads one (fsyncs the journal, the segments and the directories for everyone); at
+//! the end of its round it wakes only the waiters the round covered, plus the oldest
+//! one it did not cover to lead the next round.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::Durability;
+use crate::error::{Error, Result};
+use crate::mapfile::sync_dir;
+use crate::reader_list;
+
+use super::idle::MarkActiveOnDrop;
+use super::state::State;
+use super::QueueCore;
+
+/// What a caller must wait for before its operation is durable: `(last data seq,
+/// journal position)`, or nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Ticket(pub(super) Option<(u64, u64)>);
+
+#[derive(Default)]
+pub(super) struct SyncState {
+    /// Every item up to this seq is on disk.
+    pub(super) data_seq: u64,
+    /// The journal is on disk up to this position.
+    pub(super) journal: u64,
+    pub(super) in_progress: bool,
+    /// Callers waiting for a round in progress to end, oldest first.
+    pub(super) waiting: VecDeque<SyncWaiter>,
+    pub(super) next_waiter_id: u64,
+}
+
+/// Most times a round's leader yields the CPU to let more callers join before it
+/// fsyncs (see [`QueueCore::wait_durable`]).
+pub(super) const SYNC_GATHER_YIELDS_MAX: usize = 8;
+
+/// One caller parked in [`QueueCore::wait_durable`]; woken by being removed from
+/// [`SyncState::waiting`] and unparked.
+pub(super) struct SyncWaiter {
+    pub(super) id: u64,
+    pub(super) seq: u64,
+    pub(super) jpos: u64,
+    pub(super) thread: std::thread::Thread,
+}
+
+impl SyncState {
+    pub(super) fn covers(&self, seq: u64, jpos: u64) -> bool {
+        self.data_seq >= seq && self.journal >= jpos
+    }
+
+    /// After a round: takes out of the list the waiters it covered, and the oldest of
+    /// the others (if any) to lead the next round, successor first; the caller wakes
+    /// them once it has dropped the lock. Those left stay listed: a round is about to
+    /// start (the successor leads it, or finds another caller leading it), and its
+    /// leader runs this again when it ends.
+    pub(super) fn take_woken_after_round(&mut self) -> Vec<std::thread::Thread> {
+        let mut woken = Vec::with_capacity(self.waiting.len());
+        let mut kept = VecDeque::with_capacity(self.waiting.len());
+        let mut successor = None;
+        while let Some(w) = self.waiting.pop_front() {
+            if self.covers(w.seq, w.jpos) {
+                woken.push(w.thread);
+            } else if successor.is_none() {
+                successor = Some(w.thread);
+            } else {
+                kept.push_back(w);
+            }
+        }
+        self.waiting = kept;
+        if let Some(t) = successor {
+            woken.insert(0, t);
+        }
+        woken
+    }
+
+    /// After a failed round: everyone retries (and meets the error themselves).
+    pub(super) fn take_all(&mut self) -> Vec<std::thread::Thread> {
+        self.waiting.drain(..).map(|w| w.thread).collect()
+    }
+}
+
+impl State {
+    /// Whether anything was written and not fsync'ed yet.
+    pub(super) fn unsynced_writes(&self) -> bool {
+        self.dirty
+            || self.created_unsynced
+            || self.dir_dirty
+            || self.reader_list_dirty
+            || !self.unsynced.is_empty()
+            || self.writer.staged_len() > 0
+    }
+}
+
+impl QueueCore {
+    pub(super) fn ticket(st: &State, options_sync: bool, data_seq: u64, journal: bool) -> Ticket {
+        if options_sync || st.config.durability == Durability::Synced {
+            let jpos = if journal { st.journal.written } else { 0 };
+            Ticket(Some((data_seq, jpos)))
+        } else {
+            Ticket(None)
+        }
+    }
+
+    /// Blocks until what `ticket` names is on disk. The first caller to find no round
+    /// running leads one (fsyncs for everyone); the others park until its end wakes
+    /// them (see [`SyncState::take_woken_after_round`]).
+    pub(crate) fn wait_durable(&self, ticket: Ticket) -> Result<()> {
+        let Some((seq, jpos)) = ticket.0 else {
+            return Ok(());
+        };
+        let mut s = self.sync.lock();
+        // This caller's entry in `waiting`, while it has one.
+        let mut listed: Option<u64> = None;
+        loop {
+            if let Some(id) = listed {
+                if s.waiting.iter().any(|w| w.id == id) {
+                    // A spurious wake-up: still listed, so no round has ended for us.
+                    drop(s);
+                    std::thread::park();
+                    s = self.sync.lock();
+                    continue;
+                }
+                listed = None;
+            }
+            if s.covers(seq, jpos) {
+                return Ok(());
+            }
+            if s.in_progress {
+                let id = s.next_waiter_id;
+                s.next_waiter_id += 1;
+                s.waiting.push_back(SyncWaiter {
+                    id,
+                    seq,
+                    jpos,
+                    thread: std::thread::current(),
+                });
+                listed = Some(id);
+                drop(s);
+                // An unpark between the drop and the park is not lost: it makes this
+                // park return at once.
+                std::thread::park();
+                s = self.sync.lock();
+                continue;
+            }
+            s.in_progress = true;
+            let synced = (s.data_seq, s.journal);
+            // Let callers that are about to append and wait (typically the ones the
+            // last round just woke) get in first, while more keep arriving: a round
+            // then covers more of them, and fewer rounds (fsyncs, wake-ups) are needed
+            // per item. With nobody else runnable this costs one sched_yield.
+            for _ in 0..SYNC_GATHER_YIELDS_MAX {
+                let before = s.waiting.len();
+                drop(s);
+                std::thread::yield_now();
+                s = self.sync.lock();
+                if s.waiting.len() == before {
+                    break;
+                }
+            }
+            drop(s);
+            let result = self.sync_files(synced);
+            s = self.sync.lock();
+            s.in_progress = false;
+            match result {
+                Ok((done_seq, done_journal)) => {
+                    s.data_seq = s.data_seq.max(done_seq);
+                    s.journal = s.journal.max(done_journal);
+                    let woken = s.take_woken_after_round();
+                    drop(s);
+                    woken.iter().for_each(std::thread::Thread::unpark);
+                    s = self.sync.lock();
+                }
+                Err(e) => {
+                    let woken = s.take_all();
+                    drop(s);
+                    woken.iter().for_each(std::thread::Thread::unpark);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn wait_durable_async(self: &Arc<Self>, ticket: Ticket) -> Result<()> {
+        let Some((seq, jpos)) = ticket.0 else {
+            return Ok(());
+        };
+        {
+            let s = self.sync.lock();
+            if s.covers(seq, jpos) {
+                return Ok(());
+            }
+        }
+        let me = Arc::clone(self);
+        match tokio::task::spawn_blocking(move || me.wait_durable(ticket)).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::io(
+                "waiting for fsync",
+                io::Error::other(e.to_string()),
+            )),
+        }
+    }
+
+    /// fsyncs every file with writes newer than `synced` (data seq, journal position);
+    /// returns what is now durable. A synced append costs one fsync, a synced take one.
+    pub(super) fn sync_files(&self, synced: (u64, u64)) -> Result<(u64, u64)> {
+        let (files, sealed, dir_dirty, list_dirty, created, seq, jpos) = {
+            let mut st = self.state.lock();
+            if st.deleted {
+                return Ok((u64::MAX, u64::MAX));
+            }
+            // Not `ready`: an fsync is no use of the queue (it would keep an idle queue
+            // from closing its files); the files it needs open as they are used.
+            st.check_usable()?;
+            // An fsync covers only what the file holds.
+            st.flush_staged()?;
+            let sealed = std::mem::take(&mut st.unsynced);
+            let mut files = Vec::with_capacity(2);
+            let (seq, jpos) = (st.next_seq - 1, st.journal.written);
+            let created = std::mem::take(&mut st.created_unsynced);
+            let file_err = |e| Error::io(format!("syncing {}", self.dir.display()), e);
+            if seq > synced.0 || !sealed.is_empty() || created {
+                files.push(Arc::clone(st.writer.file().map_err(file_err)?));
+            }
+            if jpos > synced.1 || created {
+                files.push(Arc::clone(st.journal.file().map_err(file_err)?));
+            }
+            st.dirty = false;
+            st.last_sync = Instant::now();
+            let dir_dirty = std::mem::take(&mut st.dir_dirty) || created;
+            let list_dirty = std::mem::take(&mut st.reader_list_dirty) || created;
+            (files, sealed, dir_dirty, list_dirty, created, seq, jpos)
+        };
+        let result = (|| {
+            for f in sealed.iter().map(|(_, f)| f).chain(files.iter()) {
+                f.sync_data()?;
+                #[cfg(feature = "fault-injection")]
+                crate::fault::fsynced(&self.dir);
+            }
+            if list_dirty {
+                reader_list::sync(&self.dir)?;
+            }
+            if dir_dirty {
+                sync_dir(&self.dir)?;
+            }
+            if created {
+                // The queue's own entry, renamed into `queues/` at its creation.
+                sync_dir(self.dir.parent().unwrap_or(Path::new(".")))?;
+            }
+            Ok::<(), io::Error>(())
+        })();
+        if let Err(e) = result {
+            let mut st = self.state.lock();
+            tracing::error!(dir = %self.dir.display(), error = %e, "fsync failed; the queue refuses work until the store is reopened");
+            st.poisoned = Some(e.to_string());
+            return Err(Error::io(format!("fsync in {}", self.dir.display()), e));
+        }
+        Ok((seq, jpos))
+    }
+
+    pub(crate) fn sync_now(&self) -> Result<()> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
+        let (ticket, files_only) = {
+            let st = self.state.lock();
+            if st.deleted || st.closed {
+                return Ok(());
+            }
+            // A creation or a deleted segment is no data a ticket can name: sync the
+            // files and directories directly (group commit would find nothing to do).
+            let files_only = st.created_unsynced || st.dir_dirty || st.reader_list_dirty;
+            (
+                Ticket(Some((st.next_seq - 1, st.journal.written))),
+                files_only,
+            )
+        };
+        if files_only {
+            let (seq, jpos) = self.sync_files((0, 0))?;
+            let mut s = self.sync.lock();
+            s.data_seq = s.data_seq.max(seq);
+            s.journal = s.journal.max(jpos);
+        }
+        self.wait_durable(ticket)
+    }
+}

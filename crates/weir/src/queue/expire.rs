@@ -1,0 +1,338 @@
+//! Expiry: when an item expires (its own time or the queue's `max_age`), `expire`
+//! (drop every expired head now), the queue's floor when it has no reader, and the
+//! moves of expired items to the queue's `expire_to` queue, which happen outside this
+//! queue's lock and confirm the item only once it is in the target.
+
+use crate::config::QueueConfig;
+use crate::error::{Error, Result};
+use crate::frame::RecordHeader;
+use crate::item::{now_ms, AppendOptions, Item};
+use crate::journal::JRecord;
+use crate::segment::{self, Loc, FILE_HEADER_BYTES};
+
+use super::idle::MarkActiveOnDrop;
+use super::log::{locate_in, read_at, seg_file, seg_index, ReadAt};
+use super::state::State;
+use super::take::Purpose;
+use super::{io_err, QueueCore};
+
+/// Most expired items one take drops (or moves) before it lets go of the lock.
+pub(super) const EXPIRED_PER_CALL_MAX: u32 = 1024;
+
+/// An expired item on its way to the queue's `expire_to` queue. A take meets it under
+/// this queue's lock, but the append to the target must happen outside it (one queue
+/// lock at a time, and queues may expire into each other). So the item is held under a
+/// lease, not confirmed: the confirmation is journaled only once the item is in the
+/// target. A process killed in between moves it again after the restart (a duplicate
+/// in the target) instead of losing it from both queues.
+pub(super) struct Move {
+    pub(super) reader: String,
+    pub(super) lease: u64,
+    pub(super) item: Item,
+}
+
+/// When the item `h` heads expires at the earliest (its own expiry or `max_age`);
+/// `u64::MAX` when never.
+pub(super) fn expiry_ms(h: &RecordHeader, config: &QueueConfig) -> u64 {
+    let own = if h.expires_at_ms != 0 {
+        h.expires_at_ms
+    } else {
+        u64::MAX
+    };
+    let aged = config.max_age.map_or(u64::MAX, |age| {
+        h.enqueued_at_ms.saturating_add(age.as_millis() as u64)
+    });
+    own.min(aged)
+}
+
+pub(super) fn is_expired(h: &RecordHeader, now_ms: u64, config: &QueueConfig) -> bool {
+    if h.expires_at_ms != 0 && h.expires_at_ms <= now_ms {
+        return true;
+    }
+    match config.max_age {
+        Some(age) => h.enqueued_at_ms.saturating_add(age.as_millis() as u64) <= now_ms,
+        None => false,
+    }
+}
+
+impl State {
+    /// Ends the lease of a [`Move`]: confirmed (journaled) when `done`, else released,
+    /// so that a later take moves the item again. A lease gone meanwhile (the reader
+    /// was flushed or deleted) needs nothing.
+    pub(super) fn finish_move(&mut self, m: &Move, done: bool) {
+        let next_seq = self.next_seq;
+        let Some((id, seq, loc, len)) = self.readers.get(&m.reader).and_then(|r| {
+            let l = r.leases.get(&m.lease).filter(|l| l.moving)?;
+            Some((r.id, l.seq, l.loc, l.len))
+        }) else {
+            return;
+        };
+        let confirmed = done
+            && {
+                let rec = JRecord::Confirm {
+                    id,
+                    from: seq,
+                    to: seq + 1,
+                };
+                match self.journal_append(rec) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::error!(dir = %self.dir().display(), error = %e, "could not confirm a moved item; it stays and is moved again");
+                        false
+                    }
+                }
+            };
+        let Some(r) = self.readers.get_mut(&m.reader) else {
+            return;
+        };
+        r.leases.remove(&m.lease);
+        r.moving = r.moving.saturating_sub(1);
+        r.moving_bytes = r.moving_bytes.saturating_sub(len as u64);
+        if confirmed {
+            r.confirm_mem(seq, seq + 1, len as u64);
+        } else {
+            // Not woken for: an item that cannot be moved yet would only be met again.
+            r.released.insert(seq, (loc, len));
+            r.expired = r.expired.saturating_sub(1);
+        }
+        r.settle(next_seq);
+        r.check(next_seq);
+    }
+
+    /// Drops the oldest item of a queue with no reader (only if it has expired, when
+    /// `only_expired`); false when there is none to drop.
+    pub(super) fn advance_floor(&mut self, only_expired: bool, now: u64) -> Result<bool> {
+        loop {
+            if self.floor >= self.next_seq {
+                self.floor_bytes = 0;
+                return Ok(false);
+            }
+            let loc = match self.floor_loc {
+                Some(l) => l,
+                None => {
+                    self.flush_staged()?;
+                    locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
+                        .map_err(io_err(|| "locating the oldest item".into()))?
+                }
+            };
+            let read = read_at(&self.segments, &self.writer, &mut self.floor_rb, loc)
+                .map_err(io_err(|| "reading the oldest item".into()))?;
+            match read {
+                ReadAt::Rec(h, _) => {
+                    let next = Loc {
+                        seg: loc.seg,
+                        off: loc.off + h.record_bytes(),
+                    };
+                    if h.seq < self.floor {
+                        // Below the floor already (the first segment holds older items).
+                        self.floor_loc = Some(next);
+                        continue;
+                    }
+                    if only_expired && !is_expired(&h, now, &self.config) {
+                        self.floor_loc = Some(loc);
+                        self.floor_head_expiry = Some((self.floor, expiry_ms(&h, &self.config)));
+                        return Ok(false);
+                    }
+                    self.journal_append(JRecord::Floor(h.seq + 1))?;
+                    self.floor = h.seq + 1;
+                    self.floor_loc = Some(next);
+                    self.floor_bytes = self.floor_bytes.saturating_sub(h.len as u64);
+                    return Ok(true);
+                }
+                ReadAt::End => {
+                    // Step into the next segment; the floor itself does not move.
+                    let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
+                    match self.segments.get(i + 1) {
+                        Some(next) => {
+                            self.floor_loc = Some(Loc {
+                                seg: next.first_seq,
+                                off: FILE_HEADER_BYTES,
+                            })
+                        }
+                        None => return Ok(false),
+                    }
+                }
+                ReadAt::Bad => {
+                    // The scan below reads the file: staged bytes must be in it.
+                    self.flush_staged()?;
+                    let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
+                    let seg = &self.segments[i];
+                    let active = i + 1 == self.segments.len();
+                    let limit = if active { self.writer.end() } else { seg.end };
+                    let seq_max = self.next_seq.saturating_sub(1);
+                    let file = seg_file(&self.segments, &self.writer, i)
+                        .map_err(io_err(|| format!("opening {}", seg.path.display())))?;
+                    let found =
+                        segment::resync(file, seg.seed, loc.off + 1, limit, self.floor, seq_max)
+                            .map_err(io_err(|| {
+                                format!("reading segment {}", seg.path.display())
+                            }))?;
+                    tracing::error!(path = %seg.path.display(), offset = loc.off, "damaged record; skipping to the next valid one");
+                    self.floor_rb.clear();
+                    self.floor_loc = Some(Loc {
+                        seg: loc.seg,
+                        off: found.map_or(limit, |(at, _)| at),
+                    });
+                }
+                ReadAt::Missing => {
+                    self.flush_staged()?;
+                    let relocated =
+                        locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
+                            .map_err(io_err(|| "locating the oldest item".into()))?;
+                    if Some(relocated) == self.floor_loc {
+                        return Ok(false);
+                    }
+                    self.floor_loc = Some(relocated);
+                }
+            }
+        }
+    }
+
+    /// Whether an `expire` now would find nothing, known from memory alone: every
+    /// reader (or the queue, with none) is empty, or its head was seen unexpired and
+    /// cannot expire before a time still to come.
+    pub(super) fn nothing_to_expire(&self, now: u64) -> bool {
+        if self.readers.is_empty() {
+            return self.floor >= self.next_seq
+                || self
+                    .floor_head_expiry
+                    .is_some_and(|(floor, due)| floor == self.floor && now < due);
+        }
+        self.readers.values().all(|r| {
+            r.released.is_empty()
+                && (r.cursor_seq >= self.next_seq
+                    || r.head_expiry
+                        .is_some_and(|(seq, due)| seq == r.cursor_seq && now < due))
+        })
+    }
+}
+
+impl QueueCore {
+    pub(crate) fn expire(&self) -> Result<u64> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
+        let now = now_ms();
+        let mut moves = Vec::new();
+        let result = (|| {
+            let mut st = self.state.lock();
+            st.check_usable()?;
+            if st.nothing_to_expire(now) {
+                // Known without a read: a whole-store `flush_all_expired` over thousands
+                // of idle queues opens none of their files.
+                return Ok(0);
+            }
+            st.ready()?;
+            let mut count = 0u64;
+            if st.readers.is_empty() {
+                while st.advance_floor(true, now)? {
+                    st.floor_expired += 1;
+                    count += 1;
+                }
+            } else {
+                let names: Vec<String> = st.readers.keys().cloned().collect();
+                let mut most = 0;
+                for name in names {
+                    let mut n = 0;
+                    while st
+                        .take_inner(&name, Purpose::ExpireHead, now, &mut moves)?
+                        .is_some()
+                    {
+                        n += 1;
+                    }
+                    most = most.max(n);
+                }
+                count = most;
+            }
+            st.reclaim();
+            st.maybe_rotate_journal();
+            Ok(count)
+        })();
+        self.move_expired(moves);
+        result
+    }
+
+    /// Appends expired items to the queue's `expire_to` queue, outside our lock, then
+    /// ends their leases here (see [`Move`]): confirmed once the target has the item
+    /// (or refused it for good), released to be moved again by a later take when the
+    /// append failed for a reason that can pass.
+    ///
+    /// The append is not waited on for durability: an OS crash soon after a move can
+    /// lose it (see docs/storage.md); a killed process cannot.
+    pub(super) fn move_expired(&self, moves: Vec<Move>) {
+        if moves.is_empty() {
+            return;
+        }
+        let target = self.state.lock().config.expire_to.clone();
+        let outcomes: Vec<(Move, bool)> = match target.filter(|t| *t != self.name) {
+            // The setting changed since the take: drop them, as a take would now.
+            None => moves.into_iter().map(|m| (m, true)).collect(),
+            Some(target) => {
+                let Some(store) = self.store.upgrade() else {
+                    // The store is going away, and these leases with it: a restart
+                    // delivers the items again, and moves them then.
+                    return;
+                };
+                match store.queue_for_use(&target) {
+                    Ok(q) => moves
+                        .into_iter()
+                        .map(|m| {
+                            let options = AppendOptions {
+                                flags: m.item.flags,
+                                expires_at_ms: 0,
+                                sync: false,
+                            };
+                            // A `buffered` target writes what it staged before this queue
+                            // confirms: the confirmation must not survive a kill that the
+                            // moved item would not.
+                            let appended = q
+                                .append_batch(&[&m.item.data[..]], options)
+                                .and_then(|_| q.write_staged());
+                            let done = match appended {
+                                Ok(()) => true,
+                                Err(e) => self.move_failed(&target, &e),
+                            };
+                            (m, done)
+                        })
+                        .collect(),
+                    Err(e) => {
+                        let done = self.move_failed(&target, &e);
+                        moves.into_iter().map(|m| (m, done)).collect()
+                    }
+                }
+            }
+        };
+        #[cfg(feature = "fault-injection")]
+        crate::fault::reached(crate::fault::MOVE_APPENDED);
+        let mut st = self.state.lock();
+        if st.ready().is_err() {
+            // Closed or deleted meanwhile: the leases went with it.
+            return;
+        }
+        for (m, done) in &outcomes {
+            st.finish_move(m, *done);
+        }
+        st.reclaim();
+        st.maybe_rotate_journal();
+    }
+
+    /// Logs a move that failed with `e`; true when the item is to be dropped anyway
+    /// (the target refused it: too large, full and refusing, a bad name), false when it
+    /// stays in this queue to be moved again later (I/O, disk full, closing).
+    pub(super) fn move_failed(&self, target: &str, e: &Error) -> bool {
+        use crate::error::ErrorKind;
+        let retry = matches!(
+            e.kind(),
+            ErrorKind::Io
+                | ErrorKind::DiskFull
+                | ErrorKind::Closed
+                | ErrorKind::NotFound
+                | ErrorKind::TooManyQueues
+        );
+        if retry {
+            tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired item; it stays here and is moved again later");
+        } else {
+            tracing::error!(from = %self.name, to = %target, error = %e, "the expire_to queue refused an expired item; it is dropped");
+        }
+        !retry
+    }
+}

@@ -1,0 +1,94 @@
+//! Leases: `confirm` journals the leased item as done, `release` puts it back ahead of
+//! newer items, and lease timeouts (`open_timeout`) release them from `tick`.
+
+use std::time::Instant;
+
+use crate::error::Result;
+use crate::item::LeaseId;
+use crate::journal::JRecord;
+
+use super::commit::Ticket;
+use super::idle::MarkActiveOnDrop;
+use super::state::State;
+use super::QueueCore;
+
+impl State {
+    /// Releases the leases past their `open_timeout`; returns the readers to wake.
+    pub(super) fn tick_leases(&mut self, now: Instant) -> Vec<String> {
+        let mut woke = Vec::new();
+        if self.config.open_timeout.is_none() {
+            return woke;
+        }
+        for (name, r) in self.readers.iter_mut() {
+            let due: Vec<u64> = r
+                .leases
+                .iter()
+                .filter(|(_, l)| !l.moving && l.deadline.is_some_and(|d| d <= now))
+                .map(|(&id, _)| id)
+                .collect();
+            for id in &due {
+                if let Some(l) = r.leases.remove(id) {
+                    r.released.insert(l.seq, (l.loc, l.len));
+                }
+            }
+            if !due.is_empty() {
+                woke.push(name.clone());
+            }
+        }
+        woke
+    }
+}
+
+impl QueueCore {
+    pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Ticket)> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
+        let mut st = self.state.lock();
+        st.ready()?;
+        let Some(r) = st.readers.get(reader) else {
+            return Ok((false, Ticket(None)));
+        };
+        let id = r.id;
+        let Some(info) = r.leases.get(&lease.0).filter(|l| !l.moving) else {
+            return Ok((false, Ticket(None)));
+        };
+        let (seq, len) = (info.seq, info.len as u64);
+        st.journal_append(JRecord::Confirm {
+            id,
+            from: seq,
+            to: seq + 1,
+        })?;
+        let next_seq = st.next_seq;
+        if let Some(r) = st.readers.get_mut(reader) {
+            r.leases.remove(&lease.0);
+            r.confirm_mem(seq, seq + 1, len);
+            r.confirmed_total += 1;
+            r.settle(next_seq);
+            r.check(next_seq);
+        }
+        st.reclaim();
+        st.maybe_rotate_journal();
+        Ok((true, Self::ticket(&st, false, 0, true)))
+    }
+
+    pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
+        let mut st = self.state.lock();
+        st.check_usable()?;
+        let Some(r) = st.readers.get_mut(reader) else {
+            return Ok(false);
+        };
+        if r.leases.get(&lease.0).is_none_or(|l| l.moving) {
+            return Ok(false);
+        }
+        let Some(info) = r.leases.remove(&lease.0) else {
+            return Ok(false);
+        };
+        r.released.insert(info.seq, (info.loc, info.len));
+        if let Some(r) = st.readers.get(reader) {
+            self.wake_reader(r);
+        }
+        Ok(true)
+    }
+}

@@ -1,0 +1,409 @@
+//! Opening a queue and recovering it after a crash: the segments listed, the last
+//! one scanned and its torn tail cut, the reader journal replayed and reconciled with
+//! the reader list, sequence numbers kept past every confirmed one; and creating a
+//! queue all or nothing (built beside its final name, then renamed into place).
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::config::QueueConfig;
+use crate::error::Result;
+use crate::frame::new_seed;
+use crate::journal::Journal;
+use crate::mapfile::{sync_dir, MapFile};
+use crate::reader_list::{self, ReaderList};
+use crate::readers::Readers;
+use crate::segment::{
+    self, encode_segment_header, parse_segment_file_name, segment_file_name, ReadBuf, Segment,
+    FILE_HEADER_BYTES,
+};
+use crate::store::StoreInner;
+
+use super::commit::SyncState;
+use super::log::{create_segment, locate_in, span_payload_bytes, WRITE_WINDOW_BYTES};
+use super::reader_state::new_reader;
+use super::state::State;
+use super::{io_err, QueueCore};
+
+/// The files of a new, empty queue in `dir` (created here): a reader journal, an empty
+/// reader list and a first segment holding only its header. No fsync (see
+/// [`QueueCore::open_or_create`]) and no space reserved ahead: the first append
+/// reserves what it needs.
+pub(super) fn write_new_queue(dir: &Path) -> Result<()> {
+    let err = |what: &'static str| io_err(move || format!("{what} {}", dir.display()));
+    fs::create_dir(dir).map_err(err("creating"))?;
+    Journal::write_new(dir).map_err(err("writing the reader journal in"))?;
+    reader_list::write(dir, &ReaderList::default()).map_err(err("writing the reader list in"))?;
+    let segment = dir.join(segment_file_name(1));
+    fs::write(&segment, encode_segment_header(1, new_seed())).map_err(err("writing a segment in"))
+}
+
+impl State {
+    /// At open, once the journal's readers are in: reconciles them with the reader list
+    /// (`reader_list.rs`). A readable journal is the truth and the list is rewritten to
+    /// match it when it differs. A lost journal's readers are created again from the
+    /// list, at the oldest stored item; with the list lost too, the stored items are
+    /// held (nothing reclaimed) for the readers nobody can name any more.
+    pub(super) fn recover_reader_list(
+        &mut self,
+        journal_lost: bool,
+        listed: reader_list::Read,
+    ) -> Result<()> {
+        let dir = self.dir().to_path_buf();
+        match listed {
+            reader_list::Read::Found(list) if journal_lost => {
+                self.hold = list.hold;
+                for name in &list.names {
+                    if !self.readers.contains_key(name) {
+                        self.create_reader(name)?;
+                    }
+                }
+                tracing::error!(dir = %dir.display(), readers = ?list.names, "readers recreated from the reader list at the oldest stored item");
+            }
+            reader_list::Read::Found(list) => {
+                self.hold = list.hold;
+                let mut known: Vec<&String> = self.readers.keys().collect();
+                known.sort();
+                let mut listed: Vec<&String> = list.names.iter().collect();
+                listed.sort();
+                if known != listed {
+                    self.write_reader_list(None)?;
+                }
+            }
+            lost if journal_lost => {
+                if self.floor < self.next_seq {
+                    self.hold = Some(self.floor);
+                }
+                self.write_reader_list(None)?;
+                tracing::error!(dir = %dir.display(), list = ?lost, held_from = ?self.hold, "the reader journal and the reader list are both lost: the stored items are kept for readers nobody can name until the queue is flushed");
+            }
+            reader_list::Read::Damaged => {
+                tracing::warn!(dir = %dir.display(), "the reader list is damaged; it is written again from the reader journal");
+                self.write_reader_list(None)?;
+            }
+            // A new queue, or one made before the list existed.
+            reader_list::Read::Missing => self.write_reader_list(None)?,
+        }
+        if let Some(from) = self.hold {
+            tracing::warn!(dir = %dir.display(), held_from = from, "items are held for readers lost with the reader journal; `flush` the queue to release them");
+        }
+        Ok(())
+    }
+}
+
+impl QueueCore {
+    /// Opens (creating if needed) the queue stored in `dir`, recovering from a crash:
+    /// the last segment is scanned and its torn tail cut (damage with valid records
+    /// after it is kept, see `segment::scan`), the reader
+    /// journal is replayed, and readers start again at their oldest unconfirmed item
+    /// (leases open at the crash are delivered again).
+    pub(crate) fn open(
+        name: &str,
+        dir: &Path,
+        config: QueueConfig,
+        store: Weak<StoreInner>,
+    ) -> Result<Arc<QueueCore>> {
+        let ctx = |what: &str| format!("{what} {}", dir.display());
+        fs::create_dir_all(dir).map_err(io_err(|| ctx("creating")))?;
+        let mut firsts = Vec::new();
+        for entry in fs::read_dir(dir).map_err(io_err(|| ctx("listing")))? {
+            let entry = entry.map_err(io_err(|| ctx("listing")))?;
+            let fname = entry.file_name();
+            let Some(fname) = fname.to_str() else {
+                continue;
+            };
+            if let Some(first) = parse_segment_file_name(fname) {
+                firsts.push(first);
+            } else if fname.ends_with(".tmp") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        firsts.sort_unstable();
+        // Every descriptor of the queue counts in the store's tally (`file_cell.rs`).
+        let tally = store.upgrade().map(|s| Arc::clone(&s.files_budget));
+        let opened = Journal::open(dir, firsts.first().copied().unwrap_or(1))
+            .map_err(io_err(|| ctx("opening the reader journal in")))?;
+        if opened.damaged_tail {
+            tracing::warn!(dir = %dir.display(), "reader journal had a damaged tail; it was cut");
+        }
+        // The journal is created before the first segment, so segments without a
+        // usable journal mean it was lost or damaged, not that the queue is new.
+        let journal_lost = opened.started_afresh && (opened.unusable > 0 || !firsts.is_empty());
+        if journal_lost {
+            tracing::error!(dir = %dir.display(), damaged_journals = opened.unusable, segments = firsts.len(), "no usable reader journal: readers start again at the oldest stored item, so confirmed items come again");
+        }
+        let listed =
+            reader_list::read(dir).map_err(io_err(|| ctx("reading the reader list in")))?;
+        let jstate = opened.state;
+
+        // Every seq a reader has confirmed must stay retired: after an OS crash the
+        // journal can be ahead of the segments, and new items must not reuse those seqs.
+        let mut seq_floor = jstate.floor.max(1);
+        for r in jstate.readers.values() {
+            seq_floor = seq_floor.max(r.acked_below);
+            if let Some((_, end)) = r.confirmed.iter().last() {
+                seq_floor = seq_floor.max(end);
+            }
+        }
+
+        let mut segments = VecDeque::new();
+        for (i, &first) in firsts.iter().enumerate() {
+            let path = dir.join(segment_file_name(first));
+            // Only for the header and the size: sealed segments are opened again when
+            // a reader reaches them, the last one below as the writer.
+            let file = File::open(&path).map_err(io_err(|| ctx("opening segment in")))?;
+            let len = file
+                .metadata()
+                .map_err(io_err(|| ctx("reading segment size in")))?
+                .len();
+            let mut header = [0u8; FILE_HEADER_BYTES as usize];
+            let n = segment::read_full_at(&file, &mut header, 0)
+                .map_err(io_err(|| ctx("reading segment in")))?;
+            let decoded = segment::decode_segment_header(&header[..n], first);
+            let last = i + 1 == firsts.len();
+            if !decoded.intact && !last {
+                tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
+            }
+            segments.push_back(Segment::new(first, decoded.seed, path, len, tally.clone()));
+        }
+
+        let mut next_seq;
+        let writer;
+        match segments.back_mut() {
+            Some(last) => {
+                let file = File::options()
+                    .read(true)
+                    .write(true)
+                    .open(&last.path)
+                    .map_err(io_err(|| ctx("opening segment in")))?;
+                let mut header = [0u8; FILE_HEADER_BYTES as usize];
+                let n = segment::read_full_at(&file, &mut header, 0)
+                    .map_err(io_err(|| ctx("reading segment in")))?;
+                let header_ok = segment::decode_segment_header(&header[..n], last.first_seq).intact;
+                if !header_ok && last.end > FILE_HEADER_BYTES {
+                    // The header is damaged but records may follow: rewrite the header
+                    // (the first seq is the file's name, the seed the vote of its
+                    // copies) and keep what checks out.
+                    tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
+                    use std::os::unix::fs::FileExt;
+                    file.write_all_at(&encode_segment_header(last.first_seq, last.seed), 0)
+                        .map_err(io_err(|| ctx("rewriting a segment header in")))?;
+                }
+                let (end, scanned_next, zero_tail) = if header_ok || last.end > FILE_HEADER_BYTES {
+                    let scan = segment::scan(&file, last.first_seq, last.seed, last.end)
+                        .map_err(io_err(|| ctx("scanning segment in")))?;
+                    if scan.torn_batch {
+                        tracing::warn!(path = %last.path.display(), offset = scan.end, "a batch interrupted by a crash was cut, with everything after it");
+                    }
+                    if scan.damaged {
+                        // Kept, not cut: later records may have been acknowledged.
+                        // Readers skip the damaged ones and count them as lost.
+                        tracing::error!(path = %last.path.display(), "damaged records in the middle of the last segment; the records after them are kept");
+                    }
+                    (scan.end, scan.next_seq, scan.zero_tail)
+                } else {
+                    // Created but never completed: start it again, empty.
+                    file.set_len(0)
+                        .map_err(io_err(|| ctx("resetting segment in")))?;
+                    (0, last.first_seq, true)
+                };
+                if !zero_tail {
+                    // Junk after the data (a torn write): cut, so that nothing of it
+                    // can ever be read as records after the next append. Zeroes (the
+                    // space reserved ahead, what a clean stop leaves) are kept for the
+                    // appends to come.
+                    file.set_len(end)
+                        .map_err(io_err(|| ctx("cutting the torn tail of a segment in")))?;
+                }
+                last.end = end;
+                let reopened = File::options()
+                    .read(true)
+                    .write(true)
+                    .open(&last.path)
+                    .map_err(io_err(|| ctx("opening segment in")))?;
+                let mut map = MapFile::new(reopened, &last.path, end, WRITE_WINDOW_BYTES)
+                    .map_err(io_err(|| ctx("mapping segment in")))?;
+                if end == 0 {
+                    last.seed = new_seed();
+                    map.append(&[&encode_segment_header(last.first_seq, last.seed)])
+                        .map_err(io_err(|| ctx("writing segment header in")))?;
+                    last.end = map.end();
+                }
+                next_seq = scanned_next;
+                writer = Some(map);
+            }
+            None => {
+                next_seq = seq_floor;
+                writer = None;
+            }
+        }
+        let mut journal = opened.journal;
+        journal.set_tally(tally.clone());
+        let mut writer = match writer {
+            Some(w) => w,
+            None => {
+                let (segment, map) =
+                    create_segment(dir, next_seq, config.segment_size_bytes, tally.clone())?;
+                segments.push_back(segment);
+                sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
+                map
+            }
+        };
+        writer.set_tally(tally.clone());
+        let mut state = State {
+            name: name.to_string(),
+            config,
+            closed: false,
+            deleted: false,
+            poisoned: None,
+            segments,
+            writer,
+            next_seq,
+            floor: 1,
+            hold: None,
+            floor_oldest: None,
+            floor_head_expiry: None,
+            tally: tally.clone(),
+            reader_list_dirty: false,
+            reserve: store.upgrade().map(|s| Arc::clone(&s.reserve)),
+            created_unsynced: false,
+            floor_bytes: 0,
+            floor_loc: None,
+            floor_discarded: 0,
+            floor_expired: 0,
+            floor_rb: ReadBuf::default(),
+            readers: Readers::new(),
+            next_reader_id: jstate.next_reader_id.max(1),
+            next_lease_id: 1,
+            journal,
+            total_appended: 0,
+            corrupt_records: 0,
+            dirty: false,
+            dir_dirty: false,
+            unsynced: Vec::new(),
+            last_sync: Instant::now(),
+            last_write: Instant::now(),
+            wrote: false,
+            used: false,
+            last_used: Instant::now(),
+            expired_budget_spent: false,
+            mapped: true,
+        };
+        if seq_floor > state.next_seq {
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {} were lost (OS crash before fsync?); sequence numbers continue after the confirmed ones", state.next_seq);
+            if state.writer.end() > FILE_HEADER_BYTES {
+                state.next_seq = seq_floor;
+                state.roll()?;
+            } else {
+                // An empty last segment is named after a seq that is now retired.
+                let old = state.segments.pop_back();
+                state.next_seq = seq_floor;
+                let (segment, map) = create_segment(
+                    dir,
+                    seq_floor,
+                    state.config.segment_size_bytes,
+                    state.tally.clone(),
+                )?;
+                state.segments.push_back(segment);
+                state.writer = map;
+                if let Some(old) = old {
+                    let _ = fs::remove_file(&old.path);
+                }
+                sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
+            }
+        }
+        next_seq = state.next_seq;
+        let oldest_on_disk = state.segments.front().map_or(next_seq, |s| s.first_seq);
+        state.floor = jstate.floor.max(oldest_on_disk).min(next_seq);
+        let floor_loc = locate_in(&state.segments, &state.writer, next_seq, state.floor)
+            .map_err(io_err(|| ctx("locating the oldest item in")))?;
+        state.floor_bytes = span_payload_bytes(
+            &state.segments,
+            &state.writer,
+            floor_loc,
+            next_seq - state.floor,
+        );
+        state.floor_loc = Some(floor_loc);
+        for (id, rec) in jstate.readers {
+            let mut confirmed = rec.confirmed;
+            let acked_below = rec.acked_below.max(oldest_on_disk).min(next_seq);
+            confirmed.remove_below(acked_below);
+            let cursor = locate_in(&state.segments, &state.writer, next_seq, acked_below)
+                .map_err(io_err(|| ctx("locating a reader in")))?;
+            let items = next_seq - acked_below;
+            let bytes = span_payload_bytes(&state.segments, &state.writer, cursor, items);
+            let mut r = new_reader(id, acked_below, cursor, bytes);
+            r.confirmed = confirmed;
+            // The reader journal's confirmations above `acked_below` are skipped by
+            // reading, so the cursor starts at the oldest unconfirmed item.
+            state.readers.insert(rec.name, r);
+        }
+        state.recover_reader_list(journal_lost, listed)?;
+        // A crash between a confirmation and the deletion of a consumed segment leaves
+        // the segment behind; delete it now.
+        state.reclaim();
+        state.apply_staging()?;
+        let core = Arc::new_cyclic(|me| QueueCore {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            store,
+            me: me.clone(),
+            // The store's list gets every queue it opens; the first tick takes an idle
+            // one off it.
+            active: AtomicBool::new(false),
+            budget: tally,
+            state: Mutex::new(state),
+            sync: Mutex::new(SyncState::default()),
+            wake_gen: AtomicU64::new(0),
+            wake_lock: Mutex::new(()),
+            wake_cv: Condvar::new(),
+            blocking_waiters: AtomicU64::new(0),
+        });
+        core.mark_active();
+        Ok(core)
+    }
+
+    /// Opens the queue in `dir`, creating it first when there is none, all or nothing:
+    /// its first files are written under a temporary name beside it and renamed into
+    /// place whole (see `store.rs`). Nothing is fsync'ed here: a creation is made durable
+    /// by the queue's first fsync (see `State::created_unsynced`), under the queue's
+    /// durability like the appends that follow it, so a client naming new queues does
+    /// not cost an fsync each.
+    pub(crate) fn open_or_create(
+        name: &str,
+        dir: &Path,
+        config: QueueConfig,
+        store: Weak<StoreInner>,
+    ) -> Result<Arc<QueueCore>> {
+        if dir.is_dir() {
+            return QueueCore::open(name, dir, config, store);
+        }
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        let tmp = parent.join(crate::store::temporary_name(
+            crate::store::CREATING_PREFIX,
+            name,
+        ));
+        let made = write_new_queue(&tmp).and_then(|()| {
+            fs::rename(&tmp, dir).map_err(io_err(|| format!("creating {}", dir.display())))
+        });
+        if let Err(e) = made {
+            if let Err(cleanup) = fs::remove_dir_all(&tmp) {
+                tracing::warn!(path = %tmp.display(), error = %cleanup, "could not remove a half-made queue; the next open removes it");
+            }
+            return Err(e);
+        }
+        let core = QueueCore::open(name, dir, config, store)?;
+        {
+            let mut st = core.state.lock();
+            st.created_unsynced = true;
+            st.dirty = true;
+        }
+        Ok(core)
+    }
+}

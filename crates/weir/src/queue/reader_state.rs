@@ -1,0 +1,169 @@
+//! One reader's state in memory: its position (`acked_below`, out-of-order
+//! confirmations, cursor), its leases and released items, its read-ahead buffer and
+//! counters. Bounded by what is leased or released, never by the backlog.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+use crate::intervals::IntervalSet;
+use crate::segment::{Loc, ReadBuf};
+
+pub(super) struct LeaseInfo {
+    pub(super) seq: u64,
+    pub(super) loc: Loc,
+    pub(super) len: u32,
+    pub(super) deadline: Option<Instant>,
+    /// Held by the engine for an expired item being moved to `expire_to` (see
+    /// [`Move`]), not by a caller: no timeout, and no caller may confirm or release it.
+    pub(super) moving: bool,
+}
+
+pub(super) struct ReaderState {
+    pub(super) id: u32,
+    pub(super) acked_below: u64,
+    pub(super) confirmed: IntervalSet,
+    pub(super) cursor_seq: u64,
+    pub(super) cursor: Loc,
+    pub(super) leases: BTreeMap<u64, LeaseInfo>,
+    /// Released items, redelivered first in seq order: seq -> (loc, payload length).
+    pub(super) released: BTreeMap<u64, (Loc, u32)>,
+    pub(super) pending_bytes: u64,
+    pub(super) rb: ReadBuf,
+    pub(super) notify: Arc<Notify>,
+    pub(super) waiters: Arc<AtomicU64>,
+    pub(super) taken: u64,
+    pub(super) confirmed_total: u64,
+    pub(super) expired: u64,
+    pub(super) discarded: u64,
+    /// Leases held for items being moved to `expire_to`, and their payload bytes.
+    pub(super) moving: u64,
+    pub(super) moving_bytes: u64,
+    /// Where the oldest item this reader holds is and when it was enqueued, as read
+    /// when the queue's files were last closed, so that `stats` needs no descriptor
+    /// while they are.
+    pub(super) oldest_enqueued: Option<(Loc, u64)>,
+    /// `(cursor_seq, ms)`: the item at the cursor, found unexpired by an `expire`,
+    /// cannot expire before `ms` (valid while the cursor has not moved, nothing was
+    /// released and the settings are the same), so the next `expire` before then reads
+    /// nothing.
+    pub(super) head_expiry: Option<(u64, u64)>,
+}
+
+impl ReaderState {
+    /// Where the oldest item this reader has not confirmed is: leased, released, or at
+    /// the cursor.
+    pub(super) fn oldest_loc(&self, next_seq: u64) -> Option<Loc> {
+        let mut oldest: Option<(u64, Loc)> = None;
+        for l in self.leases.values() {
+            if oldest.is_none_or(|(s, _)| l.seq < s) {
+                oldest = Some((l.seq, l.loc));
+            }
+        }
+        if let Some((&s, &(loc, _))) = self.released.iter().next() {
+            if oldest.is_none_or(|(o, _)| s < o) {
+                oldest = Some((s, loc));
+            }
+        }
+        if oldest.is_none() && self.cursor_seq < next_seq {
+            oldest = Some((self.cursor_seq, self.cursor));
+        }
+        oldest.map(|(_, loc)| loc)
+    }
+
+    pub(super) fn pending_items(&self, next_seq: u64) -> u64 {
+        next_seq - self.acked_below - self.confirmed.count()
+    }
+
+    /// What this reader holds against `max_items`/`max_bytes`: items being moved to
+    /// `expire_to` are on their way out and count as gone, as they did when a move
+    /// confirmed them at once.
+    pub(super) fn room_used(&self, next_seq: u64) -> (u64, u64) {
+        (
+            self.pending_items(next_seq).saturating_sub(self.moving),
+            self.pending_bytes.saturating_sub(self.moving_bytes),
+        )
+    }
+
+    /// Records `[from, to)` as confirmed in memory (the journal was written already).
+    pub(super) fn confirm_mem(&mut self, from: u64, to: u64, bytes: u64) {
+        let from = from.max(self.acked_below);
+        if from >= to {
+            return;
+        }
+        if from == self.acked_below && self.confirmed.is_empty() {
+            self.acked_below = to;
+        } else {
+            self.confirmed.insert(from, to);
+            while let Some(end) = self.confirmed.take_range_at(self.acked_below) {
+                self.acked_below = end;
+            }
+        }
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+    }
+
+    /// Byte counts are estimates after a reopen; an empty reader holds none.
+    pub(super) fn settle(&mut self, next_seq: u64) {
+        if self.pending_items(next_seq) == 0 {
+            self.pending_bytes = 0;
+        }
+    }
+
+    #[cfg(debug_assertions)]
+    pub(super) fn check(&self, next_seq: u64) {
+        assert!(
+            self.acked_below <= next_seq,
+            "acked {} > next {}",
+            self.acked_below,
+            next_seq
+        );
+        assert!(
+            self.cursor_seq <= next_seq,
+            "cursor {} > next {}",
+            self.cursor_seq,
+            next_seq
+        );
+        for seq in self
+            .leases
+            .values()
+            .map(|l| l.seq)
+            .chain(self.released.keys().copied())
+        {
+            assert!(
+                seq >= self.acked_below && seq < self.cursor_seq,
+                "held seq {seq} outside [acked, cursor)"
+            );
+            assert!(!self.confirmed.contains(seq), "held seq {seq} is confirmed");
+        }
+    }
+
+    #[cfg(not(debug_assertions))]
+    pub(super) fn check(&self, _next_seq: u64) {}
+}
+
+pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderState {
+    ReaderState {
+        id,
+        acked_below: start,
+        confirmed: IntervalSet::default(),
+        cursor_seq: start,
+        cursor,
+        leases: BTreeMap::new(),
+        released: BTreeMap::new(),
+        pending_bytes,
+        rb: ReadBuf::default(),
+        notify: Arc::new(Notify::new()),
+        waiters: Arc::new(AtomicU64::new(0)),
+        taken: 0,
+        confirmed_total: 0,
+        expired: 0,
+        discarded: 0,
+        moving: 0,
+        moving_bytes: 0,
+        oldest_enqueued: None,
+        head_expiry: None,
+    }
+}

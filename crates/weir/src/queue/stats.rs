@@ -1,0 +1,128 @@
+//! Statistics of a queue and its readers, answered from memory (an idle queue's files
+//! stay closed), and the iterator over its kept items.
+
+use std::sync::atomic::Ordering;
+
+use crate::error::Result;
+use crate::item::now_ms;
+use crate::iter::{Iter, IterSegment};
+use crate::segment::Loc;
+use crate::stats::{QueueStats, ReaderStats};
+
+use super::idle::MarkActiveOnDrop;
+use super::log::{header_at, locate_in};
+use super::{io_err, QueueCore};
+
+impl QueueCore {
+    pub(crate) fn stats(&self) -> QueueStats {
+        let st = self.state.lock();
+        let now = now_ms();
+        // An idle queue's files are closed: its ages were read before they were, and
+        // a whole-store `stats` reopens nothing.
+        // Every change to what `stats` reports here reads or writes a file (opening it),
+        // so while none is open the ages kept at the last close are current.
+        let open = st.any_file_open();
+        let age_at = |loc: Loc| {
+            header_at(&st.segments, &st.writer, loc)
+                .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
+        };
+        let mut readers = Vec::with_capacity(st.readers.len());
+        for (name, r) in st.readers.iter() {
+            let age_ms = if open {
+                r.oldest_loc(st.next_seq).map_or(0, age_at)
+            } else {
+                r.oldest_enqueued.map_or(0, |(_, t)| now.saturating_sub(t))
+            };
+            readers.push(ReaderStats {
+                name: name.clone(),
+                items: r.pending_items(st.next_seq),
+                bytes: r.pending_bytes,
+                taken: r.taken,
+                confirmed: r.confirmed_total,
+                expired: r.expired,
+                discarded: r.discarded,
+                open_leases: (r.leases.len() as u64).saturating_sub(r.moving),
+                waiters: r.waiters.load(Ordering::SeqCst),
+                age_ms,
+            });
+        }
+        readers.sort_by(|a, b| a.name.cmp(&b.name));
+        let (items, bytes) = st.most_behind();
+        let age_ms = if st.readers.is_empty() {
+            if st.floor >= st.next_seq {
+                0
+            } else if open {
+                st.floor_loc.map_or(0, age_at)
+            } else {
+                st.floor_oldest.map_or(0, |(_, t)| now.saturating_sub(t))
+            }
+        } else {
+            readers.iter().map(|r| r.age_ms).max().unwrap_or(0)
+        };
+        let disk_bytes = st
+            .segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i + 1 == st.segments.len() {
+                    st.writer.end()
+                } else {
+                    s.end
+                }
+            })
+            .sum::<u64>()
+            + st.journal.size_bytes();
+        QueueStats {
+            name: self.name.clone(),
+            items,
+            bytes,
+            total_items: st.total_appended,
+            expired: readers.iter().map(|r| r.expired).sum::<u64>() + st.floor_expired,
+            discarded: readers.iter().map(|r| r.discarded).sum::<u64>() + st.floor_discarded,
+            open_leases: readers.iter().map(|r| r.open_leases).sum(),
+            waiters: readers.iter().map(|r| r.waiters).sum(),
+            age_ms,
+            disk_bytes,
+            corrupt_records: st.corrupt_records,
+            readers,
+        }
+    }
+
+    pub(crate) fn iter(&self) -> Result<Iter> {
+        // Marked on the way out (after the state lock is released): see `tick`.
+        let _active = MarkActiveOnDrop(self);
+        let mut st = self.state.lock();
+        st.ready()?;
+        // The iterator reads the files, outside the lock.
+        st.flush_staged()?;
+        let start = st.oldest_kept();
+        let loc = locate_in(&st.segments, &st.writer, st.next_seq, start)
+            .map_err(io_err(|| "locating the oldest item".into()))?;
+        let n = st.segments.len();
+        let segments = st
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.first_seq >= loc.seg)
+            .map(|(i, s)| IterSegment {
+                first_seq: s.first_seq,
+                seed: s.seed,
+                path: s.path.clone(),
+                file: if i + 1 == n {
+                    st.writer.file().ok().cloned()
+                } else {
+                    s.file_if_open().cloned()
+                },
+                end: if i + 1 == n { st.writer.end() } else { s.end },
+            })
+            .collect();
+        Ok(Iter::new(
+            segments,
+            loc.off,
+            start,
+            st.next_seq,
+            now_ms(),
+            st.config.max_age,
+        ))
+    }
+}
