@@ -1,5 +1,7 @@
 //! An item as stored and handed out, and the options of an append.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 
 /// One item of a queue.
@@ -18,10 +20,35 @@ pub struct Item {
 }
 
 impl Item {
-    /// Whether the item has expired at `now_ms` (Unix milliseconds).
-    pub fn is_expired_at(&self, now_ms: u64) -> bool {
-        self.expires_at_ms != 0 && self.expires_at_ms <= now_ms
+    /// When the item expires in a queue whose `max_age` is `max_age` (Unix
+    /// milliseconds; `u64::MAX` when never): see [`expiry_ms`].
+    pub fn expiry_ms(&self, max_age: Option<Duration>) -> u64 {
+        expiry_ms(self.expires_at_ms, self.enqueued_at_ms, max_age)
     }
+
+    /// Whether the item has expired at `now_ms` (Unix milliseconds) in a queue whose
+    /// `max_age` is `max_age` ([`crate::QueueConfig::max_age`]): exactly when the
+    /// queue stops handing it out.
+    pub fn is_expired_at(&self, now_ms: u64, max_age: Option<Duration>) -> bool {
+        self.expiry_ms(max_age) <= now_ms
+    }
+}
+
+/// The engine's one rule of expiry: an item expires at its own expiry time
+/// (`expires_at_ms`, 0 for never) or `max_age` after it was enqueued, whichever comes
+/// first; `u64::MAX` when neither applies. It has expired once that time is not after
+/// now.
+pub(crate) fn expiry_ms(expires_at_ms: u64, enqueued_at_ms: u64, max_age: Option<Duration>) -> u64 {
+    let own = if expires_at_ms != 0 {
+        expires_at_ms
+    } else {
+        u64::MAX
+    };
+    let aged = max_age.map_or(u64::MAX, |age| {
+        let age_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+        enqueued_at_ms.saturating_add(age_ms)
+    });
+    own.min(aged)
 }
 
 /// Options of one append.

@@ -39,7 +39,7 @@ mod file_cell;
 mod frame;
 mod intervals;
 mod item;
-mod iter;
+
 mod journal;
 mod lockfile;
 mod mapfile;
@@ -56,8 +56,8 @@ mod store;
 pub use crate::config::{open_files_limit, ConfigFn, Durability, QueueConfig, StoreOptions};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::item::{now_ms, AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
-pub use crate::iter::Iter;
 pub use crate::name::{validate_queue_name, validate_reader_name, NAME_LENGTH_MAX};
+pub use crate::queue::Iter;
 pub use crate::queue::Queue;
 pub use crate::reader::Reader;
 pub use crate::readers::{names_equal, READERS_PER_QUEUE_MAX};

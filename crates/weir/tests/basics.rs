@@ -189,7 +189,8 @@ fn item_fields_are_returned() {
         "enqueued_at_ms {} not in {before}..={after}",
         item.enqueued_at_ms
     );
-    assert!(!item.is_expired_at(now_ms()));
+    assert!(!item.is_expired_at(now_ms(), None));
+    assert!(item.is_expired_at(expires, None));
 }
 
 #[test]
@@ -784,6 +785,35 @@ fn max_age_expires_old_items() {
     std::thread::sleep(Duration::from_millis(250));
     let fresh = q.append(b"fresh", opts()).unwrap();
     assert_eq!(r.take().unwrap().unwrap().seq, fresh);
+    assert_eq!(q.stats().expired, 1);
+}
+
+/// An item, the queue and its iterator agree on when it expires, `max_age` included:
+/// `Item::is_expired_at` once ignored `max_age` and called an item the queue no longer
+/// hands out unexpired.
+#[test]
+fn an_item_the_queue_expires_by_max_age_says_it_has_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let max_age = Some(Duration::from_millis(100));
+    let store = open_with_config(
+        dir.path(),
+        QueueConfig {
+            max_age,
+            ..QueueConfig::default()
+        },
+    )
+    .unwrap();
+    let q = store.queue("q").unwrap();
+    let r = q.reader("").unwrap();
+    q.append(b"old", opts()).unwrap();
+    let item = r.peek().unwrap().unwrap();
+    assert_eq!(item.expiry_ms(max_age), item.enqueued_at_ms + 100);
+    assert!(!item.is_expired_at(item.enqueued_at_ms + 99, max_age));
+    assert!(item.is_expired_at(item.enqueued_at_ms + 100, max_age));
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(item.is_expired_at(now_ms(), max_age));
+    assert_eq!(q.iter().unwrap().count(), 0, "the iterator skips it");
+    assert!(r.take().unwrap().is_none(), "the queue expires it");
     assert_eq!(q.stats().expired, 1);
 }
 

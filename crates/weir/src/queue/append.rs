@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::{fs, io};
 
 use crate::error::{Error, Result};
-use crate::frame::{encode_header, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX};
+use crate::frame::{decode_header, encode_header, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX};
 use crate::item::{now_ms, AppendOptions};
 use crate::mapfile::STAGE_BYTES;
 use crate::segment::FILE_HEADER_BYTES;
@@ -29,12 +29,12 @@ impl State {
     /// Starts a new segment at `next_seq`; the current one is sealed.
     pub(super) fn roll(&mut self) -> Result<()> {
         debug_assert!(
-            self.writer.end() > FILE_HEADER_BYTES,
+            self.log.writer.end() > FILE_HEADER_BYTES,
             "never roll an empty segment"
         );
         // What is staged belongs to the segment being sealed: written before the seal,
         // or the roll fails and it stays staged.
-        self.flush_staged()?;
+        self.log.flush_staged()?;
         let dir = self.dir().to_path_buf();
         let (segment, mut map) = create_segment(
             &dir,
@@ -45,8 +45,8 @@ impl State {
         if let Err(e) = map.set_staging(self.staging_wanted()) {
             return Err(Error::io(format!("writing {}", map.path().display()), e));
         }
-        let mut old = std::mem::replace(&mut self.writer, map);
-        if let Some(last) = self.segments.back_mut() {
+        let mut old = std::mem::replace(&mut self.log.writer, map);
+        if let Some(last) = self.log.segments.back_mut() {
             last.end = old.end();
         }
         if let Err(e) = old.trim() {
@@ -70,7 +70,7 @@ impl State {
                 self.poisoned = Some(format!("sealed segment without a descriptor: {e}"));
             }
         }
-        self.segments.push_back(segment);
+        self.log.segments.push_back(segment);
         self.dir_dirty = true;
         self.dirty = true;
         Ok(())
@@ -80,15 +80,15 @@ impl State {
     pub(super) fn reclaim(&mut self) {
         let keep = self.oldest_kept();
         if keep == self.next_seq
-            && self.writer.end() >= ROLL_WHEN_EMPTY_BYTES
-            && self.writer.end() > FILE_HEADER_BYTES
+            && self.log.writer.end() >= ROLL_WHEN_EMPTY_BYTES
+            && self.log.writer.end() > FILE_HEADER_BYTES
         {
             if let Err(e) = self.roll() {
                 tracing::warn!(error = %e, "could not start a new segment for an empty queue");
             }
         }
-        while self.segments.len() > 1 && self.segments[1].first_seq <= keep {
-            let Some(seg) = self.segments.pop_front() else {
+        while self.log.segments.len() > 1 && self.log.segments[1].first_seq <= keep {
+            let Some(seg) = self.log.segments.pop_front() else {
                 break;
             };
             if self.floor_loc.is_some_and(|l| l.seg == seg.first_seq) {
@@ -116,8 +116,8 @@ impl State {
             .iter()
             .map(|d| RECORD_HEADER_BYTES as u64 + d.len() as u64)
             .sum();
-        if self.writer.end() + total > self.config.segment_size_bytes
-            && self.writer.end() > FILE_HEADER_BYTES
+        if self.log.writer.end() + total > self.config.segment_size_bytes
+            && self.log.writer.end() > FILE_HEADER_BYTES
         {
             self.roll()?;
         }
@@ -126,59 +126,33 @@ impl State {
         self.apply_staging()?;
         if !self.reserve.as_ref().is_none_or(|r| r.appends_allowed()) {
             return Err(Error::io(
-                format!("appending to {}", self.writer.path().display()),
+                format!("appending to {}", self.log.writer.path().display()),
                 io::Error::from_raw_os_error(libc::ENOSPC),
             ));
         }
-        if let Err(e) = self.writer.reserve(total) {
+        if let Err(e) = self.log.writer.reserve(total) {
             return Err(Error::io(
-                format!("appending to {}", self.writer.path().display()),
+                format!("appending to {}", self.log.writer.path().display()),
                 e,
             ));
         }
-        let batch_start = self.writer.end();
+        let batch_start = self.log.writer.end();
         let first = self.next_seq;
-        // The writer always writes the last segment.
-        let seed = self.segments.back().map_or(0, |s| s.seed);
-        let mut bytes = 0u64;
-        for (i, data) in items.iter().enumerate() {
-            let seq = first + i as u64;
-            let more = i + 1 < items.len();
-            let mut header = [0u8; RECORD_HEADER_BYTES];
-            encode_header(
-                &mut header,
-                seed,
-                seq,
-                now,
-                options.expires_at_ms,
-                options.flags,
-                more,
-                data,
-            );
-            if let Err(e) = self.writer.append(&[&header, data]) {
-                // Unreachable after `reserve`; were it reached, the records written are
-                // past `next_seq` and a crash cuts them (no last record of the batch).
-                return Err(Error::io(
-                    format!("appending to {}", self.writer.path().display()),
-                    e,
-                ));
-            }
-            bytes += data.len() as u64;
-        }
-        if self.writer.staged_len() > STAGE_BYTES {
+        let bytes = self.write_records(items, options, now)?;
+        if self.log.writer.staged_len() > STAGE_BYTES {
             // A batch (or item) larger than the staging buffer was staged whole; write it
             // before the call returns, so a killed process never loses more than one
             // buffer. If that fails the batch never happened.
-            if let Err(e) = self.writer.flush_staged() {
-                self.writer.unstage_from(batch_start);
+            if let Err(e) = self.log.writer.flush_staged() {
+                self.log.writer.unstage_from(batch_start);
                 return Err(Error::io(
-                    format!("appending to {}", self.writer.path().display()),
+                    format!("appending to {}", self.log.writer.path().display()),
                     e,
                 ));
             }
         }
-        if let Some(last) = self.segments.back_mut() {
-            last.end = self.writer.end();
+        if let Some(last) = self.log.segments.back_mut() {
+            last.end = self.log.writer.end();
         }
         let count = items.len() as u64;
         self.next_seq += count;
@@ -191,6 +165,45 @@ impl State {
         self.wrote = true;
         self.mapped = true;
         Ok(first)
+    }
+
+    /// Encodes the batch's records from `next_seq` on and writes them after the room
+    /// `reserve` made for them; every record but the last carries the "more" bit.
+    /// Returns the payload bytes written.
+    fn write_records(&mut self, items: &[&[u8]], options: &AppendOptions, now: u64) -> Result<u64> {
+        // The writer always writes the last segment.
+        let seed = self.log.segments.back().map_or(0, |s| s.seed);
+        let mut bytes = 0u64;
+        for (i, data) in items.iter().enumerate() {
+            let seq = self.next_seq + i as u64;
+            let more = i + 1 < items.len();
+            let mut header = [0u8; RECORD_HEADER_BYTES];
+            encode_header(
+                &mut header,
+                seed,
+                seq,
+                now,
+                options.expires_at_ms,
+                options.flags,
+                more,
+                data,
+            );
+            debug_assert_eq!(
+                decode_header(&header).map(|h| (h.seq, h.len as usize)),
+                Some((seq, data.len())),
+                "a record's header decodes to what was encoded"
+            );
+            if let Err(e) = self.log.writer.append(&[&header, data]) {
+                // Unreachable after `reserve`; were it reached, the records written are
+                // past `next_seq` and a crash cuts them (no last record of the batch).
+                return Err(Error::io(
+                    format!("appending to {}", self.log.writer.path().display()),
+                    e,
+                ));
+            }
+            bytes += data.len() as u64;
+        }
+        Ok(bytes)
     }
 
     /// Makes room for `count` items of `bytes` under `max_items`/`max_bytes`.

@@ -95,7 +95,7 @@ impl State {
             || self.dir_dirty
             || self.reader_list_dirty
             || !self.unsynced.is_empty()
-            || self.writer.staged_len() > 0
+            || self.log.writer.staged_len() > 0
     }
 }
 
@@ -220,14 +220,14 @@ impl QueueCore {
             // from closing its files); the files it needs open as they are used.
             st.check_usable()?;
             // An fsync covers only what the file holds.
-            st.flush_staged()?;
+            st.log.flush_staged()?;
             let sealed = std::mem::take(&mut st.unsynced);
             let mut files = Vec::with_capacity(2);
             let (seq, jpos) = (st.next_seq - 1, st.journal.written);
             let created = std::mem::take(&mut st.created_unsynced);
             let file_err = |e| Error::io(format!("syncing {}", self.dir.display()), e);
             if seq > synced.0 || !sealed.is_empty() || created {
-                files.push(Arc::clone(st.writer.file().map_err(file_err)?));
+                files.push(Arc::clone(st.log.writer.file().map_err(file_err)?));
             }
             if jpos > synced.1 || created {
                 files.push(Arc::clone(st.journal.file().map_err(file_err)?));

@@ -3,15 +3,15 @@
 //! moves of expired items to the queue's `expire_to` queue, which happen outside this
 //! queue's lock and confirm the item only once it is in the target.
 
-use crate::config::QueueConfig;
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
-use crate::item::{now_ms, AppendOptions, Item};
+use crate::item::{self, now_ms, AppendOptions, Item};
 use crate::journal::JRecord;
-use crate::segment::{self, Loc, FILE_HEADER_BYTES};
 
+use super::cursor::Step;
 use super::idle::MarkActiveOnDrop;
-use super::log::{locate_in, read_at, seg_file, seg_index, ReadAt};
 use super::state::State;
 use super::take::Purpose;
 use super::{io_err, QueueCore};
@@ -31,28 +31,14 @@ pub(super) struct Move {
     pub(super) item: Item,
 }
 
-/// When the item `h` heads expires at the earliest (its own expiry or `max_age`);
-/// `u64::MAX` when never.
-pub(super) fn expiry_ms(h: &RecordHeader, config: &QueueConfig) -> u64 {
-    let own = if h.expires_at_ms != 0 {
-        h.expires_at_ms
-    } else {
-        u64::MAX
-    };
-    let aged = config.max_age.map_or(u64::MAX, |age| {
-        h.enqueued_at_ms.saturating_add(age.as_millis() as u64)
-    });
-    own.min(aged)
+/// When the item `h` heads expires (see [`item::expiry_ms`], the one rule).
+pub(super) fn expiry_ms(h: &RecordHeader, max_age: Option<Duration>) -> u64 {
+    item::expiry_ms(h.expires_at_ms, h.enqueued_at_ms, max_age)
 }
 
-pub(super) fn is_expired(h: &RecordHeader, now_ms: u64, config: &QueueConfig) -> bool {
-    if h.expires_at_ms != 0 && h.expires_at_ms <= now_ms {
-        return true;
-    }
-    match config.max_age {
-        Some(age) => h.enqueued_at_ms.saturating_add(age.as_millis() as u64) <= now_ms,
-        None => false,
-    }
+/// Whether the item `h` heads has expired at `now_ms`.
+pub(crate) fn is_expired(h: &RecordHeader, now_ms: u64, max_age: Option<Duration>) -> bool {
+    expiry_ms(h, max_age) <= now_ms
 }
 
 impl State {
@@ -102,90 +88,36 @@ impl State {
     /// Drops the oldest item of a queue with no reader (only if it has expired, when
     /// `only_expired`); false when there is none to drop.
     pub(super) fn advance_floor(&mut self, only_expired: bool, now: u64) -> Result<bool> {
-        loop {
-            if self.floor >= self.next_seq {
-                self.floor_bytes = 0;
-                return Ok(false);
-            }
-            let loc = match self.floor_loc {
-                Some(l) => l,
-                None => {
-                    self.flush_staged()?;
-                    locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
-                        .map_err(io_err(|| "locating the oldest item".into()))?
-                }
-            };
-            let read = read_at(&self.segments, &self.writer, &mut self.floor_rb, loc)
-                .map_err(io_err(|| "reading the oldest item".into()))?;
-            match read {
-                ReadAt::Rec(h, _) => {
-                    let next = Loc {
-                        seg: loc.seg,
-                        off: loc.off + h.record_bytes(),
-                    };
-                    if h.seq < self.floor {
-                        // Below the floor already (the first segment holds older items).
-                        self.floor_loc = Some(next);
-                        continue;
-                    }
-                    if only_expired && !is_expired(&h, now, &self.config) {
-                        self.floor_loc = Some(loc);
-                        self.floor_head_expiry = Some((self.floor, expiry_ms(&h, &self.config)));
-                        return Ok(false);
-                    }
-                    self.journal_append(JRecord::Floor(h.seq + 1))?;
-                    self.floor = h.seq + 1;
-                    self.floor_loc = Some(next);
-                    self.floor_bytes = self.floor_bytes.saturating_sub(h.len as u64);
-                    return Ok(true);
-                }
-                ReadAt::End => {
-                    // Step into the next segment; the floor itself does not move.
-                    let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
-                    match self.segments.get(i + 1) {
-                        Some(next) => {
-                            self.floor_loc = Some(Loc {
-                                seg: next.first_seq,
-                                off: FILE_HEADER_BYTES,
-                            })
-                        }
-                        None => return Ok(false),
-                    }
-                }
-                ReadAt::Bad => {
-                    // The scan below reads the file: staged bytes must be in it.
-                    self.flush_staged()?;
-                    let i = seg_index(&self.segments, loc.seg).unwrap_or(0);
-                    let seg = &self.segments[i];
-                    let active = i + 1 == self.segments.len();
-                    let limit = if active { self.writer.end() } else { seg.end };
-                    let seq_max = self.next_seq.saturating_sub(1);
-                    let file = seg_file(&self.segments, &self.writer, i)
-                        .map_err(io_err(|| format!("opening {}", seg.path.display())))?;
-                    let found =
-                        segment::resync(file, seg.seed, loc.off + 1, limit, self.floor, seq_max)
-                            .map_err(io_err(|| {
-                                format!("reading segment {}", seg.path.display())
-                            }))?;
-                    tracing::error!(path = %seg.path.display(), offset = loc.off, "damaged record; skipping to the next valid one");
-                    self.floor_rb.clear();
-                    self.floor_loc = Some(Loc {
-                        seg: loc.seg,
-                        off: found.map_or(limit, |(at, _)| at),
-                    });
-                }
-                ReadAt::Missing => {
-                    self.flush_staged()?;
-                    let relocated =
-                        locate_in(&self.segments, &self.writer, self.next_seq, self.floor)
-                            .map_err(io_err(|| "locating the oldest item".into()))?;
-                    if Some(relocated) == self.floor_loc {
-                        return Ok(false);
-                    }
-                    self.floor_loc = Some(relocated);
-                }
-            }
+        if self.floor >= self.next_seq {
+            self.floor_bytes = 0;
+            return Ok(false);
         }
+        let mut at = match self.floor_loc {
+            Some(loc) => loc,
+            None => {
+                self.log.flush_staged()?;
+                self.log
+                    .locate(self.next_seq, self.floor)
+                    .map_err(io_err(|| "locating the oldest item".into()))?
+            }
+        };
+        let step = self
+            .log
+            .step(self.next_seq, &mut at, &mut self.floor_rb, self.floor);
+        self.floor_loc = Some(at);
+        let (header, next) = match step? {
+            Step::Record { header, next, .. } => (header, next),
+            Step::End => return Ok(false),
+        };
+        if only_expired && !is_expired(&header, now, self.config.max_age) {
+            self.floor_head_expiry = Some((self.floor, expiry_ms(&header, self.config.max_age)));
+            return Ok(false);
+        }
+        self.journal_append(JRecord::Floor(header.seq + 1))?;
+        self.floor = header.seq + 1;
+        self.floor_loc = Some(next);
+        self.floor_bytes = self.floor_bytes.saturating_sub(header.len as u64);
+        Ok(true)
     }
 
     /// Whether an `expire` now would find nothing, known from memory alone: every

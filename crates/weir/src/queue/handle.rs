@@ -3,10 +3,10 @@
 //! Handles are cheap to clone and `Send + Sync`; all of them share one [`QueueCore`],
 //! which holds the queue's lock, its segment files and its readers.
 
+use super::iter::Iter;
 use crate::config::QueueConfig;
 use crate::error::Result;
 use crate::item::AppendOptions;
-use crate::iter::Iter;
 use crate::queue::QueueCore;
 use crate::reader::Reader;
 use crate::stats::QueueStats;

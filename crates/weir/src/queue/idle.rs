@@ -11,7 +11,6 @@ use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::segment::{Loc, Segment};
 
-use super::log::header_at;
 use super::state::State;
 use super::QueueCore;
 
@@ -50,9 +49,9 @@ impl Drop for MarkActiveOnDrop<'_> {
 impl State {
     /// Whether the queue holds any descriptor now.
     pub(super) fn any_file_open(&self) -> bool {
-        self.writer.is_open()
+        self.log.writer.is_open()
             || self.journal.is_open()
-            || self.segments.iter().any(Segment::is_open)
+            || self.log.segments.iter().any(Segment::is_open)
     }
 
     /// Closes every descriptor the queue holds, so that an idle queue costs none; the
@@ -73,7 +72,7 @@ impl State {
             let loc = loc?;
             match kept {
                 Some((at, ms)) if at == loc => Some((loc, ms)),
-                _ => header_at(&self.segments, &self.writer, loc).map(|h| (loc, h.enqueued_at_ms)),
+                _ => self.log.header_at(loc).map(|h| (loc, h.enqueued_at_ms)),
             }
         };
         let floor = enqueued(
@@ -87,9 +86,9 @@ impl State {
             .collect();
         let dir = self.dir().to_path_buf();
         let err = |e| Error::io(format!("closing the files of {}", dir.display()), e);
-        self.writer.close().map_err(err)?;
+        self.log.writer.close().map_err(err)?;
         self.journal.close().map_err(err)?;
-        for seg in self.segments.iter_mut() {
+        for seg in self.log.segments.iter_mut() {
             seg.close_file();
         }
         self.mapped = false;
@@ -107,7 +106,7 @@ impl State {
         if std::mem::take(&mut self.wrote) {
             self.last_write = now;
         } else if self.mapped && now.duration_since(self.last_write) >= IDLE_UNMAP {
-            match self.writer.unmap() {
+            match self.log.writer.unmap() {
                 Ok(()) => {
                     self.journal.unmap();
                     self.mapped = false;
@@ -127,11 +126,12 @@ impl State {
             tracing::error!(queue, error = %e, "could not write staged appends; they stay staged and are tried again");
         }
         let waited = self
+            .log
             .writer
             .staged_since()
             .is_some_and(|t| now.duration_since(t).as_millis() as u64 >= BUFFERED_STAGE_MS_MAX);
         if waited {
-            if let Err(e) = self.flush_staged() {
+            if let Err(e) = self.log.flush_staged() {
                 tracing::error!(queue, error = %e, "could not write staged appends; they stay staged and are tried again");
             }
         }
@@ -167,8 +167,8 @@ impl State {
             self.dirty || self.created_unsynced || self.dir_dirty || self.reader_list_dirty;
         self.any_file_open()
             || self.mapped
-            || self.writer.staged_len() > 0
-            || self.writer.staging_differs(self.staging_wanted())
+            || self.log.writer.staged_len() > 0
+            || self.log.writer.staging_differs(self.staging_wanted())
             || (periodic && sync_pending)
             || (self.config.open_timeout.is_some()
                 && self
@@ -186,8 +186,8 @@ impl State {
             .map(|r| r.cursor.seg)
             .chain(self.floor_loc.map(|l| l.seg))
             .collect();
-        let last = self.segments.len().saturating_sub(1);
-        for seg in self.segments.iter_mut().take(last) {
+        let last = self.log.segments.len().saturating_sub(1);
+        for seg in self.log.segments.iter_mut().take(last) {
             if !in_use.contains(&seg.first_seq) {
                 seg.close_file();
             }
@@ -198,7 +198,7 @@ impl State {
 impl QueueCore {
     /// Writes what the segment writer has staged (`buffered`) to the file.
     pub(super) fn write_staged(&self) -> Result<()> {
-        self.state.lock().flush_staged()
+        self.state.lock().log.flush_staged()
     }
 
     /// Periodic work, from the store's background thread: unmap idle windows, write

@@ -20,88 +20,269 @@ use crate::segment::{
     FILE_HEADER_BYTES, READ_AHEAD_BYTES,
 };
 
+use super::cursor::{self, Step, Walk};
+
 /// Mapping window of the segment being written: bounds the RSS the writer adds.
 pub(super) const WRITE_WINDOW_BYTES: u64 = 256 * 1024;
 
-/// Reads the record at `loc`, from the writer's mapping when it is there (no system
-/// call), else through the read-ahead buffer. `Ok(None)` at the end of valid data.
-/// `Err(Ok(()))`-like damage is reported as `ReadAt::Bad`.
-pub(super) enum ReadAt {
+/// What reading at a position found.
+pub(crate) enum ReadAt {
+    /// A whole, intact record and its payload.
     Rec(RecordHeader, Bytes),
+    /// The end of the segment's valid data.
     End,
+    /// Damage: a record that does not check out.
     Bad,
     /// The segment is gone (deleted): the position must be looked up again.
     Missing,
 }
 
-pub(super) fn seg_index(segments: &VecDeque<Segment>, first_seq: u64) -> Option<usize> {
-    let i = segments.partition_point(|s| s.first_seq < first_seq);
-    (i < segments.len() && segments[i].first_seq == first_seq).then_some(i)
+/// The segment files of a queue, oldest first; the last one is written through
+/// `writer`, a mapping window over its end.
+pub(super) struct SegmentLog {
+    pub(super) segments: VecDeque<Segment>,
+    pub(super) writer: MapFile,
 }
 
-pub(super) fn read_at(
-    segments: &VecDeque<Segment>,
-    writer: &MapFile,
-    rb: &mut ReadBuf,
-    loc: Loc,
-) -> io::Result<ReadAt> {
-    let Some(i) = seg_index(segments, loc.seg) else {
-        return Ok(ReadAt::Missing);
-    };
-    let seg = &segments[i];
-    let active = i + 1 == segments.len();
-    let limit = if active { writer.end() } else { seg.end };
-    if loc.off >= limit {
-        return Ok(ReadAt::End);
+impl SegmentLog {
+    /// The index of the segment that starts at `first_seq`.
+    pub(super) fn index(&self, first_seq: u64) -> Option<usize> {
+        let i = self.segments.partition_point(|s| s.first_seq < first_seq);
+        (i < self.segments.len() && self.segments[i].first_seq == first_seq).then_some(i)
     }
-    // Reads of the file stop where the file's data does: past it the active segment's
-    // bytes are staged in memory (served by `writer.mapped` below).
-    let file_limit = if active { writer.file_end() } else { seg.end };
-    if active {
-        if let Some(hb) = writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
-            let Some(h) = decode_header(hb) else {
-                return Ok(ReadAt::Bad);
-            };
-            if let Some(rec) = writer.mapped(loc.off, h.record_bytes()) {
-                if !verify(&h, rec, seg.seed) {
-                    return Ok(ReadAt::Bad);
-                }
-                return Ok(ReadAt::Rec(
-                    h,
-                    Bytes::copy_from_slice(&rec[RECORD_HEADER_BYTES..]),
-                ));
-            }
+
+    fn is_last(&self, i: usize) -> bool {
+        i + 1 == self.segments.len()
+    }
+
+    /// Where the valid data of segment `i` ends (for the last, what the writer wrote,
+    /// staged bytes included).
+    pub(super) fn data_end(&self, i: usize) -> u64 {
+        if self.is_last(i) {
+            self.writer.end()
+        } else {
+            self.segments[i].end
         }
     }
-    match segment::read_record(
-        rb,
-        seg_file(segments, writer, i)?,
-        seg.first_seq,
-        seg.seed,
-        loc.off,
-        file_limit,
-        READ_AHEAD_BYTES,
-    )? {
-        Found::Record(h, rec) => Ok(ReadAt::Rec(
-            h,
-            Bytes::copy_from_slice(&rec[RECORD_HEADER_BYTES..]),
-        )),
-        Found::End => Ok(ReadAt::End),
-        Found::Bad => Ok(ReadAt::Bad),
+
+    /// The descriptor to read segment `i` through: the writer's for the segment being
+    /// written, else the segment's own (opened on first use).
+    pub(super) fn file(&self, i: usize) -> io::Result<&Arc<File>> {
+        if self.is_last(i) {
+            self.writer.file()
+        } else {
+            self.segments[i].file()
+        }
+    }
+
+    /// Writes what the writer has staged (`buffered` durability) to the file: before
+    /// anything reads the last segment through the file rather than through the
+    /// writer (scans, iteration, fsync).
+    pub(super) fn flush_staged(&mut self) -> Result<()> {
+        self.writer
+            .flush_staged()
+            .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
+    }
+
+    /// Reads the record at `loc`: from the writer's mapping when it is there (no
+    /// system call), else through the read-ahead buffer `rb`.
+    pub(super) fn read_at(&self, rb: &mut ReadBuf, loc: Loc) -> io::Result<ReadAt> {
+        let Some(i) = self.index(loc.seg) else {
+            return Ok(ReadAt::Missing);
+        };
+        let seg = &self.segments[i];
+        let active = self.is_last(i);
+        if loc.off >= self.data_end(i) {
+            return Ok(ReadAt::End);
+        }
+        // Reads of the file stop where the file's data does: past it the active
+        // segment's bytes are staged in memory (served by `writer.mapped` below).
+        let file_limit = if active {
+            self.writer.file_end()
+        } else {
+            seg.end
+        };
+        if active {
+            if let Some(hb) = self.writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
+                let Some(h) = decode_header(hb) else {
+                    return Ok(ReadAt::Bad);
+                };
+                if let Some(rec) = self.writer.mapped(loc.off, h.record_bytes()) {
+                    if !verify(&h, rec, seg.seed) {
+                        return Ok(ReadAt::Bad);
+                    }
+                    return Ok(ReadAt::Rec(h, payload_of(rec)));
+                }
+            }
+        }
+        let found = segment::read_record(
+            rb,
+            self.file(i)?,
+            seg.first_seq,
+            seg.seed,
+            loc.off,
+            file_limit,
+            READ_AHEAD_BYTES,
+        )?;
+        Ok(found_to_read_at(found))
+    }
+
+    /// Reads only the header of the record at `loc`.
+    pub(super) fn header_at(&self, loc: Loc) -> Option<RecordHeader> {
+        let i = self.index(loc.seg)?;
+        if self.is_last(i) {
+            if let Some(b) = self.writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
+                return decode_header(b);
+            }
+        }
+        let mut buf = [0u8; RECORD_HEADER_BYTES];
+        segment::read_full_at(self.file(i).ok()?, &mut buf, loc.off).ok()?;
+        decode_header(&buf)
+    }
+
+    /// Where the first record with seq ≥ `seq` starts (the tail when there is none);
+    /// `next_seq` is the seq the next append gets.
+    pub(super) fn locate(&self, next_seq: u64, seq: u64) -> io::Result<Loc> {
+        let Some(last) = self.segments.back() else {
+            return Ok(Loc {
+                seg: next_seq,
+                off: FILE_HEADER_BYTES,
+            });
+        };
+        if seq >= next_seq {
+            return Ok(Loc {
+                seg: last.first_seq,
+                off: self.writer.end(),
+            });
+        }
+        let i = self
+            .segments
+            .partition_point(|s| s.first_seq <= seq)
+            .saturating_sub(1);
+        let seg = &self.segments[i];
+        let off = segment::locate(
+            self.file(i)?,
+            seg.first_seq,
+            seg.seed,
+            self.data_end(i),
+            seq,
+        )?;
+        Ok(Loc {
+            seg: seg.first_seq,
+            off,
+        })
+    }
+
+    /// Payload bytes from `loc` to the tail, estimated from file sizes: exact unless
+    /// records in that span were confirmed out of order or lost to damage.
+    pub(super) fn span_payload_bytes(&self, loc: Loc, items: u64) -> u64 {
+        let mut bytes = 0u64;
+        for (i, seg) in self.segments.iter().enumerate() {
+            if seg.first_seq < loc.seg {
+                continue;
+            }
+            let start = if seg.first_seq == loc.seg {
+                loc.off
+            } else {
+                FILE_HEADER_BYTES
+            };
+            bytes += self.data_end(i).saturating_sub(start);
+        }
+        bytes.saturating_sub(items * RECORD_HEADER_BYTES as u64)
+    }
+
+    /// The bytes of every segment file, as far as their data goes.
+    pub(super) fn disk_bytes(&self) -> u64 {
+        (0..self.segments.len()).map(|i| self.data_end(i)).sum()
+    }
+
+    /// One step of a cursor over the live log (see [`cursor::step`]); `next_seq` is
+    /// the seq the next append gets.
+    pub(super) fn step(
+        &mut self,
+        next_seq: u64,
+        at: &mut Loc,
+        rb: &mut ReadBuf,
+        seq_min: u64,
+    ) -> Result<Step> {
+        let mut live = Live {
+            log: self,
+            next_seq,
+        };
+        cursor::step(&mut live, at, rb, seq_min)
     }
 }
 
-/// The descriptor to read segment `i` through: the writer's for the segment being
-/// written, else the segment's own (opened on first use).
-pub(super) fn seg_file<'a>(
-    segments: &'a VecDeque<Segment>,
-    writer: &'a MapFile,
-    i: usize,
-) -> io::Result<&'a Arc<File>> {
-    if i + 1 == segments.len() {
-        writer.file()
-    } else {
-        segments[i].file()
+/// The live log as a cursor walks it: under the queue's lock, with `next_seq`.
+struct Live<'a> {
+    log: &'a mut SegmentLog,
+    next_seq: u64,
+}
+
+impl Walk for Live<'_> {
+    fn read(&mut self, rb: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
+        self.log
+            .read_at(rb, at)
+            .map_err(|e| Error::io(format!("reading segment {}", at.seg), e))
+    }
+
+    fn next_segment(&self, at: Loc) -> Option<Loc> {
+        let i = self.log.index(at.seg)?;
+        let next = self.log.segments.get(i + 1)?;
+        Some(Loc {
+            seg: next.first_seq,
+            off: FILE_HEADER_BYTES,
+        })
+    }
+
+    fn resync(&mut self, at: Loc, seq_min: u64) -> Result<Loc> {
+        let Some(i) = self.log.index(at.seg) else {
+            return Ok(at);
+        };
+        if self.log.is_last(i) {
+            // The scan reads the file: staged bytes must be in it.
+            self.log.flush_staged()?;
+        }
+        let log = &*self.log;
+        let seg = &log.segments[i];
+        let limit = log.data_end(i);
+        let seq_max = match log.segments.get(i + 1) {
+            Some(next) => next.first_seq.saturating_sub(1),
+            None => self.next_seq.saturating_sub(1),
+        };
+        let err = |e| Error::io(format!("reading segment {}", seg.path.display()), e);
+        let file = log.file(i).map_err(err)?;
+        let found =
+            segment::resync(file, seg.seed, at.off + 1, limit, seq_min, seq_max).map_err(err)?;
+        tracing::error!(path = %seg.path.display(), offset = at.off, "damaged record; skipping to the next valid one");
+        Ok(Loc {
+            seg: at.seg,
+            off: found.map_or(limit, |(off, _)| off),
+        })
+    }
+
+    fn relocate(&mut self, _at: Loc, seq_min: u64) -> Result<Option<Loc>> {
+        // The segment was deleted: every seq in it is confirmed.
+        self.log.flush_staged()?;
+        let loc = self
+            .log
+            .locate(self.next_seq, seq_min)
+            .map_err(|e| Error::io("locating a position in a queue", e))?;
+        Ok(Some(loc))
+    }
+}
+
+/// The payload of a whole record, copied out of the mapping or the read buffer.
+pub(crate) fn payload_of(record: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(&record[RECORD_HEADER_BYTES..])
+}
+
+/// A segment read's outcome as a [`ReadAt`], the payload copied.
+pub(crate) fn found_to_read_at(found: Found<'_>) -> ReadAt {
+    match found {
+        Found::Record(h, rec) => ReadAt::Rec(h, payload_of(rec)),
+        Found::End => ReadAt::End,
+        Found::Bad => ReadAt::Bad,
     }
 }
 
@@ -134,87 +315,4 @@ pub(super) fn create_segment(
     map.set_tally(tally.clone());
     let segment = Segment::new(first_seq, seed, path, map.end(), tally);
     Ok((segment, map))
-}
-
-/// Where the first record with seq ≥ `seq` starts (the tail when there is none).
-pub(super) fn locate_in(
-    segments: &VecDeque<Segment>,
-    writer: &MapFile,
-    next_seq: u64,
-    seq: u64,
-) -> io::Result<Loc> {
-    let Some(last) = segments.back() else {
-        return Ok(Loc {
-            seg: next_seq,
-            off: FILE_HEADER_BYTES,
-        });
-    };
-    if seq >= next_seq {
-        return Ok(Loc {
-            seg: last.first_seq,
-            off: writer.end(),
-        });
-    }
-    let i = segments
-        .partition_point(|s| s.first_seq <= seq)
-        .saturating_sub(1);
-    let seg = &segments[i];
-    let limit = if i + 1 == segments.len() {
-        writer.end()
-    } else {
-        seg.end
-    };
-    let off = segment::locate(
-        seg_file(segments, writer, i)?,
-        seg.first_seq,
-        seg.seed,
-        limit,
-        seq,
-    )?;
-    Ok(Loc {
-        seg: seg.first_seq,
-        off,
-    })
-}
-
-/// Payload bytes from `loc` to the tail, estimated from file sizes: exact unless
-/// records in that span were confirmed out of order or lost to damage.
-pub(super) fn span_payload_bytes(
-    segments: &VecDeque<Segment>,
-    writer: &MapFile,
-    loc: Loc,
-    items: u64,
-) -> u64 {
-    let mut bytes = 0u64;
-    let n = segments.len();
-    for (i, seg) in segments.iter().enumerate() {
-        if seg.first_seq < loc.seg {
-            continue;
-        }
-        let end = if i + 1 == n { writer.end() } else { seg.end };
-        let start = if seg.first_seq == loc.seg {
-            loc.off
-        } else {
-            FILE_HEADER_BYTES
-        };
-        bytes += end.saturating_sub(start);
-    }
-    bytes.saturating_sub(items * RECORD_HEADER_BYTES as u64)
-}
-
-/// Reads only the header of the record at `loc`.
-pub(super) fn header_at(
-    segments: &VecDeque<Segment>,
-    writer: &MapFile,
-    loc: Loc,
-) -> Option<RecordHeader> {
-    let i = seg_index(segments, loc.seg)?;
-    if i + 1 == segments.len() {
-        if let Some(b) = writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
-            return decode_header(b);
-        }
-    }
-    let mut buf = [0u8; RECORD_HEADER_BYTES];
-    segment::read_full_at(seg_file(segments, writer, i).ok()?, &mut buf, loc.off).ok()?;
-    decode_header(&buf)
 }

@@ -31,9 +31,11 @@
 
 mod append;
 mod commit;
+mod cursor;
 mod expire;
 mod handle;
 mod idle;
+mod iter;
 mod leases;
 mod log;
 mod open;
@@ -61,6 +63,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, Result};
 
 pub use self::handle::Queue;
+pub use self::iter::Iter;
 
 pub(crate) struct QueueCore {
     pub(crate) name: String,
@@ -219,9 +222,9 @@ impl QueueCore {
         }
         st.deleted = true;
         // The directory is on its way out: what is staged is dropped with it.
-        let end = st.writer.file_end();
-        st.writer.unstage_from(end);
-        let _ = st.writer.unmap();
+        let end = st.log.writer.file_end();
+        st.log.writer.unstage_from(end);
+        let _ = st.log.writer.unmap();
         st.journal.unmap();
         for r in st.readers.values() {
             r.notify.notify_waiters();

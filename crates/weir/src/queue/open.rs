@@ -14,8 +14,9 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::config::QueueConfig;
 use crate::error::Result;
+use crate::file_cell::FilesBudget;
 use crate::frame::new_seed;
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalState};
 use crate::mapfile::{sync_dir, MapFile};
 use crate::reader_list::{self, ReaderList};
 use crate::readers::Readers;
@@ -23,10 +24,11 @@ use crate::segment::{
     self, encode_segment_header, parse_segment_file_name, segment_file_name, ReadBuf, Segment,
     FILE_HEADER_BYTES,
 };
+use crate::space_reserve::SpaceReserve;
 use crate::store::StoreInner;
 
 use super::commit::SyncState;
-use super::log::{create_segment, locate_in, span_payload_bytes, WRITE_WINDOW_BYTES};
+use super::log::{create_segment, SegmentLog, WRITE_WINDOW_BYTES};
 use super::reader_state::new_reader;
 use super::state::State;
 use super::{io_err, QueueCore};
@@ -45,6 +47,115 @@ pub(super) fn write_new_queue(dir: &Path) -> Result<()> {
 }
 
 impl State {
+    /// The state of a queue just recovered: no readers yet, the floor at 1 (both
+    /// placed by [`State::place_floor_and_readers`]).
+    fn recovered(
+        name: &str,
+        config: QueueConfig,
+        log: SegmentLog,
+        next_seq: u64,
+        journal: Journal,
+        tally: Option<Arc<FilesBudget>>,
+        reserve: Option<Arc<SpaceReserve>>,
+    ) -> State {
+        let now = Instant::now();
+        State {
+            name: name.to_string(),
+            config,
+            closed: false,
+            deleted: false,
+            poisoned: None,
+            log,
+            next_seq,
+            floor: 1,
+            hold: None,
+            floor_oldest: None,
+            floor_head_expiry: None,
+            tally,
+            reader_list_dirty: false,
+            reserve,
+            created_unsynced: false,
+            floor_bytes: 0,
+            floor_loc: None,
+            floor_discarded: 0,
+            floor_expired: 0,
+            floor_rb: ReadBuf::default(),
+            readers: Readers::new(),
+            next_reader_id: 1,
+            next_lease_id: 1,
+            journal,
+            total_appended: 0,
+            corrupt_records: 0,
+            dirty: false,
+            dir_dirty: false,
+            unsynced: Vec::new(),
+            last_sync: now,
+            last_write: now,
+            wrote: false,
+            used: false,
+            last_used: now,
+            expired_budget_spent: false,
+            mapped: true,
+        }
+    }
+
+    /// The journal has readers past the last item on disk (an OS crash lost items
+    /// after they were confirmed): new items continue from `seq_floor`, in a segment
+    /// named after it.
+    fn retire_lost_seqs(&mut self, seq_floor: u64) -> Result<()> {
+        let dir = self.dir().to_path_buf();
+        tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {} were lost (OS crash before fsync?); sequence numbers continue after the confirmed ones", self.next_seq);
+        self.next_seq = seq_floor;
+        if self.log.writer.end() > FILE_HEADER_BYTES {
+            return self.roll();
+        }
+        // An empty last segment is named after a seq that is now retired.
+        let old = self.log.segments.pop_back();
+        let (segment, map) = create_segment(
+            &dir,
+            seq_floor,
+            self.config.segment_size_bytes,
+            self.tally.clone(),
+        )?;
+        self.log.segments.push_back(segment);
+        self.log.writer = map;
+        if let Some(old) = old {
+            let _ = fs::remove_file(&old.path);
+        }
+        sync_dir(&dir).map_err(io_err(|| format!("syncing {}", dir.display())))
+    }
+
+    /// Places the floor and the journal's readers on the recovered log: each reader's
+    /// cursor at its oldest unconfirmed item (its confirmations above it are skipped by
+    /// reading), its pending bytes estimated from the files.
+    fn place_floor_and_readers(&mut self, jstate: JournalState) -> Result<()> {
+        let next_seq = self.next_seq;
+        let dir = self.dir().to_path_buf();
+        let oldest_on_disk = self.log.segments.front().map_or(next_seq, |s| s.first_seq);
+        self.floor = jstate.floor.max(oldest_on_disk).min(next_seq);
+        let floor_loc = self.log.locate(next_seq, self.floor).map_err(io_err(|| {
+            format!("locating the oldest item in {}", dir.display())
+        }))?;
+        self.floor_bytes = self
+            .log
+            .span_payload_bytes(floor_loc, next_seq - self.floor);
+        self.floor_loc = Some(floor_loc);
+        for (id, rec) in jstate.readers {
+            let mut confirmed = rec.confirmed;
+            let acked_below = rec.acked_below.max(oldest_on_disk).min(next_seq);
+            confirmed.remove_below(acked_below);
+            let cursor = self
+                .log
+                .locate(next_seq, acked_below)
+                .map_err(io_err(|| format!("locating a reader in {}", dir.display())))?;
+            let bytes = self.log.span_payload_bytes(cursor, next_seq - acked_below);
+            let mut r = new_reader(id, acked_below, cursor, bytes);
+            r.confirmed = confirmed;
+            self.readers.insert(rec.name, r);
+        }
+        Ok(())
+    }
+
     /// At open, once the journal's readers are in: reconciles them with the reader list
     /// (`reader_list.rs`). A readable journal is the truth and the list is rewritten to
     /// match it when it differs. A lost journal's readers are created again from the
@@ -100,35 +211,23 @@ impl State {
 impl QueueCore {
     /// Opens (creating if needed) the queue stored in `dir`, recovering from a crash:
     /// the last segment is scanned and its torn tail cut (damage with valid records
-    /// after it is kept, see `segment::scan`), the reader
-    /// journal is replayed, and readers start again at their oldest unconfirmed item
-    /// (leases open at the crash are delivered again).
+    /// after it is kept, see `segment::scan`), the reader journal is replayed, and
+    /// readers start again at their oldest unconfirmed item (leases open at the crash
+    /// are delivered again). Each step is a function below, in this order.
     pub(crate) fn open(
         name: &str,
         dir: &Path,
         config: QueueConfig,
         store: Weak<StoreInner>,
     ) -> Result<Arc<QueueCore>> {
-        let ctx = |what: &str| format!("{what} {}", dir.display());
-        fs::create_dir_all(dir).map_err(io_err(|| ctx("creating")))?;
-        let mut firsts = Vec::new();
-        for entry in fs::read_dir(dir).map_err(io_err(|| ctx("listing")))? {
-            let entry = entry.map_err(io_err(|| ctx("listing")))?;
-            let fname = entry.file_name();
-            let Some(fname) = fname.to_str() else {
-                continue;
-            };
-            if let Some(first) = parse_segment_file_name(fname) {
-                firsts.push(first);
-            } else if fname.ends_with(".tmp") {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-        firsts.sort_unstable();
+        fs::create_dir_all(dir).map_err(io_err(|| format!("creating {}", dir.display())))?;
+        let firsts = list_segments(dir)?;
         // Every descriptor of the queue counts in the store's tally (`file_cell.rs`).
         let tally = store.upgrade().map(|s| Arc::clone(&s.files_budget));
-        let opened = Journal::open(dir, firsts.first().copied().unwrap_or(1))
-            .map_err(io_err(|| ctx("opening the reader journal in")))?;
+        let opened =
+            Journal::open(dir, firsts.first().copied().unwrap_or(1)).map_err(io_err(|| {
+                format!("opening the reader journal in {}", dir.display())
+            }))?;
         if opened.damaged_tail {
             tracing::warn!(dir = %dir.display(), "reader journal had a damaged tail; it was cut");
         }
@@ -138,226 +237,53 @@ impl QueueCore {
         if journal_lost {
             tracing::error!(dir = %dir.display(), damaged_journals = opened.unusable, segments = firsts.len(), "no usable reader journal: readers start again at the oldest stored item, so confirmed items come again");
         }
-        let listed =
-            reader_list::read(dir).map_err(io_err(|| ctx("reading the reader list in")))?;
+        let listed = reader_list::read(dir).map_err(io_err(|| {
+            format!("reading the reader list in {}", dir.display())
+        }))?;
         let jstate = opened.state;
-
-        // Every seq a reader has confirmed must stay retired: after an OS crash the
-        // journal can be ahead of the segments, and new items must not reuse those seqs.
-        let mut seq_floor = jstate.floor.max(1);
-        for r in jstate.readers.values() {
-            seq_floor = seq_floor.max(r.acked_below);
-            if let Some((_, end)) = r.confirmed.iter().last() {
-                seq_floor = seq_floor.max(end);
-            }
-        }
-
-        let mut segments = VecDeque::new();
-        for (i, &first) in firsts.iter().enumerate() {
-            let path = dir.join(segment_file_name(first));
-            // Only for the header and the size: sealed segments are opened again when
-            // a reader reaches them, the last one below as the writer.
-            let file = File::open(&path).map_err(io_err(|| ctx("opening segment in")))?;
-            let len = file
-                .metadata()
-                .map_err(io_err(|| ctx("reading segment size in")))?
-                .len();
-            let mut header = [0u8; FILE_HEADER_BYTES as usize];
-            let n = segment::read_full_at(&file, &mut header, 0)
-                .map_err(io_err(|| ctx("reading segment in")))?;
-            let decoded = segment::decode_segment_header(&header[..n], first);
-            let last = i + 1 == firsts.len();
-            if !decoded.intact && !last {
-                tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
-            }
-            segments.push_back(Segment::new(first, decoded.seed, path, len, tally.clone()));
-        }
-
-        let mut next_seq;
-        let writer;
-        match segments.back_mut() {
-            Some(last) => {
-                let file = File::options()
-                    .read(true)
-                    .write(true)
-                    .open(&last.path)
-                    .map_err(io_err(|| ctx("opening segment in")))?;
-                let mut header = [0u8; FILE_HEADER_BYTES as usize];
-                let n = segment::read_full_at(&file, &mut header, 0)
-                    .map_err(io_err(|| ctx("reading segment in")))?;
-                let header_ok = segment::decode_segment_header(&header[..n], last.first_seq).intact;
-                if !header_ok && last.end > FILE_HEADER_BYTES {
-                    // The header is damaged but records may follow: rewrite the header
-                    // (the first seq is the file's name, the seed the vote of its
-                    // copies) and keep what checks out.
-                    tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
-                    use std::os::unix::fs::FileExt;
-                    file.write_all_at(&encode_segment_header(last.first_seq, last.seed), 0)
-                        .map_err(io_err(|| ctx("rewriting a segment header in")))?;
-                }
-                let (end, scanned_next, zero_tail) = if header_ok || last.end > FILE_HEADER_BYTES {
-                    let scan = segment::scan(&file, last.first_seq, last.seed, last.end)
-                        .map_err(io_err(|| ctx("scanning segment in")))?;
-                    if scan.torn_batch {
-                        tracing::warn!(path = %last.path.display(), offset = scan.end, "a batch interrupted by a crash was cut, with everything after it");
-                    }
-                    if scan.damaged {
-                        // Kept, not cut: later records may have been acknowledged.
-                        // Readers skip the damaged ones and count them as lost.
-                        tracing::error!(path = %last.path.display(), "damaged records in the middle of the last segment; the records after them are kept");
-                    }
-                    (scan.end, scan.next_seq, scan.zero_tail)
-                } else {
-                    // Created but never completed: start it again, empty.
-                    file.set_len(0)
-                        .map_err(io_err(|| ctx("resetting segment in")))?;
-                    (0, last.first_seq, true)
-                };
-                if !zero_tail {
-                    // Junk after the data (a torn write): cut, so that nothing of it
-                    // can ever be read as records after the next append. Zeroes (the
-                    // space reserved ahead, what a clean stop leaves) are kept for the
-                    // appends to come.
-                    file.set_len(end)
-                        .map_err(io_err(|| ctx("cutting the torn tail of a segment in")))?;
-                }
-                last.end = end;
-                let reopened = File::options()
-                    .read(true)
-                    .write(true)
-                    .open(&last.path)
-                    .map_err(io_err(|| ctx("opening segment in")))?;
-                let mut map = MapFile::new(reopened, &last.path, end, WRITE_WINDOW_BYTES)
-                    .map_err(io_err(|| ctx("mapping segment in")))?;
-                if end == 0 {
-                    last.seed = new_seed();
-                    map.append(&[&encode_segment_header(last.first_seq, last.seed)])
-                        .map_err(io_err(|| ctx("writing segment header in")))?;
-                    last.end = map.end();
-                }
-                next_seq = scanned_next;
-                writer = Some(map);
-            }
-            None => {
-                next_seq = seq_floor;
-                writer = None;
-            }
-        }
-        let mut journal = opened.journal;
-        journal.set_tally(tally.clone());
-        let mut writer = match writer {
-            Some(w) => w,
+        let seq_floor = retired_below(&jstate);
+        let mut segments = load_segments(dir, &firsts, &tally)?;
+        let (writer, next_seq) = match segments.back_mut() {
+            Some(last) => recover_last_segment(dir, last)?,
             None => {
                 let (segment, map) =
-                    create_segment(dir, next_seq, config.segment_size_bytes, tally.clone())?;
+                    create_segment(dir, seq_floor, config.segment_size_bytes, tally.clone())?;
                 segments.push_back(segment);
-                sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
-                map
+                sync_dir(dir).map_err(io_err(|| format!("syncing {}", dir.display())))?;
+                (map, seq_floor)
             }
         };
+        let mut journal = opened.journal;
+        journal.set_tally(tally.clone());
+        let mut writer = writer;
         writer.set_tally(tally.clone());
-        let mut state = State {
-            name: name.to_string(),
-            config,
-            closed: false,
-            deleted: false,
-            poisoned: None,
-            segments,
-            writer,
-            next_seq,
-            floor: 1,
-            hold: None,
-            floor_oldest: None,
-            floor_head_expiry: None,
-            tally: tally.clone(),
-            reader_list_dirty: false,
-            reserve: store.upgrade().map(|s| Arc::clone(&s.reserve)),
-            created_unsynced: false,
-            floor_bytes: 0,
-            floor_loc: None,
-            floor_discarded: 0,
-            floor_expired: 0,
-            floor_rb: ReadBuf::default(),
-            readers: Readers::new(),
-            next_reader_id: jstate.next_reader_id.max(1),
-            next_lease_id: 1,
-            journal,
-            total_appended: 0,
-            corrupt_records: 0,
-            dirty: false,
-            dir_dirty: false,
-            unsynced: Vec::new(),
-            last_sync: Instant::now(),
-            last_write: Instant::now(),
-            wrote: false,
-            used: false,
-            last_used: Instant::now(),
-            expired_budget_spent: false,
-            mapped: true,
-        };
+        let log = SegmentLog { segments, writer };
+        let reserve = store.upgrade().map(|s| Arc::clone(&s.reserve));
+        let mut state = State::recovered(name, config, log, next_seq, journal, tally, reserve);
+        state.next_reader_id = jstate.next_reader_id.max(1);
         if seq_floor > state.next_seq {
-            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {} were lost (OS crash before fsync?); sequence numbers continue after the confirmed ones", state.next_seq);
-            if state.writer.end() > FILE_HEADER_BYTES {
-                state.next_seq = seq_floor;
-                state.roll()?;
-            } else {
-                // An empty last segment is named after a seq that is now retired.
-                let old = state.segments.pop_back();
-                state.next_seq = seq_floor;
-                let (segment, map) = create_segment(
-                    dir,
-                    seq_floor,
-                    state.config.segment_size_bytes,
-                    state.tally.clone(),
-                )?;
-                state.segments.push_back(segment);
-                state.writer = map;
-                if let Some(old) = old {
-                    let _ = fs::remove_file(&old.path);
-                }
-                sync_dir(dir).map_err(io_err(|| ctx("syncing")))?;
-            }
+            state.retire_lost_seqs(seq_floor)?;
         }
-        next_seq = state.next_seq;
-        let oldest_on_disk = state.segments.front().map_or(next_seq, |s| s.first_seq);
-        state.floor = jstate.floor.max(oldest_on_disk).min(next_seq);
-        let floor_loc = locate_in(&state.segments, &state.writer, next_seq, state.floor)
-            .map_err(io_err(|| ctx("locating the oldest item in")))?;
-        state.floor_bytes = span_payload_bytes(
-            &state.segments,
-            &state.writer,
-            floor_loc,
-            next_seq - state.floor,
-        );
-        state.floor_loc = Some(floor_loc);
-        for (id, rec) in jstate.readers {
-            let mut confirmed = rec.confirmed;
-            let acked_below = rec.acked_below.max(oldest_on_disk).min(next_seq);
-            confirmed.remove_below(acked_below);
-            let cursor = locate_in(&state.segments, &state.writer, next_seq, acked_below)
-                .map_err(io_err(|| ctx("locating a reader in")))?;
-            let items = next_seq - acked_below;
-            let bytes = span_payload_bytes(&state.segments, &state.writer, cursor, items);
-            let mut r = new_reader(id, acked_below, cursor, bytes);
-            r.confirmed = confirmed;
-            // The reader journal's confirmations above `acked_below` are skipped by
-            // reading, so the cursor starts at the oldest unconfirmed item.
-            state.readers.insert(rec.name, r);
-        }
+        state.place_floor_and_readers(jstate)?;
         state.recover_reader_list(journal_lost, listed)?;
         // A crash between a confirmation and the deletion of a consumed segment leaves
         // the segment behind; delete it now.
         state.reclaim();
         state.apply_staging()?;
+        Ok(QueueCore::new(name, dir, store, state))
+    }
+
+    /// The queue's shared parts around its recovered `state`, on the store's list of
+    /// active queues (the first tick takes an idle one off it).
+    fn new(name: &str, dir: &Path, store: Weak<StoreInner>, state: State) -> Arc<QueueCore> {
+        let budget = state.tally.clone();
         let core = Arc::new_cyclic(|me| QueueCore {
             name: name.to_string(),
             dir: dir.to_path_buf(),
             store,
             me: me.clone(),
-            // The store's list gets every queue it opens; the first tick takes an idle
-            // one off it.
             active: AtomicBool::new(false),
-            budget: tally,
+            budget,
             state: Mutex::new(state),
             sync: Mutex::new(SyncState::default()),
             wake_gen: AtomicU64::new(0),
@@ -366,7 +292,7 @@ impl QueueCore {
             blocking_waiters: AtomicU64::new(0),
         });
         core.mark_active();
-        Ok(core)
+        core
     }
 
     /// Opens the queue in `dir`, creating it first when there is none, all or nothing:
@@ -406,4 +332,139 @@ impl QueueCore {
         }
         Ok(core)
     }
+}
+
+/// The first seqs of the segment files in `dir`, in order; leftover temporary files
+/// are deleted.
+fn list_segments(dir: &Path) -> Result<Vec<u64>> {
+    let listing = io_err(|| format!("listing {}", dir.display()));
+    let mut firsts = Vec::new();
+    for entry in fs::read_dir(dir).map_err(listing)? {
+        let entry = entry.map_err(io_err(|| format!("listing {}", dir.display())))?;
+        let fname = entry.file_name();
+        let Some(fname) = fname.to_str() else {
+            continue;
+        };
+        if let Some(first) = parse_segment_file_name(fname) {
+            firsts.push(first);
+        } else if fname.ends_with(".tmp") {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    firsts.sort_unstable();
+    Ok(firsts)
+}
+
+/// The lowest seq new items may take: past every seq a reader has confirmed. After an
+/// OS crash the journal can be ahead of the segments, and new items must not reuse
+/// those seqs.
+fn retired_below(jstate: &JournalState) -> u64 {
+    let mut seq_floor = jstate.floor.max(1);
+    for r in jstate.readers.values() {
+        seq_floor = seq_floor.max(r.acked_below);
+        if let Some((_, end)) = r.confirmed.iter().last() {
+            seq_floor = seq_floor.max(end);
+        }
+    }
+    seq_floor
+}
+
+/// The segments of `dir` with their seeds and sizes, closed: sealed segments are
+/// opened again when a reader reaches them, the last one as the writer.
+fn load_segments(
+    dir: &Path,
+    firsts: &[u64],
+    tally: &Option<Arc<FilesBudget>>,
+) -> Result<VecDeque<Segment>> {
+    let ctx = |what: &str| format!("{what} {}", dir.display());
+    let mut segments = VecDeque::with_capacity(firsts.len());
+    for (i, &first) in firsts.iter().enumerate() {
+        let path = dir.join(segment_file_name(first));
+        let file = File::open(&path).map_err(io_err(|| ctx("opening segment in")))?;
+        let len = file
+            .metadata()
+            .map_err(io_err(|| ctx("reading segment size in")))?
+            .len();
+        let mut header = [0u8; FILE_HEADER_BYTES as usize];
+        let n = segment::read_full_at(&file, &mut header, 0)
+            .map_err(io_err(|| ctx("reading segment in")))?;
+        let decoded = segment::decode_segment_header(&header[..n], first);
+        let last = i + 1 == firsts.len();
+        if !decoded.intact && !last {
+            tracing::error!(path = %path.display(), "segment header is damaged; its records are read where their checksums hold");
+        }
+        segments.push_back(Segment::new(first, decoded.seed, path, len, tally.clone()));
+    }
+    Ok(segments)
+}
+
+/// Recovers the segment being written at the crash: a damaged header is rewritten, the
+/// records are scanned, a torn tail is cut, and the writer maps its end. Returns the
+/// writer and the seq the next append gets.
+fn recover_last_segment(dir: &Path, last: &mut Segment) -> Result<(MapFile, u64)> {
+    let ctx = |what: &str| format!("{what} {}", dir.display());
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .open(&last.path)
+        .map_err(io_err(|| ctx("opening segment in")))?;
+    let mut header = [0u8; FILE_HEADER_BYTES as usize];
+    let n = segment::read_full_at(&file, &mut header, 0)
+        .map_err(io_err(|| ctx("reading segment in")))?;
+    let header_ok = segment::decode_segment_header(&header[..n], last.first_seq).intact;
+    if !header_ok && last.end > FILE_HEADER_BYTES {
+        // The header is damaged but records may follow: rewrite the header (the first
+        // seq is the file's name, the seed the vote of its copies) and keep what checks
+        // out.
+        tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&encode_segment_header(last.first_seq, last.seed), 0)
+            .map_err(io_err(|| ctx("rewriting a segment header in")))?;
+    }
+    let (end, next_seq) = if header_ok || last.end > FILE_HEADER_BYTES {
+        scan_last_segment(&file, last, dir)?
+    } else {
+        // Created but never completed: start it again, empty.
+        file.set_len(0)
+            .map_err(io_err(|| ctx("resetting segment in")))?;
+        (0, last.first_seq)
+    };
+    last.end = end;
+    let reopened = File::options()
+        .read(true)
+        .write(true)
+        .open(&last.path)
+        .map_err(io_err(|| ctx("opening segment in")))?;
+    let mut map = MapFile::new(reopened, &last.path, end, WRITE_WINDOW_BYTES)
+        .map_err(io_err(|| ctx("mapping segment in")))?;
+    if end == 0 {
+        last.seed = new_seed();
+        map.append(&[&encode_segment_header(last.first_seq, last.seed)])
+            .map_err(io_err(|| ctx("writing segment header in")))?;
+        last.end = map.end();
+    }
+    Ok((map, next_seq))
+}
+
+/// Scans the last segment for its valid records: returns where they end and the seq
+/// after the last. Junk after them (a torn write) is cut, so that nothing of it can
+/// ever be read as records after the next append; zeroes (the space reserved ahead,
+/// what a clean stop leaves) are kept for the appends to come.
+fn scan_last_segment(file: &File, last: &Segment, dir: &Path) -> Result<(u64, u64)> {
+    let ctx = |what: &str| format!("{what} {}", dir.display());
+    let scan = segment::scan(file, last.first_seq, last.seed, last.end)
+        .map_err(io_err(|| ctx("scanning segment in")))?;
+    if scan.torn_batch {
+        tracing::warn!(path = %last.path.display(), offset = scan.end, "a batch interrupted by a crash was cut, with everything after it");
+    }
+    if scan.damaged {
+        // Kept, not cut: later records may have been acknowledged. Readers skip the
+        // damaged ones and count them as lost.
+        tracing::error!(path = %last.path.display(), "damaged records in the middle of the last segment; the records after them are kept");
+    }
+    if !scan.zero_tail {
+        file.set_len(scan.end)
+            .map_err(io_err(|| ctx("cutting the torn tail of a segment in")))?;
+    }
+    Ok((scan.end, scan.next_seq))
 }

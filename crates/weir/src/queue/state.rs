@@ -2,7 +2,7 @@
 //! shares: the checks an operation starts with, journal appends, the reader list,
 //! readers created on first use and flushed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -13,14 +13,13 @@ use crate::config::{Durability, QueueConfig};
 use crate::error::{Error, Result};
 use crate::file_cell::FilesBudget;
 use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
-use crate::mapfile::MapFile;
 use crate::name::validate_reader_name;
 use crate::reader_list::{self, ReaderList};
 use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
-use crate::segment::{Loc, ReadBuf, Segment};
+use crate::segment::{Loc, ReadBuf};
 use crate::space_reserve::SpaceReserve;
 
-use super::log::{locate_in, span_payload_bytes};
+use super::log::SegmentLog;
 use super::reader_state::{new_reader, ReaderState};
 use super::{io_err, is_disk_full};
 
@@ -33,9 +32,8 @@ pub(super) struct State {
     /// An fsync failed: the kernel may have dropped the dirty pages, so a later fsync
     /// that succeeds proves nothing. The queue refuses work until the store reopens.
     pub(super) poisoned: Option<String>,
-    /// Oldest first; the last one is being written through `writer`.
-    pub(super) segments: VecDeque<Segment>,
-    pub(super) writer: MapFile,
+    /// The segment files, the last one written through a mapping.
+    pub(super) log: SegmentLog,
     pub(super) next_seq: u64,
     /// Oldest seq kept when the queue has no reader.
     pub(super) floor: u64,
@@ -95,7 +93,7 @@ impl State {
     pub(super) fn check_usable(&self) -> Result<()> {
         if self.deleted {
             Err(Error::NotFound {
-                what: format!("queue at {}", self.writer.path().display()),
+                what: format!("queue at {}", self.log.writer.path().display()),
             })
         } else if self.closed {
             Err(Error::Closed)
@@ -133,16 +131,7 @@ impl State {
     }
 
     pub(super) fn dir(&self) -> &Path {
-        self.writer.path().parent().unwrap_or(Path::new("."))
-    }
-
-    /// Writes what the segment writer has staged (buffered durability) to the file:
-    /// before anything reads the active segment through the file rather than through
-    /// the writer (scans, iteration, fsync).
-    pub(super) fn flush_staged(&mut self) -> Result<()> {
-        self.writer
-            .flush_staged()
-            .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
+        self.log.writer.path().parent().unwrap_or(Path::new("."))
     }
 
     /// Whether the segment writer should stage appends: the queue is `buffered`.
@@ -155,9 +144,10 @@ impl State {
     /// matches.
     pub(super) fn apply_staging(&mut self) -> Result<()> {
         let on = self.staging_wanted();
-        self.writer
+        self.log
+            .writer
             .set_staging(on)
-            .map_err(|e| Error::io(format!("writing {}", self.writer.path().display()), e))
+            .map_err(|e| Error::io(format!("writing {}", self.log.writer.path().display()), e))
     }
 
     pub(super) fn journal_append(&mut self, rec: JRecord) -> Result<()> {
@@ -258,14 +248,16 @@ impl State {
             )));
         }
         let start = self.oldest_kept();
-        self.flush_staged()?;
-        let cursor = locate_in(&self.segments, &self.writer, self.next_seq, start)
+        self.log.flush_staged()?;
+        let cursor = self
+            .log
+            .locate(self.next_seq, start)
             .map_err(io_err(|| "locating a new reader".into()))?;
         let pending_bytes = match self.readers.values().min_by_key(|r| r.acked_below) {
             Some(r) if r.acked_below == start => r.pending_bytes,
             None if self.hold.is_none() => self.floor_bytes,
             // Starting below every reader (a hold): estimated from the files.
-            _ => span_payload_bytes(&self.segments, &self.writer, cursor, self.next_seq - start),
+            _ => self.log.span_payload_bytes(cursor, self.next_seq - start),
         };
         // The list first: a crash before the journal record leaves a name in the list
         // that the journal does not have, and a readable journal wins.
@@ -286,7 +278,9 @@ impl State {
 
     pub(super) fn flush_reader(&mut self, name: &str) -> Result<u64> {
         let next_seq = self.next_seq;
-        let tail = locate_in(&self.segments, &self.writer, next_seq, next_seq)
+        let tail = self
+            .log
+            .locate(next_seq, next_seq)
             .map_err(io_err(|| "locating the tail".into()))?;
         let Some((id, acked)) = self.readers.get(name).map(|r| (r.id, r.acked_below)) else {
             return Ok(0);

@@ -3,14 +3,13 @@
 
 use std::sync::atomic::Ordering;
 
+use super::iter::{Iter, IterSegment};
 use crate::error::Result;
 use crate::item::now_ms;
-use crate::iter::{Iter, IterSegment};
 use crate::segment::Loc;
 use crate::stats::{QueueStats, ReaderStats};
 
 use super::idle::MarkActiveOnDrop;
-use super::log::{header_at, locate_in};
 use super::{io_err, QueueCore};
 
 impl QueueCore {
@@ -23,7 +22,8 @@ impl QueueCore {
         // so while none is open the ages kept at the last close are current.
         let open = st.any_file_open();
         let age_at = |loc: Loc| {
-            header_at(&st.segments, &st.writer, loc)
+            st.log
+                .header_at(loc)
                 .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
         };
         let mut readers = Vec::with_capacity(st.readers.len());
@@ -59,19 +59,7 @@ impl QueueCore {
         } else {
             readers.iter().map(|r| r.age_ms).max().unwrap_or(0)
         };
-        let disk_bytes = st
-            .segments
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if i + 1 == st.segments.len() {
-                    st.writer.end()
-                } else {
-                    s.end
-                }
-            })
-            .sum::<u64>()
-            + st.journal.size_bytes();
+        let disk_bytes = st.log.disk_bytes() + st.journal.size_bytes();
         QueueStats {
             name: self.name.clone(),
             items,
@@ -94,12 +82,15 @@ impl QueueCore {
         let mut st = self.state.lock();
         st.ready()?;
         // The iterator reads the files, outside the lock.
-        st.flush_staged()?;
+        st.log.flush_staged()?;
         let start = st.oldest_kept();
-        let loc = locate_in(&st.segments, &st.writer, st.next_seq, start)
+        let loc = st
+            .log
+            .locate(st.next_seq, start)
             .map_err(io_err(|| "locating the oldest item".into()))?;
-        let n = st.segments.len();
+        let n = st.log.segments.len();
         let segments = st
+            .log
             .segments
             .iter()
             .enumerate()
@@ -109,11 +100,15 @@ impl QueueCore {
                 seed: s.seed,
                 path: s.path.clone(),
                 file: if i + 1 == n {
-                    st.writer.file().ok().cloned()
+                    st.log.writer.file().ok().cloned()
                 } else {
                     s.file_if_open().cloned()
                 },
-                end: if i + 1 == n { st.writer.end() } else { s.end },
+                end: if i + 1 == n {
+                    st.log.writer.end()
+                } else {
+                    s.end
+                },
             })
             .collect();
         Ok(Iter::new(

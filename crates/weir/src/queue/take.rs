@@ -10,12 +10,14 @@ use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
 use crate::item::{now_ms, Item, LeaseId, TakeMode, Taken};
 use crate::journal::JRecord;
-use crate::segment::{self, Loc, FILE_HEADER_BYTES};
+use crate::readers::Readers;
+use crate::segment::Loc;
 
 use super::commit::Ticket;
+use super::cursor::Step;
 use super::expire::{expiry_ms, is_expired, Move, EXPIRED_PER_CALL_MAX};
 use super::idle::MarkActiveOnDrop;
-use super::log::{locate_in, read_at, seg_file, seg_index, ReadAt};
+use super::log::ReadAt;
 use super::reader_state::{LeaseInfo, ReaderState};
 use super::state::State;
 use super::{io_err, QueueCore};
@@ -36,16 +38,6 @@ impl Candidate {
         Item {
             seq: self.header.seq,
             data: self.data,
-            flags: self.header.flags,
-            enqueued_at_ms: self.header.enqueued_at_ms,
-            expires_at_ms: self.header.expires_at_ms,
-        }
-    }
-
-    pub(super) fn item(&self) -> Item {
-        Item {
-            seq: self.header.seq,
-            data: self.data.clone(),
             flags: self.header.flags,
             enqueued_at_ms: self.header.enqueued_at_ms,
             expires_at_ms: self.header.expires_at_ms,
@@ -87,25 +79,20 @@ impl State {
     /// Moves the cursor over what it must (items confirmed out of order, segment ends,
     /// damage), but consumes nothing.
     pub(super) fn next_candidate(&mut self, name: &str) -> Result<Option<Candidate>> {
-        let not_found = || Error::NotFound {
-            what: format!("reader {name:?}"),
-        };
         loop {
             let next_seq = self.next_seq;
-            let State {
-                segments,
-                writer,
-                readers,
-                ..
-            } = self;
-            let r = readers.get_mut(name).ok_or_else(not_found)?;
+            let State { log, readers, .. } = self;
+            let r = readers.get_mut(name).ok_or_else(|| Error::NotFound {
+                what: format!("reader {name:?}"),
+            })?;
             if let Some((&seq, &(loc, len))) = r.released.iter().next() {
-                let read = read_at(segments, writer, &mut r.rb, loc)
+                let read = log
+                    .read_at(&mut r.rb, loc)
                     .map_err(io_err(|| "reading a released item".into()))?;
-                if let ReadAt::Rec(h, data) = read {
-                    if h.seq == seq {
+                if let ReadAt::Rec(header, data) = read {
+                    if header.seq == seq {
                         return Ok(Some(Candidate {
-                            header: h,
+                            header,
                             data,
                             loc,
                             next_cursor: None,
@@ -117,113 +104,59 @@ impl State {
                 self.lose(name, seq, seq + 1)?;
                 continue;
             }
+            // Items confirmed below the cursor (out of order before a reopen, or a
+            // segment deleted under it) are not read again.
+            r.cursor_seq = r.cursor_seq.max(r.acked_below);
             if r.cursor_seq >= next_seq {
                 return Ok(None);
             }
-            let cursor = r.cursor;
-            let read = read_at(segments, writer, &mut r.rb, cursor)
-                .map_err(io_err(|| format!("reading segment {}", cursor.seg)))?;
-            match read {
-                ReadAt::Rec(h, data) if h.seq >= r.cursor_seq => {
-                    if h.seq > r.cursor_seq {
-                        let from = r.cursor_seq;
-                        self.lose(name, from, h.seq)?;
-                        let r = self.readers.get_mut(name).ok_or_else(not_found)?;
-                        r.cursor_seq = h.seq;
-                    }
-                    let r = self.readers.get_mut(name).ok_or_else(not_found)?;
-                    let next = Loc {
-                        seg: cursor.seg,
-                        off: cursor.off + h.record_bytes(),
-                    };
-                    // After a reopen the cursor starts at the oldest unconfirmed item;
-                    // items confirmed out of order before the restart are skipped here.
-                    if h.seq < r.acked_below || r.confirmed.contains(h.seq) {
-                        // Counted in the estimate of `pending_bytes` made at open.
-                        r.pending_bytes = r.pending_bytes.saturating_sub(h.len as u64);
-                        r.cursor = next;
-                        r.cursor_seq = h.seq + 1;
-                        continue;
-                    }
-                    return Ok(Some(Candidate {
-                        header: h,
-                        data,
-                        loc: cursor,
-                        next_cursor: Some(next),
-                    }));
+            let (expected, mut at) = (r.cursor_seq, r.cursor);
+            let step = log.step(next_seq, &mut at, &mut r.rb, expected);
+            r.cursor = at;
+            let (header, data, at, next) = match step? {
+                Step::Record {
+                    header,
+                    data,
+                    at,
+                    next,
+                } => (header, data, at, next),
+                Step::End => {
+                    // At the end of what was written but behind next_seq: the items
+                    // between were lost.
+                    self.lose_to(name, next_seq)?;
+                    continue;
                 }
-                ReadAt::End => {
-                    let i = seg_index(segments, cursor.seg).unwrap_or(0);
-                    if i + 1 >= segments.len() {
-                        // The cursor is at the end of what was written but behind
-                        // next_seq: the items between were lost.
-                        let from = r.cursor_seq;
-                        self.lose(name, from, next_seq)?;
-                        let r = self.readers.get_mut(name).ok_or_else(not_found)?;
-                        r.cursor_seq = next_seq;
-                        continue;
-                    }
-                    let first = segments[i + 1].first_seq;
-                    r.cursor = Loc {
-                        seg: first,
-                        off: FILE_HEADER_BYTES,
-                    };
-                    if first > r.cursor_seq {
-                        let from = r.cursor_seq;
-                        self.lose(name, from, first)?;
-                        let r = self.readers.get_mut(name).ok_or_else(not_found)?;
-                        r.cursor_seq = r.cursor_seq.max(first);
-                    }
-                }
-                ReadAt::Rec(..) | ReadAt::Bad => {
-                    let i = seg_index(segments, cursor.seg).unwrap_or(0);
-                    let seg = &segments[i];
-                    let active = i + 1 == segments.len();
-                    if active {
-                        // The scan below reads the file: staged bytes must be in it.
-                        writer
-                            .flush_staged()
-                            .map_err(io_err(|| format!("writing {}", seg.path.display())))?;
-                    }
-                    let limit = if active { writer.end() } else { seg.end };
-                    let seq_max = if active {
-                        next_seq - 1
-                    } else {
-                        segments[i + 1].first_seq.saturating_sub(1)
-                    };
-                    let file = seg_file(segments, writer, i)
-                        .map_err(io_err(|| format!("opening {}", seg.path.display())))?;
-                    let found = segment::resync(
-                        file,
-                        seg.seed,
-                        cursor.off + 1,
-                        limit,
-                        r.cursor_seq,
-                        seq_max,
-                    )
-                    .map_err(io_err(|| format!("reading segment {}", seg.path.display())))?;
-                    tracing::error!(path = %seg.path.display(), offset = cursor.off, "damaged record; skipping to the next valid one");
-                    r.rb.clear();
-                    // The items skipped are counted by `lose` once the cursor lands.
-                    r.cursor.off = match found {
-                        Some((at, _)) => at,
-                        None => limit,
-                    };
-                }
-                ReadAt::Missing => {
-                    // Its segment was deleted because every seq in it is confirmed.
-                    r.cursor_seq = r.cursor_seq.max(r.acked_below);
-                    let seq = r.cursor_seq;
-                    writer
-                        .flush_staged()
-                        .map_err(io_err(|| format!("writing {}", writer.path().display())))?;
-                    let loc = locate_in(segments, writer, next_seq, seq)
-                        .map_err(io_err(|| "locating a reader".into()))?;
-                    r.cursor = loc;
-                    r.rb.clear();
-                }
+            };
+            if header.seq > expected {
+                // Damage, or a segment missing, cost the items between.
+                self.lose_to(name, header.seq)?;
             }
+            let r = readers_get(&mut self.readers, name)?;
+            if r.confirmed.contains(header.seq) {
+                // Confirmed out of order before a reopen: counted in the estimate of
+                // `pending_bytes` made at open.
+                r.pending_bytes = r.pending_bytes.saturating_sub(header.len as u64);
+                r.cursor = next;
+                r.cursor_seq = header.seq + 1;
+                continue;
+            }
+            return Ok(Some(Candidate {
+                header,
+                data,
+                loc: at,
+                next_cursor: Some(next),
+            }));
         }
+    }
+
+    /// Counts the items from the reader's cursor up to `to` as lost, and moves its
+    /// cursor seq there.
+    fn lose_to(&mut self, name: &str, to: u64) -> Result<()> {
+        let from = readers_get(&mut self.readers, name)?.cursor_seq;
+        self.lose(name, from, to)?;
+        let r = readers_get(&mut self.readers, name)?;
+        r.cursor_seq = r.cursor_seq.max(to);
+        Ok(())
     }
 
     /// Takes (or leases, peeks, discards, expires) the reader's next item.
@@ -242,142 +175,164 @@ impl State {
             let Some(c) = self.next_candidate(name)? else {
                 return Ok(None);
             };
-            let expired = is_expired(&c.header, now, &self.config);
-            if purpose == Purpose::ExpireHead && !expired {
-                // Remember when this head can expire at the earliest, so that an
-                // `expire` before then needs no read (see `State::nothing_to_expire`).
-                let due_ms = expiry_ms(&c.header, &self.config);
-                if let Some(r) = self.readers.get_mut(name) {
-                    if c.next_cursor.is_some() && r.released.is_empty() {
-                        r.head_expiry = Some((r.cursor_seq, due_ms));
-                    }
-                }
-                return Ok(None);
-            }
-            let seq = c.header.seq;
-            let len = c.header.len as u64;
-            let id = match self.readers.get(name) {
-                Some(r) => r.id,
-                None => {
-                    return Err(Error::NotFound {
-                        what: format!("reader {name:?}"),
-                    })
-                }
-            };
-            let consume = |r: &mut ReaderState| match c.next_cursor {
-                Some(next) => {
-                    r.cursor = next;
-                    r.cursor_seq = seq + 1;
-                }
-                None => {
-                    r.released.remove(&seq);
-                }
-            };
-            if expired {
-                let moving = self
-                    .config
-                    .expire_to
-                    .as_deref()
-                    .is_some_and(|to| to != self.name);
-                if moving {
-                    let lease_id = self.next_lease_id;
-                    self.next_lease_id += 1;
-                    if let Some(r) = self.readers.get_mut(name) {
-                        consume(r);
-                        r.leases.insert(
-                            lease_id,
-                            LeaseInfo {
-                                seq,
-                                loc: c.loc,
-                                len: c.header.len,
-                                deadline: None,
-                                moving: true,
-                            },
-                        );
-                        r.moving += 1;
-                        r.moving_bytes += len;
-                        r.expired += 1;
-                    }
-                    moves.push(Move {
-                        reader: name.to_string(),
-                        lease: lease_id,
-                        item: c.item(),
-                    });
-                } else {
-                    self.journal_append(JRecord::Confirm {
-                        id,
-                        from: seq,
-                        to: seq + 1,
-                    })?;
-                    if let Some(r) = self.readers.get_mut(name) {
-                        consume(r);
-                        r.confirm_mem(seq, seq + 1, len);
-                        r.expired += 1;
-                    }
-                }
+            if !is_expired(&c.header, now, self.config.max_age) {
                 if purpose == Purpose::ExpireHead {
-                    return Ok(Some(Taken {
-                        item: c.item(),
-                        lease: None,
-                    }));
-                }
-                expired_budget -= 1;
-                if expired_budget == 0 {
-                    self.expired_budget_spent = true;
+                    self.remember_head_expiry(name, &c)?;
                     return Ok(None);
                 }
-                continue;
+                return self.consume(name, c, purpose).map(Some);
             }
-            let lease_timeout = self.config.open_timeout;
-            return match purpose {
-                Purpose::Peek => Ok(Some(Taken {
+            let head = purpose == Purpose::ExpireHead;
+            if let Some(item) = self.drop_expired(name, c, moves, head)? {
+                return Ok(Some(Taken { item, lease: None }));
+            }
+            expired_budget -= 1;
+            if expired_budget == 0 {
+                self.expired_budget_spent = true;
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Remembers when the unexpired head `c` can expire at the earliest, so that an
+    /// `expire` before then needs no read (see `State::nothing_to_expire`).
+    fn remember_head_expiry(&mut self, name: &str, c: &Candidate) -> Result<()> {
+        let due_ms = expiry_ms(&c.header, self.config.max_age);
+        let r = readers_get(&mut self.readers, name)?;
+        if c.next_cursor.is_some() && r.released.is_empty() {
+            r.head_expiry = Some((r.cursor_seq, due_ms));
+        }
+        Ok(())
+    }
+
+    /// Consumes the unexpired item `c` for `purpose`: a take or a discard confirms it
+    /// (journaled), a lease holds it, a peek leaves it.
+    fn consume(&mut self, name: &str, c: Candidate, purpose: Purpose) -> Result<Taken> {
+        debug_assert!(purpose != Purpose::ExpireHead);
+        let (seq, len) = (c.header.seq, c.header.len);
+        match purpose {
+            Purpose::Peek => Ok(Taken {
+                item: c.into_item(),
+                lease: None,
+            }),
+            Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
+                let id = readers_get(&mut self.readers, name)?.id;
+                self.journal_append(JRecord::Confirm {
+                    id,
+                    from: seq,
+                    to: seq + 1,
+                })?;
+                let r = readers_get(&mut self.readers, name)?;
+                r.advance_past(seq, c.next_cursor);
+                r.confirm_mem(seq, seq + 1, len as u64);
+                if purpose == Purpose::Take {
+                    r.taken += 1;
+                    r.confirmed_total += 1;
+                } else {
+                    r.discarded += 1;
+                }
+                Ok(Taken {
                     item: c.into_item(),
                     lease: None,
-                })),
-                Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
-                    self.journal_append(JRecord::Confirm {
-                        id,
-                        from: seq,
-                        to: seq + 1,
-                    })?;
-                    if let Some(r) = self.readers.get_mut(name) {
-                        consume(r);
-                        r.confirm_mem(seq, seq + 1, len);
-                        if purpose == Purpose::Take {
-                            r.taken += 1;
-                            r.confirmed_total += 1;
-                        } else {
-                            r.discarded += 1;
-                        }
-                    }
-                    Ok(Some(Taken {
-                        item: c.into_item(),
-                        lease: None,
-                    }))
-                }
-                Purpose::Lease => {
-                    let lease_id = self.next_lease_id;
-                    self.next_lease_id += 1;
-                    if let Some(r) = self.readers.get_mut(name) {
-                        consume(r);
-                        r.leases.insert(
-                            lease_id,
-                            LeaseInfo {
-                                seq,
-                                loc: c.loc,
-                                len: c.header.len,
-                                deadline: lease_timeout.and_then(|t| Instant::now().checked_add(t)),
-                                moving: false,
-                            },
-                        );
-                        r.taken += 1;
-                    }
-                    Ok(Some(Taken {
-                        item: c.into_item(),
-                        lease: Some(LeaseId(lease_id)),
-                    }))
-                }
-            };
+                })
+            }
+            Purpose::Lease => {
+                let deadline = self
+                    .config
+                    .open_timeout
+                    .and_then(|t| Instant::now().checked_add(t));
+                let lease = self.hold_lease(name, &c, deadline, false)?;
+                readers_get(&mut self.readers, name)?.taken += 1;
+                Ok(Taken {
+                    item: c.into_item(),
+                    lease: Some(LeaseId(lease)),
+                })
+            }
+        }
+    }
+
+    /// Drops the expired item `c`: moved to `expire_to` (held under an engine lease
+    /// until it is there, see [`Move`]) or confirmed. Returns the item when `want` it.
+    fn drop_expired(
+        &mut self,
+        name: &str,
+        c: Candidate,
+        moves: &mut Vec<Move>,
+        want: bool,
+    ) -> Result<Option<Item>> {
+        let (seq, len) = (c.header.seq, c.header.len as u64);
+        let moving = self
+            .config
+            .expire_to
+            .as_deref()
+            .is_some_and(|to| to != self.name);
+        if moving {
+            let lease = self.hold_lease(name, &c, None, true)?;
+            let r = readers_get(&mut self.readers, name)?;
+            r.moving += 1;
+            r.moving_bytes += len;
+            r.expired += 1;
+            let item = c.into_item();
+            let wanted = want.then(|| item.clone());
+            moves.push(Move {
+                reader: name.to_string(),
+                lease,
+                item,
+            });
+            return Ok(wanted);
+        }
+        let id = readers_get(&mut self.readers, name)?.id;
+        self.journal_append(JRecord::Confirm {
+            id,
+            from: seq,
+            to: seq + 1,
+        })?;
+        let r = readers_get(&mut self.readers, name)?;
+        r.advance_past(seq, c.next_cursor);
+        r.confirm_mem(seq, seq + 1, len);
+        r.expired += 1;
+        Ok(want.then(|| c.into_item()))
+    }
+
+    /// Moves the reader past `c` and holds it under a new lease (an engine lease, with
+    /// no deadline, when `moving`); returns the lease id.
+    fn hold_lease(
+        &mut self,
+        name: &str,
+        c: &Candidate,
+        deadline: Option<Instant>,
+        moving: bool,
+    ) -> Result<u64> {
+        let lease = self.next_lease_id;
+        let r = readers_get(&mut self.readers, name)?;
+        r.advance_past(c.header.seq, c.next_cursor);
+        r.leases.insert(
+            lease,
+            LeaseInfo {
+                seq: c.header.seq,
+                loc: c.loc,
+                len: c.header.len,
+                deadline,
+                moving,
+            },
+        );
+        self.next_lease_id += 1;
+        Ok(lease)
+    }
+}
+
+impl ReaderState {
+    /// Moves past the item `seq` just consumed: the cursor goes to `next_cursor`, or,
+    /// for a released item (`None`), the item leaves the released ones.
+    fn advance_past(&mut self, seq: u64, next_cursor: Option<Loc>) {
+        match next_cursor {
+            Some(next) => {
+                self.cursor = next;
+                self.cursor_seq = seq + 1;
+            }
+            None => {
+                self.released.remove(&seq);
+            }
         }
     }
 }
@@ -464,4 +419,14 @@ impl QueueCore {
             }
         }
     }
+}
+
+/// The reader `name`, or the error for a reader that is not there.
+fn readers_get<'a>(
+    readers: &'a mut Readers<ReaderState>,
+    name: &str,
+) -> Result<&'a mut ReaderState> {
+    readers.get_mut(name).ok_or_else(|| Error::NotFound {
+        what: format!("reader {name:?}"),
+    })
 }
