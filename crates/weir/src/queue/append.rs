@@ -303,7 +303,7 @@ impl QueueCore {
         &self,
         items: &[&[u8]],
         options: AppendOptions,
-    ) -> Result<(u64, Ticket)> {
+    ) -> Result<(u64, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         if items.is_empty() {
@@ -340,10 +340,7 @@ impl QueueCore {
             self.wake_all_readers(&st, items.len() as u64);
             st.maybe_rotate_journal();
             let last = st.next_seq - 1;
-            Ok((
-                first,
-                Self::ticket(&st, options.sync, last, !moves.is_empty()),
-            ))
+            Ok((first, st.ticket(options.sync, last, !moves.is_empty())))
         };
         self.move_expired(moves);
         result

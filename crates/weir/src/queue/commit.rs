@@ -12,6 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use parking_lot::MutexGuard;
+
 use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::mapfile::sync_dir;
@@ -21,10 +23,14 @@ use super::idle::MarkActiveOnDrop;
 use super::state::State;
 use super::QueueCore;
 
-/// What a caller must wait for before its operation is durable: `(last data seq,
-/// journal position)`, or nothing.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Ticket(pub(super) Option<(u64, u64)>);
+/// What a caller must wait for before its operation is durable: the fsync of the
+/// segments up to `data_seq` and of the reader journal up to `journal_offset`.
+/// Operations hand out `Option<Ticket>`: `None` when nothing needs waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub(super) data_seq: u64,
+    pub(super) journal_offset: u64,
+}
 
 #[derive(Default)]
 pub(super) struct SyncState {
@@ -99,21 +105,43 @@ impl State {
     }
 }
 
-impl QueueCore {
-    pub(super) fn ticket(st: &State, options_sync: bool, data_seq: u64, journal: bool) -> Ticket {
-        if options_sync || st.config.durability == Durability::Synced {
-            let jpos = if journal { st.journal.written } else { 0 };
-            Ticket(Some((data_seq, jpos)))
-        } else {
-            Ticket(None)
-        }
+impl State {
+    /// What an operation that appended up to `data_seq` (0: none) and, when
+    /// `journal`, wrote the reader journal must wait for: nothing unless the queue is
+    /// `synced` or the append asked for `sync`.
+    pub(super) fn ticket(&self, sync: bool, data_seq: u64, journal: bool) -> Option<Ticket> {
+        let wait = sync || self.config.durability == Durability::Synced;
+        let journal_offset = if journal { self.journal.written } else { 0 };
+        wait.then_some(Ticket {
+            data_seq,
+            journal_offset,
+        })
     }
 
+    /// The end every operation that wrote the reader journal shares: the segments no
+    /// reader needs any more are deleted and the journal is rotated when due.
+    pub(super) fn after_write(&mut self) {
+        self.reclaim();
+        self.maybe_rotate_journal();
+    }
+
+    /// [`State::after_write`], and what the caller must wait for.
+    pub(super) fn after_journal_write(&mut self) -> Option<Ticket> {
+        self.after_write();
+        self.ticket(false, 0, true)
+    }
+}
+
+impl QueueCore {
     /// Blocks until what `ticket` names is on disk. The first caller to find no round
     /// running leads one (fsyncs for everyone); the others park until its end wakes
     /// them (see [`SyncState::take_woken_after_round`]).
-    pub(crate) fn wait_durable(&self, ticket: Ticket) -> Result<()> {
-        let Some((seq, jpos)) = ticket.0 else {
+    pub(crate) fn wait_durable(&self, ticket: Option<Ticket>) -> Result<()> {
+        let Some(Ticket {
+            data_seq: seq,
+            journal_offset: jpos,
+        }) = ticket
+        else {
             return Ok(());
         };
         let mut s = self.sync.lock();
@@ -150,46 +178,58 @@ impl QueueCore {
                 s = self.sync.lock();
                 continue;
             }
-            s.in_progress = true;
-            let synced = (s.data_seq, s.journal);
-            // Let callers that are about to append and wait (typically the ones the
-            // last round just woke) get in first, while more keep arriving: a round
-            // then covers more of them, and fewer rounds (fsyncs, wake-ups) are needed
-            // per item. With nobody else runnable this costs one sched_yield.
-            for _ in 0..SYNC_GATHER_YIELDS_MAX {
-                let before = s.waiting.len();
-                drop(s);
-                std::thread::yield_now();
-                s = self.sync.lock();
-                if s.waiting.len() == before {
-                    break;
-                }
-            }
-            drop(s);
-            let result = self.sync_files(synced);
-            s = self.sync.lock();
-            s.in_progress = false;
-            match result {
-                Ok((done_seq, done_journal)) => {
-                    s.data_seq = s.data_seq.max(done_seq);
-                    s.journal = s.journal.max(done_journal);
-                    let woken = s.take_woken_after_round();
-                    drop(s);
-                    woken.iter().for_each(std::thread::Thread::unpark);
-                    s = self.sync.lock();
-                }
-                Err(e) => {
-                    let woken = s.take_all();
-                    drop(s);
-                    woken.iter().for_each(std::thread::Thread::unpark);
-                    return Err(e);
-                }
-            }
+            s = self.lead_round(s)?;
         }
     }
 
-    pub(crate) async fn wait_durable_async(self: &Arc<Self>, ticket: Ticket) -> Result<()> {
-        let Some((seq, jpos)) = ticket.0 else {
+    /// Runs one round of group commit, `s` locked with no round in progress: lets
+    /// arriving waiters in, fsyncs outside the lock, records what it covered and wakes
+    /// the waiters it covered. Returns the lock again; on error every waiter is woken
+    /// (each tries again, leading a round of its own) and the error returned.
+    fn lead_round<'a>(
+        &'a self,
+        mut s: MutexGuard<'a, SyncState>,
+    ) -> Result<MutexGuard<'a, SyncState>> {
+        debug_assert!(!s.in_progress);
+        s.in_progress = true;
+        let synced = (s.data_seq, s.journal);
+        // Let callers that are about to append and wait (typically the ones the last
+        // round just woke) get in first, while more keep arriving: a round then covers
+        // more of them, and fewer rounds (fsyncs, wake-ups) are needed per item. With
+        // nobody else runnable this costs one sched_yield.
+        for _ in 0..SYNC_GATHER_YIELDS_MAX {
+            let before = s.waiting.len();
+            drop(s);
+            std::thread::yield_now();
+            s = self.sync.lock();
+            if s.waiting.len() == before {
+                break;
+            }
+        }
+        drop(s);
+        let result = self.sync_files(synced);
+        s = self.sync.lock();
+        s.in_progress = false;
+        let woken = match &result {
+            Ok((done_seq, done_journal)) => {
+                s.data_seq = s.data_seq.max(*done_seq);
+                s.journal = s.journal.max(*done_journal);
+                s.take_woken_after_round()
+            }
+            Err(_) => s.take_all(),
+        };
+        drop(s);
+        woken.iter().for_each(std::thread::Thread::unpark);
+        result?;
+        Ok(self.sync.lock())
+    }
+
+    pub(crate) async fn wait_durable_async(self: &Arc<Self>, ticket: Option<Ticket>) -> Result<()> {
+        let Some(Ticket {
+            data_seq: seq,
+            journal_offset: jpos,
+        }) = ticket
+        else {
             return Ok(());
         };
         {
@@ -277,7 +317,10 @@ impl QueueCore {
             // files and directories directly (group commit would find nothing to do).
             let files_only = st.created_unsynced || st.dir_dirty || st.reader_list_dirty;
             (
-                Ticket(Some((st.next_seq - 1, st.journal.written))),
+                Ticket {
+                    data_seq: st.next_seq - 1,
+                    journal_offset: st.journal.written,
+                },
                 files_only,
             )
         };
@@ -287,6 +330,6 @@ impl QueueCore {
             s.data_seq = s.data_seq.max(seq);
             s.journal = s.journal.max(jpos);
         }
-        self.wait_durable(ticket)
+        self.wait_durable(Some(ticket))
     }
 }

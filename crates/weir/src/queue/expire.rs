@@ -175,8 +175,7 @@ impl QueueCore {
                 }
                 count = most;
             }
-            st.reclaim();
-            st.maybe_rotate_journal();
+            st.after_write();
             Ok(count)
         })();
         self.move_expired(moves);
@@ -243,8 +242,7 @@ impl QueueCore {
         for (m, done) in &outcomes {
             st.finish_move(m, *done);
         }
-        st.reclaim();
-        st.maybe_rotate_journal();
+        st.after_write();
     }
 
     /// Logs a move that failed with `e`; true when the item is to be dropped anyway

@@ -40,17 +40,17 @@ impl State {
 }
 
 impl QueueCore {
-    pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Ticket)> {
+    pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         let mut st = self.state.lock();
         st.ready()?;
         let Some(r) = st.readers.get(reader) else {
-            return Ok((false, Ticket(None)));
+            return Ok((false, None));
         };
         let id = r.id;
         let Some(info) = r.leases.get(&lease.0).filter(|l| !l.moving) else {
-            return Ok((false, Ticket(None)));
+            return Ok((false, None));
         };
         let (seq, len) = (info.seq, info.len as u64);
         st.journal_append(JRecord::Confirm {
@@ -66,9 +66,7 @@ impl QueueCore {
             r.settle(next_seq);
             r.check(next_seq);
         }
-        st.reclaim();
-        st.maybe_rotate_journal();
-        Ok((true, Self::ticket(&st, false, 0, true)))
+        Ok((true, st.after_journal_write()))
     }
 
     pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> {

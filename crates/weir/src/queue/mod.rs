@@ -161,8 +161,7 @@ impl QueueCore {
             st.floor_bytes = bytes;
             st.floor_loc = None;
         }
-        st.reclaim();
-        st.maybe_rotate_journal();
+        st.after_write();
         Ok(true)
     }
 
@@ -208,8 +207,7 @@ impl QueueCore {
                 dropped
             }
         };
-        st.reclaim();
-        st.maybe_rotate_journal();
+        st.after_write();
         Ok(dropped)
     }
 

@@ -338,7 +338,11 @@ impl ReaderState {
 }
 
 impl QueueCore {
-    pub(crate) fn take(&self, reader: &str, mode: TakeMode) -> Result<(Option<Taken>, Ticket)> {
+    pub(crate) fn take(
+        &self,
+        reader: &str,
+        mode: TakeMode,
+    ) -> Result<(Option<Taken>, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         let purpose = match mode {
@@ -358,8 +362,7 @@ impl QueueCore {
                 let taken = st.take_inner(reader, purpose, now, &mut moves)?;
                 let wrote = st.journal.written != journal_before;
                 if wrote {
-                    st.reclaim();
-                    st.maybe_rotate_journal();
+                    st.after_write();
                 }
                 let next_seq = st.next_seq;
                 if let Some(r) = st.readers.get_mut(reader) {
@@ -367,7 +370,7 @@ impl QueueCore {
                     r.check(next_seq);
                 }
                 let again = taken.is_none() && st.expired_budget_spent;
-                let ticket = Self::ticket(&st, false, 0, true);
+                let ticket = st.ticket(false, 0, true);
                 Ok::<_, Error>((taken, wrote, again, ticket))
             })();
             self.move_expired(moves);
@@ -377,12 +380,16 @@ impl QueueCore {
                 // More expired items wait at the head: let others in, then go on.
                 continue;
             }
-            let ticket = if wrote_any { ticket } else { Ticket(None) };
+            let ticket = if wrote_any { ticket } else { None };
             return Ok((taken, ticket));
         }
     }
 
-    pub(crate) fn take_batch(&self, reader: &str, count_max: usize) -> Result<(Vec<Item>, Ticket)> {
+    pub(crate) fn take_batch(
+        &self,
+        reader: &str,
+        count_max: usize,
+    ) -> Result<(Vec<Item>, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         let now = now_ms();
@@ -401,8 +408,7 @@ impl QueueCore {
                         Err(_) => break,
                     }
                 }
-                st.reclaim();
-                st.maybe_rotate_journal();
+                let ticket = st.after_journal_write();
                 let next_seq = st.next_seq;
                 if let Some(r) = st.readers.get_mut(reader) {
                     r.settle(next_seq);
@@ -410,7 +416,7 @@ impl QueueCore {
                 // Stopped by the expiry budget with nothing to show: go on after
                 // letting go of the lock (and of the items being moved).
                 let again = items.is_empty() && st.expired_budget_spent;
-                Ok((items, again, Self::ticket(&st, false, 0, true)))
+                Ok((items, again, ticket))
             })();
             self.move_expired(moves);
             let (items, again, ticket) = result?;
