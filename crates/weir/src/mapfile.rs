@@ -350,6 +350,10 @@ impl MapFile {
             Some(w) => w,
             None => return Err(io::Error::other("mapping window missing after ensure")),
         };
+        assert!(
+            at >= self.window_start && at + len <= self.window_start + window.len() as u64,
+            "an append stays inside its mapping window"
+        );
         let mut pos = (at - self.window_start) as usize;
         for part in parts {
             window[pos..pos + part.len()].copy_from_slice(part);

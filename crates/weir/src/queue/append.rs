@@ -24,6 +24,8 @@ use super::QueueCore;
 /// least this large, a new segment is started so the old one can be deleted: disk use
 /// follows the backlog down instead of waiting for the segment to fill.
 pub(super) const ROLL_WHEN_EMPTY_BYTES: u64 = 4 * 1024 * 1024;
+// Rolling needs a segment with records in it (never an empty one).
+const _: () = assert!(ROLL_WHEN_EMPTY_BYTES > FILE_HEADER_BYTES);
 
 impl State {
     /// Starts a new segment at `next_seq`; the current one is sealed.
@@ -155,6 +157,10 @@ impl State {
             last.end = self.log.writer.end();
         }
         let count = items.len() as u64;
+        assert!(
+            count > 0 && self.next_seq == first,
+            "next_seq only grows, by the batch"
+        );
         self.next_seq += count;
         for r in self.readers.values_mut() {
             r.pending_bytes += bytes;

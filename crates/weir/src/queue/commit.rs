@@ -333,3 +333,65 @@ impl QueueCore {
         self.wait_durable(Some(ticket))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A waiter for `(seq, jpos)` whose thread is told apart by the id.
+    fn waiter(id: u64, seq: u64, jpos: u64) -> SyncWaiter {
+        SyncWaiter {
+            id,
+            seq,
+            jpos,
+            thread: std::thread::current(),
+        }
+    }
+
+    fn ids(s: &SyncState) -> Vec<u64> {
+        s.waiting.iter().map(|w| w.id).collect()
+    }
+
+    #[test]
+    fn a_round_wakes_the_waiters_it_covered_and_one_successor() {
+        let mut s = SyncState {
+            data_seq: 10,
+            journal: 100,
+            ..SyncState::default()
+        };
+        s.waiting.push_back(waiter(1, 12, 0)); // not covered: the successor
+        s.waiting.push_back(waiter(2, 10, 100)); // covered
+        s.waiting.push_back(waiter(3, 5, 101)); // journal not covered: stays
+        s.waiting.push_back(waiter(4, 9, 50)); // covered
+        let woken = s.take_woken_after_round();
+        assert_eq!(woken.len(), 3, "two covered and the successor");
+        assert_eq!(
+            ids(&s),
+            [3],
+            "the rest stay listed for the successor's round"
+        );
+    }
+
+    #[test]
+    fn covers_needs_both_the_data_and_the_journal() {
+        let s = SyncState {
+            data_seq: 10,
+            journal: 100,
+            ..SyncState::default()
+        };
+        assert!(s.covers(10, 100));
+        assert!(s.covers(0, 0));
+        assert!(!s.covers(11, 0));
+        assert!(!s.covers(0, 101));
+    }
+
+    #[test]
+    fn a_failed_round_wakes_everyone() {
+        let mut s = SyncState::default();
+        for id in 0..5 {
+            s.waiting.push_back(waiter(id, 1, 1));
+        }
+        assert_eq!(s.take_all().len(), 5);
+        assert!(s.waiting.is_empty());
+    }
+}

@@ -18,6 +18,8 @@ use super::{io_err, QueueCore};
 
 /// Most expired items one take drops (or moves) before it lets go of the lock.
 pub(super) const EXPIRED_PER_CALL_MAX: u32 = 1024;
+// A take counts this budget down to zero: it must start above it.
+const _: () = assert!(EXPIRED_PER_CALL_MAX > 0);
 
 /// An expired item on its way to the queue's `expire_to` queue. A take meets it under
 /// this queue's lock, but the append to the target must happen outside it (one queue

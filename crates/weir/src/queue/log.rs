@@ -24,6 +24,8 @@ use super::cursor::{self, Step, Walk};
 
 /// Mapping window of the segment being written: bounds the RSS the writer adds.
 pub(super) const WRITE_WINDOW_BYTES: u64 = 256 * 1024;
+// Windows are mapped at page offsets and grow in whole pages.
+const _: () = assert!(WRITE_WINDOW_BYTES.is_multiple_of(4096));
 
 /// What reading at a position found.
 pub(crate) enum ReadAt {

@@ -112,7 +112,8 @@ impl ReaderState {
         }
     }
 
-    #[cfg(debug_assertions)]
+    /// Checks the reader's invariants (see the module docs of `queue`): the O(1) ones
+    /// always, those that walk its leases in debug builds.
     pub(super) fn check(&self, next_seq: u64) {
         assert!(
             self.acked_below <= next_seq,
@@ -126,6 +127,13 @@ impl ReaderState {
             self.cursor_seq,
             next_seq
         );
+        assert!(
+            self.moving <= self.leases.len() as u64,
+            "{} moves but {} leases",
+            self.moving,
+            self.leases.len()
+        );
+        #[cfg(debug_assertions)]
         for seq in self
             .leases
             .values()
@@ -139,9 +147,6 @@ impl ReaderState {
             assert!(!self.confirmed.contains(seq), "held seq {seq} is confirmed");
         }
     }
-
-    #[cfg(not(debug_assertions))]
-    pub(super) fn check(&self, _next_seq: u64) {}
 }
 
 pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -> ReaderState {
@@ -165,5 +170,112 @@ pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -
         moving_bytes: 0,
         oldest_enqueued: None,
         head_expiry: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(start: u64) -> ReaderState {
+        let cursor = Loc { seg: 1, off: 0 };
+        new_reader(1, start, cursor, 0)
+    }
+
+    fn lease(seq: u64) -> LeaseInfo {
+        LeaseInfo {
+            seq,
+            loc: Loc {
+                seg: 1,
+                off: seq * 100,
+            },
+            len: 10,
+            deadline: None,
+            moving: false,
+        }
+    }
+
+    #[test]
+    fn confirmations_in_order_move_acked_below_and_out_of_order_wait_for_the_gap() {
+        let mut r = reader(1);
+        r.pending_bytes = 40;
+        r.confirm_mem(1, 2, 10);
+        assert_eq!((r.acked_below, r.pending_bytes), (2, 30));
+        r.confirm_mem(3, 5, 20);
+        assert_eq!(r.acked_below, 2, "3 and 4 wait for 2");
+        assert_eq!(r.pending_items(6), 2, "2 and 5 pending");
+        r.confirm_mem(2, 3, 10);
+        assert_eq!(r.acked_below, 5, "the gap closed: 2..5 all confirmed");
+        assert!(r.confirmed.is_empty());
+        assert_eq!(r.pending_bytes, 0);
+        // Below acked_below: nothing changes, bytes included.
+        r.pending_bytes = 7;
+        r.confirm_mem(1, 4, 5);
+        assert_eq!((r.acked_below, r.pending_bytes), (5, 7));
+    }
+
+    #[test]
+    fn the_oldest_held_item_is_a_lease_a_released_item_or_the_cursor() {
+        let mut r = reader(1);
+        assert_eq!(r.oldest_loc(1), None, "an empty queue");
+        r.cursor_seq = 5;
+        r.cursor = Loc { seg: 1, off: 500 };
+        assert_eq!(r.oldest_loc(9), Some(Loc { seg: 1, off: 500 }));
+        r.leases.insert(7, lease(3));
+        assert_eq!(r.oldest_loc(9), Some(Loc { seg: 1, off: 300 }));
+        r.released.insert(2, (Loc { seg: 1, off: 200 }, 10));
+        assert_eq!(r.oldest_loc(9), Some(Loc { seg: 1, off: 200 }));
+    }
+
+    #[test]
+    fn items_on_their_way_to_expire_to_do_not_count_against_room() {
+        let mut r = reader(1);
+        r.cursor_seq = 3;
+        r.pending_bytes = 30;
+        let mut moved = lease(1);
+        moved.moving = true;
+        r.leases.insert(1, moved);
+        r.moving = 1;
+        r.moving_bytes = 10;
+        assert_eq!(r.room_used(4), (2, 20));
+        assert_eq!(r.pending_items(4), 3);
+    }
+
+    #[test]
+    fn settle_forgets_estimated_bytes_of_an_empty_reader() {
+        let mut r = reader(4);
+        r.pending_bytes = 123;
+        r.settle(5);
+        assert_eq!(r.pending_bytes, 123, "one item pending");
+        r.settle(4);
+        assert_eq!(r.pending_bytes, 0);
+    }
+
+    #[test]
+    fn check_accepts_a_consistent_reader() {
+        let mut r = reader(1);
+        r.cursor_seq = 4;
+        r.leases.insert(9, lease(2));
+        r.released.insert(3, (Loc { seg: 1, off: 300 }, 10));
+        r.confirm_mem(1, 2, 0);
+        r.check(4);
+    }
+
+    #[test]
+    #[should_panic(expected = "cursor")]
+    fn check_refuses_a_cursor_past_the_tail() {
+        let mut r = reader(1);
+        r.cursor_seq = 6;
+        r.check(5);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "outside [acked, cursor)")]
+    fn check_refuses_a_lease_beyond_the_cursor() {
+        let mut r = reader(1);
+        r.cursor_seq = 2;
+        r.leases.insert(1, lease(5));
+        r.check(9);
     }
 }
