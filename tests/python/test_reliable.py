@@ -1,6 +1,6 @@
 """Reliable reads end to end: leases survive neither a dead client nor a dead
 server, confirmations survive both, and nothing replied STORED is ever lost
-(DESIGN.md sections 1-3: at-least-once under leases, periodic durability)."""
+(docs/storage.md and docs/protocol.md: at-least-once under leases, periodic durability)."""
 
 from __future__ import annotations
 

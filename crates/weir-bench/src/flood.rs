@@ -1,6 +1,6 @@
 //! flood: many connections, each alternating `set` and `get` over ten queues.
 //!
-//! DESIGN.md section 4: 64-byte items spread over `db_bench0`..`db_bench9` (each
+//! As docs/benchmarks.md defines it: 64-byte items spread over `db_bench0`..`db_bench9` (each
 //! request picks a queue at random), 1,000,000 sets + 1,000,000 gets split evenly over
 //! the connections, for each connection count of the seeds' list. All connections are
 //! open before the clock starts; the clock runs from the first request to the last

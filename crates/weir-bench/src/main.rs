@@ -1,4 +1,4 @@
-//! weir-bench: the seeds' benchmarks (DESIGN.md section 4), reproduced on one load
+//! weir-bench: the seeds' benchmarks (defined in docs/benchmarks.md), reproduced on one load
 //! generator against weir and reference servers in the same run.
 //!
 //! Subcommands: `flood`, `packing`, `packing-unpacking`, `mem-rss` (any memcache-protocol

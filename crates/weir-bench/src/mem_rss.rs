@@ -1,5 +1,5 @@
 //! Resident memory: for each N, set N items of 1 KiB, get N, then read the server's
-//! VmRSS (DESIGN.md section 4; the seeds' table ends at 524,048 items).
+//! VmRSS (docs/benchmarks.md; the seeds' table ends at 524,048 items).
 //!
 //! What it shows is whether a server keeps items (or indexes of them) in memory after
 //! they are gone. The sets and gets are pipelined: only the memory afterwards matters,

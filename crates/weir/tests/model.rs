@@ -2,8 +2,8 @@
 //! engine and against a simple in-memory model, compared after every step.
 //!
 //! The model keeps, per reader, the items it still has to deliver (`required`), the
-//! items under lease, and `optional` items. Optional items arise where DESIGN.md leaves
-//! the engine a choice: a reader created while some items in the kept range were
+//! items under lease, and `optional` items. Optional items arise where the engine's contract
+//! (docs/storage.md) leaves it a choice: a reader created while some items in the kept range were
 //! already confirmed (out of order) by every other reader may or may not see them. The
 //! model accepts either, but once the engine skips an optional item it must never
 //! deliver it later, and once it delivers (or peeks) one it must stand by it.
