@@ -17,6 +17,9 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::metrics::LoopMetrics;
+use crate::shared::OUTPUT_BYTES_FLUSH_AT;
+
 /// Capacity of a fresh read buffer.
 pub const BUFFER_BYTES_INITIAL: usize = 1024;
 /// A buffer grown past this is replaced by a fresh one once it is empty.
@@ -188,5 +191,24 @@ pub async fn until_closed(stream: &mut TcpStream, read_ahead: &mut BytesMut) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
         }
+    }
+}
+
+/// Writes the pending replies once they pass [`OUTPUT_BYTES_FLUSH_AT`] (the one place
+/// that threshold is applied), counting the bytes; false when the client is gone.
+pub async fn write_if_over(
+    stream: &mut TcpStream,
+    output: &mut BytesMut,
+    metrics: &LoopMetrics,
+) -> bool {
+    if output.len() < OUTPUT_BYTES_FLUSH_AT {
+        return true;
+    }
+    match write_now(stream, output).await {
+        Ok(n) => {
+            metrics.bytes_written.add(n as u64);
+            true
+        }
+        Err(_) => false,
     }
 }

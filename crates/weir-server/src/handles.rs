@@ -19,9 +19,11 @@ use weir::{Queue, Reader};
 
 use crate::queues::QueueOpener;
 
-/// Names compare length-first (`weir::names_equal`): the default reader's name is
-/// empty, and a zero-length `memcmp` costs ~150 ns on some machines.
-pub use weir::names_equal as same_name;
+/// Names compare length-first: the default reader's name is empty, and a zero-length
+/// `memcmp` costs ~150 ns on some machines (glibc's AVX-512 path).
+pub fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a.as_bytes() == b.as_bytes())
+}
 
 /// Queues (and, separately, readers) remembered per connection.
 pub const HANDLES_CACHED_MAX: usize = 16;

@@ -20,9 +20,6 @@ pub const LEASES_PER_CONNECTION_MAX: usize = 100_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TooManyLeases;
 
-/// The reply to [`TooManyLeases`].
-pub const REPLY_TOO_MANY_LEASES: &[u8] = b"CLIENT_ERROR too many open items\r\n";
-
 struct Held {
     reader: Reader,
     /// Oldest first.

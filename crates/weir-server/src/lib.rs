@@ -21,6 +21,8 @@ pub mod leases;
 pub mod metrics;
 pub mod parse;
 pub mod queues;
+pub mod reply;
 pub mod request;
 pub mod server;
+pub mod shared;
 pub mod shutdown;

@@ -188,61 +188,55 @@ impl Metrics {
     /// The Prometheus text format of every counter, and of every queue and reader.
     pub fn render(&self, store: &Store) -> String {
         let mut out = String::with_capacity(4096);
-        let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
+        let single = |out: &mut String, name: &str, kind: &str, help: &str, value: u64| {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
         };
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        };
-        gauge(
+        let connections = self.connections_current.load(Relaxed);
+        single(
             &mut out,
             "weir_connections",
+            "gauge",
             "Open memcache connections.",
-            self.connections_current.load(Relaxed),
+            connections,
         );
-        counter(
-            &mut out,
-            "weir_connections_total",
-            "Memcache connections accepted.",
-            self.connections_total.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "weir_connections_refused_total",
-            "Connections refused over max_connections.",
-            self.connections_refused.load(Relaxed),
-        );
-        counter(
-            &mut out,
-            "weir_bytes_read_total",
-            "Bytes read from memcache clients.",
-            self.bytes_read(),
-        );
-        counter(
-            &mut out,
-            "weir_bytes_written_total",
-            "Bytes written to memcache clients.",
-            self.bytes_written(),
-        );
-        counter(
-            &mut out,
-            "weir_get_hits_total",
-            "Reads that returned an item.",
-            self.get_hits(),
-        );
-        counter(
-            &mut out,
-            "weir_get_misses_total",
-            "Reads that returned no item.",
-            self.get_misses(),
-        );
-
+        let counters = [
+            (
+                "weir_connections_total",
+                "Memcache connections accepted.",
+                self.connections_total.load(Relaxed),
+            ),
+            (
+                "weir_connections_refused_total",
+                "Connections refused over max_connections.",
+                self.connections_refused.load(Relaxed),
+            ),
+            (
+                "weir_bytes_read_total",
+                "Bytes read from memcache clients.",
+                self.bytes_read(),
+            ),
+            (
+                "weir_bytes_written_total",
+                "Bytes written to memcache clients.",
+                self.bytes_written(),
+            ),
+            (
+                "weir_get_hits_total",
+                "Reads that returned an item.",
+                self.get_hits(),
+            ),
+            (
+                "weir_get_misses_total",
+                "Reads that returned no item.",
+                self.get_misses(),
+            ),
+        ];
+        for (name, help, value) in counters {
+            single(&mut out, name, "counter", help, value);
+        }
         out.push_str(
             "# HELP weir_commands_total Requests by command.\n# TYPE weir_commands_total counter\n",
         );
@@ -254,7 +248,13 @@ impl Metrics {
                 self.command_count(kind)
             );
         }
+        self.render_latency(&mut out);
+        self.render_queues(store, &mut out);
+        out
+    }
 
+    /// The request-duration histogram, in seconds.
+    fn render_latency(&self, out: &mut String) {
         out.push_str("# HELP weir_request_duration_seconds Time to execute one request.\n# TYPE weir_request_duration_seconds histogram\n");
         let mut cumulative = 0;
         for (i, bound) in LATENCY_BUCKETS_US.iter().enumerate() {
@@ -275,141 +275,17 @@ impl Metrics {
             "weir_request_duration_seconds_sum {}\nweir_request_duration_seconds_count {cumulative}",
             self.sum(|l| &l.latency_sum_us) as f64 / 1e6
         );
-
-        self.render_queues(store, &mut out);
-        out
     }
 
     fn render_queues(&self, store: &Store, out: &mut String) {
         let stats: Vec<weir::QueueStats> = store.queues().iter().map(|q| q.stats()).collect();
-        type QueueField = (
-            &'static str,
-            &'static str,
-            &'static str,
-            fn(&weir::QueueStats) -> u64,
-        );
-        let queue_fields: [QueueField; 9] = [
-            (
-                "weir_queue_items",
-                "gauge",
-                "Items kept for the most-behind reader.",
-                |s| s.items,
-            ),
-            (
-                "weir_queue_bytes",
-                "gauge",
-                "Payload bytes of those items.",
-                |s| s.bytes,
-            ),
-            (
-                "weir_queue_appended_total",
-                "counter",
-                "Items appended since start.",
-                |s| s.total_items,
-            ),
-            (
-                "weir_queue_expired_total",
-                "counter",
-                "Items expired since start.",
-                |s| s.expired,
-            ),
-            (
-                "weir_queue_discarded_total",
-                "counter",
-                "Items discarded to make room since start.",
-                |s| s.discarded,
-            ),
-            ("weir_queue_open_leases", "gauge", "Leases open now.", |s| {
-                s.open_leases
-            }),
-            (
-                "weir_queue_waiters",
-                "gauge",
-                "Readers waiting for an item now.",
-                |s| s.waiters,
-            ),
-            (
-                "weir_queue_oldest_age_ms",
-                "gauge",
-                "Age of the oldest kept item in ms.",
-                |s| s.age_ms,
-            ),
-            (
-                "weir_queue_disk_bytes",
-                "gauge",
-                "Bytes of the queue's files on disk.",
-                |s| s.disk_bytes,
-            ),
-        ];
-        for (name, kind, help, get) in queue_fields {
+        for (name, kind, help, get) in QUEUE_FIELDS {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for s in &stats {
                 let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", s.name, get(s));
             }
         }
-        type ReaderField = (
-            &'static str,
-            &'static str,
-            &'static str,
-            fn(&weir::ReaderStats) -> u64,
-        );
-        let reader_fields: [ReaderField; 9] = [
-            (
-                "weir_reader_items",
-                "gauge",
-                "Items not yet confirmed by the reader.",
-                |r| r.items,
-            ),
-            (
-                "weir_reader_bytes",
-                "gauge",
-                "Payload bytes of those items.",
-                |r| r.bytes,
-            ),
-            (
-                "weir_reader_taken_total",
-                "counter",
-                "Items handed out since start.",
-                |r| r.taken,
-            ),
-            (
-                "weir_reader_confirmed_total",
-                "counter",
-                "Items confirmed since start.",
-                |r| r.confirmed,
-            ),
-            (
-                "weir_reader_expired_total",
-                "counter",
-                "Items expired for the reader since start.",
-                |r| r.expired,
-            ),
-            (
-                "weir_reader_discarded_total",
-                "counter",
-                "Items discarded for the reader since start.",
-                |r| r.discarded,
-            ),
-            (
-                "weir_reader_open_leases",
-                "gauge",
-                "Leases open now.",
-                |r| r.open_leases,
-            ),
-            (
-                "weir_reader_waiters",
-                "gauge",
-                "Callers waiting now.",
-                |r| r.waiters,
-            ),
-            (
-                "weir_reader_oldest_age_ms",
-                "gauge",
-                "Age of the oldest unconfirmed item in ms.",
-                |r| r.age_ms,
-            ),
-        ];
-        for (name, kind, help, get) in reader_fields {
+        for (name, kind, help, get) in READER_FIELDS {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for s in &stats {
                 for r in &s.readers {
@@ -425,3 +301,128 @@ impl Metrics {
         }
     }
 }
+
+/// A per-queue metric: name, type, help, and how to read it from the stats.
+type QueueField = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&weir::QueueStats) -> u64,
+);
+const QUEUE_FIELDS: [QueueField; 9] = [
+    (
+        "weir_queue_items",
+        "gauge",
+        "Items kept for the most-behind reader.",
+        |s| s.items,
+    ),
+    (
+        "weir_queue_bytes",
+        "gauge",
+        "Payload bytes of those items.",
+        |s| s.bytes,
+    ),
+    (
+        "weir_queue_appended_total",
+        "counter",
+        "Items appended since start.",
+        |s| s.total_items,
+    ),
+    (
+        "weir_queue_expired_total",
+        "counter",
+        "Items expired since start.",
+        |s| s.expired,
+    ),
+    (
+        "weir_queue_discarded_total",
+        "counter",
+        "Items discarded to make room since start.",
+        |s| s.discarded,
+    ),
+    ("weir_queue_open_leases", "gauge", "Leases open now.", |s| {
+        s.open_leases
+    }),
+    (
+        "weir_queue_waiters",
+        "gauge",
+        "Readers waiting for an item now.",
+        |s| s.waiters,
+    ),
+    (
+        "weir_queue_oldest_age_ms",
+        "gauge",
+        "Age of the oldest kept item in ms.",
+        |s| s.age_ms,
+    ),
+    (
+        "weir_queue_disk_bytes",
+        "gauge",
+        "Bytes of the queue's files on disk.",
+        |s| s.disk_bytes,
+    ),
+];
+
+/// A per-reader metric, as [`QueueField`].
+type ReaderField = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&weir::ReaderStats) -> u64,
+);
+const READER_FIELDS: [ReaderField; 9] = [
+    (
+        "weir_reader_items",
+        "gauge",
+        "Items not yet confirmed by the reader.",
+        |r| r.items,
+    ),
+    (
+        "weir_reader_bytes",
+        "gauge",
+        "Payload bytes of those items.",
+        |r| r.bytes,
+    ),
+    (
+        "weir_reader_taken_total",
+        "counter",
+        "Items handed out since start.",
+        |r| r.taken,
+    ),
+    (
+        "weir_reader_confirmed_total",
+        "counter",
+        "Items confirmed since start.",
+        |r| r.confirmed,
+    ),
+    (
+        "weir_reader_expired_total",
+        "counter",
+        "Items expired for the reader since start.",
+        |r| r.expired,
+    ),
+    (
+        "weir_reader_discarded_total",
+        "counter",
+        "Items discarded for the reader since start.",
+        |r| r.discarded,
+    ),
+    (
+        "weir_reader_open_leases",
+        "gauge",
+        "Leases open now.",
+        |r| r.open_leases,
+    ),
+    (
+        "weir_reader_waiters",
+        "gauge",
+        "Callers waiting now.",
+        |r| r.waiters,
+    ),
+    (
+        "weir_reader_oldest_age_ms",
+        "gauge",
+        "Age of the oldest unconfirmed item in ms.",
+        |r| r.age_ms,
+    ),
+];

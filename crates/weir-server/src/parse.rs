@@ -20,8 +20,10 @@
 //! connection is closed after the reply. A binary-protocol request (first byte 0x80)
 //! gets a binary error response and the connection is closed.
 
+use crate::reply;
 use crate::request::{
-    parse_i64, parse_plain_key, parse_read_key, parse_u64, parse_write_key, KeyError,
+    parse_i64, parse_plain_key, parse_read_key, parse_u64, parse_write_key, KeyError, ReadKey,
+    WriteKey,
 };
 
 /// The limits the parser enforces.
@@ -58,7 +60,7 @@ pub const ITEM_SIZE_BYTES_MAX_DEFAULT: u64 = 16 * 1024 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
     Set {
-        key: &'a str,
+        key: WriteKey<'a>,
         flags: u32,
         exptime: i64,
         data: &'a [u8],
@@ -71,18 +73,19 @@ pub enum Request<'a> {
         cas: bool,
     },
     Delete {
-        key: &'a str,
+        key: ReadKey<'a>,
         noreply: bool,
     },
     Flush {
-        key: &'a str,
+        key: ReadKey<'a>,
         noreply: bool,
     },
     FlushAll {
         noreply: bool,
     },
+    /// A queue's name (a reader key is refused).
     FlushExpired {
-        key: &'a str,
+        queue: &'a str,
     },
     FlushAllExpired,
     Stats,
@@ -95,12 +98,12 @@ pub enum Request<'a> {
         names: &'a str,
     },
     Monitor {
-        key: &'a str,
+        key: ReadKey<'a>,
         seconds: u64,
         items_max: Option<u64>,
     },
     Confirm {
-        key: &'a str,
+        key: ReadKey<'a>,
         count: u64,
     },
     Version,
@@ -252,42 +255,15 @@ pub enum Parse<'a> {
     Reject(Reject),
 }
 
-pub const REPLY_ERROR: &[u8] = b"ERROR\r\n";
-pub const REPLY_BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
-pub const REPLY_LINE_TOO_LONG: &[u8] = b"CLIENT_ERROR line too long\r\n";
-pub const REPLY_BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
-pub const REPLY_TOO_LARGE: &[u8] = b"CLIENT_ERROR item too large\r\n";
-pub const REPLY_TOO_MANY_KEYS: &[u8] = b"CLIENT_ERROR too many keys\r\n";
-
 /// The memcache storage commands weir does not do, with the index (among the tokens
 /// after the command word) of their data block's length, and their one reply.
 const UNSUPPORTED_STORAGE: [(&str, usize, &[u8]); 6] = [
-    (
-        "add",
-        3,
-        b"CLIENT_ERROR add is not supported by a queue\r\n",
-    ),
-    (
-        "replace",
-        3,
-        b"CLIENT_ERROR replace is not supported by a queue\r\n",
-    ),
-    (
-        "append",
-        3,
-        b"CLIENT_ERROR append is not supported by a queue\r\n",
-    ),
-    (
-        "prepend",
-        3,
-        b"CLIENT_ERROR prepend is not supported by a queue\r\n",
-    ),
-    (
-        "cas",
-        3,
-        b"CLIENT_ERROR cas is not supported by a queue\r\n",
-    ),
-    ("ms", 1, b"CLIENT_ERROR ms is not supported by a queue\r\n"),
+    ("add", 3, reply::ADD_UNSUPPORTED),
+    ("replace", 3, reply::REPLACE_UNSUPPORTED),
+    ("append", 3, reply::APPEND_UNSUPPORTED),
+    ("prepend", 3, reply::PREPEND_UNSUPPORTED),
+    ("cas", 3, reply::CAS_UNSUPPORTED),
+    ("ms", 1, reply::MS_UNSUPPORTED),
 ];
 
 /// Bytes of a binary-protocol request header.
@@ -328,7 +304,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
             return Parse::Reject(Reject {
                 skip_line: end.is_none(),
                 close: starts_with_storage_command(buf),
-                ..Reject::new(end.map_or(buf.len(), |i| i + 1), REPLY_LINE_TOO_LONG)
+                ..Reject::new(end.map_or(buf.len(), |i| i + 1), reply::LINE_TOO_LONG)
             });
         }
         return Parse::Incomplete { bytes_needed: 0 };
@@ -338,12 +314,12 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     if line.len() > limits.line_bytes_max {
         return Parse::Reject(Reject {
             close: starts_with_storage_command(line),
-            ..Reject::new(consumed, REPLY_LINE_TOO_LONG)
+            ..Reject::new(consumed, reply::LINE_TOO_LONG)
         });
     }
     let mut tokens = Tokens::new(line);
     let Some(command) = tokens.next() else {
-        return Parse::Reject(Reject::new(consumed, REPLY_ERROR));
+        return Parse::Reject(Reject::new(consumed, reply::ERROR));
     };
     let is = |word: &str| command.eq_ignore_ascii_case(word.as_bytes());
     if is("set") {
@@ -383,7 +359,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
         // memcached closes whatever follows; so do we.
         Ok(Request::Quit)
     } else {
-        Err(REPLY_ERROR)
+        Err(reply::ERROR)
     };
     match request {
         Ok(request) => Parse::Request { request, consumed },
@@ -453,7 +429,7 @@ fn refuse_storage<'a>(
     let Some(length) = length else {
         return Parse::Reject(Reject {
             close: true,
-            ..Reject::new(line_consumed, REPLY_BAD_DATA_CHUNK)
+            ..Reject::new(line_consumed, reply::BAD_DATA_CHUNK)
         });
     };
     let noreply = !meta && last.is_some_and(|t| t.eq_ignore_ascii_case(b"noreply"));
@@ -520,7 +496,7 @@ fn parse_set<'a>(
         // Without a length the data block cannot be found: the stream is lost.
         return Parse::Reject(Reject {
             close: true,
-            ..Reject::new(line_consumed, REPLY_BAD_DATA_CHUNK)
+            ..Reject::new(line_consumed, reply::BAD_DATA_CHUNK)
         });
     };
     let last = tokens.next();
@@ -537,22 +513,23 @@ fn parse_set<'a>(
         })
     };
     if length > limits.item_size_bytes_max {
-        return refuse(REPLY_TOO_LARGE);
+        return refuse(reply::TOO_LARGE);
     }
     let flags = flags
         .and_then(parse_u64)
         .and_then(|f| u32::try_from(f).ok());
     let exptime = exptime.and_then(parse_i64);
     let (Some(key), Some(flags), Some(exptime), false) = (key, flags, exptime, extra) else {
-        return refuse(REPLY_BAD_FORMAT);
+        return refuse(reply::BAD_FORMAT);
     };
     let key = match key_str(key) {
         Ok(key) => key,
         Err(reply) => return refuse(reply),
     };
-    if let Err(e) = parse_write_key(key) {
-        return refuse(key_error(e));
-    }
+    let key = match parse_write_key(key) {
+        Ok(key) => key,
+        Err(e) => return refuse(key_error(e)),
+    };
     // The item limit keeps `length` far below usize::MAX.
     let length = length as usize;
     let data_start = line_consumed;
@@ -573,7 +550,7 @@ fn parse_set<'a>(
         _ => {
             return Parse::Reject(Reject {
                 close: true,
-                ..Reject::new(data_end.min(buf.len()), REPLY_BAD_DATA_CHUNK)
+                ..Reject::new(data_end.min(buf.len()), reply::BAD_DATA_CHUNK)
             })
         }
     };
@@ -599,12 +576,12 @@ fn parse_get<'a>(
     for key in keys.split(' ').filter(|k| !k.is_empty()) {
         count += 1;
         if count > keys_max {
-            return Err(REPLY_TOO_MANY_KEYS);
+            return Err(reply::TOO_MANY_KEYS);
         }
         parse_read_key(key).map_err(key_error)?;
     }
     if count == 0 {
-        return Err(REPLY_BAD_FORMAT);
+        return Err(reply::BAD_FORMAT);
     }
     Ok(Request::Get { keys, cas })
 }
@@ -612,8 +589,8 @@ fn parse_get<'a>(
 /// `delete KEY [0] [noreply]` (the `0` is memcache's old hold time, accepted for
 /// clients that still send it).
 fn parse_delete(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
-    parse_plain_key(key).map_err(key_error)?;
+    let key = key_str(tokens.next().ok_or(reply::BAD_FORMAT)?)?;
+    let key = parse_plain_key(key).map_err(key_error)?;
     let mut noreply = false;
     let mut hold_time = false;
     for token in tokens {
@@ -622,23 +599,23 @@ fn parse_delete(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
         } else if token == b"0" && !hold_time && !noreply {
             hold_time = true;
         } else {
-            return Err(REPLY_BAD_FORMAT);
+            return Err(reply::BAD_FORMAT);
         }
     }
     Ok(Request::Delete { key, noreply })
 }
 
 /// `COMMAND KEY [noreply]` where the key takes no options.
-fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(&str, bool), &'static [u8]> {
-    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
-    parse_plain_key(key).map_err(key_error)?;
+fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(ReadKey<'_>, bool), &'static [u8]> {
+    let key = key_str(tokens.next().ok_or(reply::BAD_FORMAT)?)?;
+    let key = parse_plain_key(key).map_err(key_error)?;
     let noreply = match tokens.next() {
         None => false,
         Some(t) if noreply_ok && t.eq_ignore_ascii_case(b"noreply") => true,
-        Some(_) => return Err(REPLY_BAD_FORMAT),
+        Some(_) => return Err(reply::BAD_FORMAT),
     };
     if tokens.next().is_some() {
-        return Err(REPLY_BAD_FORMAT);
+        return Err(reply::BAD_FORMAT);
     }
     Ok((key, noreply))
 }
@@ -648,10 +625,10 @@ fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(&str, bool), &'s
 /// reader key could only be misread as asking for less than it does.
 fn parse_flush_expired(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
     let (key, _) = one_key(tokens, false)?;
-    if !parse_plain_key(key).map_err(key_error)?.reader.is_empty() {
+    if !key.reader.is_empty() {
         return Err(KeyError::BadName.reply());
     }
-    Ok(Request::FlushExpired { key })
+    Ok(Request::FlushExpired { queue: key.queue })
 }
 
 /// `flush_all [DELAY] [noreply]`: clients send a delay; weir only flushes at once, so
@@ -665,7 +642,7 @@ fn parse_flush_all(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
         } else if !delay_seen && !noreply && parse_u64(token) == Some(0) {
             delay_seen = true;
         } else {
-            return Err(REPLY_BAD_FORMAT);
+            return Err(reply::BAD_FORMAT);
         }
     }
     Ok(Request::FlushAll { noreply })
@@ -677,7 +654,7 @@ fn no_arguments<'a>(
 ) -> Result<Request<'a>, &'static [u8]> {
     match tokens.next() {
         None => Ok(request),
-        Some(_) => Err(REPLY_BAD_FORMAT),
+        Some(_) => Err(reply::BAD_FORMAT),
     }
 }
 
@@ -689,11 +666,11 @@ fn parse_stats(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
         None => Request::Stats,
         Some(t) if t.eq_ignore_ascii_case(b"settings") => Request::StatsSettings,
         Some(t) if t.eq_ignore_ascii_case(b"reset") => Request::StatsReset,
-        Some(_) => return Err(REPLY_ERROR),
+        Some(_) => return Err(reply::ERROR),
     };
     match tokens.next() {
         None => Ok(request),
-        Some(_) => Err(REPLY_ERROR),
+        Some(_) => Err(reply::ERROR),
     }
 }
 
@@ -709,15 +686,15 @@ fn parse_dump_stats(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 
 /// `monitor KEY SECONDS [MAX_ITEMS]`
 fn parse_monitor(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
-    parse_plain_key(key).map_err(key_error)?;
-    let seconds = tokens.next().and_then(parse_u64).ok_or(REPLY_BAD_FORMAT)?;
+    let key = key_str(tokens.next().ok_or(reply::BAD_FORMAT)?)?;
+    let key = parse_plain_key(key).map_err(key_error)?;
+    let seconds = tokens.next().and_then(parse_u64).ok_or(reply::BAD_FORMAT)?;
     let items_max = match tokens.next() {
         None => None,
-        Some(t) => Some(parse_u64(t).ok_or(REPLY_BAD_FORMAT)?),
+        Some(t) => Some(parse_u64(t).ok_or(reply::BAD_FORMAT)?),
     };
     if tokens.next().is_some() {
-        return Err(REPLY_BAD_FORMAT);
+        return Err(reply::BAD_FORMAT);
     }
     Ok(Request::Monitor {
         key,
@@ -728,11 +705,11 @@ fn parse_monitor(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 
 /// `confirm KEY COUNT`
 fn parse_confirm(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let key = key_str(tokens.next().ok_or(REPLY_BAD_FORMAT)?)?;
-    parse_plain_key(key).map_err(key_error)?;
-    let count = tokens.next().and_then(parse_u64).ok_or(REPLY_BAD_FORMAT)?;
+    let key = key_str(tokens.next().ok_or(reply::BAD_FORMAT)?)?;
+    let key = parse_plain_key(key).map_err(key_error)?;
+    let count = tokens.next().and_then(parse_u64).ok_or(reply::BAD_FORMAT)?;
     if tokens.next().is_some() {
-        return Err(REPLY_BAD_FORMAT);
+        return Err(reply::BAD_FORMAT);
     }
     Ok(Request::Confirm { key, count })
 }
@@ -771,7 +748,7 @@ mod tests {
         assert_eq!(
             req,
             Request::Set {
-                key: "q",
+                key: parse_write_key("q").unwrap(),
                 flags: 5,
                 exptime: 0,
                 data: b"abc",
@@ -804,32 +781,32 @@ mod tests {
     #[test]
     fn set_errors() {
         let r = reject(b"set q 0 0 3\r\nabcd\r\n");
-        assert_eq!((r.reply, r.close), (REPLY_BAD_DATA_CHUNK, true));
+        assert_eq!((r.reply, r.close), (crate::reply::BAD_DATA_CHUNK, true));
         let r = reject(b"set q 0 0 -3\r\n");
-        assert_eq!((r.reply, r.close), (REPLY_BAD_DATA_CHUNK, true));
+        assert_eq!((r.reply, r.close), (crate::reply::BAD_DATA_CHUNK, true));
         let r = reject(b"set q 0 0 x\r\n");
         assert!(r.close);
         let r = reject(b"set q 0 0 101\r\n");
         assert_eq!(
             (r.reply, r.close, r.discard_bytes, r.consumed),
-            (REPLY_TOO_LARGE, false, 103, 15)
+            (crate::reply::TOO_LARGE, false, 103, 15)
         );
         let r = reject(b"set q x 0 1\r\n");
-        assert_eq!((r.reply, r.discard_bytes), (REPLY_BAD_FORMAT, 3));
+        assert_eq!((r.reply, r.discard_bytes), (crate::reply::BAD_FORMAT, 3));
         let r = reject(b"set q 4294967296 0 1\r\n");
-        assert_eq!(r.reply, REPLY_BAD_FORMAT);
+        assert_eq!(r.reply, crate::reply::BAD_FORMAT);
         let r = reject(b"set q 0 0 1 bogus\r\n");
-        assert_eq!(r.reply, REPLY_BAD_FORMAT);
+        assert_eq!(r.reply, crate::reply::BAD_FORMAT);
         let r = reject(b"set a.b 0 0 1 noreply\r\n");
         assert_eq!((r.reply, r.noreply), (KeyError::BadName.reply(), true));
     }
 
     #[test]
     fn lines() {
-        assert_eq!(reject(b"\r\n").reply, REPLY_ERROR);
-        assert_eq!(reject(b"bogus\r\n").reply, REPLY_ERROR);
-        assert_eq!(reject(b"get\r\n").reply, REPLY_BAD_FORMAT);
-        assert_eq!(reject(b"get   \r\n").reply, REPLY_BAD_FORMAT);
+        assert_eq!(reject(b"\r\n").reply, crate::reply::ERROR);
+        assert_eq!(reject(b"bogus\r\n").reply, crate::reply::ERROR);
+        assert_eq!(reject(b"get\r\n").reply, crate::reply::BAD_FORMAT);
+        assert_eq!(reject(b"get   \r\n").reply, crate::reply::BAD_FORMAT);
         let (req, _) = request(b"GeT a b.c/open\r\n");
         assert_eq!(
             req,
@@ -842,7 +819,7 @@ mod tests {
         let r = reject(&long);
         assert_eq!(
             (r.reply, r.skip_line, r.close, r.consumed),
-            (REPLY_LINE_TOO_LONG, true, false, 70)
+            (crate::reply::LINE_TOO_LONG, true, false, 70)
         );
         let mut line = b"set ".to_vec();
         line.extend_from_slice(&[b'a'; 70]);
@@ -868,7 +845,7 @@ mod tests {
         assert_eq!(
             request(b"delete q noreply\r\n").0,
             Request::Delete {
-                key: "q",
+                key: parse_plain_key("q").unwrap(),
                 noreply: true
             }
         );
@@ -876,25 +853,28 @@ mod tests {
             request(b"flush_all 0 noreply\r\n").0,
             Request::FlushAll { noreply: true }
         );
-        assert_eq!(reject(b"flush_all 5\r\n").reply, REPLY_BAD_FORMAT);
+        assert_eq!(reject(b"flush_all 5\r\n").reply, crate::reply::BAD_FORMAT);
         assert_eq!(
             request(b"flush q.r\r\n").0,
             Request::Flush {
-                key: "q.r",
+                key: parse_plain_key("q.r").unwrap(),
                 noreply: false
             }
         );
         assert_eq!(
             request(b"monitor q 5 10\r\n").0,
             Request::Monitor {
-                key: "q",
+                key: parse_plain_key("q").unwrap(),
                 seconds: 5,
                 items_max: Some(10)
             }
         );
         assert_eq!(
             request(b"confirm q 2\r\n").0,
-            Request::Confirm { key: "q", count: 2 }
+            Request::Confirm {
+                key: parse_plain_key("q").unwrap(),
+                count: 2
+            }
         );
         assert_eq!(request(b"version x\r\n").0, Request::Version);
         assert_eq!(request(b"quit now\r\n").0, Request::Quit);
@@ -905,10 +885,13 @@ mod tests {
             b"stats slabs\r\n",
             b"stats reset now\r\n",
         ] {
-            assert_eq!(reject(other).reply, REPLY_ERROR);
+            assert_eq!(reject(other).reply, crate::reply::ERROR);
         }
-        assert_eq!(reject(b"delete q 0 0\r\n").reply, REPLY_BAD_FORMAT);
-        assert_eq!(reject(b"delete q noreply 0\r\n").reply, REPLY_BAD_FORMAT);
+        assert_eq!(reject(b"delete q 0 0\r\n").reply, crate::reply::BAD_FORMAT);
+        assert_eq!(
+            reject(b"delete q noreply 0\r\n").reply,
+            crate::reply::BAD_FORMAT
+        );
         assert!(matches!(
             request(b"delete q 0 noreply\r\n").0,
             Request::Delete { noreply: true, .. }
@@ -924,7 +907,7 @@ mod tests {
         assert_eq!(request(b"stats\r\n").0, Request::Stats);
         assert_eq!(
             request(b"flush_expired q\r\n").0,
-            Request::FlushExpired { key: "q" }
+            Request::FlushExpired { queue: "q" }
         );
         for reader_key in [&b"flush_expired q.r\r\n"[..], b"flush_expired q+r\r\n"] {
             assert_eq!(reject(reader_key).reply, KeyError::BadName.reply());
@@ -933,7 +916,10 @@ mod tests {
             reject(b"flush_expired q/open\r\n").reply,
             KeyError::BadOption.reply()
         );
-        assert_eq!(reject(b"flush_expired q x\r\n").reply, REPLY_BAD_FORMAT);
+        assert_eq!(
+            reject(b"flush_expired q x\r\n").reply,
+            crate::reply::BAD_FORMAT
+        );
     }
 
     #[test]
@@ -959,7 +945,7 @@ mod tests {
         let r = reject(b"set q 0 0 1 noreply extra\r\nx\r\n");
         assert_eq!(
             (r.reply, r.noreply, r.discard_bytes),
-            (REPLY_BAD_FORMAT, false, 3)
+            (crate::reply::BAD_FORMAT, false, 3)
         );
         let r = reject(b"set q.r 0 0 1 noreply\r\nx\r\n");
         assert!(r.noreply);
@@ -994,7 +980,7 @@ mod tests {
             b"add\r\n",
         ] {
             let r = reject(line);
-            assert_eq!((r.reply, r.close), (REPLY_BAD_DATA_CHUNK, true));
+            assert_eq!((r.reply, r.close), (crate::reply::BAD_DATA_CHUNK, true));
         }
         // A line too long: its block cannot be found either.
         let mut line = b"add ".to_vec();
@@ -1010,7 +996,10 @@ mod tests {
     #[test]
     fn gets_have_a_key_count_limit() {
         assert!(matches!(request(b"get a b c d\r\n").0, Request::Get { .. }));
-        assert_eq!(reject(b"get a b c d e\r\n").reply, REPLY_TOO_MANY_KEYS);
+        assert_eq!(
+            reject(b"get a b c d e\r\n").reply,
+            crate::reply::TOO_MANY_KEYS
+        );
     }
 
     #[test]

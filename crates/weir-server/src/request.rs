@@ -10,6 +10,7 @@
 //! the parser can check a whole request before anything runs, and the fuzz target and
 //! the proptest can drive it without a socket.
 
+use crate::reply;
 use weir::{validate_queue_name, validate_reader_name};
 
 /// Most queues one `set` may name (`a+b+c`); the line length bounds it anyway, this
@@ -30,13 +31,11 @@ impl KeyError {
     /// The full reply line.
     pub fn reply(self) -> &'static [u8] {
         match self {
-            KeyError::BadName => b"CLIENT_ERROR bad queue name\r\n",
-            KeyError::BadOption => b"CLIENT_ERROR bad option\r\n",
-            KeyError::AbortNotAlone => b"CLIENT_ERROR abort cannot be combined\r\n",
-            KeyError::PeekCombined => {
-                b"CLIENT_ERROR peek cannot be combined with open, close or abort\r\n"
-            }
-            KeyError::TooManyQueues => b"CLIENT_ERROR too many queues\r\n",
+            KeyError::BadName => reply::BAD_QUEUE_NAME,
+            KeyError::BadOption => reply::BAD_OPTION,
+            KeyError::AbortNotAlone => reply::ABORT_NOT_ALONE,
+            KeyError::PeekCombined => reply::PEEK_COMBINED,
+            KeyError::TooManyQueues => reply::TOO_MANY_QUEUES_IN_KEY,
         }
     }
 }
@@ -67,6 +66,8 @@ impl ReadOptions {
 /// A parsed read key: `get`, `delete`, `flush`, `monitor`, `confirm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadKey<'a> {
+    /// The key as the client sent it (replies echo it).
+    pub text: &'a str,
     pub queue: &'a str,
     /// "" is the default reader.
     pub reader: &'a str,
@@ -138,6 +139,7 @@ pub fn parse_read_key(key: &str) -> Result<ReadKey<'_>, KeyError> {
         return Err(KeyError::PeekCombined);
     }
     Ok(ReadKey {
+        text: key,
         queue,
         reader,
         options,
@@ -205,6 +207,13 @@ pub fn parse_i64(text: &[u8]) -> Option<i64> {
         }
         _ => i64::try_from(parse_u64(text)?).ok(),
     }
+}
+
+/// Now, in Unix milliseconds (the clock of items' times).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// memcache's EXPTIME as a Unix time in milliseconds (0 = never): 0 is never, up to 30

@@ -17,7 +17,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,108 +28,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use crate::cmd::{self, Ctx, Flow, Session};
-use crate::config::{Limits, Settings};
-use crate::connection::{write_now, Connection};
+use crate::config::Settings;
+use crate::connection::{write_if_over, Connection};
 use crate::metrics::{LoopMetrics, Metrics};
-use crate::parse::{binary_error, parse, CommandKind, Parse, ParseLimits};
+use crate::parse::{binary_error, parse, CommandKind, Parse};
 use crate::queues::QueueOpener;
+use crate::reply;
+use crate::shared::{RuntimeLimits, Shared};
 use crate::shutdown::Shutdown;
-
-/// Pending replies past this size are written before the next request of the same
-/// read is executed (and, within a `get` or `monitor`, before the next item).
-pub const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
-
-/// What every connection shares.
-pub struct Shared {
-    pub store: weir::Store,
-    /// Where connections get queues and readers they have not cached, creating them
-    /// off the event loop (within the store's `max_queues`).
-    pub queues: QueueOpener,
-    /// The store's descriptor budget, derived at start (see [`files_open_max`]) and
-    /// kept across reloads.
-    pub files_open_max: usize,
-    /// The settings the server started with (`stats settings` shows the restart-only
-    /// ones from here, the reloadable ones from `limits`).
-    pub settings: Settings,
-    pub limits: RuntimeLimits,
-    pub metrics: Metrics,
-    pub config_path: Option<PathBuf>,
-    pub shutdown: Shutdown,
-    pub started: Instant,
-}
-
-/// The reloadable limits, readable without a lock on every request.
-pub struct RuntimeLimits {
-    line_bytes_max: AtomicUsize,
-    item_size_bytes_max: AtomicU64,
-    max_open_reads: AtomicU64,
-    request_timeout_ms: AtomicU64,
-    wait_ms_max: AtomicU64,
-    shutdown_enabled: AtomicBool,
-    get_keys_max: AtomicUsize,
-    flush_all_kestrel: AtomicBool,
-}
-
-impl RuntimeLimits {
-    pub fn new(limits: Limits) -> RuntimeLimits {
-        let r = RuntimeLimits {
-            line_bytes_max: AtomicUsize::new(0),
-            item_size_bytes_max: AtomicU64::new(0),
-            max_open_reads: AtomicU64::new(0),
-            request_timeout_ms: AtomicU64::new(0),
-            wait_ms_max: AtomicU64::new(0),
-            shutdown_enabled: AtomicBool::new(false),
-            get_keys_max: AtomicUsize::new(0),
-            flush_all_kestrel: AtomicBool::new(false),
-        };
-        r.set(limits);
-        r
-    }
-
-    pub fn set(&self, l: Limits) {
-        self.line_bytes_max.store(l.line_bytes_max, Relaxed);
-        self.item_size_bytes_max
-            .store(l.item_size_bytes_max, Relaxed);
-        self.max_open_reads.store(l.max_open_reads, Relaxed);
-        self.request_timeout_ms.store(l.request_timeout_ms, Relaxed);
-        self.wait_ms_max.store(l.wait_ms_max, Relaxed);
-        self.shutdown_enabled.store(l.shutdown_enabled, Relaxed);
-        self.get_keys_max.store(l.get_keys_max, Relaxed);
-        self.flush_all_kestrel.store(l.flush_all_kestrel, Relaxed);
-    }
-
-    /// Whether `flush_all` answers Kestrel's text instead of `OK`.
-    pub fn flush_all_kestrel(&self) -> bool {
-        self.flush_all_kestrel.load(Relaxed)
-    }
-
-    pub fn parse_limits(&self) -> ParseLimits {
-        ParseLimits {
-            line_bytes_max: self.line_bytes_max.load(Relaxed),
-            item_size_bytes_max: self.item_size_bytes_max.load(Relaxed),
-            get_keys_max: self.get_keys_max.load(Relaxed),
-        }
-    }
-
-    pub fn max_open_reads(&self) -> u64 {
-        self.max_open_reads.load(Relaxed)
-    }
-
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms.load(Relaxed))
-    }
-
-    pub fn wait_ms_max(&self) -> u64 {
-        self.wait_ms_max.load(Relaxed)
-    }
-
-    pub fn shutdown_enabled(&self) -> bool {
-        self.shutdown_enabled.load(Relaxed)
-    }
-}
 
 /// Pending connections the kernel queues for `accept` (capped by
 /// `net.core.somaxconn`). The default of `TcpListener::bind` is 128, which makes a
@@ -425,9 +334,7 @@ impl Drop for ConnectionSlot {
 }
 
 async fn refuse(mut stream: TcpStream) {
-    let _ = stream
-        .write_all(b"SERVER_ERROR too many connections\r\n")
-        .await;
+    let _ = stream.write_all(reply::TOO_MANY_CONNECTIONS).await;
 }
 
 /// Serves one connection on event loop `loop_index` (0 is the accept loop's), whose
@@ -485,8 +392,7 @@ async fn handle(
             }
             Ok(Err(e)) => return Err(e),
             Err(_elapsed) => {
-                conn.output
-                    .extend_from_slice(b"CLIENT_ERROR request timed out\r\n");
+                conn.output.extend_from_slice(reply::REQUEST_TIMED_OUT);
                 conn.flush().await?;
                 return Ok(());
             }
@@ -567,11 +473,8 @@ async fn process(
                 }
                 // A burst of gets for large items: write as we go rather than hold
                 // every reply of the read in memory.
-                if conn.output.len() >= OUTPUT_BYTES_FLUSH_AT {
-                    match write_now(&mut conn.stream, &mut conn.output).await {
-                        Ok(n) => metrics.bytes_written.add(n as u64),
-                        Err(_) => return (Flow::Close, true),
-                    }
+                if !write_if_over(&mut conn.stream, &mut conn.output, metrics).await {
+                    return (Flow::Close, true);
                 }
             }
         }

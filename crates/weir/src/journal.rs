@@ -34,7 +34,7 @@ const BODY_BYTES_MAX: usize = 1024;
 
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum JRecord {
+pub(crate) enum JournalRecord {
     /// The oldest seq kept when the queue has no reader.
     Floor(u64),
     /// A reader came into being (or is restated by a snapshot).
@@ -58,14 +58,14 @@ pub(crate) enum JRecord {
     },
 }
 
-impl JRecord {
+impl JournalRecord {
     fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            JRecord::Floor(seq) => {
+            JournalRecord::Floor(seq) => {
                 out.push(1);
                 out.extend_from_slice(&seq.to_le_bytes());
             }
-            JRecord::ReaderCreate {
+            JournalRecord::ReaderCreate {
                 id,
                 acked_below,
                 name,
@@ -76,24 +76,24 @@ impl JRecord {
                 out.push(name.len() as u8);
                 out.extend_from_slice(name.as_bytes());
             }
-            JRecord::ReaderDelete { id } => {
+            JournalRecord::ReaderDelete { id } => {
                 out.push(3);
                 out.extend_from_slice(&id.to_le_bytes());
             }
-            JRecord::Confirm { id, from, to } => {
+            JournalRecord::Confirm { id, from, to } => {
                 out.push(4);
                 out.extend_from_slice(&id.to_le_bytes());
                 out.extend_from_slice(&from.to_le_bytes());
                 out.extend_from_slice(&to.to_le_bytes());
             }
-            JRecord::SnapshotEnd { next_reader_id } => {
+            JournalRecord::SnapshotEnd { next_reader_id } => {
                 out.push(5);
                 out.extend_from_slice(&next_reader_id.to_le_bytes());
             }
         }
     }
 
-    fn decode(body: &[u8]) -> Option<JRecord> {
+    fn decode(body: &[u8]) -> Option<JournalRecord> {
         let u32_at = |i: usize| -> Option<u32> {
             Some(u32::from_le_bytes(body.get(i..i + 4)?.try_into().ok()?))
         };
@@ -101,7 +101,7 @@ impl JRecord {
             Some(u64::from_le_bytes(body.get(i..i + 8)?.try_into().ok()?))
         };
         let rec = match *body.first()? {
-            1 if body.len() == 9 => JRecord::Floor(u64_at(1)?.min(SEQ_MAX)),
+            1 if body.len() == 9 => JournalRecord::Floor(u64_at(1)?.min(SEQ_MAX)),
             2 => {
                 let len = *body.get(13)? as usize;
                 if body.len() != 14 + len {
@@ -109,25 +109,25 @@ impl JRecord {
                 }
                 let name = std::str::from_utf8(&body[14..]).ok()?.to_string();
                 crate::name::validate_reader_name(&name).ok()?;
-                JRecord::ReaderCreate {
+                JournalRecord::ReaderCreate {
                     id: u32_at(1)?,
                     acked_below: u64_at(5)?,
                     name,
                 }
             }
-            3 if body.len() == 5 => JRecord::ReaderDelete { id: u32_at(1)? },
+            3 if body.len() == 5 => JournalRecord::ReaderDelete { id: u32_at(1)? },
             4 if body.len() == 21 => {
                 let (from, to) = (u64_at(5)?, u64_at(13)?);
                 if from >= to || to > SEQ_MAX {
                     return None;
                 }
-                JRecord::Confirm {
+                JournalRecord::Confirm {
                     id: u32_at(1)?,
                     from,
                     to,
                 }
             }
-            5 if body.len() == 5 => JRecord::SnapshotEnd {
+            5 if body.len() == 5 => JournalRecord::SnapshotEnd {
                 next_reader_id: u32_at(1)?,
             },
             _ => return None,
@@ -168,10 +168,10 @@ pub(crate) struct JournalState {
 }
 
 impl JournalState {
-    fn apply(&mut self, rec: &JRecord) {
+    fn apply(&mut self, rec: &JournalRecord) {
         match rec {
-            JRecord::Floor(seq) => self.floor = self.floor.max(*seq),
-            JRecord::ReaderCreate {
+            JournalRecord::Floor(seq) => self.floor = self.floor.max(*seq),
+            JournalRecord::ReaderCreate {
                 id,
                 acked_below,
                 name,
@@ -186,34 +186,34 @@ impl JournalState {
                 );
                 self.next_reader_id = self.next_reader_id.max(id.saturating_add(1));
             }
-            JRecord::ReaderDelete { id } => {
+            JournalRecord::ReaderDelete { id } => {
                 self.readers.remove(id);
             }
-            JRecord::Confirm { id, from, to } => {
+            JournalRecord::Confirm { id, from, to } => {
                 if let Some(r) = self.readers.get_mut(id) {
                     r.confirm(*from, *to);
                 }
             }
-            JRecord::SnapshotEnd { next_reader_id } => {
+            JournalRecord::SnapshotEnd { next_reader_id } => {
                 self.next_reader_id = self.next_reader_id.max(*next_reader_id);
             }
         }
     }
 
     /// The records that restate this state from nothing.
-    pub fn snapshot(&self) -> Vec<JRecord> {
-        let mut out = vec![JRecord::Floor(self.floor)];
+    pub fn snapshot(&self) -> Vec<JournalRecord> {
+        let mut out = vec![JournalRecord::Floor(self.floor)];
         for (&id, r) in &self.readers {
-            out.push(JRecord::ReaderCreate {
+            out.push(JournalRecord::ReaderCreate {
                 id,
                 acked_below: r.acked_below,
                 name: r.name.clone(),
             });
             for (from, to) in r.confirmed.iter() {
-                out.push(JRecord::Confirm { id, from, to });
+                out.push(JournalRecord::Confirm { id, from, to });
             }
         }
-        out.push(JRecord::SnapshotEnd {
+        out.push(JournalRecord::SnapshotEnd {
             next_reader_id: self.next_reader_id,
         });
         out
@@ -336,7 +336,7 @@ impl Journal {
     }
 
     /// Writes generation `gen` holding `snapshot`, fsyncs it and its directory.
-    fn create(dir: &Path, gen: u64, snapshot: &[JRecord]) -> io::Result<Journal> {
+    fn create(dir: &Path, gen: u64, snapshot: &[JournalRecord]) -> io::Result<Journal> {
         let path = dir.join(file_name(gen));
         let tmp = dir.join(format!("{}.tmp", file_name(gen)));
         let mut bytes = encode_file_header(JOURNAL_MAGIC, gen).to_vec();
@@ -364,7 +364,7 @@ impl Journal {
     }
 
     /// Appends one record. On error nothing was written.
-    pub fn append(&mut self, rec: &JRecord) -> io::Result<()> {
+    pub fn append(&mut self, rec: &JournalRecord) -> io::Result<()> {
         let mut body = [0u8; 160];
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -479,10 +479,10 @@ fn load(path: &Path, gen: u64) -> io::Result<Option<(JournalState, u64, bool)>> 
         let Some((body, used)) = decode_small_frame(&buf[pos..], BODY_BYTES_MAX) else {
             break;
         };
-        let Some(rec) = JRecord::decode(body) else {
+        let Some(rec) = JournalRecord::decode(body) else {
             break;
         };
-        if matches!(rec, JRecord::SnapshotEnd { .. }) {
+        if matches!(rec, JournalRecord::SnapshotEnd { .. }) {
             snapshot_done = true;
         }
         state.apply(&rec);
@@ -524,28 +524,28 @@ mod tests {
     #[test]
     fn records_round_trip() {
         for rec in [
-            JRecord::Floor(9),
-            JRecord::ReaderCreate {
+            JournalRecord::Floor(9),
+            JournalRecord::ReaderCreate {
                 id: 3,
                 acked_below: 17,
                 name: "abc".into(),
             },
-            JRecord::ReaderCreate {
+            JournalRecord::ReaderCreate {
                 id: 0,
                 acked_below: 1,
                 name: String::new(),
             },
-            JRecord::ReaderDelete { id: 3 },
-            JRecord::Confirm {
+            JournalRecord::ReaderDelete { id: 3 },
+            JournalRecord::Confirm {
                 id: 3,
                 from: 4,
                 to: 9,
             },
-            JRecord::SnapshotEnd { next_reader_id: 4 },
+            JournalRecord::SnapshotEnd { next_reader_id: 4 },
         ] {
             let mut b = Vec::new();
             rec.encode(&mut b);
-            assert_eq!(JRecord::decode(&b), Some(rec));
+            assert_eq!(JournalRecord::decode(&b), Some(rec));
         }
     }
 
@@ -554,7 +554,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut opened = Journal::open(dir.path(), 1).unwrap();
         let mut state = opened.state.clone();
-        let create = JRecord::ReaderCreate {
+        let create = JournalRecord::ReaderCreate {
             id: 1,
             acked_below: 1,
             name: "r".into(),
@@ -566,17 +566,17 @@ mod tests {
         let mut seq = 1;
         while opened.journal.size_bytes() < 3 * LOAD_CHUNK_BYTES as u64 + 1000 {
             for rec in [
-                JRecord::Confirm {
+                JournalRecord::Confirm {
                     id: 1,
                     from: seq + 1,
                     to: seq + 2,
                 },
-                JRecord::Confirm {
+                JournalRecord::Confirm {
                     id: 1,
                     from: seq,
                     to: seq + 1,
                 },
-                JRecord::Floor(seq),
+                JournalRecord::Floor(seq),
             ] {
                 opened.journal.append(&rec).unwrap();
                 state.apply(&rec);
@@ -595,7 +595,7 @@ mod tests {
         // A file whose size says 64 GiB (sparse): replay must not allocate for it.
         let dir = tempfile::tempdir().unwrap();
         let mut opened = Journal::open(dir.path(), 1).unwrap();
-        let create = JRecord::ReaderCreate {
+        let create = JournalRecord::ReaderCreate {
             id: 1,
             acked_below: 5,
             name: "r".into(),
@@ -639,17 +639,17 @@ mod tests {
         let mut opened = Journal::open(dir.path(), 1).unwrap();
         let mut state = opened.state.clone();
         let mut recs = vec![
-            JRecord::ReaderCreate {
+            JournalRecord::ReaderCreate {
                 id: 1,
                 acked_below: 1,
                 name: "r".into(),
             },
-            JRecord::Confirm {
+            JournalRecord::Confirm {
                 id: 1,
                 from: 1,
                 to: 2,
             },
-            JRecord::Confirm {
+            JournalRecord::Confirm {
                 id: 1,
                 from: 3,
                 to: 4,
@@ -660,7 +660,7 @@ mod tests {
             state.apply(r);
         }
         opened.journal.rotate(&state).unwrap();
-        recs = vec![JRecord::Confirm {
+        recs = vec![JournalRecord::Confirm {
             id: 1,
             from: 2,
             to: 3,

@@ -55,11 +55,11 @@ mod store;
 
 pub use crate::config::{open_files_limit, ConfigFn, Durability, QueueConfig, StoreOptions};
 pub use crate::error::{Error, ErrorKind, Result};
-pub use crate::item::{now_ms, AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
+pub use crate::item::{AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
 pub use crate::name::{validate_queue_name, validate_reader_name, NAME_LENGTH_MAX};
 pub use crate::queue::Iter;
 pub use crate::queue::Queue;
 pub use crate::reader::Reader;
-pub use crate::readers::{names_equal, READERS_PER_QUEUE_MAX};
+pub use crate::readers::READERS_PER_QUEUE_MAX;
 pub use crate::stats::{QueueStats, ReaderStats};
 pub use crate::store::Store;

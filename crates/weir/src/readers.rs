@@ -14,7 +14,7 @@ pub(crate) struct Readers<T> {
 
 /// Name equality that never calls `memcmp` for an empty name (see the module docs);
 /// front doors comparing queue or reader names in a hot path use it too.
-pub fn names_equal(a: &str, b: &str) -> bool {
+pub(crate) fn names_equal(a: &str, b: &str) -> bool {
     a.len() == b.len() && (a.is_empty() || a.as_bytes() == b.as_bytes())
 }
 

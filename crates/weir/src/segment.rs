@@ -165,7 +165,7 @@ impl Segment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Loc {
     /// First seq of the segment (its name).
-    pub seg: u64,
+    pub segment_first_seq: u64,
     pub off: u64,
 }
 
@@ -173,7 +173,7 @@ pub(crate) struct Loc {
 /// `READ_AHEAD_BYTES`, not one per record.
 #[derive(Default)]
 pub(crate) struct ReadBuf {
-    seg: u64,
+    segment_first_seq: u64,
     start: u64,
     data: Vec<u8>,
 }
@@ -193,7 +193,7 @@ impl ReadBuf {
         if off + len > limit {
             return Ok(None);
         }
-        let have = self.seg == seg
+        let have = self.segment_first_seq == seg
             && !self.data.is_empty()
             && off >= self.start
             && off + len <= self.start + self.data.len() as u64;
@@ -216,7 +216,7 @@ impl ReadBuf {
                 }
             }
             self.data.truncate(filled);
-            self.seg = seg;
+            self.segment_first_seq = seg;
             self.start = off;
             if (filled as u64) < len {
                 return Ok(None);
@@ -245,7 +245,7 @@ pub(crate) enum Found<'a> {
 /// Reads the record at `off` of a segment whose valid data ends at `limit`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_record<'a>(
-    rb: &'a mut ReadBuf,
+    read_buf: &'a mut ReadBuf,
     file: &File,
     seg: u64,
     seed: u32,
@@ -256,14 +256,14 @@ pub(crate) fn read_record<'a>(
     if off >= limit {
         return Ok(Found::End);
     }
-    let header = match rb.get(file, seg, off, RECORD_HEADER_BYTES as u64, limit, ahead)? {
+    let header = match read_buf.get(file, seg, off, RECORD_HEADER_BYTES as u64, limit, ahead)? {
         None => return Ok(Found::Bad),
         Some(bytes) => match decode_header(bytes) {
             None => return Ok(Found::Bad),
             Some(h) => h,
         },
     };
-    match rb.get(file, seg, off, header.record_bytes(), limit, ahead)? {
+    match read_buf.get(file, seg, off, header.record_bytes(), limit, ahead)? {
         None => Ok(Found::Bad),
         Some(record) if verify(&header, record, seed) => Ok(Found::Record(header, record)),
         Some(_) => Ok(Found::Bad),
@@ -345,7 +345,7 @@ const SECTOR_BYTES: u64 = 512;
 /// fsync'ed (an fsync would have written the hole's page too), so this loses nothing
 /// acknowledged, and keeps the batch all or nothing.
 pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io::Result<Scan> {
-    let mut rb = ReadBuf::default();
+    let mut read_buf = ReadBuf::default();
     let mut off = FILE_HEADER_BYTES;
     let mut next_seq = first_seq;
     let mut end = FILE_HEADER_BYTES.min(file_len);
@@ -354,7 +354,7 @@ pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io:
     let mut batch: Option<(u64, u64)> = None;
     loop {
         match read_record(
-            &mut rb,
+            &mut read_buf,
             file,
             first_seq,
             seed,
@@ -391,7 +391,7 @@ pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io:
                 // check out are kept like any others.
                 damaged = true;
                 batch = None;
-                rb.clear();
+                read_buf.clear();
                 off = at;
             }
         }
@@ -460,11 +460,11 @@ fn has_zero_sector(file: &File, from: u64, to: u64) -> io::Result<bool> {
 /// records from the segment's start. Returns the end of valid data when every record
 /// is below `target`.
 pub(crate) fn locate(file: &File, seg: u64, seed: u32, limit: u64, target: u64) -> io::Result<u64> {
-    let mut rb = ReadBuf::default();
+    let mut read_buf = ReadBuf::default();
     let mut off = FILE_HEADER_BYTES;
     let mut expect = seg;
     loop {
-        match read_record(&mut rb, file, seg, seed, off, limit, SCAN_CHUNK_BYTES)? {
+        match read_record(&mut read_buf, file, seg, seed, off, limit, SCAN_CHUNK_BYTES)? {
             Found::End => return Ok(limit),
             Found::Record(h, _) if h.seq >= expect => {
                 if h.seq >= target {
@@ -479,7 +479,7 @@ pub(crate) fn locate(file: &File, seg: u64, seed: u32, limit: u64, target: u64) 
                         if h.seq >= target {
                             return Ok(at);
                         }
-                        rb.clear();
+                        read_buf.clear();
                         off = at;
                     }
                     None => return Ok(limit),

@@ -155,13 +155,13 @@ fn free_bytes(dir: &Path) -> io::Result<u64> {
     let mut c_path = dir.as_os_str().as_bytes().to_vec();
     c_path.push(0);
     // SAFETY: statvfs is a plain C struct for which all-zero bytes are valid.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let mut state: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a pointer to a live struct.
-    let rc = unsafe { libc::statvfs(c_path.as_ptr().cast(), &mut st) };
+    let rc = unsafe { libc::statvfs(c_path.as_ptr().cast(), &mut state) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    Ok((state.f_bavail as u64).saturating_mul(state.f_frsize as u64))
 }
 
 #[cfg(test)]

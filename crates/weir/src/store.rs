@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! DIR/LOCK                      a POSIX record lock held while the store is open
-//! DIR/queues/NAME/SEQ.seg       segment files, named by their first sequence number
+//! DIR/queues/NAME/SEQ.segment_first_seq       segment files, named by their first sequence number
 //! DIR/queues/NAME/readers.GEN   reader-state journal, generation GEN
 //! ```
 //!

@@ -10,10 +10,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{open_with_config, payload, small_segments};
-use weir::{
-    now_ms, AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions, TakeMode, NAME_LENGTH_MAX,
-};
+use common::{now_ms, open_with_config, payload, small_segments};
+use weir::{AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions, TakeMode, NAME_LENGTH_MAX};
 
 fn opts() -> AppendOptions {
     AppendOptions::default()
@@ -1088,14 +1086,17 @@ fn stats_fields() {
     let mut readers = s.readers.clone();
     readers.sort_by(|x, y| x.name.cmp(&y.name));
     let ra = &readers[0];
-    let rb = &readers[1];
+    let reader_b = &readers[1];
     assert_eq!(ra.name, "a");
     assert_eq!((ra.items, ra.bytes), (3, 30));
     assert_eq!((ra.taken, ra.confirmed, ra.open_leases), (2, 1, 1));
     assert!(ra.age_ms >= 50);
-    assert_eq!(rb.name, "b");
-    assert_eq!((rb.items, rb.bytes), (1, 10));
-    assert_eq!((rb.taken, rb.confirmed, rb.open_leases), (3, 3, 0));
+    assert_eq!(reader_b.name, "b");
+    assert_eq!((reader_b.items, reader_b.bytes), (1, 10));
+    assert_eq!(
+        (reader_b.taken, reader_b.confirmed, reader_b.open_leases),
+        (3, 3, 0)
+    );
     assert!(a.confirm(lease.id).unwrap());
     let s = q.stats();
     assert_eq!(s.items, 2);
@@ -1105,8 +1106,8 @@ fn stats_fields() {
     // Empty reader: age 0.
     b.take().unwrap().unwrap();
     let s = q.stats();
-    let rb = s.readers.iter().find(|r| r.name == "b").unwrap();
-    assert_eq!((rb.items, rb.age_ms), (0, 0));
+    let reader_b = s.readers.iter().find(|r| r.name == "b").unwrap();
+    assert_eq!((reader_b.items, reader_b.age_ms), (0, 0));
 }
 
 #[test]

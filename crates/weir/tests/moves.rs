@@ -14,7 +14,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use weir::{now_ms, AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions};
+use common::now_ms;
+use weir::{AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions};
 
 const ENV_DIR: &str = "WEIR_MOVE_CHILD_DIR";
 const ITEMS: u64 = 20;

@@ -2,8 +2,8 @@
 
 mod common;
 
-use common::{open_with_config, payload, small_segments};
-use weir::{now_ms, AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions};
+use common::{now_ms, open_with_config, payload, small_segments};
+use weir::{AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions};
 
 /// `delete_queue` racing `queue(name)`: the re-created queue must never reuse the old
 /// directory's files (appends to unlinked files would vanish at the next open).

@@ -43,8 +43,8 @@ fn basics() {
     for i in 4..=500u64 {
         assert_eq!(r.take().unwrap().unwrap().seq, i);
     }
-    let st = q.stats();
-    assert_eq!(st.items, 501, "{st:?}");
+    let state = q.stats();
+    assert_eq!(state.items, 501, "{state:?}");
     drop(q);
     drop(r);
     store.close().unwrap();
@@ -65,8 +65,8 @@ fn basics() {
         "lease comes back after reopen"
     );
     assert_eq!(r.take().unwrap().unwrap().seq, 501);
-    let st = q.stats();
-    assert_eq!(st.items, 499, "{st:?}");
+    let state = q.stats();
+    assert_eq!(state.items, 499, "{state:?}");
     let files = std::fs::read_dir(dir.path().join("queues/q"))
         .unwrap()
         .count();

@@ -6,17 +6,13 @@ use bytes::BufMut;
 use weir::ErrorKind;
 
 use super::{put_engine_error, Ctx, Flow};
-use crate::request::parse_plain_key;
+use crate::reply;
+use crate::request::ReadKey;
 
-pub async fn execute(ctx: &mut Ctx<'_>, key: &str, count: u64) -> Flow {
-    let Ok(key) = parse_plain_key(key) else {
-        ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
-        return Flow::Continue;
-    };
+pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, count: u64) -> Flow {
     let held = ctx.session.leases.count(key.queue, key.reader) as u64;
     if count > held {
-        ctx.out
-            .put_slice(b"CLIENT_ERROR not that many open items\r\n");
+        ctx.out.put_slice(reply::NOT_THAT_MANY_OPEN);
         return Flow::Continue;
     }
     for _ in 0..count {
@@ -35,6 +31,6 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, count: u64) -> Flow {
         }
         ctx.session.leases.remove(key.queue, key.reader, id);
     }
-    ctx.out.put_slice(b"END\r\n");
+    ctx.out.put_slice(reply::END);
     Flow::Continue
 }

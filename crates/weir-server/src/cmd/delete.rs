@@ -8,13 +8,10 @@
 use bytes::BufMut;
 
 use super::{blocking, put_failure, Ctx, Flow};
-use crate::request::parse_plain_key;
+use crate::reply;
+use crate::request::ReadKey;
 
-pub async fn execute(ctx: &mut Ctx<'_>, key: &str, noreply: bool) -> Flow {
-    let Ok(key) = parse_plain_key(key) else {
-        ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
-        return Flow::Continue;
-    };
+pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow {
     let store = ctx.shared.store.clone();
     let queue = key.queue.to_owned();
     let result = if key.reader.is_empty() {
@@ -35,7 +32,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, noreply: bool) -> Flow {
     };
     if !noreply {
         match result {
-            Ok(_) => ctx.out.put_slice(b"DELETED\r\n"),
+            Ok(_) => ctx.out.put_slice(reply::DELETED),
             Err(f) => put_failure(ctx.out, &f),
         }
     }

@@ -4,6 +4,7 @@
 use bytes::{BufMut, BytesMut};
 
 use super::{blocking, put_failure, put_u64, Ctx, Flow};
+use crate::reply;
 
 fn field(out: &mut BytesMut, name: &str, value: u64) {
     out.put_slice(b"  ");
@@ -38,7 +39,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
             return Flow::Continue;
         }
     }
-    ctx.out.put_slice(b"END\r\n");
+    ctx.out.put_slice(reply::END);
     Flow::Continue
 }
 

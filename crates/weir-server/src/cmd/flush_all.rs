@@ -8,9 +8,7 @@
 use bytes::BufMut;
 
 use super::{blocking, put_failure, Ctx, Flow};
-
-pub const REPLY_OK: &[u8] = b"OK\r\n";
-pub const REPLY_KESTREL: &[u8] = b"Flushed all queues.\r\n";
+use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
     let store = ctx.shared.store.clone();
@@ -23,8 +21,10 @@ pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
     .await;
     if !noreply {
         match result {
-            Ok(()) if ctx.shared.limits.flush_all_kestrel() => ctx.out.put_slice(REPLY_KESTREL),
-            Ok(()) => ctx.out.put_slice(REPLY_OK),
+            Ok(()) if ctx.shared.limits.flush_all_kestrel() => {
+                ctx.out.put_slice(reply::FLUSHED_ALL_KESTREL)
+            }
+            Ok(()) => ctx.out.put_slice(reply::OK),
             Err(f) => put_failure(ctx.out, &f),
         }
     }

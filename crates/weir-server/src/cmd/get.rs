@@ -6,7 +6,7 @@
 //! lease rules (`max_open_reads`; no plain take while holding a lease; at most
 //! [`LEASES_PER_CONNECTION_MAX`] in all) are checked for the whole request before
 //! anything happens, counting what earlier keys of it open and close, so a refused
-//! request changes nothing. Replies past [`crate::server::OUTPUT_BYTES_FLUSH_AT`] are written between
+//! request changes nothing. Replies past [`crate::shared::OUTPUT_BYTES_FLUSH_AT`] are written between
 //! keys, so a request of many keys for large items is not held whole in memory.
 //! `gets` adds the item's sequence number as memcache's CAS field, for clients that
 //! expect one.
@@ -20,12 +20,10 @@ use weir::{ErrorKind, Reader, TakeMode, Taken};
 use super::{
     is_stale, put_engine_error, put_value, reader_handle, take, write_if_large, Ctx, Flow, Waited,
 };
-use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
+use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX};
 use crate::metrics::LoopMetrics;
+use crate::reply;
 use crate::request::{parse_read_key, ReadKey};
-
-pub const REPLY_CLOSE_FIRST: &[u8] = b"CLIENT_ERROR close current item first\r\n";
-const REPLY_BAD_NAME: &[u8] = b"CLIENT_ERROR bad queue name\r\n";
 
 enum KeyFailure {
     Engine(weir::Error),
@@ -57,7 +55,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
         let Ok(key) = parse_read_key(text) else {
             // Only a single key gets here: `check_leases` refused a bad name among
             // several before any ran.
-            ctx.out.put_slice(REPLY_BAD_NAME);
+            ctx.out.put_slice(reply::BAD_QUEUE_NAME);
             return Flow::Continue;
         };
         match one_key(ctx, text, key, cas).await {
@@ -79,7 +77,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
             return Flow::Close;
         }
     }
-    ctx.out.put_slice(b"END\r\n");
+    ctx.out.put_slice(reply::END);
     Flow::Continue
 }
 
@@ -94,7 +92,7 @@ fn check_leases(leases: &Leases, keys: &str, open_reads_max: u64) -> Result<(), 
     let mut running: HashMap<(&str, &str), u64> = HashMap::new();
     let mut total = leases.total() as u64;
     for text in keys.split(' ').filter(|k| !k.is_empty()) {
-        let key = parse_read_key(text).map_err(|_| REPLY_BAD_NAME)?;
+        let key = parse_read_key(text).map_err(|_| reply::BAD_QUEUE_NAME)?;
         let reader = (key.queue, key.reader);
         let held = match running.get(&reader) {
             Some(&n) => n,
@@ -112,15 +110,15 @@ fn check_leases(leases: &Leases, keys: &str, open_reads_max: u64) -> Result<(), 
             total -= 1;
         }
         if o.is_plain() && after > 0 {
-            return Err(REPLY_CLOSE_FIRST);
+            return Err(reply::CLOSE_FIRST);
         }
         if o.open {
             if after >= open_reads_max {
-                return Err(REPLY_CLOSE_FIRST);
+                return Err(reply::CLOSE_FIRST);
             }
             // Leases over many readers: bounded per connection too.
             if total >= LEASES_PER_CONNECTION_MAX as u64 {
-                return Err(REPLY_TOO_MANY_LEASES);
+                return Err(reply::TOO_MANY_OPEN_ITEMS);
             }
             after += 1;
             total += 1;
@@ -223,7 +221,7 @@ fn deliver(
             if let Some(id) = taken.lease {
                 // `check_leases` left room; refused anyway, the item went back.
                 if leases.push(reader, id).is_err() {
-                    return Err(KeyFailure::Refused(REPLY_TOO_MANY_LEASES));
+                    return Err(KeyFailure::Refused(reply::TOO_MANY_OPEN_ITEMS));
                 }
             }
             put_value(out, text, &taken.item, cas);
@@ -245,20 +243,26 @@ mod tests {
     #[test]
     fn lease_rules_run_over_the_whole_request() {
         let none = Leases::default();
-        assert_eq!(check(&none, "q/open q/open", 1), Err(REPLY_CLOSE_FIRST));
-        assert_eq!(check(&none, "q/open q", 1), Err(REPLY_CLOSE_FIRST));
-        assert_eq!(check(&none, "q.r/open q+r/open", 1), Err(REPLY_CLOSE_FIRST));
+        assert_eq!(
+            check(&none, "q/open q/open", 1),
+            Err(crate::reply::CLOSE_FIRST)
+        );
+        assert_eq!(check(&none, "q/open q", 1), Err(crate::reply::CLOSE_FIRST));
+        assert_eq!(
+            check(&none, "q.r/open q+r/open", 1),
+            Err(crate::reply::CLOSE_FIRST)
+        );
         assert_eq!(check(&none, "q/open/open", 1), Ok(()));
         assert_eq!(check(&none, "q/open q/open", 2), Ok(()));
         assert_eq!(
             check(&none, "q/open q/open q/open", 2),
-            Err(REPLY_CLOSE_FIRST)
+            Err(crate::reply::CLOSE_FIRST)
         );
         assert_eq!(check(&none, "q/open q.r/open Q/open", 1), Ok(()));
         assert_eq!(check(&none, "q/close/open q/close/open", 1), Ok(()));
         assert_eq!(
             check(&none, "q/open q/close q/open q", 1),
-            Err(REPLY_CLOSE_FIRST)
+            Err(crate::reply::CLOSE_FIRST)
         );
         assert_eq!(check(&none, "q/open q/close q/open q/abort q", 1), Ok(()));
         assert_eq!(check(&none, "q/open q/peek q.r", 1), Ok(()));
@@ -279,12 +283,18 @@ mod tests {
             assert_eq!(leases.push(&reader, lease.id), Ok(()));
         }
         let max = u64::MAX;
-        assert_eq!(check(&leases, "b/open", max), Err(REPLY_TOO_MANY_LEASES));
-        assert_eq!(check(&leases, "a/open", max), Err(REPLY_TOO_MANY_LEASES));
+        assert_eq!(
+            check(&leases, "b/open", max),
+            Err(crate::reply::TOO_MANY_OPEN_ITEMS)
+        );
+        assert_eq!(
+            check(&leases, "a/open", max),
+            Err(crate::reply::TOO_MANY_OPEN_ITEMS)
+        );
         assert_eq!(check(&leases, "a/close b/open", max), Ok(()));
         assert_eq!(
             check(&leases, "a/close b/open c/open", max),
-            Err(REPLY_TOO_MANY_LEASES)
+            Err(crate::reply::TOO_MANY_OPEN_ITEMS)
         );
         assert_eq!(check(&leases, "a/abort b/open c/open", max), Ok(()));
         // Past the cap, push refuses (no panic) and gives the item back.

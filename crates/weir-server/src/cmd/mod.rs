@@ -26,13 +26,13 @@ use bytes::{BufMut, BytesMut};
 use tokio::net::TcpStream;
 use weir::{ErrorKind, Item, Reader, TakeMode, Taken};
 
-use crate::connection::{until_closed, write_now};
+use crate::connection::{until_closed, write_if_over, write_now};
 use crate::handles::Handles;
 use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
 use crate::parse::Request;
-use crate::server::Shared;
-use crate::server::OUTPUT_BYTES_FLUSH_AT;
+use crate::reply;
+use crate::shared::Shared;
 
 /// What the connection does after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub async fn execute(request: Request<'_>, ctx: &mut Ctx<'_>) -> Flow {
         Request::Delete { key, noreply } => delete::execute(ctx, key, noreply).await,
         Request::Flush { key, noreply } => flush::execute(ctx, key, noreply).await,
         Request::FlushAll { noreply } => flush_all::execute(ctx, noreply).await,
-        Request::FlushExpired { key } => flush_expired::execute(ctx, Some(key)).await,
+        Request::FlushExpired { queue } => flush_expired::execute(ctx, Some(queue)).await,
         Request::FlushAllExpired => flush_expired::execute(ctx, None).await,
         Request::Stats => stats::execute(ctx).await,
         Request::StatsSettings => stats::settings(ctx),
@@ -130,19 +130,16 @@ pub fn put_failure(out: &mut BytesMut, failure: &Failure) {
 
 pub fn put_engine_error(out: &mut BytesMut, e: &weir::Error) {
     match e.kind() {
-        ErrorKind::TooLarge => out.put_slice(crate::parse::REPLY_TOO_LARGE),
-        ErrorKind::Full => out.put_slice(b"NOT_STORED\r\n"),
-        ErrorKind::InvalidName => out.put_slice(b"CLIENT_ERROR bad queue name\r\n"),
-        ErrorKind::InvalidArgument => out.put_slice(b"CLIENT_ERROR invalid argument\r\n"),
-        ErrorKind::DiskFull => out.put_slice(b"SERVER_ERROR disk full\r\n"),
-        ErrorKind::Closed => out.put_slice(b"SERVER_ERROR shutting down\r\n"),
-        ErrorKind::TooManyQueues => out.put_slice(REPLY_TOO_MANY_QUEUES),
+        ErrorKind::TooLarge => out.put_slice(reply::TOO_LARGE),
+        ErrorKind::Full => out.put_slice(reply::NOT_STORED),
+        ErrorKind::InvalidName => out.put_slice(reply::BAD_QUEUE_NAME),
+        ErrorKind::InvalidArgument => out.put_slice(reply::INVALID_ARGUMENT),
+        ErrorKind::DiskFull => out.put_slice(reply::DISK_FULL),
+        ErrorKind::Closed => out.put_slice(reply::SHUTTING_DOWN),
+        ErrorKind::TooManyQueues => out.put_slice(reply::TOO_MANY_QUEUES),
         _ => put_server_error(out, &e.to_string()),
     }
 }
-
-/// The reply to a queue the store refuses to create: it holds `max_queues`.
-pub const REPLY_TOO_MANY_QUEUES: &[u8] = b"SERVER_ERROR too many queues\r\n";
 
 /// Longest error text put in a reply line.
 const ERROR_TEXT_BYTES_MAX: usize = 200;
@@ -203,20 +200,11 @@ pub enum Waited {
     Gone,
 }
 
-/// Writes the pending replies once they pass [`OUTPUT_BYTES_FLUSH_AT`], so a command
-/// that produces many (large) items never holds them all in memory; false when the
-/// client is gone.
+/// Writes the pending replies once they pass
+/// [`crate::shared::OUTPUT_BYTES_FLUSH_AT`], so a command that produces many (large)
+/// items never holds them all in memory; false when the client is gone.
 pub async fn write_if_large(ctx: &mut Ctx<'_>) -> bool {
-    if ctx.out.len() < OUTPUT_BYTES_FLUSH_AT {
-        return true;
-    }
-    match write_now(ctx.stream, ctx.out).await {
-        Ok(n) => {
-            ctx.metrics.bytes_written.add(n as u64);
-            true
-        }
-        Err(_) => false,
-    }
+    write_if_over(ctx.stream, ctx.out, ctx.metrics).await
 }
 
 /// Takes from `reader` by `mode`, waiting up to `wait`. A wait first sends the replies

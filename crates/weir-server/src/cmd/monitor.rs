@@ -11,19 +11,21 @@ use bytes::BufMut;
 use weir::TakeMode;
 
 use super::{put_engine_error, put_value, reader_handle, take, write_if_large, Ctx, Flow, Waited};
-use crate::leases::{LEASES_PER_CONNECTION_MAX, REPLY_TOO_MANY_LEASES};
-use crate::request::parse_plain_key;
+use crate::leases::LEASES_PER_CONNECTION_MAX;
+use crate::reply;
+use crate::request::ReadKey;
 
 /// Most items one `monitor` hands out.
 pub const MONITOR_ITEMS_MAX: u64 = 10_000;
 /// Longest a `monitor` runs.
 pub const MONITOR_SECONDS_MAX: u64 = 3_600;
 
-pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Option<u64>) -> Flow {
-    let Ok(parsed) = parse_plain_key(key) else {
-        ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
-        return Flow::Continue;
-    };
+pub async fn execute(
+    ctx: &mut Ctx<'_>,
+    parsed: ReadKey<'_>,
+    seconds: u64,
+    items_max: Option<u64>,
+) -> Flow {
     let room = LEASES_PER_CONNECTION_MAX.saturating_sub(ctx.session.leases.total()) as u64;
     let items_max = items_max
         .unwrap_or(MONITOR_ITEMS_MAX)
@@ -51,13 +53,13 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
                 if let Some(id) = taken.lease {
                     // `room` bounds `items_max`; refused anyway, the item went back.
                     if ctx.session.leases.push(&reader, id).is_err() {
-                        ctx.out.put_slice(REPLY_TOO_MANY_LEASES);
+                        ctx.out.put_slice(reply::TOO_MANY_OPEN_ITEMS);
                         return Flow::Continue;
                     }
                 }
                 // The key as sent, reader included, as `get` does (and as Kestrel,
                 // whose fanout queue `q+r` is a queue of that name).
-                put_value(ctx.out, key, &taken.item, false);
+                put_value(ctx.out, parsed.text, &taken.item, false);
                 sent += 1;
             }
         }
@@ -67,6 +69,6 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: &str, seconds: u64, items_max: Opti
             return Flow::Close;
         }
     }
-    ctx.out.put_slice(b"END\r\n");
+    ctx.out.put_slice(reply::END);
     Flow::Continue
 }

@@ -5,10 +5,11 @@ use bytes::BufMut;
 
 use super::{put_server_error, Ctx, Flow};
 use crate::config;
+use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let Some(path) = ctx.shared.config_path.clone() else {
-        ctx.out.put_slice(b"Reloaded config.\r\n");
+        ctx.out.put_slice(reply::RELOADED);
         return Flow::Continue;
     };
     let store = ctx.shared.store.clone();
@@ -27,7 +28,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
         Ok(Ok(limits)) => {
             ctx.shared.limits.set(limits);
             tracing::info!(?limits, "reloaded config");
-            ctx.out.put_slice(b"Reloaded config.\r\n");
+            ctx.out.put_slice(reply::RELOADED);
         }
         Ok(Err(e)) => {
             tracing::warn!(error = %format!("{e:#}"), "reload failed");

@@ -8,29 +8,23 @@ use bytes::BufMut;
 use weir::{AppendOptions, ErrorKind};
 
 use super::{put_engine_error, Ctx, Flow};
-use crate::request::{expires_at_ms, parse_write_key};
+use crate::reply;
+use crate::request::{expires_at_ms, now_ms, WriteKey};
 
 pub async fn execute(
     ctx: &mut Ctx<'_>,
-    key: &str,
+    key: WriteKey<'_>,
     flags: u32,
     exptime: i64,
     data: &[u8],
     noreply: bool,
 ) -> Flow {
-    let Ok(key) = parse_write_key(key) else {
-        // The parser checked the key; reaching this is a bug, but not the client's.
-        if !noreply {
-            ctx.out.put_slice(b"CLIENT_ERROR bad queue name\r\n");
-        }
-        return Flow::Continue;
-    };
     let options = AppendOptions {
         flags,
         expires_at_ms: if exptime == 0 {
             0
         } else {
-            expires_at_ms(exptime, weir::now_ms())
+            expires_at_ms(exptime, now_ms())
         },
         sync: key.sync,
     };
@@ -42,7 +36,7 @@ pub async fn execute(
     }
     if !noreply {
         match failure {
-            None => ctx.out.put_slice(b"STORED\r\n"),
+            None => ctx.out.put_slice(reply::STORED),
             Some(e) => put_engine_error(ctx.out, &e),
         }
     }

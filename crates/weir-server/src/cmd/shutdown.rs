@@ -4,10 +4,11 @@
 use bytes::BufMut;
 
 use super::{Ctx, Flow};
+use crate::reply;
 
 pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
     if !ctx.shared.limits.shutdown_enabled() {
-        ctx.out.put_slice(b"CLIENT_ERROR shutdown is disabled\r\n");
+        ctx.out.put_slice(reply::SHUTDOWN_DISABLED);
         return Flow::Continue;
     }
     tracing::info!("shutdown requested by a client");

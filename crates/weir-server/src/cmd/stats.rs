@@ -17,6 +17,7 @@ use bytes::{BufMut, BytesMut};
 use super::{blocking, put_failure, put_u64, Ctx, Flow};
 use crate::metrics::{Metrics, StatsBaseline};
 use crate::parse::CommandKind;
+use crate::reply;
 
 fn stat(out: &mut BytesMut, name: &str, value: u64) {
     out.put_slice(b"STAT ");
@@ -78,7 +79,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let c = counters(m);
     stat(out, "pid", u64::from(std::process::id()));
     stat(out, "uptime", shared.started.elapsed().as_secs());
-    stat(out, "time", weir::now_ms() / 1000);
+    stat(out, "time", crate::request::now_ms() / 1000);
     stat_text(out, "version", concat!("weir-", env!("CARGO_PKG_VERSION")));
     stat(out, "curr_items", queues.items);
     stat(out, "total_items", queues.total_items);
@@ -93,7 +94,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     stat(out, "bytes_read", c.bytes_read);
     stat(out, "bytes_written", c.bytes_written);
     out.put_slice(&queues.lines);
-    out.put_slice(b"END\r\n");
+    out.put_slice(reply::END);
     Flow::Continue
 }
 
@@ -185,7 +186,7 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
             "ok"
         },
     );
-    out.put_slice(b"END\r\n");
+    out.put_slice(reply::END);
     Flow::Continue
 }
 
@@ -194,6 +195,6 @@ pub fn reset(ctx: &mut Ctx<'_>) -> Flow {
     let m = &ctx.shared.metrics;
     let now = counters(m).plus(&m.stats_baseline());
     m.set_stats_baseline(now);
-    ctx.out.put_slice(b"RESET\r\n");
+    ctx.out.put_slice(reply::RESET);
     Flow::Continue
 }

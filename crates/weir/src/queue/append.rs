@@ -93,7 +93,10 @@ impl State {
             let Some(seg) = self.log.segments.pop_front() else {
                 break;
             };
-            if self.floor_loc.is_some_and(|l| l.seg == seg.first_seq) {
+            if self
+                .floor_loc
+                .is_some_and(|l| l.segment_first_seq == seg.first_seq)
+            {
                 self.floor_loc = None;
             }
             self.unsynced.retain(|(path, _)| *path != seg.path);
@@ -320,9 +323,12 @@ impl QueueCore {
         let now = now_ms();
         let mut moves = Vec::new();
         let result = {
-            let mut st = self.state.lock();
-            st.ready()?;
-            let max = st.config.max_item_size_bytes.min(RECORD_PAYLOAD_BYTES_MAX);
+            let mut state = self.state.lock();
+            state.ready()?;
+            let max = state
+                .config
+                .max_item_size_bytes
+                .min(RECORD_PAYLOAD_BYTES_MAX);
             let mut bytes = 0u64;
             for data in items {
                 if data.len() as u64 > max {
@@ -333,7 +339,7 @@ impl QueueCore {
                 }
                 bytes += data.len() as u64;
             }
-            match st.make_room(items.len() as u64, bytes, now, &mut moves) {
+            match state.make_room(items.len() as u64, bytes, now, &mut moves) {
                 Ok(()) => {}
                 Err(Error::Full { .. }) => {
                     return Err(Error::Full {
@@ -342,11 +348,11 @@ impl QueueCore {
                 }
                 Err(e) => return Err(e),
             }
-            let first = st.append_records(items, &options, now)?;
-            self.wake_all_readers(&st, items.len() as u64);
-            st.maybe_rotate_journal();
-            let last = st.next_seq - 1;
-            Ok((first, st.ticket(options.sync, last, !moves.is_empty())))
+            let first = state.append_records(items, &options, now)?;
+            self.wake_all_readers(&state, items.len() as u64);
+            state.maybe_rotate_journal();
+            let last = state.next_seq - 1;
+            Ok((first, state.ticket(options.sync, last, !moves.is_empty())))
         };
         self.move_expired(moves);
         result

@@ -53,13 +53,13 @@ pub(super) const SYNC_GATHER_YIELDS_MAX: usize = 8;
 pub(super) struct SyncWaiter {
     pub(super) id: u64,
     pub(super) seq: u64,
-    pub(super) jpos: u64,
+    pub(super) journal_offset: u64,
     pub(super) thread: std::thread::Thread,
 }
 
 impl SyncState {
-    pub(super) fn covers(&self, seq: u64, jpos: u64) -> bool {
-        self.data_seq >= seq && self.journal >= jpos
+    pub(super) fn covers(&self, seq: u64, journal_offset: u64) -> bool {
+        self.data_seq >= seq && self.journal >= journal_offset
     }
 
     /// After a round: takes out of the list the waiters it covered, and the oldest of
@@ -72,7 +72,7 @@ impl SyncState {
         let mut kept = VecDeque::with_capacity(self.waiting.len());
         let mut successor = None;
         while let Some(w) = self.waiting.pop_front() {
-            if self.covers(w.seq, w.jpos) {
+            if self.covers(w.seq, w.journal_offset) {
                 woken.push(w.thread);
             } else if successor.is_none() {
                 successor = Some(w.thread);
@@ -137,13 +137,10 @@ impl QueueCore {
     /// running leads one (fsyncs for everyone); the others park until its end wakes
     /// them (see [`SyncState::take_woken_after_round`]).
     pub(crate) fn wait_durable(&self, ticket: Option<Ticket>) -> Result<()> {
-        let Some(Ticket {
-            data_seq: seq,
-            journal_offset: jpos,
-        }) = ticket
-        else {
+        let Some(ticket) = ticket else {
             return Ok(());
         };
+        let (seq, journal_offset) = (ticket.data_seq, ticket.journal_offset);
         let mut s = self.sync.lock();
         // This caller's entry in `waiting`, while it has one.
         let mut listed: Option<u64> = None;
@@ -158,7 +155,7 @@ impl QueueCore {
                 }
                 listed = None;
             }
-            if s.covers(seq, jpos) {
+            if s.covers(seq, journal_offset) {
                 return Ok(());
             }
             if s.in_progress {
@@ -167,7 +164,7 @@ impl QueueCore {
                 s.waiting.push_back(SyncWaiter {
                     id,
                     seq,
-                    jpos,
+                    journal_offset,
                     thread: std::thread::current(),
                 });
                 listed = Some(id);
@@ -225,16 +222,12 @@ impl QueueCore {
     }
 
     pub(crate) async fn wait_durable_async(self: &Arc<Self>, ticket: Option<Ticket>) -> Result<()> {
-        let Some(Ticket {
-            data_seq: seq,
-            journal_offset: jpos,
-        }) = ticket
-        else {
+        let Some(wanted) = ticket else {
             return Ok(());
         };
         {
             let s = self.sync.lock();
-            if s.covers(seq, jpos) {
+            if s.covers(wanted.data_seq, wanted.journal_offset) {
                 return Ok(());
             }
         }
@@ -251,32 +244,40 @@ impl QueueCore {
     /// fsyncs every file with writes newer than `synced` (data seq, journal position);
     /// returns what is now durable. A synced append costs one fsync, a synced take one.
     pub(super) fn sync_files(&self, synced: (u64, u64)) -> Result<(u64, u64)> {
-        let (files, sealed, dir_dirty, list_dirty, created, seq, jpos) = {
-            let mut st = self.state.lock();
-            if st.deleted {
+        let (files, sealed, dir_dirty, list_dirty, created, seq, journal_offset) = {
+            let mut state = self.state.lock();
+            if state.deleted {
                 return Ok((u64::MAX, u64::MAX));
             }
             // Not `ready`: an fsync is no use of the queue (it would keep an idle queue
             // from closing its files); the files it needs open as they are used.
-            st.check_usable()?;
+            state.check_usable()?;
             // An fsync covers only what the file holds.
-            st.log.flush_staged()?;
-            let sealed = std::mem::take(&mut st.unsynced);
+            state.log.flush_staged()?;
+            let sealed = std::mem::take(&mut state.unsynced);
             let mut files = Vec::with_capacity(2);
-            let (seq, jpos) = (st.next_seq - 1, st.journal.written);
-            let created = std::mem::take(&mut st.created_unsynced);
+            let (seq, journal_offset) = (state.next_seq - 1, state.journal.written);
+            let created = std::mem::take(&mut state.created_unsynced);
             let file_err = |e| Error::io(format!("syncing {}", self.dir.display()), e);
             if seq > synced.0 || !sealed.is_empty() || created {
-                files.push(Arc::clone(st.log.writer.file().map_err(file_err)?));
+                files.push(Arc::clone(state.log.writer.file().map_err(file_err)?));
             }
-            if jpos > synced.1 || created {
-                files.push(Arc::clone(st.journal.file().map_err(file_err)?));
+            if journal_offset > synced.1 || created {
+                files.push(Arc::clone(state.journal.file().map_err(file_err)?));
             }
-            st.dirty = false;
-            st.last_sync = Instant::now();
-            let dir_dirty = std::mem::take(&mut st.dir_dirty) || created;
-            let list_dirty = std::mem::take(&mut st.reader_list_dirty) || created;
-            (files, sealed, dir_dirty, list_dirty, created, seq, jpos)
+            state.dirty = false;
+            state.last_sync = Instant::now();
+            let dir_dirty = std::mem::take(&mut state.dir_dirty) || created;
+            let list_dirty = std::mem::take(&mut state.reader_list_dirty) || created;
+            (
+                files,
+                sealed,
+                dir_dirty,
+                list_dirty,
+                created,
+                seq,
+                journal_offset,
+            )
         };
         let result = (|| {
             for f in sealed.iter().map(|(_, f)| f).chain(files.iter()) {
@@ -297,38 +298,38 @@ impl QueueCore {
             Ok::<(), io::Error>(())
         })();
         if let Err(e) = result {
-            let mut st = self.state.lock();
+            let mut state = self.state.lock();
             tracing::error!(dir = %self.dir.display(), error = %e, "fsync failed; the queue refuses work until the store is reopened");
-            st.poisoned = Some(e.to_string());
+            state.poisoned = Some(e.to_string());
             return Err(Error::io(format!("fsync in {}", self.dir.display()), e));
         }
-        Ok((seq, jpos))
+        Ok((seq, journal_offset))
     }
 
     pub(crate) fn sync_now(&self) -> Result<()> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         let (ticket, files_only) = {
-            let st = self.state.lock();
-            if st.deleted || st.closed {
+            let state = self.state.lock();
+            if state.deleted || state.closed {
                 return Ok(());
             }
             // A creation or a deleted segment is no data a ticket can name: sync the
             // files and directories directly (group commit would find nothing to do).
-            let files_only = st.created_unsynced || st.dir_dirty || st.reader_list_dirty;
+            let files_only = state.created_unsynced || state.dir_dirty || state.reader_list_dirty;
             (
                 Ticket {
-                    data_seq: st.next_seq - 1,
-                    journal_offset: st.journal.written,
+                    data_seq: state.next_seq - 1,
+                    journal_offset: state.journal.written,
                 },
                 files_only,
             )
         };
         if files_only {
-            let (seq, jpos) = self.sync_files((0, 0))?;
+            let (seq, journal_offset) = self.sync_files((0, 0))?;
             let mut s = self.sync.lock();
             s.data_seq = s.data_seq.max(seq);
-            s.journal = s.journal.max(jpos);
+            s.journal = s.journal.max(journal_offset);
         }
         self.wait_durable(Some(ticket))
     }
@@ -338,12 +339,12 @@ impl QueueCore {
 mod tests {
     use super::*;
 
-    /// A waiter for `(seq, jpos)` whose thread is told apart by the id.
-    fn waiter(id: u64, seq: u64, jpos: u64) -> SyncWaiter {
+    /// A waiter for `(seq, journal_offset)` whose thread is told apart by the id.
+    fn waiter(id: u64, seq: u64, journal_offset: u64) -> SyncWaiter {
         SyncWaiter {
             id,
             seq,
-            jpos,
+            journal_offset,
             thread: std::thread::current(),
         }
     }

@@ -18,7 +18,7 @@ use super::log::ReadAt;
 /// Segments a cursor walks.
 pub(crate) trait Walk {
     /// Reads the record at `at`.
-    fn read(&mut self, rb: &mut ReadBuf, at: Loc) -> Result<ReadAt>;
+    fn read(&mut self, read_buf: &mut ReadBuf, at: Loc) -> Result<ReadAt>;
     /// Where the segment after the one `at` is in starts; `None` after the last.
     fn next_segment(&self, at: Loc) -> Option<Loc>;
     /// Where reading resumes after the damaged record at `at`: the next valid record
@@ -51,14 +51,14 @@ pub(crate) enum Step {
 pub(crate) fn step<W: Walk + ?Sized>(
     walk: &mut W,
     at: &mut Loc,
-    rb: &mut ReadBuf,
+    read_buf: &mut ReadBuf,
     seq_min: u64,
 ) -> Result<Step> {
     loop {
-        match walk.read(rb, *at)? {
+        match walk.read(read_buf, *at)? {
             ReadAt::Rec(header, data) => {
                 let next = Loc {
-                    seg: at.seg,
+                    segment_first_seq: at.segment_first_seq,
                     off: at.off + header.record_bytes(),
                 };
                 debug_assert!(next.off > at.off);
@@ -80,14 +80,14 @@ pub(crate) fn step<W: Walk + ?Sized>(
             ReadAt::Bad => {
                 let resumed = walk.resync(*at, seq_min)?;
                 assert!(
-                    resumed.seg == at.seg && resumed.off > at.off,
+                    resumed.segment_first_seq == at.segment_first_seq && resumed.off > at.off,
                     "a resync moves forward in its segment"
                 );
-                rb.clear();
+                read_buf.clear();
                 *at = resumed;
             }
             ReadAt::Missing => {
-                rb.clear();
+                read_buf.clear();
                 match walk.relocate(*at, seq_min)? {
                     Some(loc) if loc != *at => *at = loc,
                     _ => return Ok(Step::End),
@@ -154,11 +154,14 @@ mod tests {
 
     impl Walk for Script {
         fn read(&mut self, _rb: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
-            if self.gone.contains(&at.seg) {
+            if self.gone.contains(&at.segment_first_seq) {
                 return Ok(ReadAt::Missing);
             }
-            let Some(seg) = self.segments.get(&at.seg) else {
-                return Err(Error::InvalidArgument(format!("no segment {}", at.seg)));
+            let Some(seg) = self.segments.get(&at.segment_first_seq) else {
+                return Err(Error::InvalidArgument(format!(
+                    "no segment {}",
+                    at.segment_first_seq
+                )));
             };
             Ok(match seg.get(&at.off) {
                 Some(Slot::Rec(seq)) => {
@@ -170,9 +173,9 @@ mod tests {
         }
 
         fn next_segment(&self, at: Loc) -> Option<Loc> {
-            let (&first, _) = self.segments.range(at.seg + 1..).next()?;
+            let (&first, _) = self.segments.range(at.segment_first_seq + 1..).next()?;
             Some(Loc {
-                seg: first,
+                segment_first_seq: first,
                 off: FILE_HEADER_BYTES,
             })
         }
@@ -180,10 +183,13 @@ mod tests {
         fn resync(&mut self, at: Loc, _seq_min: u64) -> Result<Loc> {
             let off = self
                 .resync_to
-                .get(&(at.seg, at.off))
+                .get(&(at.segment_first_seq, at.off))
                 .copied()
                 .unwrap_or(u64::MAX);
-            Ok(Loc { seg: at.seg, off })
+            Ok(Loc {
+                segment_first_seq: at.segment_first_seq,
+                off,
+            })
         }
 
         fn relocate(&mut self, _at: Loc, _seq_min: u64) -> Result<Option<Loc>> {
@@ -191,20 +197,20 @@ mod tests {
         }
     }
 
-    fn start(seg: u64) -> Loc {
+    fn start(segment_first_seq: u64) -> Loc {
         Loc {
-            seg,
+            segment_first_seq,
             off: FILE_HEADER_BYTES,
         }
     }
 
     /// Steps until the end; the seqs met.
     fn walk_all(script: &mut Script, mut at: Loc, seq_min: u64) -> Vec<u64> {
-        let mut rb = ReadBuf::default();
+        let mut read_buf = ReadBuf::default();
         let mut seqs = Vec::new();
         let mut seq_min = seq_min;
         loop {
-            match step(script, &mut at, &mut rb, seq_min).unwrap() {
+            match step(script, &mut at, &mut read_buf, seq_min).unwrap() {
                 Step::Record { header, next, .. } => {
                     seqs.push(header.seq);
                     seq_min = header.seq + 1;
@@ -272,10 +278,10 @@ mod tests {
     fn a_step_leaves_the_cursor_at_the_record_it_returns() {
         let mut s = Script::default().segment(1, &[Slot::Rec(7), Slot::Rec(8)]);
         let mut at = start(1);
-        let mut rb = ReadBuf::default();
+        let mut read_buf = ReadBuf::default();
         let Step::Record {
             at: found, next, ..
-        } = step(&mut s, &mut at, &mut rb, 7).unwrap()
+        } = step(&mut s, &mut at, &mut read_buf, 7).unwrap()
         else {
             panic!("a record");
         };
@@ -287,7 +293,7 @@ mod tests {
     fn a_read_error_is_returned() {
         let mut s = Script::default();
         let mut at = start(9);
-        let mut rb = ReadBuf::default();
-        assert!(step(&mut s, &mut at, &mut rb, 1).is_err());
+        let mut read_buf = ReadBuf::default();
+        assert!(step(&mut s, &mut at, &mut read_buf, 1).is_err());
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
 use crate::item::{self, now_ms, AppendOptions, Item};
-use crate::journal::JRecord;
+use crate::journal::JournalRecord;
 
 use super::cursor::Step;
 use super::idle::MarkActiveOnDrop;
@@ -57,7 +57,7 @@ impl State {
         };
         let confirmed = done
             && {
-                let rec = JRecord::Confirm {
+                let rec = JournalRecord::Confirm {
                     id,
                     from: seq,
                     to: seq + 1,
@@ -105,7 +105,7 @@ impl State {
         };
         let step = self
             .log
-            .step(self.next_seq, &mut at, &mut self.floor_rb, self.floor);
+            .step(self.next_seq, &mut at, &mut self.floor_read_buf, self.floor);
         self.floor_loc = Some(at);
         let (header, next) = match step? {
             Step::Record { header, next, .. } => (header, next),
@@ -115,7 +115,7 @@ impl State {
             self.floor_head_expiry = Some((self.floor, expiry_ms(&header, self.config.max_age)));
             return Ok(false);
         }
-        self.journal_append(JRecord::Floor(header.seq + 1))?;
+        self.journal_append(JournalRecord::Floor(header.seq + 1))?;
         self.floor = header.seq + 1;
         self.floor_loc = Some(next);
         self.floor_bytes = self.floor_bytes.saturating_sub(header.len as u64);
@@ -148,26 +148,26 @@ impl QueueCore {
         let now = now_ms();
         let mut moves = Vec::new();
         let result = (|| {
-            let mut st = self.state.lock();
-            st.check_usable()?;
-            if st.nothing_to_expire(now) {
+            let mut state = self.state.lock();
+            state.check_usable()?;
+            if state.nothing_to_expire(now) {
                 // Known without a read: a whole-store `flush_all_expired` over thousands
                 // of idle queues opens none of their files.
                 return Ok(0);
             }
-            st.ready()?;
+            state.ready()?;
             let mut count = 0u64;
-            if st.readers.is_empty() {
-                while st.advance_floor(true, now)? {
-                    st.floor_expired += 1;
+            if state.readers.is_empty() {
+                while state.advance_floor(true, now)? {
+                    state.floor_expired += 1;
                     count += 1;
                 }
             } else {
-                let names: Vec<String> = st.readers.keys().cloned().collect();
+                let names: Vec<String> = state.readers.keys().cloned().collect();
                 let mut most = 0;
                 for name in names {
                     let mut n = 0;
-                    while st
+                    while state
                         .take_inner(&name, Purpose::ExpireHead, now, &mut moves)?
                         .is_some()
                     {
@@ -177,7 +177,7 @@ impl QueueCore {
                 }
                 count = most;
             }
-            st.after_write();
+            state.after_write();
             Ok(count)
         })();
         self.move_expired(moves);
@@ -236,15 +236,15 @@ impl QueueCore {
         };
         #[cfg(feature = "fault-injection")]
         crate::fault::reached(crate::fault::MOVE_APPENDED);
-        let mut st = self.state.lock();
-        if st.ready().is_err() {
+        let mut state = self.state.lock();
+        if state.ready().is_err() {
             // Closed or deleted meanwhile: the leases went with it.
             return;
         }
         for (m, done) in &outcomes {
-            st.finish_move(m, *done);
+            state.finish_move(m, *done);
         }
-        st.after_write();
+        state.after_write();
     }
 
     /// Logs a move that failed with `e`; true when the item is to be dropped anyway

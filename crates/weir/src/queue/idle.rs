@@ -95,9 +95,9 @@ impl State {
         self.floor_oldest = floor;
         for (r, t) in self.readers.values_mut().zip(oldest) {
             r.oldest_enqueued = t;
-            r.rb.clear();
+            r.read_buf.clear();
         }
-        self.floor_rb.clear();
+        self.floor_read_buf.clear();
         Ok(true)
     }
 
@@ -183,8 +183,8 @@ impl State {
         let in_use: Vec<u64> = self
             .readers
             .values()
-            .map(|r| r.cursor.seg)
-            .chain(self.floor_loc.map(|l| l.seg))
+            .map(|r| r.cursor.segment_first_seq)
+            .chain(self.floor_loc.map(|l| l.segment_first_seq))
             .collect();
         let last = self.log.segments.len().saturating_sub(1);
         for seg in self.log.segments.iter_mut().take(last) {
@@ -211,26 +211,26 @@ impl QueueCore {
         #[cfg(feature = "fault-injection")]
         crate::fault::ticked(&self.dir);
         let (sync_due, needs) = {
-            let mut st = self.state.lock();
-            if st.closed || st.deleted {
+            let mut state = self.state.lock();
+            if state.closed || state.deleted {
                 return false;
             }
-            st.tick_unmap(now, &self.name);
-            st.tick_staged(now, &self.name);
-            for name in st.tick_leases(now) {
-                if let Some(r) = st.readers.get(&name) {
+            state.tick_unmap(now, &self.name);
+            state.tick_staged(now, &self.name);
+            for name in state.tick_leases(now) {
+                if let Some(r) = state.readers.get(&name) {
                     self.wake_reader(r);
                 }
             }
-            let sync_to_close = st.tick_close(now, &self.name);
+            let sync_to_close = state.tick_close(now, &self.name);
             let sync_due = sync_to_close
-                || match st.config.durability {
+                || match state.config.durability {
                     Durability::Periodic(interval) => {
-                        st.dirty && now.duration_since(st.last_sync) >= interval
+                        state.dirty && now.duration_since(state.last_sync) >= interval
                     }
                     _ => false,
                 };
-            (sync_due, st.needs_tick())
+            (sync_due, state.needs_tick())
         };
         if sync_due {
             if let Err(e) = self.sync_now() {
@@ -270,13 +270,13 @@ impl QueueCore {
     /// too when the queue is busy right now (which makes it no candidate): this never
     /// waits for a queue's lock, so it can run at the end of any operation.
     pub(crate) fn close_files(&self) -> bool {
-        let Some(mut st) = self.state.try_lock() else {
+        let Some(mut state) = self.state.try_lock() else {
             return false;
         };
-        if st.closed || st.deleted {
+        if state.closed || state.deleted {
             return false;
         }
-        match st.close_files() {
+        match state.close_files() {
             Ok(closed) => closed,
             Err(e) => {
                 tracing::error!(queue = %self.name, error = %e, "could not close the files of a queue");
@@ -292,6 +292,6 @@ impl QueueCore {
         let now = Instant::now();
         self.state
             .try_lock()
-            .map(|st| if st.used { now } else { st.last_used })
+            .map(|state| if state.used { now } else { state.last_used })
     }
 }

@@ -32,7 +32,7 @@ pub struct Iter {
     seq: u64,
     now_ms: u64,
     max_age: Option<Duration>,
-    rb: ReadBuf,
+    read_buf: ReadBuf,
     failed: bool,
 }
 
@@ -66,7 +66,7 @@ impl Iter {
         max_age: Option<Duration>,
     ) -> Iter {
         let at = Loc {
-            seg: segments.first().map_or(stop, |s| s.first_seq),
+            segment_first_seq: segments.first().map_or(stop, |s| s.first_seq),
             off,
         };
         Iter {
@@ -75,7 +75,7 @@ impl Iter {
             seq: start,
             now_ms,
             max_age,
-            rb: ReadBuf::default(),
+            read_buf: ReadBuf::default(),
             failed: false,
         }
     }
@@ -86,7 +86,12 @@ impl Iterator for Iter {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.failed && self.seq < self.snapshot.stop {
-            let step = cursor::step(&mut self.snapshot, &mut self.at, &mut self.rb, self.seq);
+            let step = cursor::step(
+                &mut self.snapshot,
+                &mut self.at,
+                &mut self.read_buf,
+                self.seq,
+            );
             let (header, data, next) = match step {
                 Ok(Step::Record {
                     header, data, next, ..
@@ -143,8 +148,8 @@ fn failed(e: io::Error) -> Error {
 }
 
 impl Walk for Snapshot {
-    fn read(&mut self, rb: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
-        let Some(i) = self.index(at.seg) else {
+    fn read(&mut self, read_buf: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
+        let Some(i) = self.index(at.segment_first_seq) else {
             return Ok(ReadAt::Missing);
         };
         let Some(file) = self.file(i)? else {
@@ -152,7 +157,7 @@ impl Walk for Snapshot {
         };
         let seg = &self.segments[i];
         let found = segment::read_record(
-            rb,
+            read_buf,
             &file,
             seg.first_seq,
             seg.seed,
@@ -165,22 +170,24 @@ impl Walk for Snapshot {
     }
 
     fn next_segment(&self, at: Loc) -> Option<Loc> {
-        let i = self.segments.partition_point(|s| s.first_seq <= at.seg);
+        let i = self
+            .segments
+            .partition_point(|s| s.first_seq <= at.segment_first_seq);
         self.segments.get(i).map(|s| Loc {
-            seg: s.first_seq,
+            segment_first_seq: s.first_seq,
             off: FILE_HEADER_BYTES,
         })
     }
 
     fn resync(&mut self, at: Loc, seq_min: u64) -> Result<Loc> {
-        let i = self.index(at.seg);
+        let i = self.index(at.segment_first_seq);
         let file = match i {
             Some(i) => self.file(i)?,
             None => None,
         };
         let (Some(i), Some(file)) = (i, file) else {
             return Ok(Loc {
-                seg: at.seg,
+                segment_first_seq: at.segment_first_seq,
                 off: at.off + 1,
             });
         };
@@ -194,7 +201,7 @@ impl Walk for Snapshot {
             "damaged record skipped while iterating"
         );
         Ok(Loc {
-            seg: at.seg,
+            segment_first_seq: at.segment_first_seq,
             off: found.map_or(seg.end.max(at.off + 1), |(off, _)| off),
         })
     }

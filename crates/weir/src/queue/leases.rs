@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::error::Result;
 use crate::item::LeaseId;
-use crate::journal::JRecord;
+use crate::journal::JournalRecord;
 
 use super::commit::Ticket;
 use super::idle::MarkActiveOnDrop;
@@ -43,9 +43,9 @@ impl QueueCore {
     pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let mut st = self.state.lock();
-        st.ready()?;
-        let Some(r) = st.readers.get(reader) else {
+        let mut state = self.state.lock();
+        state.ready()?;
+        let Some(r) = state.readers.get(reader) else {
             return Ok((false, None));
         };
         let id = r.id;
@@ -53,28 +53,28 @@ impl QueueCore {
             return Ok((false, None));
         };
         let (seq, len) = (info.seq, info.len as u64);
-        st.journal_append(JRecord::Confirm {
+        state.journal_append(JournalRecord::Confirm {
             id,
             from: seq,
             to: seq + 1,
         })?;
-        let next_seq = st.next_seq;
-        if let Some(r) = st.readers.get_mut(reader) {
+        let next_seq = state.next_seq;
+        if let Some(r) = state.readers.get_mut(reader) {
             r.leases.remove(&lease.0);
             r.confirm_mem(seq, seq + 1, len);
             r.confirmed_total += 1;
             r.settle(next_seq);
             r.check(next_seq);
         }
-        Ok((true, st.after_journal_write()))
+        Ok((true, state.after_journal_write()))
     }
 
     pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let mut st = self.state.lock();
-        st.check_usable()?;
-        let Some(r) = st.readers.get_mut(reader) else {
+        let mut state = self.state.lock();
+        state.check_usable()?;
+        let Some(r) = state.readers.get_mut(reader) else {
             return Ok(false);
         };
         if r.leases.get(&lease.0).is_none_or(|l| l.moving) {
@@ -84,7 +84,7 @@ impl QueueCore {
             return Ok(false);
         };
         r.released.insert(info.seq, (info.loc, info.len));
-        if let Some(r) = st.readers.get(reader) {
+        if let Some(r) = state.readers.get(reader) {
             self.wake_reader(r);
         }
         Ok(true)

@@ -87,9 +87,9 @@ impl SegmentLog {
     }
 
     /// Reads the record at `loc`: from the writer's mapping when it is there (no
-    /// system call), else through the read-ahead buffer `rb`.
-    pub(super) fn read_at(&self, rb: &mut ReadBuf, loc: Loc) -> io::Result<ReadAt> {
-        let Some(i) = self.index(loc.seg) else {
+    /// system call), else through the read-ahead buffer `read_buf`.
+    pub(super) fn read_at(&self, read_buf: &mut ReadBuf, loc: Loc) -> io::Result<ReadAt> {
+        let Some(i) = self.index(loc.segment_first_seq) else {
             return Ok(ReadAt::Missing);
         };
         let seg = &self.segments[i];
@@ -118,7 +118,7 @@ impl SegmentLog {
             }
         }
         let found = segment::read_record(
-            rb,
+            read_buf,
             self.file(i)?,
             seg.first_seq,
             seg.seed,
@@ -131,7 +131,7 @@ impl SegmentLog {
 
     /// Reads only the header of the record at `loc`.
     pub(super) fn header_at(&self, loc: Loc) -> Option<RecordHeader> {
-        let i = self.index(loc.seg)?;
+        let i = self.index(loc.segment_first_seq)?;
         if self.is_last(i) {
             if let Some(b) = self.writer.mapped(loc.off, RECORD_HEADER_BYTES as u64) {
                 return decode_header(b);
@@ -147,13 +147,13 @@ impl SegmentLog {
     pub(super) fn locate(&self, next_seq: u64, seq: u64) -> io::Result<Loc> {
         let Some(last) = self.segments.back() else {
             return Ok(Loc {
-                seg: next_seq,
+                segment_first_seq: next_seq,
                 off: FILE_HEADER_BYTES,
             });
         };
         if seq >= next_seq {
             return Ok(Loc {
-                seg: last.first_seq,
+                segment_first_seq: last.first_seq,
                 off: self.writer.end(),
             });
         }
@@ -170,7 +170,7 @@ impl SegmentLog {
             seq,
         )?;
         Ok(Loc {
-            seg: seg.first_seq,
+            segment_first_seq: seg.first_seq,
             off,
         })
     }
@@ -180,10 +180,10 @@ impl SegmentLog {
     pub(super) fn span_payload_bytes(&self, loc: Loc, items: u64) -> u64 {
         let mut bytes = 0u64;
         for (i, seg) in self.segments.iter().enumerate() {
-            if seg.first_seq < loc.seg {
+            if seg.first_seq < loc.segment_first_seq {
                 continue;
             }
-            let start = if seg.first_seq == loc.seg {
+            let start = if seg.first_seq == loc.segment_first_seq {
                 loc.off
             } else {
                 FILE_HEADER_BYTES
@@ -204,14 +204,14 @@ impl SegmentLog {
         &mut self,
         next_seq: u64,
         at: &mut Loc,
-        rb: &mut ReadBuf,
+        read_buf: &mut ReadBuf,
         seq_min: u64,
     ) -> Result<Step> {
         let mut live = Live {
             log: self,
             next_seq,
         };
-        cursor::step(&mut live, at, rb, seq_min)
+        cursor::step(&mut live, at, read_buf, seq_min)
     }
 }
 
@@ -222,23 +222,23 @@ struct Live<'a> {
 }
 
 impl Walk for Live<'_> {
-    fn read(&mut self, rb: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
+    fn read(&mut self, read_buf: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
         self.log
-            .read_at(rb, at)
-            .map_err(|e| Error::io(format!("reading segment {}", at.seg), e))
+            .read_at(read_buf, at)
+            .map_err(|e| Error::io(format!("reading segment {}", at.segment_first_seq), e))
     }
 
     fn next_segment(&self, at: Loc) -> Option<Loc> {
-        let i = self.log.index(at.seg)?;
+        let i = self.log.index(at.segment_first_seq)?;
         let next = self.log.segments.get(i + 1)?;
         Some(Loc {
-            seg: next.first_seq,
+            segment_first_seq: next.first_seq,
             off: FILE_HEADER_BYTES,
         })
     }
 
     fn resync(&mut self, at: Loc, seq_min: u64) -> Result<Loc> {
-        let Some(i) = self.log.index(at.seg) else {
+        let Some(i) = self.log.index(at.segment_first_seq) else {
             return Ok(at);
         };
         if self.log.is_last(i) {
@@ -258,7 +258,7 @@ impl Walk for Live<'_> {
             segment::resync(file, seg.seed, at.off + 1, limit, seq_min, seq_max).map_err(err)?;
         tracing::error!(path = %seg.path.display(), offset = at.off, "damaged record; skipping to the next valid one");
         Ok(Loc {
-            seg: at.seg,
+            segment_first_seq: at.segment_first_seq,
             off: found.map_or(limit, |(off, _)| off),
         })
     }

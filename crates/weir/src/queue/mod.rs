@@ -50,7 +50,7 @@ use self::idle::MarkActiveOnDrop;
 use self::state::State;
 use crate::config::QueueConfig;
 use crate::file_cell::FilesBudget;
-use crate::journal::JRecord;
+use crate::journal::JournalRecord;
 use crate::name::validate_reader_name;
 use crate::store::StoreInner;
 use std::path::{Path, PathBuf};
@@ -101,14 +101,14 @@ impl QueueCore {
     pub(crate) fn set_config(&self, config: QueueConfig) {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let mut st = self.state.lock();
-        st.config = config;
+        let mut state = self.state.lock();
+        state.config = config;
         // `max_age` may have changed: when the heads expire is not known any more.
-        st.floor_head_expiry = None;
-        for r in st.readers.values_mut() {
+        state.floor_head_expiry = None;
+        for r in state.readers.values_mut() {
             r.head_expiry = None;
         }
-        if let Err(e) = st.apply_staging() {
+        if let Err(e) = state.apply_staging() {
             // Staging stays on: its bytes are kept and written by a later flush.
             tracing::error!(queue = %self.name, error = %e, "could not write staged appends");
         }
@@ -136,70 +136,70 @@ impl QueueCore {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         validate_reader_name(name)?;
-        let mut st = self.state.lock();
-        st.ready()?;
-        let Some(r) = st.readers.get(name) else {
+        let mut state = self.state.lock();
+        state.ready()?;
+        let Some(r) = state.readers.get(name) else {
             return Ok(false);
         };
         let (id, acked, bytes) = (r.id, r.acked_below, r.pending_bytes);
-        let last = st.readers.len() == 1;
+        let last = state.readers.len() == 1;
         if last {
             // With no reader left the queue keeps what this one had not confirmed.
-            st.journal_append(JRecord::Floor(acked))?;
+            state.journal_append(JournalRecord::Floor(acked))?;
         }
-        st.journal_append(JRecord::ReaderDelete { id })?;
-        if let Some(r) = st.readers.remove(name) {
+        state.journal_append(JournalRecord::ReaderDelete { id })?;
+        if let Some(r) = state.readers.remove(name) {
             r.notify.notify_waiters();
         }
-        if let Err(e) = st.write_reader_list(None) {
+        if let Err(e) = state.write_reader_list(None) {
             // The journal has the deletion; a stale list only matters if the journal is
             // lost too, and then the reader comes back (keeping items, never losing any).
             tracing::warn!(queue = %self.name, error = %e, "could not rewrite the reader list after deleting a reader");
         }
         if last {
-            st.floor = acked;
-            st.floor_bytes = bytes;
-            st.floor_loc = None;
+            state.floor = acked;
+            state.floor_bytes = bytes;
+            state.floor_loc = None;
         }
-        st.after_write();
+        state.after_write();
         Ok(true)
     }
 
     pub(crate) fn flush(&self, reader: Option<&str>) -> Result<u64> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let mut st = self.state.lock();
-        st.ready()?;
+        let mut state = self.state.lock();
+        state.ready()?;
         let dropped = match reader {
             Some(name) => {
-                st.usable_reader(name)?;
-                st.flush_reader(name)?
+                state.usable_reader(name)?;
+                state.flush_reader(name)?
             }
             None => {
-                let mut dropped = if st.readers.is_empty() {
-                    st.next_seq - st.floor
+                let mut dropped = if state.readers.is_empty() {
+                    state.next_seq - state.floor
                 } else {
                     0
                 };
-                let names: Vec<String> = st.readers.keys().cloned().collect();
+                let names: Vec<String> = state.readers.keys().cloned().collect();
                 for name in names {
-                    dropped = dropped.max(st.flush_reader(&name)?);
+                    dropped = dropped.max(state.flush_reader(&name)?);
                 }
-                let next = st.next_seq;
-                if st.floor < next {
+                let next = state.next_seq;
+                if state.floor < next {
                     // Nothing to record when the floor is there already: a flush of an
                     // empty queue writes nothing (and opens no file).
-                    st.journal_append(JRecord::Floor(next))?;
+                    state.journal_append(JournalRecord::Floor(next))?;
                 }
-                st.floor = next;
-                st.floor_bytes = 0;
-                st.floor_loc = None;
-                if st.hold.is_some() {
+                state.floor = next;
+                state.floor_bytes = 0;
+                state.floor_loc = None;
+                if state.hold.is_some() {
                     // A flush of the whole queue is the operator's word that nothing
                     // before it is wanted, by known readers or lost ones.
-                    let held = st.hold.take();
-                    if let Err(e) = st.write_reader_list(None) {
-                        st.hold = held;
+                    let held = state.hold.take();
+                    if let Err(e) = state.write_reader_list(None) {
+                        state.hold = held;
                         return Err(e);
                     }
                     tracing::info!(queue = %self.name, "flushed: items are no longer held for readers lost with the reader journal");
@@ -207,27 +207,27 @@ impl QueueCore {
                 dropped
             }
         };
-        st.after_write();
+        state.after_write();
         Ok(dropped)
     }
 
     /// Marks the queue deleted (every handle gets `NotFound` from now on) and moves its
     /// directory to `tomb`, for the store to remove. Called under the store's map lock.
     pub(crate) fn retire(&self, tomb: &Path) -> Result<()> {
-        let mut st = self.state.lock();
+        let mut state = self.state.lock();
         if let Err(e) = fs::rename(&self.dir, tomb) {
             return Err(Error::io(format!("deleting {}", self.dir.display()), e));
         }
-        st.deleted = true;
+        state.deleted = true;
         // The directory is on its way out: what is staged is dropped with it.
-        let end = st.log.writer.file_end();
-        st.log.writer.unstage_from(end);
-        let _ = st.log.writer.unmap();
-        st.journal.unmap();
-        for r in st.readers.values() {
+        let end = state.log.writer.file_end();
+        state.log.writer.unstage_from(end);
+        let _ = state.log.writer.unmap();
+        state.journal.unmap();
+        for r in state.readers.values() {
             r.notify.notify_waiters();
         }
-        drop(st);
+        drop(state);
         self.wake_blocking();
         Ok(())
     }
@@ -238,15 +238,15 @@ impl QueueCore {
     /// cost an `ftruncate` per queue, 0.1 s for 458 idle queues at shutdown.
     pub(crate) fn close(&self) -> Result<()> {
         let synced = self.sync_now();
-        let mut st = self.state.lock();
-        if st.closed || st.deleted {
+        let mut state = self.state.lock();
+        if state.closed || state.deleted {
             return synced;
         }
-        st.closed = true;
-        for r in st.readers.values() {
+        state.closed = true;
+        for r in state.readers.values() {
             r.notify.notify_waiters();
         }
-        drop(st);
+        drop(state);
         self.wake_blocking();
         synced
     }

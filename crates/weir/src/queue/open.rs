@@ -79,7 +79,7 @@ impl State {
             floor_loc: None,
             floor_discarded: 0,
             floor_expired: 0,
-            floor_rb: ReadBuf::default(),
+            floor_read_buf: ReadBuf::default(),
             readers: Readers::new(),
             next_reader_id: 1,
             next_lease_id: 1,
@@ -128,11 +128,11 @@ impl State {
     /// Places the floor and the journal's readers on the recovered log: each reader's
     /// cursor at its oldest unconfirmed item (its confirmations above it are skipped by
     /// reading), its pending bytes estimated from the files.
-    fn place_floor_and_readers(&mut self, jstate: JournalState) -> Result<()> {
+    fn place_floor_and_readers(&mut self, journal_state: JournalState) -> Result<()> {
         let next_seq = self.next_seq;
         let dir = self.dir().to_path_buf();
         let oldest_on_disk = self.log.segments.front().map_or(next_seq, |s| s.first_seq);
-        self.floor = jstate.floor.max(oldest_on_disk).min(next_seq);
+        self.floor = journal_state.floor.max(oldest_on_disk).min(next_seq);
         let floor_loc = self.log.locate(next_seq, self.floor).map_err(io_err(|| {
             format!("locating the oldest item in {}", dir.display())
         }))?;
@@ -140,7 +140,7 @@ impl State {
             .log
             .span_payload_bytes(floor_loc, next_seq - self.floor);
         self.floor_loc = Some(floor_loc);
-        for (id, rec) in jstate.readers {
+        for (id, rec) in journal_state.readers {
             let mut confirmed = rec.confirmed;
             let acked_below = rec.acked_below.max(oldest_on_disk).min(next_seq);
             confirmed.remove_below(acked_below);
@@ -240,8 +240,8 @@ impl QueueCore {
         let listed = reader_list::read(dir).map_err(io_err(|| {
             format!("reading the reader list in {}", dir.display())
         }))?;
-        let jstate = opened.state;
-        let seq_floor = retired_below(&jstate);
+        let journal_state = opened.state;
+        let seq_floor = retired_below(&journal_state);
         let mut segments = load_segments(dir, &firsts, &tally)?;
         let (writer, next_seq) = match segments.back_mut() {
             Some(last) => recover_last_segment(dir, last)?,
@@ -260,11 +260,11 @@ impl QueueCore {
         let log = SegmentLog { segments, writer };
         let reserve = store.upgrade().map(|s| Arc::clone(&s.reserve));
         let mut state = State::recovered(name, config, log, next_seq, journal, tally, reserve);
-        state.next_reader_id = jstate.next_reader_id.max(1);
+        state.next_reader_id = journal_state.next_reader_id.max(1);
         if seq_floor > state.next_seq {
             state.retire_lost_seqs(seq_floor)?;
         }
-        state.place_floor_and_readers(jstate)?;
+        state.place_floor_and_readers(journal_state)?;
         state.recover_reader_list(journal_lost, listed)?;
         // A crash between a confirmation and the deletion of a consumed segment leaves
         // the segment behind; delete it now.
@@ -326,9 +326,9 @@ impl QueueCore {
         }
         let core = QueueCore::open(name, dir, config, store)?;
         {
-            let mut st = core.state.lock();
-            st.created_unsynced = true;
-            st.dirty = true;
+            let mut state = core.state.lock();
+            state.created_unsynced = true;
+            state.dirty = true;
         }
         Ok(core)
     }
@@ -358,9 +358,9 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>> {
 /// The lowest seq new items may take: past every seq a reader has confirmed. After an
 /// OS crash the journal can be ahead of the segments, and new items must not reuse
 /// those seqs.
-fn retired_below(jstate: &JournalState) -> u64 {
-    let mut seq_floor = jstate.floor.max(1);
-    for r in jstate.readers.values() {
+fn retired_below(journal_state: &JournalState) -> u64 {
+    let mut seq_floor = journal_state.floor.max(1);
+    for r in journal_state.readers.values() {
         seq_floor = seq_floor.max(r.acked_below);
         if let Some((_, end)) = r.confirmed.iter().last() {
             seq_floor = seq_floor.max(end);

@@ -32,7 +32,7 @@ pub(super) struct ReaderState {
     /// Released items, redelivered first in seq order: seq -> (loc, payload length).
     pub(super) released: BTreeMap<u64, (Loc, u32)>,
     pub(super) pending_bytes: u64,
-    pub(super) rb: ReadBuf,
+    pub(super) read_buf: ReadBuf,
     pub(super) notify: Arc<Notify>,
     pub(super) waiters: Arc<AtomicU64>,
     pub(super) taken: u64,
@@ -159,7 +159,7 @@ pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -
         leases: BTreeMap::new(),
         released: BTreeMap::new(),
         pending_bytes,
-        rb: ReadBuf::default(),
+        read_buf: ReadBuf::default(),
         notify: Arc::new(Notify::new()),
         waiters: Arc::new(AtomicU64::new(0)),
         taken: 0,
@@ -178,7 +178,10 @@ mod tests {
     use super::*;
 
     fn reader(start: u64) -> ReaderState {
-        let cursor = Loc { seg: 1, off: 0 };
+        let cursor = Loc {
+            segment_first_seq: 1,
+            off: 0,
+        };
         new_reader(1, start, cursor, 0)
     }
 
@@ -186,7 +189,7 @@ mod tests {
         LeaseInfo {
             seq,
             loc: Loc {
-                seg: 1,
+                segment_first_seq: 1,
                 off: seq * 100,
             },
             len: 10,
@@ -219,12 +222,42 @@ mod tests {
         let mut r = reader(1);
         assert_eq!(r.oldest_loc(1), None, "an empty queue");
         r.cursor_seq = 5;
-        r.cursor = Loc { seg: 1, off: 500 };
-        assert_eq!(r.oldest_loc(9), Some(Loc { seg: 1, off: 500 }));
+        r.cursor = Loc {
+            segment_first_seq: 1,
+            off: 500,
+        };
+        assert_eq!(
+            r.oldest_loc(9),
+            Some(Loc {
+                segment_first_seq: 1,
+                off: 500
+            })
+        );
         r.leases.insert(7, lease(3));
-        assert_eq!(r.oldest_loc(9), Some(Loc { seg: 1, off: 300 }));
-        r.released.insert(2, (Loc { seg: 1, off: 200 }, 10));
-        assert_eq!(r.oldest_loc(9), Some(Loc { seg: 1, off: 200 }));
+        assert_eq!(
+            r.oldest_loc(9),
+            Some(Loc {
+                segment_first_seq: 1,
+                off: 300
+            })
+        );
+        r.released.insert(
+            2,
+            (
+                Loc {
+                    segment_first_seq: 1,
+                    off: 200,
+                },
+                10,
+            ),
+        );
+        assert_eq!(
+            r.oldest_loc(9),
+            Some(Loc {
+                segment_first_seq: 1,
+                off: 200
+            })
+        );
     }
 
     #[test]
@@ -256,7 +289,16 @@ mod tests {
         let mut r = reader(1);
         r.cursor_seq = 4;
         r.leases.insert(9, lease(2));
-        r.released.insert(3, (Loc { seg: 1, off: 300 }, 10));
+        r.released.insert(
+            3,
+            (
+                Loc {
+                    segment_first_seq: 1,
+                    off: 300,
+                },
+                10,
+            ),
+        );
         r.confirm_mem(1, 2, 0);
         r.check(4);
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::config::{Durability, QueueConfig};
 use crate::error::{Error, Result};
 use crate::file_cell::FilesBudget;
-use crate::journal::{JRecord, Journal, JournalState, ReaderRecord};
+use crate::journal::{Journal, JournalRecord, JournalState, ReaderRecord};
 use crate::name::validate_reader_name;
 use crate::reader_list::{self, ReaderList};
 use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
@@ -60,7 +60,7 @@ pub(super) struct State {
     pub(super) floor_loc: Option<Loc>,
     pub(super) floor_discarded: u64,
     pub(super) floor_expired: u64,
-    pub(super) floor_rb: ReadBuf,
+    pub(super) floor_read_buf: ReadBuf,
     pub(super) readers: Readers<ReaderState>,
     pub(super) next_reader_id: u32,
     pub(super) next_lease_id: u64,
@@ -150,7 +150,7 @@ impl State {
             .map_err(|e| Error::io(format!("writing {}", self.log.writer.path().display()), e))
     }
 
-    pub(super) fn journal_append(&mut self, rec: JRecord) -> Result<()> {
+    pub(super) fn journal_append(&mut self, rec: JournalRecord) -> Result<()> {
         let mut result = self.journal.append(&rec);
         if result.as_ref().is_err_and(is_disk_full) && self.release_reserve() {
             result = self.journal.append(&rec);
@@ -263,7 +263,7 @@ impl State {
         // that the journal does not have, and a readable journal wins.
         self.write_reader_list(Some(name))?;
         let id = self.next_reader_id;
-        self.journal_append(JRecord::ReaderCreate {
+        self.journal_append(JournalRecord::ReaderCreate {
             id,
             acked_below: start,
             name: name.to_string(),
@@ -286,7 +286,7 @@ impl State {
             return Ok(0);
         };
         if acked < next_seq {
-            self.journal_append(JRecord::Confirm {
+            self.journal_append(JournalRecord::Confirm {
                 id,
                 from: acked,
                 to: next_seq,
@@ -305,7 +305,7 @@ impl State {
         r.cursor_seq = next_seq;
         r.cursor = tail;
         r.pending_bytes = 0;
-        r.rb.clear();
+        r.read_buf.clear();
         Ok(dropped)
     }
 }

@@ -14,28 +14,29 @@ use super::{io_err, QueueCore};
 
 impl QueueCore {
     pub(crate) fn stats(&self) -> QueueStats {
-        let st = self.state.lock();
+        let state = self.state.lock();
         let now = now_ms();
         // An idle queue's files are closed: its ages were read before they were, and
         // a whole-store `stats` reopens nothing.
         // Every change to what `stats` reports here reads or writes a file (opening it),
         // so while none is open the ages kept at the last close are current.
-        let open = st.any_file_open();
+        let open = state.any_file_open();
         let age_at = |loc: Loc| {
-            st.log
+            state
+                .log
                 .header_at(loc)
                 .map_or(0, |h| now.saturating_sub(h.enqueued_at_ms))
         };
-        let mut readers = Vec::with_capacity(st.readers.len());
-        for (name, r) in st.readers.iter() {
+        let mut readers = Vec::with_capacity(state.readers.len());
+        for (name, r) in state.readers.iter() {
             let age_ms = if open {
-                r.oldest_loc(st.next_seq).map_or(0, age_at)
+                r.oldest_loc(state.next_seq).map_or(0, age_at)
             } else {
                 r.oldest_enqueued.map_or(0, |(_, t)| now.saturating_sub(t))
             };
             readers.push(ReaderStats {
                 name: name.clone(),
-                items: r.pending_items(st.next_seq),
+                items: r.pending_items(state.next_seq),
                 bytes: r.pending_bytes,
                 taken: r.taken,
                 confirmed: r.confirmed_total,
@@ -47,31 +48,31 @@ impl QueueCore {
             });
         }
         readers.sort_by(|a, b| a.name.cmp(&b.name));
-        let (items, bytes) = st.most_behind();
-        let age_ms = if st.readers.is_empty() {
-            if st.floor >= st.next_seq {
+        let (items, bytes) = state.most_behind();
+        let age_ms = if state.readers.is_empty() {
+            if state.floor >= state.next_seq {
                 0
             } else if open {
-                st.floor_loc.map_or(0, age_at)
+                state.floor_loc.map_or(0, age_at)
             } else {
-                st.floor_oldest.map_or(0, |(_, t)| now.saturating_sub(t))
+                state.floor_oldest.map_or(0, |(_, t)| now.saturating_sub(t))
             }
         } else {
             readers.iter().map(|r| r.age_ms).max().unwrap_or(0)
         };
-        let disk_bytes = st.log.disk_bytes() + st.journal.size_bytes();
+        let disk_bytes = state.log.disk_bytes() + state.journal.size_bytes();
         QueueStats {
             name: self.name.clone(),
             items,
             bytes,
-            total_items: st.total_appended,
-            expired: readers.iter().map(|r| r.expired).sum::<u64>() + st.floor_expired,
-            discarded: readers.iter().map(|r| r.discarded).sum::<u64>() + st.floor_discarded,
+            total_items: state.total_appended,
+            expired: readers.iter().map(|r| r.expired).sum::<u64>() + state.floor_expired,
+            discarded: readers.iter().map(|r| r.discarded).sum::<u64>() + state.floor_discarded,
             open_leases: readers.iter().map(|r| r.open_leases).sum(),
             waiters: readers.iter().map(|r| r.waiters).sum(),
             age_ms,
             disk_bytes,
-            corrupt_records: st.corrupt_records,
+            corrupt_records: state.corrupt_records,
             readers,
         }
     }
@@ -79,33 +80,33 @@ impl QueueCore {
     pub(crate) fn iter(&self) -> Result<Iter> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let mut st = self.state.lock();
-        st.ready()?;
+        let mut state = self.state.lock();
+        state.ready()?;
         // The iterator reads the files, outside the lock.
-        st.log.flush_staged()?;
-        let start = st.oldest_kept();
-        let loc = st
+        state.log.flush_staged()?;
+        let start = state.oldest_kept();
+        let loc = state
             .log
-            .locate(st.next_seq, start)
+            .locate(state.next_seq, start)
             .map_err(io_err(|| "locating the oldest item".into()))?;
-        let n = st.log.segments.len();
-        let segments = st
+        let n = state.log.segments.len();
+        let segments = state
             .log
             .segments
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.first_seq >= loc.seg)
+            .filter(|(_, s)| s.first_seq >= loc.segment_first_seq)
             .map(|(i, s)| IterSegment {
                 first_seq: s.first_seq,
                 seed: s.seed,
                 path: s.path.clone(),
                 file: if i + 1 == n {
-                    st.log.writer.file().ok().cloned()
+                    state.log.writer.file().ok().cloned()
                 } else {
                     s.file_if_open().cloned()
                 },
                 end: if i + 1 == n {
-                    st.log.writer.end()
+                    state.log.writer.end()
                 } else {
                     s.end
                 },
@@ -115,9 +116,9 @@ impl QueueCore {
             segments,
             loc.off,
             start,
-            st.next_seq,
+            state.next_seq,
             now_ms(),
-            st.config.max_age,
+            state.config.max_age,
         ))
     }
 }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
 use crate::item::{now_ms, Item, LeaseId, TakeMode, Taken};
-use crate::journal::JRecord;
+use crate::journal::JournalRecord;
 use crate::readers::Readers;
 use crate::segment::Loc;
 
@@ -67,7 +67,7 @@ impl State {
             return Ok(());
         }
         tracing::error!(dir = %self.dir().display(), reader = name, from, to, "items lost (damaged, or not on disk at a crash) are skipped");
-        self.journal_append(JRecord::Confirm { id, from, to })?;
+        self.journal_append(JournalRecord::Confirm { id, from, to })?;
         self.corrupt_records += to - from;
         if let Some(r) = self.readers.get_mut(name) {
             r.confirm_mem(from, to, 0);
@@ -87,7 +87,7 @@ impl State {
             })?;
             if let Some((&seq, &(loc, len))) = r.released.iter().next() {
                 let read = log
-                    .read_at(&mut r.rb, loc)
+                    .read_at(&mut r.read_buf, loc)
                     .map_err(io_err(|| "reading a released item".into()))?;
                 if let ReadAt::Rec(header, data) = read {
                     if header.seq == seq {
@@ -111,7 +111,7 @@ impl State {
                 return Ok(None);
             }
             let (expected, mut at) = (r.cursor_seq, r.cursor);
-            let step = log.step(next_seq, &mut at, &mut r.rb, expected);
+            let step = log.step(next_seq, &mut at, &mut r.read_buf, expected);
             r.cursor = at;
             let (header, data, at, next) = match step? {
                 Step::Record {
@@ -209,22 +209,13 @@ impl State {
     /// (journaled), a lease holds it, a peek leaves it.
     fn consume(&mut self, name: &str, c: Candidate, purpose: Purpose) -> Result<Taken> {
         debug_assert!(purpose != Purpose::ExpireHead);
-        let (seq, len) = (c.header.seq, c.header.len);
         match purpose {
             Purpose::Peek => Ok(Taken {
                 item: c.into_item(),
                 lease: None,
             }),
             Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
-                let id = readers_get(&mut self.readers, name)?.id;
-                self.journal_append(JRecord::Confirm {
-                    id,
-                    from: seq,
-                    to: seq + 1,
-                })?;
-                let r = readers_get(&mut self.readers, name)?;
-                r.advance_past(seq, c.next_cursor);
-                r.confirm_mem(seq, seq + 1, len as u64);
+                let r = self.confirm_taken(name, &c)?;
                 if purpose == Purpose::Take {
                     r.taken += 1;
                     r.confirmed_total += 1;
@@ -260,7 +251,7 @@ impl State {
         moves: &mut Vec<Move>,
         want: bool,
     ) -> Result<Option<Item>> {
-        let (seq, len) = (c.header.seq, c.header.len as u64);
+        let len = c.header.len as u64;
         let moving = self
             .config
             .expire_to
@@ -281,17 +272,23 @@ impl State {
             });
             return Ok(wanted);
         }
+        self.confirm_taken(name, &c)?.expired += 1;
+        Ok(want.then(|| c.into_item()))
+    }
+
+    /// Moves the reader past `c` and confirms it (journaled first); returns the reader.
+    fn confirm_taken(&mut self, name: &str, c: &Candidate) -> Result<&mut ReaderState> {
+        let seq = c.header.seq;
         let id = readers_get(&mut self.readers, name)?.id;
-        self.journal_append(JRecord::Confirm {
+        self.journal_append(JournalRecord::Confirm {
             id,
             from: seq,
             to: seq + 1,
         })?;
         let r = readers_get(&mut self.readers, name)?;
         r.advance_past(seq, c.next_cursor);
-        r.confirm_mem(seq, seq + 1, len);
-        r.expired += 1;
-        Ok(want.then(|| c.into_item()))
+        r.confirm_mem(seq, seq + 1, c.header.len as u64);
+        Ok(r)
     }
 
     /// Moves the reader past `c` and holds it under a new lease (an engine lease, with
@@ -355,22 +352,22 @@ impl QueueCore {
         loop {
             let mut moves = Vec::new();
             let result = (|| {
-                let mut st = self.state.lock();
-                st.usable_reader(reader)?;
-                let journal_before = st.journal.written;
-                st.expired_budget_spent = false;
-                let taken = st.take_inner(reader, purpose, now, &mut moves)?;
-                let wrote = st.journal.written != journal_before;
+                let mut state = self.state.lock();
+                state.usable_reader(reader)?;
+                let journal_before = state.journal.written;
+                state.expired_budget_spent = false;
+                let taken = state.take_inner(reader, purpose, now, &mut moves)?;
+                let wrote = state.journal.written != journal_before;
                 if wrote {
-                    st.after_write();
+                    state.after_write();
                 }
-                let next_seq = st.next_seq;
-                if let Some(r) = st.readers.get_mut(reader) {
+                let next_seq = state.next_seq;
+                if let Some(r) = state.readers.get_mut(reader) {
                     r.settle(next_seq);
                     r.check(next_seq);
                 }
-                let again = taken.is_none() && st.expired_budget_spent;
-                let ticket = st.ticket(false, 0, true);
+                let again = taken.is_none() && state.expired_budget_spent;
+                let ticket = state.ticket(false, 0, true);
                 Ok::<_, Error>((taken, wrote, again, ticket))
             })();
             self.move_expired(moves);
@@ -396,26 +393,26 @@ impl QueueCore {
         loop {
             let mut moves = Vec::new();
             let result = (|| {
-                let mut st = self.state.lock();
-                st.usable_reader(reader)?;
+                let mut state = self.state.lock();
+                state.usable_reader(reader)?;
                 let mut items = Vec::new();
-                st.expired_budget_spent = false;
+                state.expired_budget_spent = false;
                 while items.len() < count_max {
-                    match st.take_inner(reader, Purpose::Take, now, &mut moves) {
+                    match state.take_inner(reader, Purpose::Take, now, &mut moves) {
                         Ok(Some(t)) => items.push(t.item),
                         Ok(None) => break,
                         Err(e) if items.is_empty() => return Err(e),
                         Err(_) => break,
                     }
                 }
-                let ticket = st.after_journal_write();
-                let next_seq = st.next_seq;
-                if let Some(r) = st.readers.get_mut(reader) {
+                let ticket = state.after_journal_write();
+                let next_seq = state.next_seq;
+                if let Some(r) = state.readers.get_mut(reader) {
                     r.settle(next_seq);
                 }
                 // Stopped by the expiry budget with nothing to show: go on after
                 // letting go of the lock (and of the items being moved).
-                let again = items.is_empty() && st.expired_budget_spent;
+                let again = items.is_empty() && state.expired_budget_spent;
                 Ok((items, again, ticket))
             })();
             self.move_expired(moves);

@@ -27,8 +27,8 @@ impl Drop for WaiterGuard {
 
 impl QueueCore {
     /// Wakes waiters after items became available for every reader (`count` of them).
-    pub(super) fn wake_all_readers(&self, st: &State, count: u64) {
-        for r in st.readers.values() {
+    pub(super) fn wake_all_readers(&self, state: &State, count: u64) {
+        for r in state.readers.values() {
             let waiting = r.waiters.load(Ordering::SeqCst);
             for _ in 0..waiting.min(count) {
                 r.notify.notify_one();
@@ -59,15 +59,7 @@ impl QueueCore {
     /// Sleeps until something may have become available (`wake_gen` moved from `gen`)
     /// or `deadline`; false on timeout.
     pub(crate) fn wait_blocking(&self, reader: &str, gen: u64, deadline: Instant) -> bool {
-        let waiters = self
-            .state
-            .lock()
-            .readers
-            .get(reader)
-            .map(|r| Arc::clone(&r.waiters));
-        let _guard = WaiterGuard(waiters.inspect(|w| {
-            w.fetch_add(1, Ordering::SeqCst);
-        }));
+        let _guard = self.waiter_guard(reader);
         self.blocking_waiters.fetch_add(1, Ordering::SeqCst);
         let mut woke = true;
         {
@@ -86,9 +78,9 @@ impl QueueCore {
     pub(crate) fn reader_notify(&self, reader: &str) -> Result<Arc<Notify>> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let mut st = self.state.lock();
-        st.usable_reader(reader)?;
-        match st.readers.get(reader) {
+        let mut state = self.state.lock();
+        state.usable_reader(reader)?;
+        match state.readers.get(reader) {
             Some(r) => Ok(Arc::clone(&r.notify)),
             None => Err(Error::NotFound {
                 what: format!("reader {reader:?}"),

@@ -9,6 +9,14 @@ use std::time::{Duration, Instant};
 use weir::{QueueConfig, Store, StoreOptions};
 
 /// Opens `dir` with `config` as the settings of every queue.
+/// Now, in Unix milliseconds (the clock of items' times).
+#[allow(dead_code)]
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 pub fn open_with_config(dir: &Path, config: QueueConfig) -> weir::Result<Store> {
     Store::open_with(
         dir,
@@ -80,7 +88,7 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
 }
 
 /// The segment files of queue `name`, sorted by the first sequence number in their
-/// file name (`DIR/queues/NAME/SEQ.seg`).
+/// file name (`DIR/queues/NAME/SEQ.segment_first_seq`).
 pub fn segment_files(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
     let qdir = dir.join("queues").join(name);
     let mut segs: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&qdir)

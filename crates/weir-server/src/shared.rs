@@ -1,0 +1,107 @@
+//! What every connection shares: the store, the queue opener, the settings, the
+//! reloadable limits, the metrics and the shutdown signal. Its own module so that the
+//! commands (`cmd`) and the server loop (`server`) both use it without importing each
+//! other.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use crate::config::{Limits, Settings};
+use crate::metrics::Metrics;
+use crate::parse::ParseLimits;
+use crate::queues::QueueOpener;
+use crate::shutdown::Shutdown;
+
+/// Pending replies past this size are written before the next request of the same
+/// read is executed (and, within a `get` or `monitor`, before the next item).
+pub const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
+
+/// What every connection shares.
+pub struct Shared {
+    pub store: weir::Store,
+    /// Where connections get queues and readers they have not cached, creating them
+    /// off the event loop (within the store's `max_queues`).
+    pub queues: QueueOpener,
+    /// The store's descriptor budget, derived at start (see `server::files_open_max`) and
+    /// kept across reloads.
+    pub files_open_max: usize,
+    /// The settings the server started with (`stats settings` shows the restart-only
+    /// ones from here, the reloadable ones from `limits`).
+    pub settings: Settings,
+    pub limits: RuntimeLimits,
+    pub metrics: Metrics,
+    pub config_path: Option<PathBuf>,
+    pub shutdown: Shutdown,
+    pub started: Instant,
+}
+
+/// The reloadable limits, readable without a lock on every request.
+pub struct RuntimeLimits {
+    line_bytes_max: AtomicUsize,
+    item_size_bytes_max: AtomicU64,
+    max_open_reads: AtomicU64,
+    request_timeout_ms: AtomicU64,
+    wait_ms_max: AtomicU64,
+    shutdown_enabled: AtomicBool,
+    get_keys_max: AtomicUsize,
+    flush_all_kestrel: AtomicBool,
+}
+
+impl RuntimeLimits {
+    pub fn new(limits: Limits) -> RuntimeLimits {
+        let r = RuntimeLimits {
+            line_bytes_max: AtomicUsize::new(0),
+            item_size_bytes_max: AtomicU64::new(0),
+            max_open_reads: AtomicU64::new(0),
+            request_timeout_ms: AtomicU64::new(0),
+            wait_ms_max: AtomicU64::new(0),
+            shutdown_enabled: AtomicBool::new(false),
+            get_keys_max: AtomicUsize::new(0),
+            flush_all_kestrel: AtomicBool::new(false),
+        };
+        r.set(limits);
+        r
+    }
+
+    pub fn set(&self, l: Limits) {
+        self.line_bytes_max.store(l.line_bytes_max, Relaxed);
+        self.item_size_bytes_max
+            .store(l.item_size_bytes_max, Relaxed);
+        self.max_open_reads.store(l.max_open_reads, Relaxed);
+        self.request_timeout_ms.store(l.request_timeout_ms, Relaxed);
+        self.wait_ms_max.store(l.wait_ms_max, Relaxed);
+        self.shutdown_enabled.store(l.shutdown_enabled, Relaxed);
+        self.get_keys_max.store(l.get_keys_max, Relaxed);
+        self.flush_all_kestrel.store(l.flush_all_kestrel, Relaxed);
+    }
+
+    /// Whether `flush_all` answers Kestrel's text instead of `OK`.
+    pub fn flush_all_kestrel(&self) -> bool {
+        self.flush_all_kestrel.load(Relaxed)
+    }
+
+    pub fn parse_limits(&self) -> ParseLimits {
+        ParseLimits {
+            line_bytes_max: self.line_bytes_max.load(Relaxed),
+            item_size_bytes_max: self.item_size_bytes_max.load(Relaxed),
+            get_keys_max: self.get_keys_max.load(Relaxed),
+        }
+    }
+
+    pub fn max_open_reads(&self) -> u64 {
+        self.max_open_reads.load(Relaxed)
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.load(Relaxed))
+    }
+
+    pub fn wait_ms_max(&self) -> u64 {
+        self.wait_ms_max.load(Relaxed)
+    }
+
+    pub fn shutdown_enabled(&self) -> bool {
+        self.shutdown_enabled.load(Relaxed)
+    }
+}
