@@ -12,6 +12,13 @@ pub(crate) struct Readers<T> {
     list: Vec<(String, T)>,
 }
 
+/// Where a reader is in its queue's [`Readers`]: found by name once per operation,
+/// then used for every access in it. Valid while the queue's lock is held and no
+/// reader is removed (a removal moves the last reader into the gap); adding one keeps
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot(usize);
+
 /// Name equality that never calls `memcmp` for an empty name (see the module docs);
 /// front doors comparing queue or reader names in a hot path use it too.
 pub(crate) fn names_equal(a: &str, b: &str) -> bool {
@@ -35,6 +42,33 @@ impl<T> Readers<T> {
             .iter_mut()
             .find(|(n, _)| names_equal(n, name))
             .map(|(_, r)| r)
+    }
+
+    /// The slot of the reader `name`.
+    pub fn slot(&self, name: &str) -> Option<Slot> {
+        self.list
+            .iter()
+            .position(|(n, _)| names_equal(n, name))
+            .map(Slot)
+    }
+
+    /// Every reader's slot, in the list's order.
+    pub fn slots(&self) -> impl Iterator<Item = Slot> {
+        (0..self.list.len()).map(Slot)
+    }
+
+    /// The reader in `slot` (see [`Slot`] for when one is valid).
+    pub fn at(&self, slot: Slot) -> &T {
+        &self.list[slot.0].1
+    }
+
+    pub fn at_mut(&mut self, slot: Slot) -> &mut T {
+        &mut self.list[slot.0].1
+    }
+
+    /// The name of the reader in `slot`.
+    pub fn name_at(&self, slot: Slot) -> &str {
+        &self.list[slot.0].0
     }
 
     pub fn contains_key(&self, name: &str) -> bool {

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::frame::{decode_header, encode_header, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX};
 use crate::item::{now_ms, AppendOptions};
 use crate::mapfile::STAGE_BYTES;
+use crate::readers::Slot;
 use crate::segment::FILE_HEADER_BYTES;
 
 use super::commit::Ticket;
@@ -248,20 +249,19 @@ impl State {
                     progress = true;
                 }
             } else {
-                let behind: Vec<String> = self
+                let behind: Vec<Slot> = self
                     .readers
-                    .iter()
-                    .filter(|(_, r)| {
-                        let (items, held) = r.room_used(self.next_seq);
+                    .slots()
+                    .filter(|&slot| {
+                        let (items, held) = self.readers.at(slot).room_used(self.next_seq);
                         items + count > max_items || held + bytes > max_bytes
                     })
-                    .map(|(n, _)| n.clone())
                     .collect();
-                for name in behind {
+                for slot in behind {
                     self.expired_budget_spent = false;
                     // Dropping a run of expired items (the budget) makes room too.
                     if self
-                        .take_inner(&name, Purpose::Discard, now, moves)?
+                        .take_inner(slot, Purpose::Discard, now, moves)?
                         .is_some()
                         || self.expired_budget_spent
                     {

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
 use crate::item::{self, now_ms, AppendOptions, Item};
 use crate::journal::JournalRecord;
+use crate::readers::Slot;
 
 use super::cursor::Step;
 use super::idle::MarkActiveOnDrop;
@@ -163,12 +164,12 @@ impl QueueCore {
                     count += 1;
                 }
             } else {
-                let names: Vec<String> = state.readers.keys().cloned().collect();
+                let slots: Vec<Slot> = state.readers.slots().collect();
                 let mut most = 0;
-                for name in names {
+                for slot in slots {
                     let mut n = 0;
                     while state
-                        .take_inner(&name, Purpose::ExpireHead, now, &mut moves)?
+                        .take_inner(slot, Purpose::ExpireHead, now, &mut moves)?
                         .is_some()
                     {
                         n += 1;

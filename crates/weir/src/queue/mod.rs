@@ -119,7 +119,7 @@ impl QueueCore {
         let _active = MarkActiveOnDrop(self);
         // Bound first: a temporary guard in the tail would outlive `_active`.
         let ready = self.state.lock().usable_reader(name);
-        ready
+        ready.map(|_slot| ())
     }
 
     pub(crate) fn has_reader(&self, name: &str) -> bool {

@@ -15,7 +15,7 @@ use crate::file_cell::FilesBudget;
 use crate::journal::{Journal, JournalRecord, JournalState, ReaderRecord};
 use crate::name::validate_reader_name;
 use crate::reader_list::{self, ReaderList};
-use crate::readers::{Readers, READERS_PER_QUEUE_MAX};
+use crate::readers::{Readers, Slot, READERS_PER_QUEUE_MAX};
 use crate::segment::{Loc, ReadBuf};
 use crate::space_reserve::SpaceReserve;
 
@@ -121,13 +121,16 @@ impl State {
 
     /// Creates the reader `name` on first use (a reader comes into being the first
     /// time it is read from), after [`State::ready`].
-    pub(super) fn usable_reader(&mut self, name: &str) -> Result<()> {
+    pub(super) fn usable_reader(&mut self, name: &str) -> Result<Slot> {
         self.ready()?;
-        if !self.readers.contains_key(name) {
-            validate_reader_name(name)?;
-            self.create_reader(name)?;
+        if let Some(slot) = self.readers.slot(name) {
+            return Ok(slot);
         }
-        Ok(())
+        validate_reader_name(name)?;
+        self.create_reader(name)?;
+        self.readers.slot(name).ok_or_else(|| Error::NotFound {
+            what: format!("reader {name:?}"),
+        })
     }
 
     pub(super) fn dir(&self) -> &Path {

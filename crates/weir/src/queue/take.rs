@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
 use crate::item::{now_ms, Item, LeaseId, TakeMode, Taken};
 use crate::journal::JournalRecord;
-use crate::readers::Readers;
+use crate::readers::Slot;
 use crate::segment::Loc;
 
 use super::commit::Ticket;
@@ -58,33 +58,28 @@ pub(super) enum Purpose {
 }
 
 impl State {
-    /// Counts `[from, to)` as lost to damage for reader `name`.
-    pub(super) fn lose(&mut self, name: &str, from: u64, to: u64) -> Result<()> {
-        let Some(id) = self.readers.get(name).map(|r| r.id) else {
-            return Ok(());
-        };
+    /// Counts `[from, to)` as lost to damage for the reader in `slot`.
+    pub(super) fn lose(&mut self, slot: Slot, from: u64, to: u64) -> Result<()> {
         if from >= to {
             return Ok(());
         }
-        tracing::error!(dir = %self.dir().display(), reader = name, from, to, "items lost (damaged, or not on disk at a crash) are skipped");
+        let id = self.readers.at(slot).id;
+        let reader = self.readers.name_at(slot);
+        tracing::error!(dir = %self.dir().display(), reader, from, to, "items lost (damaged, or not on disk at a crash) are skipped");
         self.journal_append(JournalRecord::Confirm { id, from, to })?;
         self.corrupt_records += to - from;
-        if let Some(r) = self.readers.get_mut(name) {
-            r.confirm_mem(from, to, 0);
-        }
+        self.readers.at_mut(slot).confirm_mem(from, to, 0);
         Ok(())
     }
 
     /// Finds the reader's next item: a released one first, else the one at its cursor.
     /// Moves the cursor over what it must (items confirmed out of order, segment ends,
     /// damage), but consumes nothing.
-    pub(super) fn next_candidate(&mut self, name: &str) -> Result<Option<Candidate>> {
+    pub(super) fn next_candidate(&mut self, slot: Slot) -> Result<Option<Candidate>> {
         loop {
             let next_seq = self.next_seq;
             let State { log, readers, .. } = self;
-            let r = readers.get_mut(name).ok_or_else(|| Error::NotFound {
-                what: format!("reader {name:?}"),
-            })?;
+            let r = readers.at_mut(slot);
             if let Some((&seq, &(loc, len))) = r.released.iter().next() {
                 let read = log
                     .read_at(&mut r.read_buf, loc)
@@ -101,7 +96,7 @@ impl State {
                 }
                 r.released.remove(&seq);
                 r.pending_bytes = r.pending_bytes.saturating_sub(len as u64);
-                self.lose(name, seq, seq + 1)?;
+                self.lose(slot, seq, seq + 1)?;
                 continue;
             }
             // Items confirmed below the cursor (out of order before a reopen, or a
@@ -123,15 +118,15 @@ impl State {
                 Step::End => {
                     // At the end of what was written but behind next_seq: the items
                     // between were lost.
-                    self.lose_to(name, next_seq)?;
+                    self.lose_to(slot, next_seq)?;
                     continue;
                 }
             };
             if header.seq > expected {
                 // Damage, or a segment missing, cost the items between.
-                self.lose_to(name, header.seq)?;
+                self.lose_to(slot, header.seq)?;
             }
-            let r = readers_get(&mut self.readers, name)?;
+            let r = self.readers.at_mut(slot);
             if r.confirmed.contains(header.seq) {
                 // Confirmed out of order before a reopen: counted in the estimate of
                 // `pending_bytes` made at open.
@@ -151,10 +146,10 @@ impl State {
 
     /// Counts the items from the reader's cursor up to `to` as lost, and moves its
     /// cursor seq there.
-    fn lose_to(&mut self, name: &str, to: u64) -> Result<()> {
-        let from = readers_get(&mut self.readers, name)?.cursor_seq;
-        self.lose(name, from, to)?;
-        let r = readers_get(&mut self.readers, name)?;
+    fn lose_to(&mut self, slot: Slot, to: u64) -> Result<()> {
+        let from = self.readers.at_mut(slot).cursor_seq;
+        self.lose(slot, from, to)?;
+        let r = self.readers.at_mut(slot);
         r.cursor_seq = r.cursor_seq.max(to);
         Ok(())
     }
@@ -162,7 +157,7 @@ impl State {
     /// Takes (or leases, peeks, discards, expires) the reader's next item.
     pub(super) fn take_inner(
         &mut self,
-        name: &str,
+        slot: Slot,
         purpose: Purpose,
         now: u64,
         moves: &mut Vec<Move>,
@@ -172,18 +167,18 @@ impl State {
         // payloads being moved to `expire_to`) for a whole expired backlog.
         let mut expired_budget = EXPIRED_PER_CALL_MAX;
         loop {
-            let Some(c) = self.next_candidate(name)? else {
+            let Some(c) = self.next_candidate(slot)? else {
                 return Ok(None);
             };
             if !is_expired(&c.header, now, self.config.max_age) {
                 if purpose == Purpose::ExpireHead {
-                    self.remember_head_expiry(name, &c)?;
+                    self.remember_head_expiry(slot, &c)?;
                     return Ok(None);
                 }
-                return self.consume(name, c, purpose).map(Some);
+                return self.consume(slot, c, purpose).map(Some);
             }
             let head = purpose == Purpose::ExpireHead;
-            if let Some(item) = self.drop_expired(name, c, moves, head)? {
+            if let Some(item) = self.drop_expired(slot, c, moves, head)? {
                 return Ok(Some(Taken { item, lease: None }));
             }
             expired_budget -= 1;
@@ -196,9 +191,9 @@ impl State {
 
     /// Remembers when the unexpired head `c` can expire at the earliest, so that an
     /// `expire` before then needs no read (see `State::nothing_to_expire`).
-    fn remember_head_expiry(&mut self, name: &str, c: &Candidate) -> Result<()> {
+    fn remember_head_expiry(&mut self, slot: Slot, c: &Candidate) -> Result<()> {
         let due_ms = expiry_ms(&c.header, self.config.max_age);
-        let r = readers_get(&mut self.readers, name)?;
+        let r = self.readers.at_mut(slot);
         if c.next_cursor.is_some() && r.released.is_empty() {
             r.head_expiry = Some((r.cursor_seq, due_ms));
         }
@@ -207,7 +202,7 @@ impl State {
 
     /// Consumes the unexpired item `c` for `purpose`: a take or a discard confirms it
     /// (journaled), a lease holds it, a peek leaves it.
-    fn consume(&mut self, name: &str, c: Candidate, purpose: Purpose) -> Result<Taken> {
+    fn consume(&mut self, slot: Slot, c: Candidate, purpose: Purpose) -> Result<Taken> {
         debug_assert!(purpose != Purpose::ExpireHead);
         match purpose {
             Purpose::Peek => Ok(Taken {
@@ -215,7 +210,7 @@ impl State {
                 lease: None,
             }),
             Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
-                let r = self.confirm_taken(name, &c)?;
+                let r = self.confirm_taken(slot, &c)?;
                 if purpose == Purpose::Take {
                     r.taken += 1;
                     r.confirmed_total += 1;
@@ -232,8 +227,8 @@ impl State {
                     .config
                     .open_timeout
                     .and_then(|t| Instant::now().checked_add(t));
-                let lease = self.hold_lease(name, &c, deadline, false)?;
-                readers_get(&mut self.readers, name)?.taken += 1;
+                let lease = self.hold_lease(slot, &c, deadline, false)?;
+                self.readers.at_mut(slot).taken += 1;
                 Ok(Taken {
                     item: c.into_item(),
                     lease: Some(LeaseId(lease)),
@@ -246,7 +241,7 @@ impl State {
     /// until it is there, see [`Move`]) or confirmed. Returns the item when `want` it.
     fn drop_expired(
         &mut self,
-        name: &str,
+        slot: Slot,
         c: Candidate,
         moves: &mut Vec<Move>,
         want: bool,
@@ -258,34 +253,34 @@ impl State {
             .as_deref()
             .is_some_and(|to| to != self.name);
         if moving {
-            let lease = self.hold_lease(name, &c, None, true)?;
-            let r = readers_get(&mut self.readers, name)?;
+            let lease = self.hold_lease(slot, &c, None, true)?;
+            let r = self.readers.at_mut(slot);
             r.moving += 1;
             r.moving_bytes += len;
             r.expired += 1;
             let item = c.into_item();
             let wanted = want.then(|| item.clone());
             moves.push(Move {
-                reader: name.to_string(),
+                reader: self.readers.name_at(slot).to_string(),
                 lease,
                 item,
             });
             return Ok(wanted);
         }
-        self.confirm_taken(name, &c)?.expired += 1;
+        self.confirm_taken(slot, &c)?.expired += 1;
         Ok(want.then(|| c.into_item()))
     }
 
     /// Moves the reader past `c` and confirms it (journaled first); returns the reader.
-    fn confirm_taken(&mut self, name: &str, c: &Candidate) -> Result<&mut ReaderState> {
+    fn confirm_taken(&mut self, slot: Slot, c: &Candidate) -> Result<&mut ReaderState> {
         let seq = c.header.seq;
-        let id = readers_get(&mut self.readers, name)?.id;
+        let id = self.readers.at_mut(slot).id;
         self.journal_append(JournalRecord::Confirm {
             id,
             from: seq,
             to: seq + 1,
         })?;
-        let r = readers_get(&mut self.readers, name)?;
+        let r = self.readers.at_mut(slot);
         r.advance_past(seq, c.next_cursor);
         r.confirm_mem(seq, seq + 1, c.header.len as u64);
         Ok(r)
@@ -295,13 +290,13 @@ impl State {
     /// no deadline, when `moving`); returns the lease id.
     fn hold_lease(
         &mut self,
-        name: &str,
+        slot: Slot,
         c: &Candidate,
         deadline: Option<Instant>,
         moving: bool,
     ) -> Result<u64> {
         let lease = self.next_lease_id;
-        let r = readers_get(&mut self.readers, name)?;
+        let r = self.readers.at_mut(slot);
         r.advance_past(c.header.seq, c.next_cursor);
         r.leases.insert(
             lease,
@@ -353,19 +348,18 @@ impl QueueCore {
             let mut moves = Vec::new();
             let result = (|| {
                 let mut state = self.state.lock();
-                state.usable_reader(reader)?;
+                let slot = state.usable_reader(reader)?;
                 let journal_before = state.journal.written;
                 state.expired_budget_spent = false;
-                let taken = state.take_inner(reader, purpose, now, &mut moves)?;
+                let taken = state.take_inner(slot, purpose, now, &mut moves)?;
                 let wrote = state.journal.written != journal_before;
                 if wrote {
                     state.after_write();
                 }
                 let next_seq = state.next_seq;
-                if let Some(r) = state.readers.get_mut(reader) {
-                    r.settle(next_seq);
-                    r.check(next_seq);
-                }
+                let r = state.readers.at_mut(slot);
+                r.settle(next_seq);
+                r.check(next_seq);
                 let again = taken.is_none() && state.expired_budget_spent;
                 let ticket = state.ticket(false, 0, true);
                 Ok::<_, Error>((taken, wrote, again, ticket))
@@ -394,11 +388,11 @@ impl QueueCore {
             let mut moves = Vec::new();
             let result = (|| {
                 let mut state = self.state.lock();
-                state.usable_reader(reader)?;
+                let slot = state.usable_reader(reader)?;
                 let mut items = Vec::new();
                 state.expired_budget_spent = false;
                 while items.len() < count_max {
-                    match state.take_inner(reader, Purpose::Take, now, &mut moves) {
+                    match state.take_inner(slot, Purpose::Take, now, &mut moves) {
                         Ok(Some(t)) => items.push(t.item),
                         Ok(None) => break,
                         Err(e) if items.is_empty() => return Err(e),
@@ -407,9 +401,7 @@ impl QueueCore {
                 }
                 let ticket = state.after_journal_write();
                 let next_seq = state.next_seq;
-                if let Some(r) = state.readers.get_mut(reader) {
-                    r.settle(next_seq);
-                }
+                state.readers.at_mut(slot).settle(next_seq);
                 // Stopped by the expiry budget with nothing to show: go on after
                 // letting go of the lock (and of the items being moved).
                 let again = items.is_empty() && state.expired_budget_spent;
@@ -422,14 +414,4 @@ impl QueueCore {
             }
         }
     }
-}
-
-/// The reader `name`, or the error for a reader that is not there.
-fn readers_get<'a>(
-    readers: &'a mut Readers<ReaderState>,
-    name: &str,
-) -> Result<&'a mut ReaderState> {
-    readers.get_mut(name).ok_or_else(|| Error::NotFound {
-        what: format!("reader {name:?}"),
-    })
 }
