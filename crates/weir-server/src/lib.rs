@@ -5,7 +5,7 @@
 //! protocol is documented in `docs/protocol.md`, the configuration in
 //! `docs/configuration.md`.
 //!
-//! Layout, after tokio's mini-redis: [`connection`] owns buffering and framing,
+//! Layout, after tokio's mini-redis: [`connection`] owns the socket and its buffers, [`inbound`] the framing,
 //! [`parse`] turns bytes into requests (pure, fuzzed), [`request`] holds the key syntax,
 //! [`cmd`] has one file per command, [`leases`] and [`handles`] are per-connection
 //! state, [`queue_limit`] caps how many queues clients create, [`server`] accepts and
@@ -17,6 +17,7 @@ pub mod config;
 pub mod connection;
 pub mod handles;
 pub mod http;
+pub mod inbound;
 pub mod leases;
 pub mod metrics;
 pub mod parse;

@@ -22,8 +22,8 @@
 
 use crate::reply;
 use crate::request::{
-    parse_i64, parse_plain_key, parse_read_key, parse_u64, parse_write_key, KeyError, ReadKey,
-    WriteKey,
+    parse_i64, parse_plain_key, parse_u64, parse_write_key, GetKeys, GetKeysError, KeyError,
+    KeySpan, ReadKey, WriteKey,
 };
 
 /// The limits the parser enforces.
@@ -66,10 +66,8 @@ pub enum Request<'a> {
         data: &'a [u8],
         noreply: bool,
     },
-    /// `keys` is the rest of the line: one or more keys separated by spaces, each
-    /// already checked by [`parse_read_key`].
     Get {
-        keys: &'a str,
+        keys: GetKeys<'a>,
         cas: bool,
     },
     Delete {
@@ -289,8 +287,9 @@ pub fn binary_error(opcode: u8, opaque: [u8; 4]) -> Vec<u8> {
     out
 }
 
-/// Parses the request at the front of `buf`.
-pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
+/// Parses the request at the front of `buf`. The keys of a `get` are parsed into
+/// `get_keys`, a buffer the caller reuses from request to request.
+pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits, get_keys: &'a mut Vec<KeySpan>) -> Parse<'a> {
     if buf.first() == Some(&BINARY_REQUEST_MAGIC) {
         return parse_binary(buf);
     }
@@ -301,10 +300,11 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
             // A storage command's data block cannot be found past a line that is
             // not read: the connection closes rather than run it as commands.
             let end = memchr::memchr(b'\n', buf);
+            let consumed = end.map_or(buf.len(), |i| i + 1);
             return Parse::Reject(Reject {
                 skip_line: end.is_none(),
                 close: starts_with_storage_command(buf),
-                ..Reject::new(end.map_or(buf.len(), |i| i + 1), reply::LINE_TOO_LONG)
+                ..Reject::new(consumed, reply::LINE_TOO_LONG)
             });
         }
         return Parse::Incomplete { bytes_needed: 0 };
@@ -328,8 +328,23 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
     if let Some(&(_, length_at, reply)) = UNSUPPORTED_STORAGE.iter().find(|(w, _, _)| is(w)) {
         return refuse_storage(consumed, tokens, length_at, reply, is("ms"));
     }
-    let request = if is("get") || is("gets") {
-        parse_get(tokens, is("gets"), limits.get_keys_max)
+    let request = parse_command(command, tokens, limits, get_keys);
+    match request {
+        Ok(request) => Parse::Request { request, consumed },
+        Err(reply) => Parse::Reject(Reject::new(consumed, reply)),
+    }
+}
+
+/// A command without a data block: its request, or the reply refusing it.
+fn parse_command<'a>(
+    command: &[u8],
+    tokens: Tokens<'a>,
+    limits: &ParseLimits,
+    get_keys: &'a mut Vec<KeySpan>,
+) -> Result<Request<'a>, &'static [u8]> {
+    let is = |word: &str| command.eq_ignore_ascii_case(word.as_bytes());
+    if is("get") || is("gets") {
+        parse_get(tokens, is("gets"), limits.get_keys_max, get_keys)
     } else if is("delete") {
         parse_delete(tokens)
     } else if is("flush") {
@@ -360,10 +375,6 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parse<'a> {
         Ok(Request::Quit)
     } else {
         Err(reply::ERROR)
-    };
-    match request {
-        Ok(request) => Parse::Request { request, consumed },
-        Err(reply) => Parse::Reject(Reject::new(consumed, reply)),
     }
 }
 
@@ -486,54 +497,15 @@ fn key_error(e: KeyError) -> &'static [u8] {
 fn parse_set<'a>(
     buf: &'a [u8],
     line_consumed: usize,
-    mut tokens: Tokens<'a>,
+    tokens: Tokens<'a>,
     limits: &ParseLimits,
 ) -> Parse<'a> {
-    let key = tokens.next();
-    let flags = tokens.next();
-    let exptime = tokens.next();
-    let Some(length) = tokens.next().and_then(parse_u64) else {
-        // Without a length the data block cannot be found: the stream is lost.
-        return Parse::Reject(Reject {
-            close: true,
-            ..Reject::new(line_consumed, reply::BAD_DATA_CHUNK)
-        });
+    let line = match parse_set_line(line_consumed, tokens, limits) {
+        Ok(line) => line,
+        Err(reject) => return Parse::Reject(reject),
     };
-    let last = tokens.next();
-    let extra = tokens.next().is_some();
-    // `noreply` counts only as the last token: a malformed line is answered.
-    let noreply = !extra && last.is_some_and(|t| t.eq_ignore_ascii_case(b"noreply"));
-    let extra = extra || (last.is_some() && !noreply);
-    let data_and_end = length.saturating_add(2);
-    let refuse = |reply| {
-        Parse::Reject(Reject {
-            discard_bytes: data_and_end,
-            noreply,
-            ..Reject::new(line_consumed, reply)
-        })
-    };
-    if length > limits.item_size_bytes_max {
-        return refuse(reply::TOO_LARGE);
-    }
-    let flags = flags
-        .and_then(parse_u64)
-        .and_then(|f| u32::try_from(f).ok());
-    let exptime = exptime.and_then(parse_i64);
-    let (Some(key), Some(flags), Some(exptime), false) = (key, flags, exptime, extra) else {
-        return refuse(reply::BAD_FORMAT);
-    };
-    let key = match key_str(key) {
-        Ok(key) => key,
-        Err(reply) => return refuse(reply),
-    };
-    let key = match parse_write_key(key) {
-        Ok(key) => key,
-        Err(e) => return refuse(key_error(e)),
-    };
-    // The item limit keeps `length` far below usize::MAX.
-    let length = length as usize;
     let data_start = line_consumed;
-    let data_end = data_start + length;
+    let data_end = data_start + line.length;
     if buf.len() <= data_end {
         return Parse::Incomplete {
             bytes_needed: data_end + 2,
@@ -556,34 +528,89 @@ fn parse_set<'a>(
     };
     Parse::Request {
         request: Request::Set {
-            key,
-            flags,
-            exptime,
+            key: line.key,
+            flags: line.flags,
+            exptime: line.exptime,
             data: &buf[data_start..data_end],
-            noreply,
+            noreply: line.noreply,
         },
         consumed,
     }
+}
+
+/// The fields of a `set` line.
+struct SetLine<'a> {
+    key: WriteKey<'a>,
+    flags: u32,
+    exptime: i64,
+    /// Bytes of the data block (within the item limit).
+    length: usize,
+    noreply: bool,
+}
+
+/// The line of a `set`, or how to refuse it: a line with a length but something
+/// wrong drops the data block that follows (one reply, or none after `noreply`); a
+/// line without a length loses the stream, and closes.
+fn parse_set_line<'a>(
+    line_consumed: usize,
+    mut tokens: Tokens<'a>,
+    limits: &ParseLimits,
+) -> Result<SetLine<'a>, Reject> {
+    let key = tokens.next();
+    let flags = tokens.next();
+    let exptime = tokens.next();
+    let Some(length) = tokens.next().and_then(parse_u64) else {
+        return Err(Reject {
+            close: true,
+            ..Reject::new(line_consumed, reply::BAD_DATA_CHUNK)
+        });
+    };
+    let last = tokens.next();
+    let extra = tokens.next().is_some();
+    // `noreply` counts only as the last token: a malformed line is answered.
+    let noreply = !extra && last.is_some_and(|t| t.eq_ignore_ascii_case(b"noreply"));
+    let extra = extra || (last.is_some() && !noreply);
+    let refuse = |reply| Reject {
+        discard_bytes: length.saturating_add(2),
+        noreply,
+        ..Reject::new(line_consumed, reply)
+    };
+    if length > limits.item_size_bytes_max {
+        return Err(refuse(reply::TOO_LARGE));
+    }
+    let flags = flags
+        .and_then(parse_u64)
+        .and_then(|f| u32::try_from(f).ok());
+    let exptime = exptime.and_then(parse_i64);
+    let (Some(key), Some(flags), Some(exptime), false) = (key, flags, exptime, extra) else {
+        return Err(refuse(reply::BAD_FORMAT));
+    };
+    let key = key_str(key).map_err(refuse)?;
+    let key = parse_write_key(key).map_err(|e| refuse(key_error(e)))?;
+    // The item limit keeps `length` far below usize::MAX.
+    let length = usize::try_from(length).map_err(|_| refuse(reply::TOO_LARGE))?;
+    Ok(SetLine {
+        key,
+        flags,
+        exptime,
+        length,
+        noreply,
+    })
 }
 
 fn parse_get<'a>(
     tokens: Tokens<'a>,
     cas: bool,
     keys_max: usize,
+    spans: &'a mut Vec<KeySpan>,
 ) -> Result<Request<'a>, &'static [u8]> {
-    let keys = tokens.rest_str().ok_or(KeyError::BadName.reply())?;
-    let mut count = 0;
-    for key in keys.split(' ').filter(|k| !k.is_empty()) {
-        count += 1;
-        if count > keys_max {
-            return Err(reply::TOO_MANY_KEYS);
-        }
-        parse_read_key(key).map_err(key_error)?;
+    let text = tokens.rest_str().ok_or(KeyError::BadName.reply())?;
+    match GetKeys::parse(text, keys_max, spans) {
+        Ok(keys) => Ok(Request::Get { keys, cas }),
+        Err(GetKeysError::None) => Err(reply::BAD_FORMAT),
+        Err(GetKeysError::TooMany) => Err(reply::TOO_MANY_KEYS),
+        Err(GetKeysError::Key(e)) => Err(key_error(e)),
     }
-    if count == 0 {
-        return Err(reply::BAD_FORMAT);
-    }
-    Ok(Request::Get { keys, cas })
 }
 
 /// `delete KEY [0] [noreply]` (the `0` is memcache's old hold time, accepted for
@@ -727,14 +754,17 @@ mod tests {
     }
 
     fn request(buf: &[u8]) -> (Request<'_>, usize) {
-        match parse(buf, &limits()) {
+        // The request borrows the key buffer as long as `buf`: a few bytes leaked per
+        // call keep the tests short.
+        let keys = Box::leak(Box::new(Vec::new()));
+        match parse(buf, &limits(), keys) {
             Parse::Request { request, consumed } => (request, consumed),
             other => panic!("{other:?}"),
         }
     }
 
     fn reject(buf: &[u8]) -> Reject {
-        match parse(buf, &limits()) {
+        match parse(buf, &limits(), &mut Vec::new()) {
             Parse::Reject(r) => r,
             other => panic!("{other:?}"),
         }
@@ -756,13 +786,13 @@ mod tests {
             }
         );
         for cut in 0..18 {
-            match parse(&buf[..cut], &limits()) {
+            match parse(&buf[..cut], &limits(), &mut Vec::new()) {
                 Parse::Incomplete { .. } => {}
                 other => panic!("cut {cut}: {other:?}"),
             }
         }
         assert_eq!(
-            parse(b"set q 0 0 3\r\nab", &limits()),
+            parse(b"set q 0 0 3\r\nab", &limits(), &mut Vec::new()),
             Parse::Incomplete { bytes_needed: 18 }
         );
         let (req, consumed) = request(b"SET q 0 -1 0 noreply\n\n");
@@ -811,7 +841,7 @@ mod tests {
         assert_eq!(
             req,
             Request::Get {
-                keys: "a b.c/open",
+                keys: GetKeys::parse("a b.c/open", 4, &mut Vec::new()).unwrap(),
                 cas: false
             }
         );
@@ -833,9 +863,12 @@ mod tests {
         let mut line = b"get ".to_vec();
         line.extend_from_slice(&[b'a'; 60]);
         line.extend_from_slice(b"\r\n");
-        assert!(matches!(parse(&line, &limits()), Parse::Request { .. }));
+        assert!(matches!(
+            parse(&line, &limits(), &mut Vec::new()),
+            Parse::Request { .. }
+        ));
         assert_eq!(
-            parse(&line[..line.len() - 1], &limits()),
+            parse(&line[..line.len() - 1], &limits(), &mut Vec::new()),
             Parse::Incomplete { bytes_needed: 0 }
         );
     }
@@ -1008,11 +1041,11 @@ mod tests {
             0x80, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef,
         ];
         assert_eq!(
-            parse(&req, &limits()),
+            parse(&req, &limits(), &mut Vec::new()),
             Parse::Incomplete { bytes_needed: 24 }
         );
         req.extend_from_slice(&[0u8; 8]);
-        let Parse::Binary { opcode, opaque } = parse(&req, &limits()) else {
+        let Parse::Binary { opcode, opaque } = parse(&req, &limits(), &mut Vec::new()) else {
             panic!("not a binary request");
         };
         let reply = binary_error(opcode, opaque);

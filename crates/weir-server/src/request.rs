@@ -74,6 +74,113 @@ pub struct ReadKey<'a> {
     pub options: ReadOptions,
 }
 
+/// A read key of a `get`, as byte offsets into the request's key text, so the parser
+/// can keep the keys of a request in a buffer the connection reuses (no allocation
+/// per request, no lifetime tying the buffer to one read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySpan {
+    /// `text` is `keys[start..end]`.
+    start: usize,
+    end: usize,
+    /// `queue` is `keys[start..queue_end]`.
+    queue_end: usize,
+    /// `reader` is `keys[reader_start..reader_end]` (empty for the default reader).
+    reader_start: usize,
+    reader_end: usize,
+    options: ReadOptions,
+}
+
+/// Offset of `part` in `base`; `part` is a slice of `base`.
+fn offset_in(base: &str, part: &str) -> usize {
+    let offset = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
+    assert!(offset + part.len() <= base.len());
+    offset
+}
+
+impl KeySpan {
+    /// The span of `key`, a key parsed from a slice of `keys`.
+    fn of(keys: &str, key: &ReadKey<'_>) -> KeySpan {
+        let start = offset_in(keys, key.text);
+        let (reader_start, reader_end) = if key.reader.is_empty() {
+            (start, start)
+        } else {
+            let at = offset_in(keys, key.reader);
+            (at, at + key.reader.len())
+        };
+        KeySpan {
+            start,
+            end: start + key.text.len(),
+            queue_end: offset_in(keys, key.queue) + key.queue.len(),
+            reader_start,
+            reader_end,
+            options: key.options,
+        }
+    }
+
+    /// The key again, over the same `keys` it was parsed from.
+    fn key<'a>(&self, keys: &'a str) -> ReadKey<'a> {
+        ReadKey {
+            text: &keys[self.start..self.end],
+            queue: &keys[self.start..self.queue_end],
+            reader: &keys[self.reader_start..self.reader_end],
+            options: self.options,
+        }
+    }
+}
+
+/// The keys of one `get`, each parsed once, by the parser, in the order sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GetKeys<'a> {
+    /// The keys as sent, separated by spaces.
+    text: &'a str,
+    spans: &'a [KeySpan],
+}
+
+impl<'a> GetKeys<'a> {
+    /// Parses `text` (keys separated by spaces) into `spans`: at least one key, at
+    /// most `keys_max`, each a valid read key.
+    pub fn parse(
+        text: &'a str,
+        keys_max: usize,
+        spans: &'a mut Vec<KeySpan>,
+    ) -> Result<GetKeys<'a>, GetKeysError> {
+        spans.clear();
+        for key in text.split(' ').filter(|k| !k.is_empty()) {
+            if spans.len() == keys_max {
+                return Err(GetKeysError::TooMany);
+            }
+            let key = parse_read_key(key).map_err(GetKeysError::Key)?;
+            spans.push(KeySpan::of(text, &key));
+        }
+        if spans.is_empty() {
+            return Err(GetKeysError::None);
+        }
+        Ok(GetKeys { text, spans })
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The keys, in the order sent.
+    pub fn iter(&self) -> impl Iterator<Item = ReadKey<'a>> + 'a {
+        let text = self.text;
+        self.spans.iter().map(move |span| span.key(text))
+    }
+}
+
+/// Why a `get` line's keys were refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GetKeysError {
+    None,
+    TooMany,
+    Key(KeyError),
+}
+
 /// A parsed write key: `set`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteKey<'a> {
@@ -268,6 +375,32 @@ mod tests {
         assert_eq!(parse_read_key("../etc"), Err(KeyError::BadName));
         assert_eq!(parse_plain_key("q/open"), Err(KeyError::BadOption));
         assert!(parse_plain_key("q.r").is_ok());
+    }
+
+    #[test]
+    fn get_keys_are_parsed_once_and_read_back_whole() {
+        let mut spans = Vec::new();
+        let text = "a  jobs.audit/open/t=5 q+r/peek b";
+        let keys = GetKeys::parse(text, 4, &mut spans).unwrap();
+        let expected: Vec<ReadKey<'_>> = text
+            .split(' ')
+            .filter(|k| !k.is_empty())
+            .map(|k| parse_read_key(k).unwrap())
+            .collect();
+        assert_eq!(keys.iter().collect::<Vec<_>>(), expected);
+        assert_eq!(keys.len(), 4);
+        let mut spans = Vec::new();
+        assert_eq!(
+            GetKeys::parse("a b c", 2, &mut spans),
+            Err(GetKeysError::TooMany)
+        );
+        let mut spans = Vec::new();
+        assert_eq!(GetKeys::parse("  ", 2, &mut spans), Err(GetKeysError::None));
+        let mut spans = Vec::new();
+        assert_eq!(
+            GetKeys::parse("a b/nope", 2, &mut spans),
+            Err(GetKeysError::Key(KeyError::BadOption))
+        );
     }
 
     #[test]

@@ -22,16 +22,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use bytes::Buf;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use crate::cmd::{self, Ctx, Flow, Session};
 use crate::config::Settings;
-use crate::connection::{write_if_over, Connection};
+use crate::connection::Connection;
+use crate::inbound::Next;
 use crate::metrics::{LoopMetrics, Metrics};
-use crate::parse::{binary_error, parse, CommandKind, Parse};
+use crate::parse::{binary_error, CommandKind};
 use crate::queues::QueueOpener;
 use crate::reply;
 use crate::shared::{RuntimeLimits, Shared};
@@ -66,14 +66,8 @@ async fn listen(addr: &str) -> io::Result<TcpListener> {
 
 /// Runs the server until it is shut down; returns once the store is closed.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
-    let dir = settings.data_dir.clone();
-    let mut options = settings.store.clone();
     let files_open_max = files_open_max(settings.max_connections);
-    options.files_open_max = files_open_max;
-    let store = tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
-        .await
-        .context("opening the store")?
-        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
+    let store = open_store(&settings, files_open_max).await?;
     let listener = listen(&settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
@@ -136,6 +130,17 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .context("closing the store")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Opens the store on the blocking pool (recovery reads the disk).
+async fn open_store(settings: &Settings, files_open_max: usize) -> anyhow::Result<weir::Store> {
+    let dir = settings.data_dir.clone();
+    let mut options = settings.store.clone();
+    options.files_open_max = files_open_max;
+    tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
+        .await
+        .context("opening the store")?
+        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))
 }
 
 /// Descriptors the process keeps for other things than queue files and memcache
@@ -229,6 +234,7 @@ impl Workers {
     }
 }
 
+/// Accepts connections until shutdown, then waits up to `grace_ms` for them to end.
 async fn accept_loop(
     shared: &Arc<Shared>,
     listener: TcpListener,
@@ -258,41 +264,9 @@ async fn accept_loop(
             tokio::spawn(refuse(stream));
             continue;
         }
-        let _ = stream.set_nodelay(true);
-        let slot = ConnectionSlot::take(shared);
-        metrics.connections_total.fetch_add(1, Relaxed);
-        let shared = Arc::clone(shared);
-        let done = done_tx.clone();
         // Round robin over the event loops; index 0 is this one.
         next_loop = (next_loop + 1) % (workers.handles.len() + 1);
-        if next_loop == 0 {
-            // `slot` and `done` are moved in, so they are dropped however the task
-            // ends, a panic included.
-            tokio::spawn(async move {
-                // Dropped in reverse: the slot goes back before `done` says so.
-                let _done = done;
-                let _slot = slot;
-                serve_connection(&shared, stream, 0).await;
-            });
-            continue;
-        }
-        // Move the socket to the other loop's reactor.
-        let stream = match stream.into_std() {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "handing a connection over");
-                continue;
-            }
-        };
-        let loop_index = next_loop;
-        workers.handles[next_loop - 1].spawn(async move {
-            let _done = done;
-            let _slot = slot;
-            match TcpStream::from_std(stream) {
-                Ok(stream) => serve_connection(&shared, stream, loop_index).await,
-                Err(e) => tracing::warn!(error = %e, "taking over a connection"),
-            }
-        });
+        spawn_connection(shared, stream, workers, next_loop, done_tx.clone());
     }
     drop(listener);
     drop(done_tx);
@@ -304,6 +278,48 @@ async fn accept_loop(
             "connections still open after the grace period"
         );
     }
+}
+
+/// Serves `stream` on event loop `loop_index` (0 is this one). `done` is dropped when
+/// the connection ends, however it ends.
+fn spawn_connection(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    workers: &Workers,
+    loop_index: usize,
+    done: mpsc::Sender<()>,
+) {
+    let _ = stream.set_nodelay(true);
+    let slot = ConnectionSlot::take(shared);
+    shared.metrics.connections_total.fetch_add(1, Relaxed);
+    let shared = Arc::clone(shared);
+    if loop_index == 0 {
+        // `slot` and `done` are moved in, so they are dropped however the task ends,
+        // a panic included.
+        tokio::spawn(async move {
+            // Dropped in reverse: the slot goes back before `done` says so.
+            let _done = done;
+            let _slot = slot;
+            serve_connection(&shared, stream, 0).await;
+        });
+        return;
+    }
+    // Move the socket to the other loop's reactor.
+    let stream = match stream.into_std() {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::warn!(error = %e, "handing a connection over");
+            return;
+        }
+    };
+    workers.handles[loop_index - 1].spawn(async move {
+        let _done = done;
+        let _slot = slot;
+        match TcpStream::from_std(stream) {
+            Ok(stream) => serve_connection(&shared, stream, loop_index).await,
+            Err(e) => tracing::warn!(error = %e, "taking over a connection"),
+        }
+    });
 }
 
 /// One of `max_connections`, counted in `connections_current` for as long as it
@@ -367,7 +383,7 @@ async fn handle(
     let mut request_started: Option<Instant> = None;
     loop {
         let (flow, progressed) = process(shared, metrics, conn, session).await;
-        let written = conn.flush().await?;
+        let written = conn.write_replies().await?;
         metrics.bytes_written.add(written as u64);
         if flow == Flow::Close || shared.shutdown.is_triggered() {
             return Ok(());
@@ -392,8 +408,8 @@ async fn handle(
             }
             Ok(Err(e)) => return Err(e),
             Err(_elapsed) => {
-                conn.output.extend_from_slice(reply::REQUEST_TIMED_OUT);
-                conn.flush().await?;
+                conn.halves().1.put(reply::REQUEST_TIMED_OUT);
+                conn.write_replies().await?;
                 return Ok(());
             }
         }
@@ -408,75 +424,60 @@ async fn process(
     conn: &mut Connection,
     session: &mut Session,
 ) -> (Flow, bool) {
+    let (inbound, outbound) = conn.halves();
+    let limits = shared.limits.parse_limits();
     let mut progressed = false;
     let mut last_done: Option<Instant> = None;
     loop {
-        if !conn.apply_discard() || conn.input.is_empty() {
-            return (Flow::Continue, progressed);
-        }
-        let limits = shared.limits.parse_limits();
-        if conn.line_still_incomplete(limits.line_bytes_max) {
-            // A long line trickling in: only the new bytes were looked at.
-            return (Flow::Continue, progressed);
-        }
-        match parse(&conn.input, &limits) {
-            Parse::Incomplete { bytes_needed } => {
-                conn.reserve_for(bytes_needed);
-                if bytes_needed == 0 {
-                    conn.note_no_line_end();
-                }
-                return (Flow::Continue, progressed);
-            }
-            Parse::Binary { opcode, opaque } => {
+        let request = match inbound.next_request(&limits) {
+            Next::NeedMore => return (Flow::Continue, progressed),
+            Next::Request(request) => request,
+            Next::Refused {
+                reply,
+                noreply,
+                close,
+            } => {
+                progressed = true;
                 metrics.record(CommandKind::Invalid, Duration::ZERO);
-                conn.output.extend_from_slice(&binary_error(opcode, opaque));
+                if !noreply {
+                    outbound.put(reply);
+                }
+                if close {
+                    return (Flow::Close, true);
+                }
+                continue;
+            }
+            Next::Binary { opcode, opaque } => {
+                metrics.record(CommandKind::Invalid, Duration::ZERO);
+                outbound.put(&binary_error(opcode, opaque));
                 return (Flow::Close, true);
             }
-            Parse::Reject(r) => {
-                progressed = true;
-                assert!(r.consumed >= 1 && r.consumed <= conn.input.len());
-                metrics.record(CommandKind::Invalid, Duration::ZERO);
-                if !r.noreply {
-                    conn.output.extend_from_slice(r.reply);
-                }
-                conn.input.advance(r.consumed);
-                if r.close {
-                    return (Flow::Close, true);
-                }
-                conn.start_discard(r.discard_bytes, r.skip_line);
-            }
-            Parse::Request { request, consumed } => {
-                progressed = true;
-                assert!(consumed >= 1 && consumed <= conn.input.len());
-                let kind = request.kind();
-                // One clock read per request: each request's time runs from the end of
-                // the one before it in this read (or from the first one's start).
-                let started = *last_done.get_or_insert_with(Instant::now);
-                let flow = {
-                    let mut ctx = Ctx {
-                        shared,
-                        session: &mut *session,
-                        metrics,
-                        out: &mut conn.output,
-                        stream: &mut conn.stream,
-                        read_ahead: &mut conn.read_ahead,
-                    };
-                    cmd::execute(request, &mut ctx).await
-                };
-                let done = Instant::now();
-                metrics.record(kind, done.saturating_duration_since(started));
-                last_done = Some(done);
-                conn.input.advance(consumed);
-                conn.take_read_ahead();
-                if flow == Flow::Close {
-                    return (Flow::Close, true);
-                }
-                // A burst of gets for large items: write as we go rather than hold
-                // every reply of the read in memory.
-                if !write_if_over(&mut conn.stream, &mut conn.output, metrics).await {
-                    return (Flow::Close, true);
-                }
-            }
+        };
+        progressed = true;
+        let kind = request.kind();
+        // One clock read per request: each request's time runs from the end of the one
+        // before it in this read (or from the first one's start).
+        let started = *last_done.get_or_insert_with(Instant::now);
+        let flow = {
+            let mut ctx = Ctx {
+                shared,
+                session: &mut *session,
+                metrics,
+                out: &mut *outbound,
+            };
+            cmd::execute(request, &mut ctx).await
+        };
+        let done = Instant::now();
+        metrics.record(kind, done.saturating_duration_since(started));
+        last_done = Some(done);
+        outbound.hand_over_read_ahead(inbound);
+        if flow == Flow::Close {
+            return (Flow::Close, true);
+        }
+        // A burst of gets for large items: write as we go rather than hold every reply
+        // of the read in memory.
+        if !outbound.write_if_over(metrics).await {
+            return (Flow::Close, true);
         }
     }
 }

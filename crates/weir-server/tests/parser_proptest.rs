@@ -4,7 +4,7 @@
 //! block is never read as commands, whatever it holds.
 
 use proptest::prelude::*;
-use weir_server::parse::{parse, Parse, ParseLimits};
+use weir_server::parse::{parse, Parse, ParseLimits, Request};
 use weir_server::request::{parse_read_key, parse_write_key};
 
 fn limits() -> ParseLimits {
@@ -48,7 +48,18 @@ fn request_like() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn check(buf: &[u8]) {
-    match parse(buf, &limits()) {
+    let mut keys = Vec::new();
+    match parse(buf, &limits(), &mut keys) {
+        Parse::Request {
+            request: Request::Get { keys, .. },
+            consumed,
+        } => {
+            assert!(consumed >= 1 && consumed <= buf.len());
+            // Each key read back from its span is the key the parser checked.
+            for key in keys.iter() {
+                assert_eq!(parse_read_key(key.text), Ok(key));
+            }
+        }
         Parse::Incomplete { bytes_needed } => {
             assert!(bytes_needed == 0 || bytes_needed > buf.len());
         }
@@ -65,9 +76,10 @@ fn check(buf: &[u8]) {
 /// the bytes run out or a refusal closes; refused data blocks are skipped.
 fn run(buf: &[u8]) -> Vec<String> {
     let mut seen = Vec::new();
+    let mut keys = Vec::new();
     let mut rest = buf;
     while !rest.is_empty() {
-        match parse(rest, &limits()) {
+        match parse(rest, &limits(), &mut keys) {
             Parse::Incomplete { .. } => break,
             Parse::Binary { .. } => {
                 seen.push("binary".into());
@@ -110,8 +122,9 @@ proptest! {
         check(&buf);
         // Parse the whole buffer request by request, as the connection does.
         let mut rest = &buf[..];
+        let mut keys = Vec::new();
         while !rest.is_empty() {
-            let consumed = match parse(rest, &limits()) {
+            let consumed = match parse(rest, &limits(), &mut keys) {
                 Parse::Incomplete { .. } | Parse::Binary { .. } => break,
                 Parse::Request { consumed, .. } => consumed,
                 Parse::Reject(r) => {
@@ -164,7 +177,7 @@ proptest! {
         }
         // A refusal after a final noreply is silent, else one reply: the connection
         // sees it as a reject with `noreply` set.
-        if let Parse::Reject(r) = parse(&req, &limits()) {
+        if let Parse::Reject(r) = parse(&req, &limits(), &mut Vec::new()) {
             prop_assert_eq!(r.noreply, noreply);
         }
     }
@@ -186,9 +199,10 @@ proptest! {
         req.extend_from_slice(b"\r\nget jobs\r\n");
         let whole = req.len() - b"get jobs\r\n".len();
         let cut = cut.index(whole);
-        let incomplete = matches!(parse(&req[..cut], &limits()), Parse::Incomplete { .. });
+        let mut keys = Vec::new();
+        let incomplete = matches!(parse(&req[..cut], &limits(), &mut keys), Parse::Incomplete { .. });
         prop_assert!(incomplete, "cut at {}", cut);
-        match parse(&req, &limits()) {
+        match parse(&req, &limits(), &mut keys) {
             Parse::Request { consumed, request } => {
                 prop_assert_eq!(consumed, whole);
                 prop_assert_eq!(request.kind(), weir_server::parse::CommandKind::Set);

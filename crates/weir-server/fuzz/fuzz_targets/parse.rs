@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir_server::parse::{parse, Parse, ParseLimits};
+use weir_server::parse::{parse, Parse, ParseLimits, Request};
+use weir_server::request::parse_read_key;
 
 fuzz_target!(|data: &[u8]| {
     let limits = ParseLimits {
@@ -12,8 +13,9 @@ fuzz_target!(|data: &[u8]| {
         get_keys_max: 8,
     };
     let mut rest = data;
+    let mut keys = Vec::new();
     while !rest.is_empty() {
-        let consumed = match parse(rest, &limits) {
+        let consumed = match parse(rest, &limits, &mut keys) {
             Parse::Incomplete { bytes_needed } => {
                 assert!(bytes_needed == 0 || bytes_needed > rest.len());
                 break;
@@ -21,6 +23,15 @@ fuzz_target!(|data: &[u8]| {
             Parse::Binary { .. } => {
                 assert_eq!(rest[0], 0x80);
                 break;
+            }
+            Parse::Request {
+                request: Request::Get { keys, .. },
+                consumed,
+            } => {
+                for key in keys.iter() {
+                    assert_eq!(parse_read_key(key.text), Ok(key));
+                }
+                consumed
             }
             Parse::Request { consumed, .. } => consumed,
             Parse::Reject(r) => {

@@ -2,7 +2,6 @@
 //! (or `QUEUE.READER`), as after `monitor`. Asking for more than are held confirms
 //! nothing and replies `CLIENT_ERROR`.
 
-use bytes::BufMut;
 use weir::ErrorKind;
 
 use super::{put_engine_error, Ctx, Flow};
@@ -12,7 +11,7 @@ use crate::request::ReadKey;
 pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, count: u64) -> Flow {
     let held = ctx.session.leases.count(key.queue, key.reader) as u64;
     if count > held {
-        ctx.out.put_slice(reply::NOT_THAT_MANY_OPEN);
+        ctx.out.put(reply::NOT_THAT_MANY_OPEN);
         return Flow::Continue;
     }
     for _ in 0..count {
@@ -25,12 +24,12 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, count: u64) -> Flow {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => {
                 // Still held: it goes back when the connection ends.
-                put_engine_error(ctx.out, &e);
+                put_engine_error(ctx.out.replies(), &e);
                 return Flow::Continue;
             }
         }
         ctx.session.leases.remove(key.queue, key.reader, id);
     }
-    ctx.out.put_slice(reply::END);
+    ctx.out.put(reply::END);
     Flow::Continue
 }

@@ -5,8 +5,6 @@
 //! xmemcached's Kestrel mode accepts nothing else (it closes the connection on
 //! `NOT_FOUND`), and a queue that is gone is what the client asked for either way.
 
-use bytes::BufMut;
-
 use super::{blocking, put_failure, Ctx, Flow};
 use crate::reply;
 use crate::request::ReadKey;
@@ -32,8 +30,8 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow
     };
     if !noreply {
         match result {
-            Ok(_) => ctx.out.put_slice(reply::DELETED),
-            Err(f) => put_failure(ctx.out, &f),
+            Ok(_) => ctx.out.put(reply::DELETED),
+            Err(f) => put_failure(ctx.out.replies(), &f),
         }
     }
     Flow::Continue

@@ -33,13 +33,13 @@ pub async fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
         .map(str::to_owned)
         .collect();
     match blocking(move || Ok(blocks(&store, &wanted))).await {
-        Ok(bytes) => ctx.out.put_slice(&bytes),
+        Ok(bytes) => ctx.out.put(&bytes),
         Err(f) => {
-            put_failure(ctx.out, &f);
+            put_failure(ctx.out.replies(), &f);
             return Flow::Continue;
         }
     }
-    ctx.out.put_slice(reply::END);
+    ctx.out.put(reply::END);
     Flow::Continue
 }
 

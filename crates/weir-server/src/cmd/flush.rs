@@ -1,8 +1,6 @@
 //! `flush QUEUE` drops every item for every reader; `flush QUEUE.READER` for that
 //! reader only. Neither creates a queue or reader that does not exist.
 
-use bytes::BufMut;
-
 use super::{blocking, put_failure, Ctx, Flow};
 use crate::reply;
 use crate::request::ReadKey;
@@ -26,8 +24,8 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow
     .await;
     if !noreply {
         match result {
-            Ok(_) => ctx.out.put_slice(reply::END),
-            Err(f) => put_failure(ctx.out, &f),
+            Ok(_) => ctx.out.put(reply::END),
+            Err(f) => put_failure(ctx.out.replies(), &f),
         }
     }
     Flow::Continue

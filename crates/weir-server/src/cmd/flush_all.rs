@@ -5,8 +5,6 @@
 //! replied `Flushed all queues.`, which breaks them all, and is there for clients
 //! written against Kestrel with `flush_all_reply = "kestrel"`.
 
-use bytes::BufMut;
-
 use super::{blocking, put_failure, Ctx, Flow};
 use crate::reply;
 
@@ -22,10 +20,10 @@ pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
     if !noreply {
         match result {
             Ok(()) if ctx.shared.limits.flush_all_kestrel() => {
-                ctx.out.put_slice(reply::FLUSHED_ALL_KESTREL)
+                ctx.out.put(reply::FLUSHED_ALL_KESTREL)
             }
-            Ok(()) => ctx.out.put_slice(reply::OK),
-            Err(f) => put_failure(ctx.out, &f),
+            Ok(()) => ctx.out.put(reply::OK),
+            Err(f) => put_failure(ctx.out.replies(), &f),
         }
     }
     Flow::Continue

@@ -2,8 +2,6 @@
 //! items now rather than when a reader reaches them; replies with how many. Per queue,
 //! for all its readers at once: the parser refuses a reader key.
 
-use bytes::BufMut;
-
 use super::{blocking, put_failure, put_u64, Ctx, Flow};
 
 /// `queue` is `None` for `flush_all_expired`.
@@ -24,10 +22,10 @@ pub async fn execute(ctx: &mut Ctx<'_>, queue: Option<&str>) -> Flow {
     .await;
     match result {
         Ok(count) => {
-            put_u64(ctx.out, count);
-            ctx.out.put_slice(b"\r\n");
+            put_u64(ctx.out.replies(), count);
+            ctx.out.put(b"\r\n");
         }
-        Err(f) => put_failure(ctx.out, &f),
+        Err(f) => put_failure(ctx.out.replies(), &f),
     }
     Flow::Continue
 }

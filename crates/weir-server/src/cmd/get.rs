@@ -14,16 +14,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use weir::{ErrorKind, Reader, TakeMode, Taken};
 
-use super::{
-    is_stale, put_engine_error, put_value, reader_handle, take, write_if_large, Ctx, Flow, Waited,
-};
+use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
 use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX};
 use crate::metrics::LoopMetrics;
 use crate::reply;
-use crate::request::{parse_read_key, ReadKey};
+use crate::request::{GetKeys, ReadKey};
 
 enum KeyFailure {
     Engine(weir::Error),
@@ -38,46 +36,40 @@ impl From<weir::Error> for KeyFailure {
     }
 }
 
-pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
+pub async fn execute(ctx: &mut Ctx<'_>, keys: GetKeys<'_>, cas: bool) -> Flow {
     // The common request, one plain key on a connection that holds no lease, cannot
-    // break a lease rule: it skips the check, and its name is checked by the parse
-    // below (before anything runs, as there is nothing before it).
-    let plain_single =
-        ctx.session.leases.total() == 0 && memchr::memchr2(b' ', b'/', keys.as_bytes()).is_none();
+    // break a lease rule: it skips the check.
+    let plain_single = ctx.session.leases.total() == 0
+        && keys.len() == 1
+        && keys.iter().all(|key| key.options.is_plain());
     if !plain_single {
         let open_reads_max = ctx.shared.limits.max_open_reads();
         if let Err(reply) = check_leases(&ctx.session.leases, keys, open_reads_max) {
-            ctx.out.put_slice(reply);
+            ctx.out.put(reply);
             return Flow::Continue;
         }
     }
-    for text in keys.split(' ').filter(|k| !k.is_empty()) {
-        let Ok(key) = parse_read_key(text) else {
-            // Only a single key gets here: `check_leases` refused a bad name among
-            // several before any ran.
-            ctx.out.put_slice(reply::BAD_QUEUE_NAME);
-            return Flow::Continue;
-        };
-        match one_key(ctx, text, key, cas).await {
+    for key in keys.iter() {
+        match one_key(ctx, key, cas).await {
             Ok(()) => {}
             Err(KeyFailure::Gone) => return Flow::Close,
             Err(KeyFailure::Engine(e)) => {
                 // In place of END: the client must not take a partial reply as whole.
-                put_engine_error(ctx.out, &e);
+                put_engine_error(ctx.out.replies(), &e);
                 return Flow::Continue;
             }
             Err(KeyFailure::Refused(reply)) => {
-                ctx.out.put_slice(reply);
+                ctx.out.put(reply);
                 return Flow::Continue;
             }
         }
         // Many keys for large items: write as we go, so one request never holds more
         // than about one item past the threshold in memory.
-        if !write_if_large(ctx).await {
+        if !ctx.out.write_if_over(ctx.metrics).await {
             return Flow::Close;
         }
     }
-    ctx.out.put_slice(reply::END);
+    ctx.out.put(reply::END);
     Flow::Continue
 }
 
@@ -87,12 +79,15 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: &str, cas: bool) -> Flow {
 /// all readers. Per key: `abort` releases every lease on the reader, `close` confirms
 /// one, then `open` takes one. An `open` that finds nothing takes nothing, so the
 /// counts are an upper bound on what execution will hold.
-fn check_leases(leases: &Leases, keys: &str, open_reads_max: u64) -> Result<(), &'static [u8]> {
+fn check_leases(
+    leases: &Leases,
+    keys: GetKeys<'_>,
+    open_reads_max: u64,
+) -> Result<(), &'static [u8]> {
     // Only readers whose count the request changes; others are read from `leases`.
     let mut running: HashMap<(&str, &str), u64> = HashMap::new();
     let mut total = leases.total() as u64;
-    for text in keys.split(' ').filter(|k| !k.is_empty()) {
-        let key = parse_read_key(text).map_err(|_| reply::BAD_QUEUE_NAME)?;
+    for key in keys.iter() {
         let reader = (key.queue, key.reader);
         let held = match running.get(&reader) {
             Some(&n) => n,
@@ -130,33 +125,41 @@ fn check_leases(leases: &Leases, keys: &str, open_reads_max: u64) -> Result<(), 
     Ok(())
 }
 
-async fn one_key(
-    ctx: &mut Ctx<'_>,
-    text: &str,
-    key: ReadKey<'_>,
-    cas: bool,
-) -> Result<(), KeyFailure> {
+async fn one_key(ctx: &mut Ctx<'_>, key: ReadKey<'_>, cas: bool) -> Result<(), KeyFailure> {
     let o = key.options;
     if o.abort {
         ctx.session.leases.release(key.queue, key.reader);
         return Ok(());
     }
     if o.close {
-        // Forgotten only once confirmed: a lease whose confirm failed stays held, and
-        // goes back when the connection ends.
-        if let Some((reader, id)) = ctx.session.leases.oldest(key.queue, key.reader) {
-            match reader.confirm_async(id).await {
-                // Unknown (timed out) or deleted: nothing left to confirm.
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(KeyFailure::Engine(e)),
-            }
-            ctx.session.leases.remove(key.queue, key.reader, id);
-        }
+        close_oldest(ctx, &key).await?;
     }
     if !o.takes() {
         return Ok(());
     }
+    look(ctx, &key, cas).await
+}
+
+/// `close`: confirms this connection's oldest lease on the key's reader. The lease
+/// is forgotten only once confirmed: one whose confirm failed stays held, and goes
+/// back when the connection ends.
+async fn close_oldest(ctx: &mut Ctx<'_>, key: &ReadKey<'_>) -> Result<(), KeyFailure> {
+    let Some((reader, id)) = ctx.session.leases.oldest(key.queue, key.reader) else {
+        return Ok(());
+    };
+    match reader.confirm_async(id).await {
+        // Unknown (timed out) or deleted: nothing left to confirm.
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(KeyFailure::Engine(e)),
+    }
+    ctx.session.leases.remove(key.queue, key.reader, id);
+    Ok(())
+}
+
+/// `open`, `peek` or a plain take, waiting up to the key's `t=MS`.
+async fn look(ctx: &mut Ctx<'_>, key: &ReadKey<'_>, cas: bool) -> Result<(), KeyFailure> {
+    let o = key.options;
     let mode = if o.open {
         TakeMode::Lease
     } else if o.peek {
@@ -164,11 +167,11 @@ async fn one_key(
     } else {
         TakeMode::Take
     };
-    let wait_ms = o.wait_ms.unwrap_or(0).min(ctx.shared.limits.wait_ms_max());
-    let wait = Duration::from_millis(wait_ms);
     if o.peek {
         ctx.metrics.peeks.add(1);
     }
+    let wait_ms = o.wait_ms.unwrap_or(0).min(ctx.shared.limits.wait_ms_max());
+    let wait = Duration::from_millis(wait_ms);
     if !wait.is_zero() {
         // A wait uses the connection (to send what is pending, to notice a close), so
         // it holds its own clone of the handle.
@@ -179,13 +182,23 @@ async fn one_key(
         };
         if !is_stale(&result) {
             let leases = &mut ctx.session.leases;
-            return deliver(ctx.metrics, leases, ctx.out, &reader, result, text, cas);
+            let out = ctx.out.replies();
+            return deliver(ctx.metrics, leases, out, &reader, result, key.text, cas);
         }
-        // Deleted during the wait: look once more below, on a fresh handle.
+        // Deleted during the wait: look once more, on a fresh handle.
         ctx.session.handles.evict(key.queue);
     }
-    // A look without a wait borrows the cached handle. A handle on a queue deleted
-    // since it was cached answers NotFound: forget it and look once more.
+    look_now(ctx, key, mode, cas).await
+}
+
+/// A look without a wait, on the cached handle. A handle on a queue deleted since it
+/// was cached answers NotFound: forget it and look once more.
+async fn look_now(
+    ctx: &mut Ctx<'_>,
+    key: &ReadKey<'_>,
+    mode: TakeMode,
+    cas: bool,
+) -> Result<(), KeyFailure> {
     let queues = &ctx.shared.queues;
     let mut evicted = false;
     loop {
@@ -201,7 +214,8 @@ async fn one_key(
             continue;
         }
         let leases = &mut ctx.session.leases;
-        return deliver(ctx.metrics, leases, ctx.out, reader, result, text, cas);
+        let out = ctx.out.replies();
+        return deliver(ctx.metrics, leases, out, reader, result, key.text, cas);
     }
 }
 
@@ -237,6 +251,8 @@ mod tests {
     use crate::leases::TooManyLeases;
 
     fn check(leases: &Leases, keys: &str, max: u64) -> Result<(), &'static [u8]> {
+        let mut spans = Vec::new();
+        let keys = GetKeys::parse(keys, usize::MAX, &mut spans).map_err(|_| &b"bad key"[..])?;
         check_leases(leases, keys, max)
     }
 

@@ -1,9 +1,10 @@
 //! The commands: one file each, each applying one parsed request to the store and
 //! appending its reply to the connection's output.
 //!
-//! A command never writes to the socket itself except where the protocol streams
-//! (`monitor`) or is about to wait (`get` with `t=MS`), and then only through
-//! [`crate::connection::write_now`], so replies stay in order.
+//! A command is given the connection's outbound half ([`Outbound`]): it appends its
+//! reply there. It writes to the socket itself only where the protocol streams
+//! (`monitor`) or is about to wait (`get` with `t=MS`), and then through the same
+//! half, so replies stay in order.
 
 pub mod confirm;
 pub mod delete;
@@ -23,10 +24,9 @@ pub mod version;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use tokio::net::TcpStream;
 use weir::{ErrorKind, Item, Reader, TakeMode, Taken};
 
-use crate::connection::{until_closed, write_if_over, write_now};
+use crate::connection::Outbound;
 use crate::handles::Handles;
 use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
@@ -55,9 +55,8 @@ pub struct Ctx<'a> {
     pub session: &'a mut Session,
     /// The counters of the event loop this connection runs on.
     pub metrics: &'a LoopMetrics,
-    pub out: &'a mut BytesMut,
-    pub stream: &'a mut TcpStream,
-    pub read_ahead: &'a mut BytesMut,
+    /// The socket's outbound half: replies go here.
+    pub out: &'a mut Outbound,
 }
 
 pub async fn execute(request: Request<'_>, ctx: &mut Ctx<'_>) -> Flow {
@@ -200,13 +199,6 @@ pub enum Waited {
     Gone,
 }
 
-/// Writes the pending replies once they pass
-/// [`crate::shared::OUTPUT_BYTES_FLUSH_AT`], so a command that produces many (large)
-/// items never holds them all in memory; false when the client is gone.
-pub async fn write_if_large(ctx: &mut Ctx<'_>) -> bool {
-    write_if_over(ctx.stream, ctx.out, ctx.metrics).await
-}
-
 /// Takes from `reader` by `mode`, waiting up to `wait`. A wait first sends the replies
 /// already pending, then races the engine against the client closing and against
 /// shutdown (which ends the wait empty-handed).
@@ -214,7 +206,7 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
     if wait.is_zero() {
         return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
     }
-    match write_now(ctx.stream, ctx.out).await {
+    match ctx.out.write().await {
         Ok(n) => ctx.metrics.bytes_written.add(n as u64),
         Err(_) => return Waited::Gone,
     }
@@ -227,7 +219,7 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
         taken = reader.take_async(mode, wait) => Waited::Done(taken),
         // A shutdown stops the socket's reads too (see `shutdown.rs`): that ends the
         // wait empty-handed, and the connection then closes.
-        _ = until_closed(ctx.stream, ctx.read_ahead) => if shutdown.is_triggered() {
+        _ = ctx.out.until_closed() => if shutdown.is_triggered() {
             Waited::Done(Ok(None))
         } else {
             Waited::Gone

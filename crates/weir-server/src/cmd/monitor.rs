@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::BufMut;
 use weir::TakeMode;
 
-use super::{put_engine_error, put_value, reader_handle, take, write_if_large, Ctx, Flow, Waited};
+use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
 use crate::leases::LEASES_PER_CONNECTION_MAX;
 use crate::reply;
 use crate::request::ReadKey;
@@ -35,7 +34,7 @@ pub async fn execute(
     let reader = match reader_handle(ctx, parsed.queue, parsed.reader).await {
         Ok(r) => r,
         Err(e) => {
-            put_engine_error(ctx.out, &e);
+            put_engine_error(ctx.out.replies(), &e);
             return Flow::Continue;
         }
     };
@@ -45,7 +44,7 @@ pub async fn execute(
         match take(ctx, &reader, TakeMode::Lease, remaining).await {
             Waited::Gone => return Flow::Close,
             Waited::Done(Err(e)) => {
-                put_engine_error(ctx.out, &e);
+                put_engine_error(ctx.out.replies(), &e);
                 return Flow::Continue;
             }
             Waited::Done(Ok(None)) => break,
@@ -53,22 +52,22 @@ pub async fn execute(
                 if let Some(id) = taken.lease {
                     // `room` bounds `items_max`; refused anyway, the item went back.
                     if ctx.session.leases.push(&reader, id).is_err() {
-                        ctx.out.put_slice(reply::TOO_MANY_OPEN_ITEMS);
+                        ctx.out.put(reply::TOO_MANY_OPEN_ITEMS);
                         return Flow::Continue;
                     }
                 }
                 // The key as sent, reader included, as `get` does (and as Kestrel,
                 // whose fanout queue `q+r` is a queue of that name).
-                put_value(ctx.out, parsed.text, &taken.item, false);
+                put_value(ctx.out.replies(), parsed.text, &taken.item, false);
                 sent += 1;
             }
         }
         // Items already there are taken without a wait, and a wait writes what is
         // pending only when it starts: bound what piles up in between.
-        if !write_if_large(ctx).await {
+        if !ctx.out.write_if_over(ctx.metrics).await {
             return Flow::Close;
         }
     }
-    ctx.out.put_slice(reply::END);
+    ctx.out.put(reply::END);
     Flow::Continue
 }

@@ -1,15 +1,13 @@
 //! `reload`: re-read the config file and apply the queue settings and the reloadable
 //! server limits at once. A file that fails to parse changes nothing.
 
-use bytes::BufMut;
-
 use super::{put_server_error, Ctx, Flow};
 use crate::config;
 use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let Some(path) = ctx.shared.config_path.clone() else {
-        ctx.out.put_slice(reply::RELOADED);
+        ctx.out.put(reply::RELOADED);
         return Flow::Continue;
     };
     let store = ctx.shared.store.clone();
@@ -28,13 +26,13 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
         Ok(Ok(limits)) => {
             ctx.shared.limits.set(limits);
             tracing::info!(?limits, "reloaded config");
-            ctx.out.put_slice(reply::RELOADED);
+            ctx.out.put(reply::RELOADED);
         }
         Ok(Err(e)) => {
             tracing::warn!(error = %format!("{e:#}"), "reload failed");
-            put_server_error(ctx.out, &format!("reload failed: {e:#}"));
+            put_server_error(ctx.out.replies(), &format!("reload failed: {e:#}"));
         }
-        Err(e) => put_server_error(ctx.out, &format!("reload failed: {e}")),
+        Err(e) => put_server_error(ctx.out.replies(), &format!("reload failed: {e}")),
     }
     Flow::Continue
 }

@@ -4,7 +4,6 @@
 //! the item is fdatasync'ed. The reply is `STORED` only when every append returned;
 //! otherwise it is the reply of the first failure (`NOT_STORED` when full).
 
-use bytes::BufMut;
 use weir::{AppendOptions, ErrorKind};
 
 use super::{put_engine_error, Ctx, Flow};
@@ -36,8 +35,8 @@ pub async fn execute(
     }
     if !noreply {
         match failure {
-            None => ctx.out.put_slice(reply::STORED),
-            Some(e) => put_engine_error(ctx.out, &e),
+            None => ctx.out.put(reply::STORED),
+            Some(e) => put_engine_error(ctx.out.replies(), &e),
         }
     }
     Flow::Continue

@@ -1,14 +1,12 @@
 //! `shutdown`: stop the server gracefully, when `shutdown_enabled` is set in the
 //! config (it is off by default: any client could otherwise stop the server).
 
-use bytes::BufMut;
-
 use super::{Ctx, Flow};
 use crate::reply;
 
 pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
     if !ctx.shared.limits.shutdown_enabled() {
-        ctx.out.put_slice(reply::SHUTDOWN_DISABLED);
+        ctx.out.put(reply::SHUTDOWN_DISABLED);
         return Flow::Continue;
     }
     tracing::info!("shutdown requested by a client");

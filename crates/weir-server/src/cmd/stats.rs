@@ -70,12 +70,12 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let queues = match blocking(move || Ok(queue_lines(&store))).await {
         Ok(lines) => lines,
         Err(f) => {
-            put_failure(ctx.out, &f);
+            put_failure(ctx.out.replies(), &f);
             return Flow::Continue;
         }
     };
     let m = &shared.metrics;
-    let out = &mut *ctx.out;
+    let out = ctx.out.replies();
     let c = counters(m);
     stat(out, "pid", u64::from(std::process::id()));
     stat(out, "uptime", shared.started.elapsed().as_secs());
@@ -149,7 +149,7 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
     let shared = ctx.shared;
     let limits = &shared.limits;
     let parse = limits.parse_limits();
-    let out = &mut *ctx.out;
+    let out = ctx.out.replies();
     let s = &shared.settings;
     stat_text(out, "listen", &s.listen);
     stat_text(out, "http_listen", &s.http_listen);
@@ -195,6 +195,6 @@ pub fn reset(ctx: &mut Ctx<'_>) -> Flow {
     let m = &ctx.shared.metrics;
     let now = counters(m).plus(&m.stats_baseline());
     m.set_stats_baseline(now);
-    ctx.out.put_slice(reply::RESET);
+    ctx.out.put(reply::RESET);
     Flow::Continue
 }
