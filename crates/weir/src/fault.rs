@@ -83,6 +83,25 @@ pub fn fsyncs_under(dir: &Path) -> u64 {
     sum_under(&FSYNCS, dir)
 }
 
+/// fsyncs of directories, per directory (exact path, not counted under parents).
+static DIR_SYNCS: Counts = Mutex::new(None);
+
+/// Counts one fsync of the directory `dir`.
+pub(crate) fn dir_synced(dir: &Path) {
+    count(&DIR_SYNCS, dir);
+}
+
+/// fsyncs the engine made of the directory `dir` itself since the process started:
+/// what makes a file created, renamed or removed in it survive a power cut.
+pub fn dir_syncs_of(dir: &Path) -> u64 {
+    let counts = DIR_SYNCS.lock().unwrap_or_else(|e| e.into_inner());
+    counts
+        .as_ref()
+        .and_then(|c| c.get(dir))
+        .copied()
+        .unwrap_or(0)
+}
+
 /// Aborts the process if it was told to at `point`.
 pub(crate) fn reached(point: &str) {
     let armed = ABORT_AT.lock().unwrap_or_else(|e| e.into_inner());

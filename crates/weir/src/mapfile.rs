@@ -479,7 +479,10 @@ impl MapFile {
 
 /// fsyncs a directory, so that files created or removed in it survive an OS crash.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    File::open(dir)?.sync_all()?;
+    #[cfg(feature = "fault-injection")]
+    crate::fault::dir_synced(dir);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -134,6 +134,26 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Creates the data directory and its `queues/` where missing, and makes their entries
+/// durable (an fsync of each parent) before any queue is created in them: a queue
+/// synced later must not vanish after a power cut with the directory it lives in.
+fn create_store_dirs(dir: &Path) -> Result<()> {
+    let queues = dir.join("queues");
+    if queues.is_dir() {
+        return Ok(());
+    }
+    let dir_existed = dir.is_dir();
+    fs::create_dir_all(&queues).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let sync = |d: &Path| sync_dir(d).map_err(|e| Error::io(format!("syncing {}", d.display()), e));
+    sync(dir)?;
+    if !dir_existed {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync(parent)?;
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Opens (creating if needed) the store in `dir` with default options.
     pub fn open(dir: impl AsRef<Path>) -> Result<Store> {
@@ -144,8 +164,7 @@ impl Store {
     /// directory, in this process or another, gets [`Error::Locked`].
     pub fn open_with(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(dir.join("queues"))
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        create_store_dirs(&dir)?;
         let lock = DirLock::acquire(&dir)?;
         let reserve = Arc::new(SpaceReserve::open(&dir, options.space_reserve_bytes));
         let inner = Arc::new(StoreInner {
