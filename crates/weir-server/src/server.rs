@@ -185,7 +185,7 @@ async fn on_signals(shared: Arc<Shared>) {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }
-    shared.shutdown.trigger();
+    shared.begin_shutdown();
 }
 
 /// Event loops besides the one the accept loop runs on.

@@ -36,6 +36,16 @@ pub struct Shared {
     pub started: Instant,
 }
 
+impl Shared {
+    /// Starts the graceful shutdown. The store is told first, so that no item a
+    /// closing connection gives back reaches another connection of this process:
+    /// it is delivered again after the restart (see `weir::Store::begin_shutdown`).
+    pub fn begin_shutdown(&self) {
+        self.store.begin_shutdown();
+        self.shutdown.trigger();
+    }
+}
+
 /// The reloadable limits, readable without a lock on every request.
 pub struct RuntimeLimits {
     line_bytes_max: AtomicUsize,

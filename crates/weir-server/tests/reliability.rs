@@ -286,3 +286,131 @@ fn sigterm_with_open_leases_gives_them_back() {
         b"VALUE q 0 1\r\na\r\nEND\r\nVALUE q 0 1\r\nb\r\nEND\r\nEND\r\n",
     );
 }
+
+/// Sends bursts of `get q/close/open` until the server closes the connection; returns
+/// every value received.
+fn lease_until_closed(addr: std::net::SocketAddr, burst: usize) -> Vec<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let request = "get q/close/open\r\n".repeat(burst);
+    let mut values = Vec::new();
+    let mut line = String::new();
+    loop {
+        if stream.write_all(request.as_bytes()).is_err() {
+            return values;
+        }
+        for _ in 0..burst {
+            loop {
+                line.clear();
+                match reader.read_line(&mut line) {
+                    Ok(0) | Err(_) => return values,
+                    Ok(_) => {}
+                }
+                if line == "END\r\n" {
+                    break;
+                }
+                if line.starts_with("VALUE ") {
+                    let mut data = String::new();
+                    match reader.read_line(&mut data) {
+                        Ok(0) | Err(_) => return values,
+                        Ok(_) => values.push(data.trim_end().to_string()),
+                    }
+                } else if !line.starts_with("SERVER_ERROR") {
+                    panic!("unexpected reply {line:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Takes one item under a lease, then sends nothing more; returns the item once the
+/// server closes the connection.
+fn lease_one_and_wait(addr: std::net::SocketAddr) -> Vec<String> {
+    let mut c = Client::connect(addr);
+    c.send(b"get q/open\r\n");
+    let reply = c.read_until(b"END\r\n");
+    let value = String::from_utf8(reply)
+        .unwrap()
+        .lines()
+        .nth(1)
+        .map(str::to_string);
+    c.expect_closed();
+    value.into_iter().collect()
+}
+
+#[test]
+fn sigterm_never_hands_a_closing_connections_item_to_another() {
+    const ITEMS: usize = 100_000;
+    const HOLDERS: usize = 12;
+    const BUSY: usize = 12;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    for chunk in (0..ITEMS).collect::<Vec<_>>().chunks(1000) {
+        let mut sets = String::new();
+        for i in chunk {
+            let value = format!("item{i}");
+            sets.push_str(&format!("set q 0 0 {} noreply\r\n{value}\r\n", value.len()));
+        }
+        c.send(sets.as_bytes());
+    }
+    c.call(
+        b"version\r\n",
+        format!("VERSION weir-{}\r\n", env!("CARGO_PKG_VERSION")).as_bytes(),
+    );
+    drop(c);
+    // Holders each keep one item leased and send nothing more: the signal ends their
+    // connections at once. Busy connections keep requests in flight, so they are
+    // still taking items when the holders' connections close.
+    let addr = s.addr;
+    let mut clients: Vec<_> = (0..HOLDERS)
+        .map(|_| std::thread::spawn(move || lease_one_and_wait(addr)))
+        .collect();
+    clients.extend((0..BUSY).map(|_| std::thread::spawn(move || lease_until_closed(addr, 16))));
+    std::thread::sleep(Duration::from_millis(150));
+    let status = s.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}\n{}", s.log());
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    for (i, client) in clients.into_iter().enumerate() {
+        for value in client.join().unwrap() {
+            if let Some(other) = seen.insert(value.clone(), i) {
+                panic!("{value} was handed to connection {other} and to connection {i}");
+            }
+        }
+    }
+    assert!(
+        seen.len() > HOLDERS,
+        "the clients got items before the signal"
+    );
+    // Nothing is lost: the restart delivers what was not confirmed.
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    let mut after = std::collections::HashSet::new();
+    'drain: loop {
+        c.send("get q\r\n".repeat(100).as_bytes());
+        let mut empty = false;
+        for _ in 0..100 {
+            let reply = c.read_until(b"END\r\n");
+            match String::from_utf8(reply).unwrap().lines().nth(1) {
+                Some(value) => {
+                    after.insert(value.to_string());
+                }
+                None => empty = true,
+            }
+        }
+        if empty {
+            break 'drain;
+        }
+    }
+    for i in 0..ITEMS {
+        let value = format!("item{i}");
+        assert!(
+            seen.contains_key(&value) || after.contains(&value),
+            "{value} was lost"
+        );
+    }
+}

@@ -120,6 +120,9 @@ pub(crate) struct StoreInner {
     /// queue in use, none that is idle, so thousands of idle queues cost it nothing.
     active: Mutex<Vec<Arc<QueueCore>>>,
     closed: AtomicBool,
+    /// Set by [`Store::begin_shutdown`]: leases that end unconfirmed keep their items
+    /// out of reach until the store is reopened.
+    pub(crate) shutting_down: AtomicBool,
     background: Mutex<Option<JoinHandle<()>>>,
     /// Outside the store, so the background thread can sleep on it without keeping the
     /// store alive.
@@ -180,6 +183,7 @@ impl Store {
             registry: Mutex::new(Registry::default()),
             opened: Condvar::new(),
             closed: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
             background: Mutex::new(None),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
         });
@@ -316,6 +320,20 @@ impl Store {
         fs::remove_dir_all(&tomb)
             .map_err(|e| Error::io(format!("deleting {}", tomb.display()), e))?;
         Ok(true)
+    }
+
+    /// Starts a shutdown: from now on, a lease that ends without a confirm (released,
+    /// timed out, or its holder gone) does not put its item back for other readers
+    /// of this process. The item stays out until the store is reopened, which delivers
+    /// it again, as after a kill. A server calls this when a graceful shutdown begins,
+    /// before it closes its clients' connections: an item a closing connection had
+    /// received must not be handed to another connection in the moments before the
+    /// process ends. Appends, takes of other items and confirms go on as before.
+    pub fn begin_shutdown(&self) {
+        self.handle
+            .inner
+            .shutting_down
+            .store(true, Ordering::Release);
     }
 
     /// Replaces the options and applies the new settings to every open queue.

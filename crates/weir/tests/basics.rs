@@ -1450,3 +1450,38 @@ fn synced_appends_fsync_and_buffered_ones_do_not() {
         );
     }
 }
+
+#[test]
+fn after_begin_shutdown_a_released_lease_stays_out_until_the_store_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let queue = store.queue("q").unwrap();
+    for data in [&b"a"[..], b"b", b"c"] {
+        queue.append(data, opts()).unwrap();
+    }
+    let reader = queue.reader("").unwrap();
+    let before = reader.take_leased().unwrap().unwrap();
+    assert_eq!(&before.item.data[..], b"a");
+    // Before a shutdown, a release puts the item back first in line.
+    assert!(reader.release(before.id).unwrap());
+    let lease = reader.take_leased().unwrap().unwrap();
+    assert_eq!(&lease.item.data[..], b"a");
+    store.begin_shutdown();
+    // After it, the release is accepted but the item is not handed out again here.
+    assert!(reader.release(lease.id).unwrap());
+    let next = reader.take().unwrap().unwrap();
+    assert_eq!(&next.data[..], b"b");
+    // Appends and takes of other items go on.
+    queue.append(b"d", opts()).unwrap();
+    let rest: Vec<Vec<u8>> = std::iter::from_fn(|| reader.take().unwrap())
+        .map(|item| item.data.to_vec())
+        .collect();
+    assert_eq!(rest, [b"c".to_vec(), b"d".to_vec()]);
+    store.close().unwrap();
+    // The restart delivers it again, as after a kill; what was confirmed stays gone.
+    let store = Store::open(dir.path()).unwrap();
+    let reader = store.queue("q").unwrap().reader("").unwrap();
+    assert_eq!(&reader.take().unwrap().unwrap().data[..], b"a");
+    assert!(reader.take().unwrap().is_none());
+    store.close().unwrap();
+}

@@ -10,6 +10,6 @@ pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
         return Flow::Continue;
     }
     tracing::info!("shutdown requested by a client");
-    ctx.shared.shutdown.trigger();
+    ctx.shared.begin_shutdown();
     Flow::Close
 }

@@ -217,9 +217,13 @@ impl QueueCore {
             }
             state.tick_unmap(now, &self.name);
             state.tick_staged(now, &self.name);
-            for name in state.tick_leases(now) {
-                if let Some(r) = state.readers.get(&name) {
-                    self.wake_reader(r);
+            // Past the start of a shutdown, timed-out leases stay out too (see
+            // `Store::begin_shutdown`).
+            if !self.is_shutting_down() {
+                for name in state.tick_leases(now) {
+                    if let Some(r) = state.readers.get(&name) {
+                        self.wake_reader(r);
+                    }
                 }
             }
             let sync_to_close = state.tick_close(now, &self.name);

@@ -40,6 +40,13 @@ impl State {
 }
 
 impl QueueCore {
+    /// Whether the store has begun shutting down (see `Store::begin_shutdown`).
+    pub(super) fn is_shutting_down(&self) -> bool {
+        self.store
+            .upgrade()
+            .is_some_and(|s| s.shutting_down.load(std::sync::atomic::Ordering::Acquire))
+    }
+
     pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
@@ -79,6 +86,11 @@ impl QueueCore {
         };
         if r.leases.get(&lease.0).is_none_or(|l| l.moving) {
             return Ok(false);
+        }
+        if self.is_shutting_down() {
+            // Kept leased: delivered again after the restart, not to another reader
+            // of this process (see `Store::begin_shutdown`).
+            return Ok(true);
         }
         let Some(info) = r.leases.remove(&lease.0) else {
             return Ok(false);
