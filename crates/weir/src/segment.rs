@@ -51,6 +51,24 @@ pub(crate) fn encode_segment_header(first_seq: u64, seed: u32) -> [u8; FILE_HEAD
     h
 }
 
+/// Whether a damaged header is what a crash while writing it leaves, rather than
+/// damage: the bytes that were written are the start of the header this segment
+/// would have (its name's first seq, the seed of its first copy), the rest zero
+/// (bytes past the end of a short file count as zero).
+pub(crate) fn is_torn_header(bytes: &[u8], first_seq: u64) -> bool {
+    let mut header = [0u8; FILE_HEADER_BYTES as usize];
+    let n = bytes.len().min(header.len());
+    header[..n].copy_from_slice(&bytes[..n]);
+    let seed = u32::from_le_bytes([header[16], header[17], header[18], header[19]]);
+    let expected = encode_segment_header(first_seq, seed);
+    let written = header
+        .iter()
+        .zip(&expected)
+        .take_while(|(a, b)| a == b)
+        .count();
+    header[written..].iter().all(|&b| b == 0)
+}
+
 /// What a segment's header says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SegmentHeader {
@@ -501,4 +519,33 @@ pub(crate) fn read_full_at(file: &File, buf: &mut [u8], off: u64) -> io::Result<
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_cut_short_by_a_crash_is_told_from_damage() {
+        let first_seq = 42;
+        let whole = encode_segment_header(first_seq, 0xdead_beef);
+        for cut in 0..whole.len() {
+            let mut torn = [0u8; FILE_HEADER_BYTES as usize];
+            torn[..cut].copy_from_slice(&whole[..cut]);
+            assert!(is_torn_header(&torn, first_seq), "cut at {cut}");
+            assert!(
+                is_torn_header(&whole[..cut], first_seq),
+                "short file of {cut}"
+            );
+        }
+        let mut flipped = whole;
+        flipped[10] ^= 1;
+        assert!(!is_torn_header(&flipped, first_seq));
+        let mut junk = whole;
+        junk[30] = 0;
+        junk[31] = 0x55;
+        assert!(!is_torn_header(&junk, first_seq));
+        // Another segment's header is damage, not a tear.
+        assert!(!is_torn_header(&encode_segment_header(7, 1), first_seq));
+    }
 }

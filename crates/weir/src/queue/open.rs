@@ -416,7 +416,11 @@ fn recover_last_segment(dir: &Path, last: &mut Segment) -> Result<(MapFile, u64)
         // The header is damaged but records may follow: rewrite the header (the first
         // seq is the file's name, the seed the vote of its copies) and keep what checks
         // out.
-        tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
+        if segment::is_torn_header(&header[..n], last.first_seq) {
+            tracing::warn!(path = %last.path.display(), "segment header half-written (a crash while the segment was created, expected after one); rewriting it");
+        } else {
+            tracing::error!(path = %last.path.display(), "segment header is damaged; rewriting it");
+        }
         use std::os::unix::fs::FileExt;
         file.write_all_at(&encode_segment_header(last.first_seq, last.seed), 0)
             .map_err(io_err(|| ctx("rewriting a segment header in")))?;
