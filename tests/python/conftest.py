@@ -8,6 +8,8 @@ the test, failed or not. On failure the tail of the server's log is printed.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import harness
@@ -21,6 +23,11 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     if harness.is_memcached(harness.weir_bin()):
+        if os.environ.get("WEIR_SUITE_STRICT") == "1":
+            raise pytest.UsageError(
+                "WEIR_BIN names memcached, which would skip every weir-only test; "
+                "WEIR_SUITE_STRICT=1 (scripts/test) does not allow that"
+            )
         skip = pytest.mark.skip(reason="WEIR_BIN is memcached: queue semantics not available")
         for item in items:
             if "weir_only" in item.keywords:
@@ -31,6 +38,13 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    # Under scripts/test a skip hides a hole: it fails instead. The one skip allowed
+    # is a mount on a machine that cannot mount (WEIR_REQUIRE_MOUNTS unset).
+    if rep.skipped and os.environ.get("WEIR_SUITE_STRICT") == "1":
+        reason = str(rep.longrepr[2]) if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        if not reason.startswith("Skipped: cannot mount"):
+            rep.outcome = "failed"
+            rep.longrepr = f"skipped under WEIR_SUITE_STRICT=1: {reason}"
     setattr(item, "rep_" + rep.when, rep)
 
 

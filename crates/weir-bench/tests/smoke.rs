@@ -64,6 +64,11 @@ fn all_quick_against_spawned_servers() {
     if let Some(w) = &weir {
         cmd.args(["--spawn", "weir", "--weir-bin"]).arg(w);
     } else {
+        assert!(
+            std::env::var("WEIR_SUITE_STRICT").as_deref() != Ok("1"),
+            "no weir binary beside weir-bench and no WEIR_BIN: WEIR_SUITE_STRICT=1 \
+             (scripts/test) does not allow testing memcached only"
+        );
         eprintln!("note: no weir binary beside weir-bench and no WEIR_BIN: testing memcached only");
     }
     cmd.args(["--spawn", "memcached"]);
