@@ -33,7 +33,12 @@ fn the_memcache_crate_works_against_weir() {
         client.get::<String>("jobs/open").unwrap().as_deref(),
         Some("second")
     );
-    assert!(client.get::<String>("jobs/open").is_err());
+    // The refusal itself, not any error: the lease rule's reply.
+    let refused = client.get::<String>("jobs/open").unwrap_err().to_string();
+    assert!(
+        refused.contains("close current item first"),
+        "expected the lease rule's refusal, got {refused}"
+    );
     assert_eq!(client.get::<String>("jobs/close").unwrap(), None);
     assert_eq!(
         client.get::<Vec<u8>>("jobs/close/open").unwrap().as_deref(),
@@ -72,5 +77,9 @@ fn the_memcache_crate_works_against_weir() {
     // Kestrel's reply: a queue that is not there is DELETED too (memcached: NOT_FOUND).
     assert!(client.delete("jobs").unwrap());
     // Keys that are not queue names are refused, not turned into paths.
-    assert!(client.set("../escape", "x", 0).is_err());
+    let refused = client.set("../escape", "x", 0).unwrap_err().to_string();
+    assert!(
+        refused.contains("bad queue name"),
+        "expected the bad-name refusal, got {refused}"
+    );
 }

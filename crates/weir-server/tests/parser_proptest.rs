@@ -205,7 +205,42 @@ proptest! {
         match parse(&req, &limits(), &mut keys) {
             Parse::Request { consumed, request } => {
                 prop_assert_eq!(consumed, whole);
-                prop_assert_eq!(request.kind(), weir_server::parse::CommandKind::Set);
+                // The whole request, field by field, not just its kind.
+                let expected = Request::Set {
+                    key: parse_write_key("jobs/sync").unwrap(),
+                    flags,
+                    exptime: 0,
+                    data: &data,
+                    noreply: false,
+                };
+                prop_assert_eq!(request, expected);
+            }
+            other => prop_assert!(false, "{:?}", other),
+        }
+    }
+
+    #[test]
+    fn a_split_get_parses_once_whole(
+        keys in proptest::collection::vec(
+            prop::sample::select(vec!["q", "q.r/open", "q+r/close/open", "a/peek", "b/t=5", "c/abort"]),
+            1..6,
+        ),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let line = keys.join(" ");
+        let req = format!("get {line}\r\n").into_bytes();
+        let cut = cut.index(req.len());
+        let incomplete = matches!(
+            parse(&req[..cut], &limits(), &mut Vec::new()),
+            Parse::Incomplete { .. }
+        );
+        prop_assert!(incomplete, "cut at {}", cut);
+        let mut spans = Vec::new();
+        match parse(&req, &limits(), &mut spans) {
+            Parse::Request { consumed, request: Request::Get { keys: got, cas: false } } => {
+                prop_assert_eq!(consumed, req.len());
+                let expected: Vec<_> = keys.iter().map(|k| parse_read_key(k).unwrap()).collect();
+                prop_assert_eq!(got.iter().collect::<Vec<_>>(), expected);
             }
             other => prop_assert!(false, "{:?}", other),
         }
