@@ -11,8 +11,9 @@
 //! other's faults.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Directories under which every disk reservation fails with `ENOSPC`.
 static FULL_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
@@ -81,6 +82,57 @@ pub(crate) fn fsynced(dir: &Path) {
 /// directory) since the process started.
 pub fn fsyncs_under(dir: &Path) -> u64 {
     sum_under(&FSYNCS, dir)
+}
+
+/// What the engine is about to make durable.
+#[derive(Clone, Copy, Debug)]
+pub enum Synced<'a> {
+    /// A file about to be fdatasync'ed.
+    File(&'a File),
+    /// A directory about to be fsync'ed.
+    Dir(&'a Path),
+}
+
+/// A function told of every fsync before it happens.
+pub type SyncObserver = Arc<dyn Fn(Synced<'_>) + Send + Sync>;
+
+static OBSERVERS: Mutex<Vec<(u64, SyncObserver)>> = Mutex::new(Vec::new());
+
+/// Calls `observer` before each fsync the engine makes, with the file or directory,
+/// until [`stop_observing`] with the id returned. The observer runs on the thread
+/// about to fsync, which waits for it: a power-cut simulation records what each
+/// fsync makes durable, and holds fsyncs back while it takes a crash image. It is
+/// called for every store in the process; it filters by path itself.
+pub fn observe_syncs(observer: SyncObserver) -> u64 {
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    OBSERVERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((id, observer));
+    id
+}
+
+/// Stops the observer `id` (see [`observe_syncs`]).
+pub fn stop_observing(id: u64) {
+    OBSERVERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(i, _)| *i != id);
+}
+
+/// Tells every observer of an fsync about to happen.
+pub(crate) fn before_sync(what: Synced<'_>) {
+    // Cloned out, so an observer may take its time (or fsync) without this lock.
+    let observers: Vec<SyncObserver> = OBSERVERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(_, o)| Arc::clone(o))
+        .collect();
+    for observer in observers {
+        observer(what);
+    }
 }
 
 /// fsyncs of directories, per directory (exact path, not counted under parents).

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use crate::frame::{decode_small_frame, encode_small_frame, SEQ_MAX, SMALL_FRAME_HEADER_BYTES};
 use crate::intervals::IntervalSet;
-use crate::mapfile::{sync_dir, MapFile};
+use crate::mapfile::{sync_dir, sync_file, MapFile};
 use crate::segment::{
     decode_file_header, encode_file_header, read_full_at, FILE_HEADER_BYTES, JOURNAL_MAGIC,
 };
@@ -347,7 +347,7 @@ impl Journal {
             encode_small_frame(&mut bytes, &body);
         }
         fs::write(&tmp, &bytes)?;
-        File::open(&tmp)?.sync_all()?;
+        sync_file(&File::open(&tmp)?)?;
         fs::rename(&tmp, &path)?;
         sync_dir(dir)?;
         let file = File::options().read(true).write(true).open(&path)?;

@@ -478,11 +478,22 @@ impl MapFile {
 }
 
 /// fsyncs a directory, so that files created or removed in it survive an OS crash.
+/// Every directory fsync of the engine goes through here (see [`sync_file`]).
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(feature = "fault-injection")]
+    crate::fault::before_sync(crate::fault::Synced::Dir(dir));
     File::open(dir)?.sync_all()?;
     #[cfg(feature = "fault-injection")]
     crate::fault::dir_synced(dir);
     Ok(())
+}
+
+/// fdatasyncs a file. Every file fsync of the engine goes through here, so that the
+/// tests' power-cut simulation (`fault::observe_syncs`) sees each one.
+pub(crate) fn sync_file(file: &File) -> io::Result<()> {
+    #[cfg(feature = "fault-injection")]
+    crate::fault::before_sync(crate::fault::Synced::File(file));
+    file.sync_data()
 }
 
 #[cfg(test)]

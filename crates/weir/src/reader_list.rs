@@ -140,7 +140,7 @@ pub(crate) fn write(dir: &Path, list: &ReaderList) -> io::Result<()> {
 /// fdatasyncs the list (its directory is the caller's to sync).
 pub(crate) fn sync(dir: &Path) -> io::Result<()> {
     match File::open(dir.join(FILE_NAME)) {
-        Ok(f) => f.sync_data(),
+        Ok(f) => crate::mapfile::sync_file(&f),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }

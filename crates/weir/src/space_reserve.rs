@@ -147,7 +147,7 @@ fn allocate(path: &Path, bytes: u64) -> io::Result<()> {
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
     }
-    file.sync_all()
+    crate::mapfile::sync_file(&file)
 }
 
 /// Bytes an unprivileged writer could still allocate on the file system of `dir`.

@@ -16,7 +16,7 @@ use parking_lot::MutexGuard;
 
 use crate::config::Durability;
 use crate::error::{Error, Result};
-use crate::mapfile::sync_dir;
+use crate::mapfile::{sync_dir, sync_file};
 use crate::reader_list;
 
 use super::idle::MarkActiveOnDrop;
@@ -281,7 +281,7 @@ impl QueueCore {
         };
         let result = (|| {
             for f in sealed.iter().map(|(_, f)| f).chain(files.iter()) {
-                f.sync_data()?;
+                sync_file(f)?;
                 #[cfg(feature = "fault-injection")]
                 crate::fault::fsynced(&self.dir);
             }
