@@ -194,6 +194,9 @@ pub(crate) struct ReadBuf {
     segment_first_seq: u64,
     start: u64,
     data: Vec<u8>,
+    /// The batch around the cursor was found whole up to here (segment, offset of the
+    /// record after its last): its records are delivered without looking again.
+    batch_whole_until: Option<(u64, u64)>,
 }
 
 impl ReadBuf {
@@ -247,6 +250,18 @@ impl ReadBuf {
     /// Forgets what it holds (after the segment it covers changed under it).
     pub fn clear(&mut self) {
         self.data.clear();
+        self.batch_whole_until = None;
+    }
+
+    /// Whether the record at `at` belongs to a batch already found whole.
+    pub fn batch_known_whole(&self, at: Loc) -> bool {
+        self.batch_whole_until
+            .is_some_and(|(seg, end)| seg == at.segment_first_seq && at.off < end)
+    }
+
+    /// Records that the batch ending before `end` is whole.
+    pub fn mark_batch_whole(&mut self, end: Loc) {
+        self.batch_whole_until = Some((end.segment_first_seq, end.off));
     }
 }
 
@@ -401,8 +416,11 @@ pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io:
                     // Nothing valid follows: a torn tail.
                     break;
                 };
-                if batch.is_some() && has_zero_sector(file, off, at)? {
-                    // A hole in a batch that a crash interrupted (see above).
+                if head_is_zero(file, off, at)?
+                    || (batch.is_some() && has_zero_sector(file, off, at)?)
+                {
+                    // A hole a crash left (see above and `head_is_zero`): what
+                    // follows it was never fsync'ed; it is cut, batch and all.
                     break;
                 }
                 // Damage in the middle. A batch it hit is not cut: its records that
@@ -472,6 +490,44 @@ fn has_zero_sector(file: &File, from: u64, to: u64) -> io::Result<bool> {
         base += want;
     }
     Ok(false)
+}
+
+/// Whether the damage at `from` is a hole a crash left, looking up to the next valid
+/// record (or `limit`): the damaged record reads as zeroes from its start (see
+/// [`head_is_zero`]), or, when `in_batch`, an aligned sector up to the next valid
+/// record does (see [`scan`]).
+pub(crate) fn is_crash_hole(
+    file: &File,
+    seed: u32,
+    from: u64,
+    limit: u64,
+    in_batch: bool,
+) -> io::Result<bool> {
+    let to = resync(file, seed, from + 1, limit, 0, SEQ_MAX)?.map_or(limit, |(off, _)| off);
+    Ok(head_is_zero(file, from, to)? || (in_batch && has_zero_sector(file, from, to)?))
+}
+
+/// Bytes of a damaged record's start that must read as zeroes for it to be taken for
+/// a page a crash kept from the disk: its length and CRC fields. An intact header
+/// never has both zero (a CRC of 0 over a whole record is a 2^-32 chance).
+const ZERO_HEAD_BYTES_MIN: u64 = 8;
+
+/// Whether the record at `from` reads as zeroes from its first byte to the end of its
+/// sector (at least [`ZERO_HEAD_BYTES_MIN`] bytes, and not past `to`, the next valid
+/// record). That is what a page that never reached the disk leaves where the record
+/// began: the page reads as it was on disk before, zeroes past the data there. A bit
+/// flip cannot do it. Nothing after such a hole was fsync'ed (an fsync would have
+/// written the hole's page too), so cutting it loses nothing acknowledged under
+/// `synced`.
+fn head_is_zero(file: &File, from: u64, to: u64) -> io::Result<bool> {
+    let sector_end = (from / SECTOR_BYTES + 1) * SECTOR_BYTES;
+    let head_end = sector_end.max(from + ZERO_HEAD_BYTES_MIN).min(to);
+    if head_end < from + ZERO_HEAD_BYTES_MIN {
+        return Ok(false);
+    }
+    let mut head = vec![0u8; (head_end - from) as usize];
+    let n = read_full_at(file, &mut head, from)?;
+    Ok(n == head.len() && head.iter().all(|&b| b == 0))
 }
 
 /// Finds where the first record with seq ≥ `target` starts, reading (and checking)

@@ -546,6 +546,70 @@ fn batch_with_a_page_lost_in_a_crash_is_cut_whole() {
     check_last_segment_damage(dir.path(), &lost, 0, "a hole inside a batch");
 }
 
+/// Zeroes the record of `seq` from its first byte to the end of its 512-byte sector:
+/// what a page that never reached the disk leaves where a record began after older
+/// data in the same page (the page reads as it was before: zeroes past that data).
+fn zero_record_head(dir: &Path, seq: u64) -> PathBuf {
+    let (seg, payload_at) = locate(dir, seq);
+    let start = payload_at - RECORD_HEADER_BYTES;
+    let sector_end = (start / 512 + 1) * 512;
+    assert!(
+        sector_end - start >= 8,
+        "the test wants at least the length and CRC zeroed"
+    );
+    zero(&seg, start, sector_end);
+    seg
+}
+
+const RECORD_HEADER_BYTES: usize = 40;
+
+#[test]
+fn a_crash_hole_at_a_batchs_first_record_cuts_the_batch_whole() {
+    // Found by the power-cut simulation: the page holding the first record of a batch
+    // never reached the disk, the pages after it did. The rest of the batch is intact,
+    // but it must not come back without its first record: the hole (a record reading
+    // as zeroes from its start) is a crash's, so it is cut with everything after it.
+    let dir = tempfile::tempdir().unwrap();
+    write_synced_store(dir.path());
+    zero_record_head(dir.path(), *BATCH.start());
+    let lost: Vec<u64> = (*BATCH.start()..=ITEMS).collect();
+    check_last_segment_damage(dir.path(), &lost, 0, "crash hole at a batch's start");
+}
+
+#[test]
+fn a_crash_hole_in_a_sealed_segment_skips_the_rest_of_it() {
+    // The same hole in a segment sealed before its fsync: a reader skips from the hole
+    // to the segment's end (never fsync'ed either), so a batch there stays all or
+    // none; later segments are read as usual.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path()).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let batch: Vec<Vec<u8>> = (5..=9).map(|s| payload(s, PAYLOAD_LEN)).collect();
+    for seq in 1..=4 {
+        q.append(&payload(seq, PAYLOAD_LEN), AppendOptions::default())
+            .unwrap();
+    }
+    let refs: Vec<&[u8]> = batch.iter().map(|d| d.as_slice()).collect();
+    assert_eq!(q.append_batch(&refs, AppendOptions::default()).unwrap(), 5);
+    for seq in 10..=ITEMS {
+        q.append(&payload(seq, PAYLOAD_LEN), AppendOptions::default())
+            .unwrap();
+    }
+    drop(q);
+    store.close().unwrap();
+    let segs = segment_files(dir.path(), QUEUE);
+    let first = seqs_in(&segs[0]);
+    assert!(
+        segs.len() > 2 && first.contains(&9),
+        "the batch is in a sealed segment"
+    );
+    zero_record_head(dir.path(), 5);
+    let lost: Vec<u64> = (5..=*first.last().unwrap()).collect();
+    let store = open(dir.path()).unwrap();
+    assert_eq!(drain(&store).unwrap(), all_but(lost.iter().copied()));
+    store.close().unwrap();
+}
+
 #[test]
 fn appends_after_mid_segment_damage_survive_another_reopen() {
     let dir = tempfile::tempdir().unwrap();

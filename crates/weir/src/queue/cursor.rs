@@ -27,6 +27,9 @@ pub(crate) trait Walk {
     /// Where the first record with a seq from `seq_min` on is, now that the segment of
     /// `at` is gone; `None` when there is nothing after it.
     fn relocate(&mut self, at: Loc, seq_min: u64) -> Result<Option<Loc>>;
+    /// Whether the damage at `at` is a hole a crash left rather than damage (a bit
+    /// flip): see `segment::is_crash_hole`; `in_batch` when it broke a batch off.
+    fn is_crash_hole(&mut self, at: Loc, in_batch: bool) -> Result<bool>;
 }
 
 /// What a step found.
@@ -66,6 +69,12 @@ pub(crate) fn step<W: Walk + ?Sized>(
                     *at = next;
                     continue;
                 }
+                if header.more && !read_buf.batch_known_whole(*at) {
+                    if let Some(start) = check_batch(walk, read_buf, next, header.seq)? {
+                        *at = start;
+                        continue;
+                    }
+                }
                 return Ok(Step::Record {
                     header,
                     data,
@@ -78,6 +87,14 @@ pub(crate) fn step<W: Walk + ?Sized>(
                 None => return Ok(Step::End),
             },
             ReadAt::Bad => {
+                // A hole a crash left in a segment sealed before its fsync: the rest
+                // of the segment was never fsync'ed either, and may hold part of a
+                // batch whose start the hole took. Skipped whole (the caller counts
+                // the seqs as lost).
+                if let Some(start) = past_crash_hole(walk, read_buf, *at, false)? {
+                    *at = start;
+                    continue;
+                }
                 let resumed = walk.resync(*at, seq_min)?;
                 assert!(
                     resumed.segment_first_seq == at.segment_first_seq && resumed.off > at.off,
@@ -93,6 +110,71 @@ pub(crate) fn step<W: Walk + ?Sized>(
                     _ => return Ok(Step::End),
                 }
             }
+        }
+    }
+}
+
+/// Checks that the batch of record `seq` ends intact (`next` is the record after
+/// it). `Some(position)` to read from instead when it does not and
+/// the break is a crash's: a power cut kept part of the batch in a segment sealed
+/// before its fsync, and nothing from the break to the segment's end was fsync'ed (an
+/// fsync would have written the hole too), so none of it was acknowledged under
+/// `synced`; skipping it keeps the batch all or none. A damaged record inside a batch
+/// (a bit flip) loses that record only, as anywhere else: `None`, deliver.
+fn check_batch<W: Walk + ?Sized>(
+    walk: &mut W,
+    read_buf: &mut ReadBuf,
+    next: Loc,
+    seq: u64,
+) -> Result<Option<Loc>> {
+    match batch_end(walk, read_buf, next, seq + 1)? {
+        Ok(end) => {
+            read_buf.mark_batch_whole(end);
+            Ok(None)
+        }
+        Err(cut_at) => past_crash_hole(walk, read_buf, cut_at, true),
+    }
+}
+
+/// Where reading goes on when the damage at `at` is a hole a crash left and a segment
+/// follows: the next segment's start. `None` otherwise (damage, or the last segment,
+/// whose holes recovery has cut already).
+fn past_crash_hole<W: Walk + ?Sized>(
+    walk: &mut W,
+    read_buf: &mut ReadBuf,
+    at: Loc,
+    in_batch: bool,
+) -> Result<Option<Loc>> {
+    if !walk.is_crash_hole(at, in_batch)? {
+        return Ok(None);
+    }
+    let next = walk.next_segment(at);
+    if next.is_some() {
+        read_buf.clear();
+    }
+    Ok(next)
+}
+
+/// Where the batch whose record `seq` starts at `at` ends: `Ok` with the position
+/// after its last record (the first without the "more" bit), or `Err` with where it
+/// breaks off (a damaged record, a gap in seqs, the end of the segment). Batches never
+/// span segments.
+fn batch_end<W: Walk + ?Sized>(
+    walk: &mut W,
+    read_buf: &mut ReadBuf,
+    mut at: Loc,
+    mut seq: u64,
+) -> Result<std::result::Result<Loc, Loc>> {
+    loop {
+        match walk.read(read_buf, at)? {
+            ReadAt::Rec(header, _) if header.seq == seq => {
+                at.off += header.record_bytes();
+                if !header.more {
+                    return Ok(Ok(at));
+                }
+                seq += 1;
+            }
+            _ => return Ok(Err(at)),
         }
     }
 }
@@ -153,6 +235,10 @@ mod tests {
     }
 
     impl Walk for Script {
+        fn is_crash_hole(&mut self, _at: Loc, _in_batch: bool) -> Result<bool> {
+            Ok(false)
+        }
+
         fn read(&mut self, _rb: &mut ReadBuf, at: Loc) -> Result<ReadAt> {
             if self.gone.contains(&at.segment_first_seq) {
                 return Ok(ReadAt::Missing);

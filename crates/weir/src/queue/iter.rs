@@ -206,6 +206,17 @@ impl Walk for Snapshot {
         })
     }
 
+    fn is_crash_hole(&mut self, at: Loc, in_batch: bool) -> Result<bool> {
+        let Some(i) = self.index(at.segment_first_seq) else {
+            return Ok(false);
+        };
+        let Some(file) = self.file(i)? else {
+            return Ok(false);
+        };
+        let seg = &self.segments[i];
+        segment::is_crash_hole(&file, seg.seed, at.off, seg.end, in_batch).map_err(failed)
+    }
+
     fn relocate(&mut self, at: Loc, _seq_min: u64) -> Result<Option<Loc>> {
         // Deleted since the snapshot: every item in it was consumed by every reader.
         Ok(self.next_segment(at))

@@ -263,6 +263,20 @@ impl Walk for Live<'_> {
         })
     }
 
+    fn is_crash_hole(&mut self, at: Loc, in_batch: bool) -> Result<bool> {
+        let Some(i) = self.log.index(at.segment_first_seq) else {
+            return Ok(false);
+        };
+        if self.log.is_last(i) {
+            self.log.flush_staged()?;
+        }
+        let log = &*self.log;
+        let seg = &log.segments[i];
+        let err = |e| Error::io(format!("reading segment {}", seg.path.display()), e);
+        let file = log.file(i).map_err(err)?;
+        segment::is_crash_hole(file, seg.seed, at.off, log.data_end(i), in_batch).map_err(err)
+    }
+
     fn relocate(&mut self, _at: Loc, seq_min: u64) -> Result<Option<Loc>> {
         // The segment was deleted: every seq in it is confirmed.
         self.log.flush_staged()?;
