@@ -671,7 +671,12 @@ fn crash_test(mode: &'static str, batchy: bool) {
     };
     let started = Instant::now();
     let mut worked = 0;
-    for round in 1..=ROUNDS_PER_MODE {
+    // `scripts/soak` runs more.
+    let rounds: u32 = std::env::var("WEIR_CRASH_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(ROUNDS_PER_MODE);
+    for round in 1..=rounds {
         let seed = base_seed.wrapping_add(round as u64 * 0x9e37_79b9);
         let lines = run_child_round(dir.path(), mode, seed, round, batchy);
         if lines.iter().any(|l| l == "O") {
@@ -701,7 +706,7 @@ fn crash_test(mode: &'static str, batchy: bool) {
     let last = last.expect("the final item");
     assert_eq!((last.seq, &last.data[..]), (seq, &b"after the crashes"[..]));
     println!(
-        "{mode}: {ROUNDS_PER_MODE} kills ({worked} after open) in {:?}: {} appends and {} \
+        "{mode}: {rounds} kills ({worked} after open) in {:?}: {} appends and {} \
          confirms acknowledged, {} in-flight appends lost, {} in-flight batches came back in \
          part, {} staged appends lost (buffered)",
         started.elapsed(),
