@@ -120,8 +120,11 @@ fn label_of(cell: Option<&Cell>) -> String {
 }
 
 /// Draws the chart into `DIR/FILE.png` and returns the path.
-pub fn draw(report: &Report, spec: &ChartSpec, dir: &Path, font: Option<&Path>) -> Result<PathBuf> {
-    init_font(font)?;
+/// A chart's points: its x labels, and each series with its points (x is the step's
+/// index, y scaled by `y_div`, as log10 when `log_y`).
+type Points = (Vec<String>, Vec<(String, Vec<(f64, f64)>)>);
+
+fn points(report: &Report, spec: &ChartSpec) -> Result<Points> {
     let mut labels: Vec<String> = Vec::new();
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for row in &report.rows {
@@ -150,14 +153,35 @@ pub fn draw(report: &Report, spec: &ChartSpec, dir: &Path, font: Option<&Path>) 
     if series.is_empty() {
         bail!("nothing to plot for {}", spec.file);
     }
-    let path = dir.join(format!("{}.png", spec.file));
+    Ok((labels, series))
+}
+
+/// The y axis: from 0 (or the lowest decade, on a log scale) to a little above the top.
+fn y_range(series: &[(String, Vec<(f64, f64)>)], log_y: bool) -> (f64, f64) {
     let ys = series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y));
     let (y_min, y_max) = ys.fold((f64::MAX, f64::MIN), |(lo, hi), y| (lo.min(y), hi.max(y)));
-    let (y_lo, y_hi) = if spec.log_y {
+    if log_y {
         (y_min.floor(), (y_max.ceil()).max(y_min.floor() + 1.0))
     } else {
         (0.0, if y_max > 0.0 { y_max * 1.12 } else { 1.0 })
-    };
+    }
+}
+
+/// The label of a step on the x axis (none between steps).
+fn x_label(labels: &[String], x: f64) -> String {
+    let i = x.round();
+    if (x - i).abs() < 0.01 && i >= 0.0 && (i as usize) < labels.len() {
+        labels[i as usize].clone()
+    } else {
+        String::new()
+    }
+}
+
+pub fn draw(report: &Report, spec: &ChartSpec, dir: &Path, font: Option<&Path>) -> Result<PathBuf> {
+    init_font(font)?;
+    let (labels, series) = points(report, spec)?;
+    let path = dir.join(format!("{}.png", spec.file));
+    let (y_lo, y_hi) = y_range(&series, spec.log_y);
     let n = labels.len().max(1);
     let x_range = -0.3f64..(n as f64 - 0.7);
     let draw_err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
@@ -171,22 +195,9 @@ pub fn draw(report: &Report, spec: &ChartSpec, dir: &Path, font: Option<&Path>) 
             .y_label_area_size(84)
             .build_cartesian_2d(x_range, y_lo..y_hi)
             .map_err(|e| draw_err(&e))?;
-        let x_fmt = |x: &f64| {
-            let i = x.round();
-            if (x - i).abs() < 0.01 && i >= 0.0 && (i as usize) < labels.len() {
-                labels[i as usize].clone()
-            } else {
-                String::new()
-            }
-        };
+        let x_fmt = |x: &f64| x_label(&labels, *x);
         let log_y = spec.log_y;
-        let y_fmt = move |y: &f64| {
-            if log_y {
-                human(10f64.powf(*y))
-            } else {
-                human(*y)
-            }
-        };
+        let y_fmt = move |y: &f64| human(if log_y { 10f64.powf(*y) } else { *y });
         chart
             .configure_mesh()
             // Only the bold grid: the fine one adds clutter and triples the PNG size.

@@ -138,98 +138,116 @@ pub async fn run(targets: &[Target], p: &FloodParams, bar: &ProgressBar) -> Resu
 /// Per connection count, the first target's rate over each other's (the median over
 /// rounds, with every round's ratio when there are several), and for each target its
 /// rate at the most connections over its own peak (medians over rounds).
-fn add_ratio_notes(report: &mut Report, targets: &[Target]) {
-    use crate::report::Cell;
-    // (connections, round, target) -> ops/s
-    let mut rates: Vec<(u64, u64, String, f64)> = Vec::new();
-    for row in &report.rows {
-        let (Some(c), Some(Cell::Text(t)), Some(r)) = (
-            row.get("connections").and_then(|x| x.as_f64()),
-            row.get("target"),
-            row.get("ops/s").and_then(|x| x.as_f64()),
-        ) else {
-            continue;
-        };
-        let round = row.get("round").and_then(|x| x.as_f64()).unwrap_or(1.0);
-        rates.push((c as u64, round as u64, t.clone(), r));
+/// The ops/s of each (connections, round, target) of a flood report.
+struct Rates(Vec<(u64, u64, String, f64)>);
+
+impl Rates {
+    fn of(report: &Report) -> Rates {
+        use crate::report::Cell;
+        let mut rates = Vec::new();
+        for row in &report.rows {
+            let (Some(c), Some(Cell::Text(t)), Some(r)) = (
+                row.get("connections").and_then(|x| x.as_f64()),
+                row.get("target"),
+                row.get("ops/s").and_then(|x| x.as_f64()),
+            ) else {
+                continue;
+            };
+            let round = row.get("round").and_then(|x| x.as_f64()).unwrap_or(1.0);
+            rates.push((c as u64, round as u64, t.clone(), r));
+        }
+        Rates(rates)
     }
-    let mut counts: Vec<u64> = rates.iter().map(|r| r.0).collect();
-    counts.dedup();
-    let rate_of = |c: u64, round: u64, t: &str| {
-        rates
+
+    /// The connection counts, in the order run.
+    fn counts(&self) -> Vec<u64> {
+        let mut counts: Vec<u64> = self.0.iter().map(|r| r.0).collect();
+        counts.dedup();
+        counts
+    }
+
+    fn rate(&self, c: u64, round: u64, t: &str) -> Option<f64> {
+        self.0
             .iter()
             .find(|r| r.0 == c && r.1 == round && r.2 == t)
             .map(|r| r.3)
-    };
-    let rounds_of = |c: u64| {
-        let mut rs: Vec<u64> = rates.iter().filter(|r| r.0 == c).map(|r| r.1).collect();
+    }
+
+    fn rounds(&self, c: u64) -> Vec<u64> {
+        let mut rs: Vec<u64> = self.0.iter().filter(|r| r.0 == c).map(|r| r.1).collect();
         rs.sort_unstable();
         rs.dedup();
         rs
-    };
-    let median_rate = |c: u64, t: &str| {
+    }
+
+    fn median_rate(&self, c: u64, t: &str) -> Option<f64> {
         median(
-            rounds_of(c)
+            self.rounds(c)
                 .into_iter()
-                .filter_map(|round| rate_of(c, round, t))
+                .filter_map(|round| self.rate(c, round, t))
                 .collect(),
         )
-    };
-    if let Some((first, others)) = targets.split_first() {
-        for other in others {
-            let mut parts = Vec::new();
-            for &c in &counts {
-                let per_round: Vec<f64> = rounds_of(c)
-                    .into_iter()
-                    .filter_map(|round| {
-                        Some(rate_of(c, round, &first.name)? / rate_of(c, round, &other.name)?)
-                    })
-                    .collect();
-                let Some(m) = median(per_round.clone()) else {
-                    continue;
-                };
-                if per_round.len() > 1 {
-                    let each: Vec<String> = per_round.iter().map(|r| format!("{r:.2}")).collect();
-                    parts.push(format!("{c}:{m:.2} ({})", each.join(",")));
-                } else {
-                    parts.push(format!("{c}:{m:.2}"));
-                }
-            }
-            let what = if rounds_of(counts.first().copied().unwrap_or(0)).len() > 1 {
-                "median (rounds)"
-            } else {
-                ""
-            };
-            report.notes.push(format!(
-                "ratio {}/{} by connections{}: {}",
-                first.name,
-                other.name,
-                if what.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {what}")
-                },
-                parts.join(" ")
-            ));
-        }
     }
-    for t in targets {
+
+    /// `first`/`other` by connection count: the median over rounds, and each round.
+    fn ratio_note(&self, first: &str, other: &str) -> String {
+        let counts = self.counts();
+        let mut parts = Vec::new();
+        for &c in &counts {
+            let per_round: Vec<f64> = self
+                .rounds(c)
+                .into_iter()
+                .filter_map(|round| Some(self.rate(c, round, first)? / self.rate(c, round, other)?))
+                .collect();
+            let Some(m) = median(per_round.clone()) else {
+                continue;
+            };
+            if per_round.len() > 1 {
+                let each: Vec<String> = per_round.iter().map(|r| format!("{r:.2}")).collect();
+                parts.push(format!("{c}:{m:.2} ({})", each.join(",")));
+            } else {
+                parts.push(format!("{c}:{m:.2}"));
+            }
+        }
+        let rounds = self.rounds(counts.first().copied().unwrap_or(0)).len();
+        let what = if rounds > 1 { ", median (rounds)" } else { "" };
+        format!(
+            "ratio {first}/{other} by connections{what}: {}",
+            parts.join(" ")
+        )
+    }
+
+    /// A target's rate at the most connections against its peak, when they differ.
+    fn peak_note(&self, t: &str) -> Option<String> {
+        let counts = self.counts();
         let peak = counts
             .iter()
-            .filter_map(|&c| Some((c, median_rate(c, &t.name)?)))
+            .filter_map(|&c| Some((c, self.median_rate(c, t)?)))
             .max_by(|a, b| a.1.total_cmp(&b.1));
         let last = counts
             .last()
-            .and_then(|&c| Some((c, median_rate(c, &t.name)?)));
-        if let (Some((pc, p)), Some((lc, l))) = (peak, last) {
-            if pc != lc {
-                report.notes.push(format!(
-                    "{}: {l:.0} ops/s at {lc} connections = {:.2} x its peak ({p:.0} at {pc})",
-                    t.name,
-                    l / p
-                ));
-            }
+            .and_then(|&c| Some((c, self.median_rate(c, t)?)));
+        let ((pc, p), (lc, l)) = (peak?, last?);
+        (pc != lc).then(|| {
+            format!(
+                "{t}: {l:.0} ops/s at {lc} connections = {:.2} x its peak ({p:.0} at {pc})",
+                l / p
+            )
+        })
+    }
+}
+
+fn add_ratio_notes(report: &mut Report, targets: &[Target]) {
+    let rates = Rates::of(report);
+    if let Some((first, others)) = targets.split_first() {
+        for other in others {
+            report
+                .notes
+                .push(rates.ratio_note(&first.name, &other.name));
         }
+    }
+    for t in targets {
+        report.notes.extend(rates.peak_note(&t.name));
     }
 }
 

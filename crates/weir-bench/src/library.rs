@@ -184,9 +184,22 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
     let record = crate::proto::payload(p.record_bytes);
     let secs = Duration::from_secs_f64(p.seconds);
 
+    let (seq_records_s, fsync_rate) = references(&mut ctx, &record, secs)?;
+    append_cases(&mut ctx, &record, secs, seq_records_s, fsync_rate)?;
+    wake_ceiling_case(&mut ctx, fsync_rate, secs);
+    read_write_case(&mut ctx, &record, secs)?;
+    iterate_case(&mut ctx, &record)?;
+    deep_and_reopen(&mut ctx)?;
+    Ok(ctx.report)
+}
+
+/// The physical references on the same filesystem; returns the sequential bandwidth in
+/// records/s and the write+fdatasync rate.
+fn references(ctx: &mut Ctx, record: &[u8], secs: Duration) -> Result<(f64, f64)> {
+    let p = ctx.p;
     // References on the same filesystem.
     ctx.step("reference: 1 MiB sequential writes".into());
-    let (seq_bytes, seq_s) = sequential_writes(&ctx, secs)?;
+    let (seq_bytes, seq_s) = sequential_writes(ctx, secs)?;
     let seq_mib_s = seq_bytes as f64 / seq_s / (1024.0 * 1024.0);
     let seq_records_s = seq_bytes as f64 / seq_s / p.record_bytes as f64;
     ctx.report.rows.push(row(
@@ -200,7 +213,7 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
     ));
     ctx.done();
     ctx.step("reference: write+fdatasync loop".into());
-    let (sync_ops, sync_s) = fdatasync_loop(&ctx, &record, secs)?;
+    let (sync_ops, sync_s) = fdatasync_loop(ctx, record, secs)?;
     let fsync_rate = sync_ops as f64 / sync_s;
     ctx.report.rows.push(row(
         "ref: write+fdatasync",
@@ -212,7 +225,19 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
         "writes/s",
     ));
     ctx.done();
+    Ok((seq_records_s, fsync_rate))
+}
 
+/// Append throughput, buffered and synced, at each thread count, each judged against
+/// its goal.
+fn append_cases(
+    ctx: &mut Ctx,
+    record: &[u8],
+    secs: Duration,
+    seq_records_s: f64,
+    fsync_rate: f64,
+) -> Result<()> {
+    let p = ctx.p;
     // Append throughput.
     let mut buffered_1 = None;
     let mut synced_1 = None;
@@ -224,7 +249,7 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
         for &t in &threads {
             let name = durability_name(durability);
             ctx.step(format!("append {name} x{t}"));
-            let (ops, s) = write_case(&ctx, t, durability, &record, secs)
+            let (ops, s) = write_case(ctx, t, durability, record, secs)
                 .with_context(|| format!("append, {t} threads, {name}"))?;
             let rate = ops as f64 / s;
             let r = row("append", t, name, ops, s, rate, "items/s");
@@ -267,7 +292,13 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
             ctx.done();
         }
     }
+    Ok(())
+}
 
+/// What group commit can reach at best on this machine: the group's threads woken in
+/// rounds as long as one fsync, with no disk and no queue at all.
+fn wake_ceiling_case(ctx: &mut Ctx, fsync_rate: f64, secs: Duration) {
+    let p = ctx.p;
     // What group commit can reach at best on this machine: the group's threads woken
     // in rounds as long as one fsync, with no disk and no queue at all.
     ctx.step(format!("reference: wake ceiling x{}", p.group_threads));
@@ -302,10 +333,14 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
         ));
     }
     ctx.done();
+}
 
+/// 3 writers + 1 reader.
+fn read_write_case(ctx: &mut Ctx, record: &[u8], secs: Duration) -> Result<()> {
+    let p = ctx.p;
     // 3 writers + 1 reader.
     ctx.step("3 writers + 1 reader".into());
-    let (writes, reads, backlog, s) = read_write(&ctx, &record, secs)?;
+    let (writes, reads, backlog, s) = read_write(ctx, record, secs)?;
     let total = (writes + reads) as f64 / s;
     let r = row(
         "3 writers + 1 reader",
@@ -328,10 +363,15 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
         false,
     ));
     ctx.done();
+    Ok(())
+}
 
+/// One iteration over kept records.
+fn iterate_case(ctx: &mut Ctx, record: &[u8]) -> Result<()> {
+    let p = ctx.p;
     // One iteration over kept records.
     ctx.step(format!("iterate {} records", p.iter_records));
-    let iter_s = iterate(&ctx, &record)?;
+    let iter_s = iterate(ctx, record)?;
     let r = row(
         "iterate",
         1,
@@ -349,9 +389,7 @@ pub fn run(p: &LibraryParams, bar: &ProgressBar, fill_bar: &ProgressBar) -> Resu
     };
     ctx.report.rows.push(r);
     ctx.done();
-
-    deep_and_reopen(&mut ctx)?;
-    Ok(ctx.report)
+    Ok(())
 }
 
 /// Plain 1 MiB writes to a file for `secs` (or `seq_bytes_max`): the page cache and
@@ -696,11 +734,25 @@ fn deep_and_reopen(ctx: &mut Ctx) -> Result<()> {
     ));
     ctx.done();
 
+    reopen_case(ctx, store, store_dir, deep, shallow, &item)
+}
+
+/// Fills the deep queue up to the backlog size, closes the store, and times a reopen
+/// in a fresh process against an empty store's.
+fn reopen_case(
+    ctx: &mut Ctx,
+    store: Store,
+    store_dir: std::path::PathBuf,
+    deep: weir::Queue,
+    shallow: weir::Queue,
+    item: &[u8],
+) -> Result<()> {
+    let p = ctx.p;
     ctx.step(format!("reopen a {} byte backlog", p.backlog_bytes));
     let want_items = p.backlog_bytes.div_ceil(p.backlog_item_bytes.max(1) as u64);
     let have = deep.stats().items;
     if want_items > have {
-        fill(ctx, &deep, &item, want_items - have, "filling the backlog")?;
+        fill(ctx, &deep, item, want_items - have, "filling the backlog")?;
     }
     let items = deep.stats().items;
     drop((deep, shallow));

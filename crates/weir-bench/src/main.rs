@@ -458,25 +458,13 @@ fn real_main(cli: Cli) -> Result<()> {
         return library::probe_open_main(dir);
     }
     sys::raise_nofile_limit();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?;
-    runtime.spawn(async {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("weir-bench: interrupted; stopping spawned servers");
-            target::kill_all_children();
-            std::process::exit(130);
-        }
-    });
+    let runtime = start_runtime()?;
     let progress = Progress::new();
     let mut failures: Vec<String> = Vec::new();
     match cli.command {
         Cmd::Flood { common, flood } => {
             let p = flood.resolve(common.quick);
-            let targets = make_targets(&common)?;
-            let report = runtime.block_on(flood::run(&targets, &p, &progress.steps))?;
-            emit(&common, &report, &[flood_chart()], &mut failures)?;
+            run_flood(&runtime, &common, &p, &progress, &mut failures)?;
         }
         Cmd::Packing { common, packing } => {
             let p = packing.resolve(common.quick);
@@ -511,29 +499,15 @@ fn real_main(cli: Cli) -> Result<()> {
             skip_packing_unpacking,
         } => {
             let q = common.quick;
-            {
-                let targets = make_targets(&common)?;
-                let report =
-                    runtime.block_on(flood::run(&targets, &flood.resolve(q), &progress.steps))?;
-                emit(&common, &report, &[flood_chart()], &mut failures)?;
-            }
-            run_packing(
-                &runtime,
-                &common,
-                &packing.resolve(q),
-                &progress,
-                &mut failures,
-            )?;
-            if !skip_packing_unpacking {
-                run_packing(&runtime, &common, &pu.resolve(q), &progress, &mut failures)?;
-            }
-            run_mem_rss(&runtime, &common, &rss.resolve(q), &progress, &mut failures)?;
-            if !skip_library {
-                run_library(&common, &lib.resolve(q), &progress, &mut failures)?;
-            }
-            if !skip_queues {
-                run_queues(&runtime, &common, &queues.resolve(q), &progress)?;
-            }
+            let all = AllParams {
+                flood: flood.resolve(q),
+                packing: packing.resolve(q),
+                pu: (!skip_packing_unpacking).then(|| pu.resolve(q)),
+                rss: rss.resolve(q),
+                lib: (!skip_library).then(|| lib.resolve(q)),
+                queues: (!skip_queues).then(|| queues.resolve(q)),
+            };
+            run_all(&runtime, &common, &all, &progress, &mut failures)?;
         }
         Cmd::ProbeOpen { .. } => unreachable!("handled above"),
     }
@@ -576,6 +550,68 @@ impl Progress {
         self.steps.finish_and_clear();
         self.fill.finish_and_clear();
     }
+}
+
+/// Every benchmark's parameters for `all`; `None` for one skipped.
+struct AllParams {
+    flood: flood::FloodParams,
+    packing: packing::PackingParams,
+    pu: Option<packing::PackingParams>,
+    rss: mem_rss::MemRssParams,
+    lib: Option<library::LibraryParams>,
+    queues: Option<queues::QueuesParams>,
+}
+
+/// `all`: every benchmark in turn.
+fn run_all(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    all: &AllParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    run_flood(runtime, common, &all.flood, progress, failures)?;
+    run_packing(runtime, common, &all.packing, progress, failures)?;
+    if let Some(pu) = &all.pu {
+        run_packing(runtime, common, pu, progress, failures)?;
+    }
+    run_mem_rss(runtime, common, &all.rss, progress, failures)?;
+    if let Some(lib) = &all.lib {
+        run_library(common, lib, progress, failures)?;
+    }
+    if let Some(queues) = &all.queues {
+        run_queues(runtime, common, queues, progress)?;
+    }
+    Ok(())
+}
+
+/// The multi-threaded runtime the network benchmarks run on; Ctrl-C stops the servers
+/// it spawned before exiting.
+fn start_runtime() -> Result<tokio::runtime::Runtime> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("weir-bench: interrupted; stopping spawned servers");
+            target::kill_all_children();
+            std::process::exit(130);
+        }
+    });
+    Ok(runtime)
+}
+
+fn run_flood(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &flood::FloodParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let targets = make_targets(common)?;
+    let report = runtime.block_on(flood::run(&targets, p, &progress.steps))?;
+    emit(common, &report, &[flood_chart()], failures)
 }
 
 fn run_packing(

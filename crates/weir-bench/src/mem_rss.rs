@@ -23,6 +23,17 @@ pub struct MemRssParams {
     pub steps: Vec<u64>,
 }
 
+/// One row: the server's RSS after `step` (`items` stored and `hits` got back).
+fn rss_row(target: &Target, step: &str, items: Option<u64>, hits: Option<u64>, bytes: u64) -> Row {
+    Row::new()
+        .with("step", step)
+        .with("target", target.name.as_str())
+        .with("items", items)
+        .with("hits", hits)
+        .with("rss_MiB", mib(Some(bytes)))
+        .with("rss_bytes", bytes)
+}
+
 pub async fn run(
     targets: &[Target],
     p: &MemRssParams,
@@ -53,15 +64,8 @@ pub async fn run(
             crate::sys::vm_rss_bytes(pid)
                 .with_context(|| format!("reading the RSS of {} (pid {pid}) {what}", target.name))
         };
-        report.rows.push(
-            Row::new()
-                .with("step", "idle")
-                .with("target", target.name.as_str())
-                .with("items", None)
-                .with("hits", None)
-                .with("rss_MiB", mib(Some(rss("idle")?)))
-                .with("rss_bytes", rss("idle")?),
-        );
+        let idle = rss("idle")?;
+        report.rows.push(rss_row(target, "idle", None, None, idle));
         bar.inc(1);
         let mut conn = Conn::connect(target.addr, READ_BUFFER_BYTES).await?;
         for &n in &p.steps {
@@ -83,15 +87,10 @@ pub async fn run(
             // Let background work (a syncer, freed buffers) settle before reading.
             tokio::time::sleep(Duration::from_millis(200)).await;
             let bytes = rss("after the step")?;
-            report.rows.push(
-                Row::new()
-                    .with("step", n.to_string())
-                    .with("target", target.name.as_str())
-                    .with("items", n)
-                    .with("hits", hits)
-                    .with("rss_MiB", mib(Some(bytes)))
-                    .with("rss_bytes", bytes),
-            );
+            let step = n.to_string();
+            report
+                .rows
+                .push(rss_row(target, &step, Some(n), Some(hits), bytes));
             bar.inc(1);
         }
     }

@@ -112,58 +112,79 @@ pub async fn run(
                     .with_context(ctx)?;
             }
             // See the module docs: let the fill's writeback finish before timing.
-            tokio::task::spawn_blocking(|| {
-                // SAFETY: sync(2) takes no arguments and touches no memory of ours.
-                unsafe { libc::sync() }
-            })
-            .await
-            .context("waiting for sync(2)")?;
+            sync_all().await?;
             let before = item_count(&mut conn, &p.queue, queues)
                 .await
                 .with_context(ctx)?;
             let cpu = CpuMeter::start();
             let start = Instant::now();
-            let mut misses = 0u64;
-            for _ in 0..p.ops {
-                conn.set(&set).await.with_context(ctx)?;
-                match conn.get(&get).await.with_context(ctx)? {
-                    Some(len) if len != p.item_bytes => {
-                        bail!(
-                            "{}: got an item of {len} bytes, sent {}",
-                            ctx(),
-                            p.item_bytes
-                        )
-                    }
-                    Some(_) => {}
-                    None => misses += 1,
-                }
-            }
+            let misses = set_get_pairs(&mut conn, p, &set, &get)
+                .await
+                .with_context(ctx)?;
             let secs = start.elapsed().as_secs_f64().max(1e-9);
             let cpu_s = cpu.seconds();
             let after = item_count(&mut conn, &p.queue, queues)
                 .await
                 .with_context(ctx)?;
-            let ops = 2 * p.ops;
-            report.rows.push(
-                Row::new()
-                    .with("backlog", backlog)
-                    .with("target", target.name.as_str())
-                    .with("items_before", before)
-                    .with("items_after", after)
-                    .with("ops", ops)
-                    .with("misses", misses)
-                    .with("seconds", f(secs, 3))
-                    .with("ops/s", f(ops as f64 / secs, 0))
-                    .with("client_cpu_s", f(cpu_s, 2))
-                    .with("client_cpu_%", f(100.0 * cpu_s / secs, 0))
-                    .with("disk_MiB", mib(target.disk_bytes()))
-                    .with("rss_MiB", mib(target.rss_bytes())),
-            );
+            let counts = (before, after, misses);
+            report
+                .rows
+                .push(step_row(target, backlog, counts, 2 * p.ops, secs, cpu_s));
             bar.inc(1);
         }
     }
     add_flatness_notes(&mut report, targets);
     Ok(report)
+}
+
+/// sync(2) on the blocking pool.
+async fn sync_all() -> Result<()> {
+    tokio::task::spawn_blocking(|| {
+        // SAFETY: sync(2) takes no arguments and touches no memory of ours.
+        unsafe { libc::sync() }
+    })
+    .await
+    .context("waiting for sync(2)")
+}
+
+/// A step's row; `counts` are the items before and after, and the misses.
+fn step_row(
+    target: &Target,
+    backlog: u64,
+    (before, after, misses): (u64, u64, u64),
+    ops: u64,
+    secs: f64,
+    cpu_s: f64,
+) -> Row {
+    Row::new()
+        .with("backlog", backlog)
+        .with("target", target.name.as_str())
+        .with("items_before", before)
+        .with("items_after", after)
+        .with("ops", ops)
+        .with("misses", misses)
+        .with("seconds", f(secs, 3))
+        .with("ops/s", f(ops as f64 / secs, 0))
+        .with("client_cpu_s", f(cpu_s, 2))
+        .with("client_cpu_%", f(100.0 * cpu_s / secs, 0))
+        .with("disk_MiB", mib(target.disk_bytes()))
+        .with("rss_MiB", mib(target.rss_bytes()))
+}
+
+/// The timed part of a step: `p.ops` pairs of one set and one get; returns the misses.
+async fn set_get_pairs(conn: &mut Conn, p: &PackingParams, set: &[u8], get: &[u8]) -> Result<u64> {
+    let mut misses = 0u64;
+    for _ in 0..p.ops {
+        conn.set(set).await?;
+        match conn.get(get).await? {
+            Some(len) if len != p.item_bytes => {
+                bail!("got an item of {len} bytes, sent {}", p.item_bytes)
+            }
+            Some(_) => {}
+            None => misses += 1,
+        }
+    }
+    Ok(misses)
 }
 
 /// Fills (pipelined sets) or drains (pipelined gets) the queue to `backlog` items.

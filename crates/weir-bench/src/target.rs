@@ -114,38 +114,7 @@ impl Target {
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
         let log_err = log.try_clone().context("duplicating the log file")?;
-        let (name, mut cmd, data_dir) = match kind {
-            Kind::Weir => {
-                let bin = find_weir(bins.weir.as_deref())?;
-                let data = dir.path().join("data");
-                let http_port = free_port()?;
-                let mut cmd = Command::new(&bin);
-                cmd.arg("serve")
-                    .arg("--listen")
-                    .arg(addr.to_string())
-                    .arg("--http-listen")
-                    .arg(format!("127.0.0.1:{http_port}"))
-                    .arg("--data-dir")
-                    .arg(&data)
-                    .args(&bins.weir_args);
-                ("weir", cmd, Some(data))
-            }
-            Kind::Memcached => {
-                let bin = match &bins.memcached {
-                    Some(p) => p.clone(),
-                    None => find_on_path("memcached").context(
-                        "memcached not found on PATH: install it (Debian: apt-get install memcached) or pass --memcached-bin",
-                    )?,
-                };
-                let mut cmd = Command::new(&bin);
-                cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
-                    .args(["-m", "1024", "-c", "10000", "-t", "2"]);
-                if sys::is_root() {
-                    cmd.args(["-u", "root"]);
-                }
-                ("memcached", cmd, None)
-            }
-        };
+        let (name, mut cmd, data_dir) = server_command(kind, bins, addr, dir.path())?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err));
@@ -282,5 +251,48 @@ pub fn parse_named(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((n, v)) if !n.is_empty() && !v.is_empty() => Ok((n.to_string(), v.to_string())),
         _ => Err(format!("expected NAME=VALUE, got {s:?}")),
+    }
+}
+
+/// The command that starts a server of `kind` on `addr`, its name, and (weir) its data
+/// directory under `dir`.
+fn server_command(
+    kind: Kind,
+    bins: &Binaries,
+    addr: SocketAddr,
+    dir: &std::path::Path,
+) -> Result<(&'static str, Command, Option<PathBuf>)> {
+    let port = addr.port();
+    match kind {
+        Kind::Weir => {
+            let bin = find_weir(bins.weir.as_deref())?;
+            let data = dir.join("data");
+            let http_port = free_port()?;
+            let mut cmd = Command::new(&bin);
+            cmd.arg("serve")
+                .arg("--listen")
+                .arg(addr.to_string())
+                .arg("--http-listen")
+                .arg(format!("127.0.0.1:{http_port}"))
+                .arg("--data-dir")
+                .arg(&data)
+                .args(&bins.weir_args);
+            Ok(("weir", cmd, Some(data)))
+        }
+        Kind::Memcached => {
+            let bin = match &bins.memcached {
+                Some(p) => p.clone(),
+                None => find_on_path("memcached").context(
+                    "memcached not found on PATH: install it (Debian: apt-get install memcached) or pass --memcached-bin",
+                )?,
+            };
+            let mut cmd = Command::new(&bin);
+            cmd.args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0"])
+                .args(["-m", "1024", "-c", "10000", "-t", "2"]);
+            if sys::is_root() {
+                cmd.args(["-u", "root"]);
+            }
+            Ok(("memcached", cmd, None))
+        }
     }
 }
