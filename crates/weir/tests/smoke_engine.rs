@@ -1,4 +1,6 @@
 use std::time::Duration;
+mod common;
+
 use weir::*;
 
 #[test]
@@ -74,12 +76,17 @@ fn basics() {
     // blocking
     let r2 = r.clone();
     let q2 = q.clone();
-    let h = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(50));
-        q2.append(b"late", AppendOptions::default()).unwrap();
-    });
     let n = r.take_batch(10000).unwrap().len();
     assert_eq!(n, 499);
+    // Appends once the take below is waiting (seen in the queue's stats), so the test
+    // is of a wake-up, however slow the machine.
+    let h = std::thread::spawn(move || {
+        assert!(common::wait_until(Duration::from_secs(5), || q2
+            .stats()
+            .waiters
+            >= 1));
+        q2.append(b"late", AppendOptions::default()).unwrap();
+    });
     let t = r2
         .take_timeout(TakeMode::Take, Duration::from_secs(5))
         .unwrap()
@@ -103,7 +110,10 @@ async fn async_wait() {
     assert!(t0.elapsed() >= Duration::from_millis(100));
     let q2 = q.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Once the take below waits (seen in the stats): a wake-up, not a race.
+        while q2.stats().waiters == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         q2.append_async(bytes::Bytes::from_static(b"hi"), AppendOptions::default())
             .await
             .unwrap();
