@@ -39,8 +39,16 @@ const SETTLE: Duration = Duration::from_millis(120);
 
 #[derive(Clone, Debug)]
 enum Op {
-    Append { len: usize, flags: u32 },
-    AppendBatch { lens: Vec<usize>, flags: u32 },
+    /// `sync`: the per-append flag that makes it wait for an fsync in any mode.
+    Append {
+        len: usize,
+        flags: u32,
+        sync: bool,
+    },
+    AppendBatch {
+        lens: Vec<usize>,
+        flags: u32,
+    },
     Take(usize),
     TakeLeased(usize),
     Peek(usize),
@@ -51,7 +59,9 @@ enum Op {
     FlushReader(usize),
     FlushQueue,
     DeleteReader(usize),
-    Reopen { close: bool },
+    Reopen {
+        close: bool,
+    },
 }
 
 fn item_len() -> impl Strategy<Value = usize> {
@@ -66,7 +76,8 @@ fn item_len() -> impl Strategy<Value = usize> {
 fn op() -> impl Strategy<Value = Op> {
     let r = 0usize..3;
     prop_oneof![
-        12 => (item_len(), any::<u32>()).prop_map(|(len, flags)| Op::Append { len, flags }),
+        12 => (item_len(), any::<u32>(), proptest::bool::weighted(0.2))
+            .prop_map(|(len, flags, sync)| Op::Append { len, flags, sync }),
         2 => (proptest::collection::vec(item_len(), 1..4), any::<u32>())
             .prop_map(|(lens, flags)| Op::AppendBatch { lens, flags }),
         6 => r.clone().prop_map(Op::Take),
@@ -385,7 +396,7 @@ impl Runner {
     fn apply(&mut self, op: &Op) {
         let step = self.step;
         match op {
-            Op::Append { len, flags } => {
+            Op::Append { len, flags, sync } => {
                 let id = self.model.next_id;
                 self.model.next_id += 1;
                 let seq = self
@@ -395,6 +406,7 @@ impl Runner {
                         &payload(id, *len),
                         AppendOptions {
                             flags: *flags,
+                            sync: *sync,
                             ..AppendOptions::default()
                         },
                     )
@@ -776,9 +788,14 @@ fn run(segment_size_bytes: u64, durability: Durability, n_readers: usize, ops: &
 }
 
 proptest! {
+    // Fresh cases every run; a failing case is saved under
+    // `tests/proptest-regressions/model.txt` and replayed first from then on (commit
+    // the file with the fix, so the case stays a regression test).
     #![proptest_config(ProptestConfig {
         cases: 48,
-        failure_persistence: None,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"),
+        )),
         max_shrink_time: 60_000,
         max_shrink_iters: 2_000,
         ..ProptestConfig::default()
@@ -787,8 +804,37 @@ proptest! {
     #[test]
     fn engine_matches_model(
         segment_size_bytes in prop_oneof![Just(4096u64), Just(8192), Just(16384), Just(65536)],
-        // Buffered stages appends in memory (mapfile.rs): a second write path.
-        durability in prop_oneof![Just(Durability::default()), Just(Durability::Buffered)],
+        // Buffered stages appends in memory (mapfile.rs): a second write path; synced
+        // runs group commit on every append.
+        durability in prop_oneof![
+            Just(Durability::default()),
+            Just(Durability::Buffered),
+            Just(Durability::Synced),
+        ],
+        n_readers in 1usize..=3,
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        run(segment_size_bytes, durability, n_readers, &ops);
+    }
+}
+
+proptest! {
+    // The same property on fixed seeds: the same cases every run, on every machine.
+    #![proptest_config(ProptestConfig {
+        cases: 16,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x7765_6972),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn engine_matches_model_fixed_seeds(
+        segment_size_bytes in prop_oneof![Just(4096u64), Just(65536)],
+        durability in prop_oneof![
+            Just(Durability::default()),
+            Just(Durability::Buffered),
+            Just(Durability::Synced),
+        ],
         n_readers in 1usize..=3,
         ops in proptest::collection::vec(op(), 1..120),
     ) {
@@ -803,6 +849,7 @@ fn fixed_sequence_with_rollover_and_reopen() {
     let mut ops = Vec::new();
     for i in 0..40 {
         ops.push(Op::Append {
+            sync: false,
             len: 300 + i * 37,
             flags: i as u32,
         });
@@ -816,7 +863,11 @@ fn fixed_sequence_with_rollover_and_reopen() {
     ops.push(Op::Reopen { close: false });
     for i in 0..30 {
         ops.push(Op::Take(i % 2));
-        ops.push(Op::Append { len: i, flags: 0 });
+        ops.push(Op::Append {
+            sync: false,
+            len: i,
+            flags: 0,
+        });
     }
     ops.push(Op::DeleteReader(1));
     ops.push(Op::Reopen { close: true });
