@@ -274,7 +274,13 @@ impl Walk for Live<'_> {
         let seg = &log.segments[i];
         let err = |e| Error::io(format!("reading segment {}", seg.path.display()), e);
         let file = log.file(i).map_err(err)?;
-        segment::is_crash_hole(file, seg.seed, at.off, log.data_end(i), in_batch).map_err(err)
+        let hole = segment::is_crash_hole(file, seg.seed, at.off, log.data_end(i), in_batch)
+            .map_err(err)?;
+        if hole && !log.is_last(i) {
+            // Expected after an OS crash, not damage: a warning (see docs/storage.md).
+            tracing::warn!(path = %seg.path.display(), offset = at.off, "a page an OS crash kept from the disk; the rest of this segment was never fsync'ed and is skipped");
+        }
+        Ok(hole)
     }
 
     fn relocate(&mut self, _at: Loc, seq_min: u64) -> Result<Option<Loc>> {
