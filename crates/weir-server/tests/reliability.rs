@@ -204,15 +204,34 @@ fn blocking_reads() {
 fn a_client_that_leaves_while_waiting_takes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let s = Server::start(dir.path(), &[]);
+    // Waits on what the server reports (its `waiters` stat), not on the clock.
+    let waiters_become = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = s.client().stats();
+            let now: u64 = stats
+                .get("queue_q_waiters")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if now == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waiters stayed at {now}, not {n}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
     for key in ["q", "q/open"] {
         let mut waiter = s.client();
         waiter.send(format!("get {key}/t=5000\r\n").as_bytes());
-        std::thread::sleep(Duration::from_millis(150));
+        waiters_become(1);
         drop(waiter);
-        std::thread::sleep(Duration::from_millis(150));
+        // The server noticed the client leave and dropped its wait.
+        waiters_become(0);
         let mut c = s.client();
         c.call(b"set q 0 0 1\r\nx\r\n", b"STORED\r\n");
-        std::thread::sleep(Duration::from_millis(50));
         c.call(b"get q\r\n", b"VALUE q 0 1\r\nx\r\nEND\r\n");
     }
 }
