@@ -114,12 +114,22 @@ impl QueueCore {
         }
     }
 
+    /// Creates the reader `name` if it does not exist; under `synced` its creation is
+    /// durable when this returns (its journal record, the reader list, the directory).
     pub(crate) fn ensure_reader(&self, name: &str) -> Result<()> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        // Bound first: a temporary guard in the tail would outlive `_active`.
-        let ready = self.state.lock().usable_reader(name);
-        ready.map(|_slot| ())
+        let ticket = {
+            let mut state = self.state.lock();
+            let journal_before = state.journal.written;
+            state.usable_reader(name)?;
+            if state.journal.written != journal_before {
+                state.ticket(false, 0, true)
+            } else {
+                None
+            }
+        };
+        self.wait_durable(ticket)
     }
 
     pub(crate) fn has_reader(&self, name: &str) -> bool {
@@ -161,7 +171,10 @@ impl QueueCore {
             state.floor_bytes = bytes;
             state.floor_loc = None;
         }
-        state.after_write();
+        // Under `synced`, durable when this returns, like every journaled operation.
+        let ticket = state.after_journal_write();
+        drop(state);
+        self.wait_durable(ticket)?;
         Ok(true)
     }
 
@@ -207,7 +220,10 @@ impl QueueCore {
                 dropped
             }
         };
-        state.after_write();
+        // Under `synced`, durable when this returns, like every journaled operation.
+        let ticket = state.after_journal_write();
+        drop(state);
+        self.wait_durable(ticket)?;
         Ok(dropped)
     }
 

@@ -348,8 +348,10 @@ impl QueueCore {
             let mut moves = Vec::new();
             let result = (|| {
                 let mut state = self.state.lock();
-                let slot = state.usable_reader(reader)?;
+                // Before the reader's creation on first use, which journals it too: a
+                // reader a `synced` read created is durable when the read returns.
                 let journal_before = state.journal.written;
+                let slot = state.usable_reader(reader)?;
                 state.expired_budget_spent = false;
                 let taken = state.take_inner(slot, purpose, now, &mut moves)?;
                 let wrote = state.journal.written != journal_before;
