@@ -59,6 +59,14 @@ enum Op {
     FlushReader(usize),
     FlushQueue,
     DeleteReader(usize),
+    /// A simulated power cut (`common::power_cut`): the store reopens from a crash
+    /// image. Under `synced`, everything acknowledged survives, so the model's state
+    /// is that of a crash; in the other modes it reopens after a plain crash instead
+    /// (what a power cut loses there is bounded by time, not by the model's steps).
+    PowerCut {
+        seed: u64,
+        keep: u8,
+    },
     Reopen {
         close: bool,
     },
@@ -91,6 +99,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::FlushQueue),
         1 => r.prop_map(Op::DeleteReader),
         2 => any::<bool>().prop_map(|close| Op::Reopen { close }),
+        1 => (any::<u64>(), 0u8..=4).prop_map(|(seed, keep)| Op::PowerCut { seed, keep }),
     ]
 }
 
@@ -278,15 +287,23 @@ impl Model {
 
 /// The engine side: the store, the queue and the settings to reopen with.
 struct Engine {
+    /// Holds the directory `root` is in (a crash image's, after a power cut).
     dir: tempfile::TempDir,
+    root: std::path::PathBuf,
     options: StoreOptions,
     store: Option<Store>,
     queue: Option<Queue>,
+    /// Records what the fsyncs make durable, for `Op::PowerCut` (synced only).
+    power: Option<std::sync::Arc<common::power_cut::PowerCut>>,
 }
 
 impl Engine {
     fn open(segment_size_bytes: u64, durability: Durability) -> Engine {
         let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        std::fs::create_dir(&root).unwrap();
+        let power =
+            (durability == Durability::Synced).then(|| common::power_cut::PowerCut::install(&root));
         let options = StoreOptions {
             defaults: QueueConfig {
                 segment_size_bytes,
@@ -299,9 +316,11 @@ impl Engine {
         };
         let mut engine = Engine {
             dir,
+            root,
             options,
             store: None,
             queue: None,
+            power,
         };
         engine.reopen(true);
         engine
@@ -317,9 +336,31 @@ impl Engine {
             }
         }
         // Dropping the last handle releases the directory at once: no retry.
-        let store = Store::open_with(self.dir.path(), self.options.clone()).expect("reopen");
+        let store = Store::open_with(&self.root, self.options.clone()).expect("reopen");
         self.queue = Some(store.queue(QUEUE).expect("queue"));
         self.store = Some(store);
+    }
+
+    /// A power cut (synced: the store reopens from a crash image; else a crash).
+    fn power_cut(&mut self, seed: u64, keep: u8) {
+        let Some(power) = self.power.take() else {
+            self.reopen(false);
+            return;
+        };
+        let image_dir = tempfile::tempdir().unwrap();
+        let image = image_dir.path().join("store");
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+        power
+            .cut(&mut rng, f64::from(keep) / 4.0, &image, || ())
+            .expect("crash image");
+        // The power is gone: the old store is dropped without a close, its files left.
+        self.queue = None;
+        drop(self.store.take());
+        drop(power);
+        self.dir = image_dir;
+        self.root = image;
+        self.power = Some(common::power_cut::PowerCut::install(&self.root));
+        self.reopen(false);
     }
 
     fn q(&self) -> &Queue {
@@ -331,7 +372,7 @@ impl Engine {
     }
 
     fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.root
     }
 }
 
@@ -633,6 +674,11 @@ impl Runner {
                     }
                 }
             }
+            Op::PowerCut { seed, keep } => {
+                self.engine.power_cut(*seed, *keep);
+                self.model.release_all_leases();
+                self.model.appended_since_open = 0;
+            }
             Op::Reopen { close } => {
                 self.engine.reopen(*close);
                 self.model.release_all_leases();
@@ -789,12 +835,12 @@ fn run(segment_size_bytes: u64, durability: Durability, n_readers: usize, ops: &
 
 proptest! {
     // Fresh cases every run; a failing case is saved under
-    // `tests/proptest-regressions/model.txt` and replayed first from then on (commit
+    // `tests/model.proptest-regressions` and replayed first from then on (commit
     // the file with the fix, so the case stays a regression test).
     #![proptest_config(ProptestConfig {
         cases: 48,
         failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"),
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
         max_shrink_time: 60_000,
         max_shrink_iters: 2_000,

@@ -3,6 +3,8 @@
 //! damaged one), and small polling helpers.
 #![allow(dead_code)]
 
+pub mod power_cut;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
