@@ -931,7 +931,11 @@ fn connection_limit() {
     c.expect(b"SERVER_ERROR too many connections\r\n");
     c.expect_closed();
     drop(a);
-    std::thread::sleep(Duration::from_millis(100));
+    // The slot is free once the server has seen `a` close: it counts `b` alone.
+    let freed = common::wait_until(Duration::from_secs(5), || {
+        b.stats().get("curr_connections").map(String::as_str) == Some("1")
+    });
+    assert!(freed, "a closed connection's slot was never freed");
     s.client().call(b"get q\r\n", b"END\r\n");
 }
 

@@ -329,3 +329,18 @@ pub fn config_file(dir: &Path, toml: &str) -> PathBuf {
     std::fs::write(&path, toml).unwrap();
     path
 }
+
+/// Polls `f` every 10 ms until it is true or `timeout` passes; returns its last answer.
+/// For waiting on what the server reports instead of on the clock.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return f();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
