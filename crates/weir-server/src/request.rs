@@ -316,13 +316,6 @@ pub fn parse_i64(text: &[u8]) -> Option<i64> {
     }
 }
 
-/// Now, in Unix milliseconds (the clock of items' times).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// memcache's EXPTIME as a Unix time in milliseconds (0 = never): 0 is never, up to 30
 /// days is seconds from now, larger is a Unix time in seconds, negative is already
 /// expired (1 ms after the epoch, so it is never delivered).

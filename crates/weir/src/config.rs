@@ -7,6 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::clock::Clock;
+
 /// How hard an append (and a reader's confirmation) is pushed towards the disk before
 /// the call returns. See `docs/storage.md` for exactly what each mode can lose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +113,10 @@ pub struct StoreOptions {
     /// iterator's). Default: half the process's open-files limit (`RLIMIT_NOFILE`)
     /// when the options are made.
     pub files_open_max: usize,
+    /// What the store takes as the current time for item expiry, enqueue times and
+    /// lease timeouts: the system clock by default, a [`crate::ManualClock`] in tests.
+    /// Read when the store opens (`set_options` does not change it).
+    pub clock: Clock,
 }
 
 impl StoreOptions {
@@ -127,6 +133,7 @@ impl Default for StoreOptions {
             queues_max: usize::MAX,
             space_reserve_bytes: Self::SPACE_RESERVE_BYTES_DEFAULT,
             files_open_max: open_files_limit() / 2,
+            clock: Clock::system(),
         }
     }
 }

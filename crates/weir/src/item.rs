@@ -91,12 +91,3 @@ pub struct Taken {
     pub item: Item,
     pub lease: Option<LeaseId>,
 }
-
-/// The current time in Unix milliseconds.
-pub(crate) fn now_ms() -> u64 {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}

@@ -30,6 +30,7 @@
 //! # }
 //! ```
 
+mod clock;
 mod config;
 mod error;
 #[cfg(feature = "fault-injection")]
@@ -53,6 +54,7 @@ mod space_reserve;
 mod stats;
 mod store;
 
+pub use crate::clock::{Clock, ManualClock};
 pub use crate::config::{open_files_limit, ConfigFn, Durability, QueueConfig, StoreOptions};
 pub use crate::error::{Error, ErrorKind, Result};
 pub use crate::item::{AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::clock::Clock;
 use crate::config::StoreOptions;
 use crate::error::{Error, Result};
 use crate::file_cell::FilesBudget;
@@ -123,6 +124,8 @@ pub(crate) struct StoreInner {
     /// Set by [`Store::begin_shutdown`]: leases that end unconfirmed keep their items
     /// out of reach until the store is reopened.
     pub(crate) shutting_down: AtomicBool,
+    /// `StoreOptions::clock`, fixed when the store opens.
+    pub(crate) clock: Clock,
     background: Mutex<Option<JoinHandle<()>>>,
     /// Outside the store, so the background thread can sleep on it without keeping the
     /// store alive.
@@ -171,6 +174,7 @@ impl Store {
         let lock = DirLock::acquire(&dir)?;
         let reserve = Arc::new(SpaceReserve::open(&dir, options.space_reserve_bytes));
         let inner = Arc::new(StoreInner {
+            clock: options.clock.clone(),
             reserve,
             files_budget: Arc::new(FilesBudget {
                 max: AtomicUsize::new(files_open_max(&options)),
@@ -334,6 +338,12 @@ impl Store {
             .inner
             .shutting_down
             .store(true, Ordering::Release);
+    }
+
+    /// The store's clock ([`StoreOptions::clock`]): front doors that turn a relative
+    /// time into an item's expiry use it, so they agree with the engine.
+    pub fn clock(&self) -> &Clock {
+        &self.handle.inner.clock
     }
 
     /// Replaces the options and applies the new settings to every open queue.

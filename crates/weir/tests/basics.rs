@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{now_ms, open_with_config, payload, small_segments};
+use common::{now_ms, open_on_manual_clock, open_with_config, payload, small_segments};
 use weir::{AppendOptions, ErrorKind, QueueConfig, Store, StoreOptions, TakeMode, NAME_LENGTH_MAX};
 
 fn opts() -> AppendOptions {
@@ -542,23 +542,26 @@ fn take_mode_and_peek() {
 #[test]
 fn lease_timeout_releases_the_item() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open_with_config(
+    let (store, clock) = open_on_manual_clock(
         dir.path(),
         QueueConfig {
             open_timeout: Some(Duration::from_millis(100)),
             ..QueueConfig::default()
         },
-    )
-    .unwrap();
+    );
     let q = store.queue("q").unwrap();
     let r = q.reader("").unwrap();
     q.append(b"a", opts()).unwrap();
     q.append(b"b", opts()).unwrap();
     let l = r.take_leased().unwrap().unwrap();
     assert_eq!(l.item.seq, 1);
+    clock.advance(Duration::from_millis(99));
+    assert_eq!(q.stats().open_leases, 1);
+    clock.advance(Duration::from_millis(1));
+    // The background thread times it out at its next tick (20 ms of real time).
     assert!(
         common::wait_until(Duration::from_secs(3), || q.stats().open_leases == 0),
-        "the lease was not released within 3 s of a 100 ms open_timeout"
+        "the lease was not released within 3 s of its open_timeout passing"
     );
     assert!(!r.confirm(l.id).unwrap(), "a timed-out lease is unknown");
     let again = r.take_leased().unwrap().unwrap();
@@ -691,20 +694,21 @@ fn delete_reader_forgets_its_position() {
 #[test]
 fn expired_items_are_never_delivered_and_are_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let (store, clock) = open_on_manual_clock(dir.path(), QueueConfig::default());
     let q = store.queue("q").unwrap();
     let r = q.reader("").unwrap();
-    q.append(b"past", expiring_at(now_ms() - 1_000)).unwrap();
+    let now = clock.now_ms();
+    q.append(b"past", expiring_at(now - 1_000)).unwrap();
     q.append(b"past-too", expiring_at(1)).unwrap();
-    let live = q
-        .append(b"live", expiring_at(now_ms() + 3_600_000))
-        .unwrap();
-    q.append(b"soon", expiring_at(now_ms() + 150)).unwrap();
+    let live = q.append(b"live", expiring_at(now + 3_600_000)).unwrap();
+    let soon = q.append(b"soon", expiring_at(now + 150)).unwrap();
     assert_eq!(r.peek().unwrap().unwrap().seq, live);
     let item = r.take().unwrap().unwrap();
     assert_eq!((&item.data[..], item.seq), (&b"live"[..], live));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(r.take().unwrap().is_none(), "'soon' expired while queued");
+    clock.advance(Duration::from_millis(149));
+    assert_eq!(r.peek().unwrap().unwrap().seq, soon, "1 ms before its time");
+    clock.advance(Duration::from_millis(1));
+    assert!(r.take().unwrap().is_none(), "'soon' expired at its time");
     assert!(r.take_leased().unwrap().is_none());
     let stats = q.stats();
     assert_eq!(stats.readers[0].expired, 3, "{stats:?}");
@@ -738,17 +742,16 @@ fn expire_before_and_after_the_head_is_due_with_and_without_readers() {
     // forget what it remembered when the settings change.
     for with_reader in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let (store, clock) = open_on_manual_clock(dir.path(), QueueConfig::default());
         let q = store.queue("q").unwrap();
         let r = with_reader.then(|| q.reader("").unwrap());
-        let due = now_ms() + 300;
+        let due = clock.now_ms() + 300;
         q.append(b"soon", expiring_at(due)).unwrap();
         q.append(b"never", opts()).unwrap();
         assert_eq!(q.expire().unwrap(), 0, "not due yet");
-        assert_eq!(q.expire().unwrap(), 0, "still not due");
-        while now_ms() <= due {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        clock.advance(Duration::from_millis(299));
+        assert_eq!(q.expire().unwrap(), 0, "still not due, 1 ms before");
+        clock.advance(Duration::from_millis(1));
         assert_eq!(q.expire().unwrap(), 1, "due now (reader: {with_reader})");
         assert_eq!(q.expire().unwrap(), 0);
         // A max_age set later applies to the head seen before it.
@@ -757,9 +760,9 @@ fn expire_before_and_after_the_head_is_due_with_and_without_readers() {
                 max_age: Some(Duration::from_millis(1)),
                 ..QueueConfig::default()
             },
+            clock: clock.clock(),
             ..StoreOptions::default()
         });
-        std::thread::sleep(Duration::from_millis(5));
         assert_eq!(q.expire().unwrap(), 1, "max_age (reader: {with_reader})");
         assert_eq!(q.stats().items, 0);
         drop(r);
@@ -769,18 +772,19 @@ fn expire_before_and_after_the_head_is_due_with_and_without_readers() {
 #[test]
 fn max_age_expires_old_items() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open_with_config(
+    let (store, clock) = open_on_manual_clock(
         dir.path(),
         QueueConfig {
             max_age: Some(Duration::from_millis(100)),
             ..QueueConfig::default()
         },
-    )
-    .unwrap();
+    );
     let q = store.queue("q").unwrap();
     let r = q.reader("").unwrap();
     q.append(b"old", opts()).unwrap();
-    std::thread::sleep(Duration::from_millis(250));
+    clock.advance(Duration::from_millis(99));
+    assert_eq!(q.iter().unwrap().count(), 1, "1 ms before its max_age");
+    clock.advance(Duration::from_millis(1));
     let fresh = q.append(b"fresh", opts()).unwrap();
     assert_eq!(r.take().unwrap().unwrap().seq, fresh);
     assert_eq!(q.stats().expired, 1);
@@ -793,14 +797,13 @@ fn max_age_expires_old_items() {
 fn an_item_the_queue_expires_by_max_age_says_it_has_expired() {
     let dir = tempfile::tempdir().unwrap();
     let max_age = Some(Duration::from_millis(100));
-    let store = open_with_config(
+    let (store, clock) = open_on_manual_clock(
         dir.path(),
         QueueConfig {
             max_age,
             ..QueueConfig::default()
         },
-    )
-    .unwrap();
+    );
     let q = store.queue("q").unwrap();
     let r = q.reader("").unwrap();
     q.append(b"old", opts()).unwrap();
@@ -808,8 +811,8 @@ fn an_item_the_queue_expires_by_max_age_says_it_has_expired() {
     assert_eq!(item.expiry_ms(max_age), item.enqueued_at_ms + 100);
     assert!(!item.is_expired_at(item.enqueued_at_ms + 99, max_age));
     assert!(item.is_expired_at(item.enqueued_at_ms + 100, max_age));
-    std::thread::sleep(Duration::from_millis(150));
-    assert!(item.is_expired_at(now_ms(), max_age));
+    clock.advance(Duration::from_millis(100));
+    assert!(item.is_expired_at(clock.now_ms(), max_age));
     assert_eq!(q.iter().unwrap().count(), 0, "the iterator skips it");
     assert!(r.take().unwrap().is_none(), "the queue expires it");
     assert_eq!(q.stats().expired, 1);
@@ -1042,7 +1045,11 @@ fn blocking_lease_from_another_thread() {
                 .unwrap()
         })
     };
-    std::thread::sleep(Duration::from_millis(100));
+    // Appended once the taker waits, so the wake-up is what hands it the item.
+    assert!(common::wait_until(Duration::from_secs(5), || q
+        .stats()
+        .waiters
+        == 1));
     q.append(b"job", opts()).unwrap();
     let taken = t.join().unwrap().expect("leased");
     let lease = taken.lease.expect("lease id");
@@ -1053,7 +1060,7 @@ fn blocking_lease_from_another_thread() {
 #[test]
 fn stats_fields() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path()).unwrap();
+    let (store, clock) = open_on_manual_clock(dir.path(), QueueConfig::default());
     let q = store.queue("q").unwrap();
     let empty = q.stats();
     assert_eq!(empty.name, "q");
@@ -1066,7 +1073,7 @@ fn stats_fields() {
     }
     let a = q.reader("a").unwrap();
     let b = q.reader("b").unwrap();
-    std::thread::sleep(Duration::from_millis(60));
+    clock.advance(Duration::from_millis(60));
     let lease = a.take_leased().unwrap().unwrap();
     a.take().unwrap().unwrap();
     b.take().unwrap().unwrap();
@@ -1081,7 +1088,7 @@ fn stats_fields() {
     assert_eq!(s.expired, 0);
     assert_eq!(s.discarded, 0);
     assert_eq!(s.corrupt_records, 0);
-    assert!(s.age_ms >= 50, "age_ms {}", s.age_ms);
+    assert_eq!(s.age_ms, 60, "age of the oldest unconfirmed item");
     assert!(s.disk_bytes >= 40, "disk_bytes {}", s.disk_bytes);
     let mut readers = s.readers.clone();
     readers.sort_by(|x, y| x.name.cmp(&y.name));
@@ -1090,7 +1097,7 @@ fn stats_fields() {
     assert_eq!(ra.name, "a");
     assert_eq!((ra.items, ra.bytes), (3, 30));
     assert_eq!((ra.taken, ra.confirmed, ra.open_leases), (2, 1, 1));
-    assert!(ra.age_ms >= 50);
+    assert_eq!(ra.age_ms, 60);
     assert_eq!(reader_b.name, "b");
     assert_eq!((reader_b.items, reader_b.bytes), (1, 10));
     assert_eq!(

@@ -8,7 +8,7 @@ use weir::{AppendOptions, ErrorKind};
 
 use super::{put_engine_error, Ctx, Flow};
 use crate::reply;
-use crate::request::{expires_at_ms, now_ms, WriteKey};
+use crate::request::{expires_at_ms, WriteKey};
 
 pub async fn execute(
     ctx: &mut Ctx<'_>,
@@ -23,7 +23,7 @@ pub async fn execute(
         expires_at_ms: if exptime == 0 {
             0
         } else {
-            expires_at_ms(exptime, now_ms())
+            expires_at_ms(exptime, ctx.shared.store.clock().now_ms())
         },
         sync: key.sync,
     };

@@ -79,7 +79,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let c = counters(m);
     stat(out, "pid", u64::from(std::process::id()));
     stat(out, "uptime", shared.started.elapsed().as_secs());
-    stat(out, "time", crate::request::now_ms() / 1000);
+    stat(out, "time", shared.store.clock().now_ms() / 1000);
     stat_text(out, "version", concat!("weir-", env!("CARGO_PKG_VERSION")));
     stat(out, "curr_items", queues.items);
     stat(out, "total_items", queues.total_items);

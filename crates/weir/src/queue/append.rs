@@ -8,7 +8,7 @@ use std::{fs, io};
 
 use crate::error::{Error, Result};
 use crate::frame::{decode_header, encode_header, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX};
-use crate::item::{now_ms, AppendOptions};
+use crate::item::AppendOptions;
 use crate::mapfile::STAGE_BYTES;
 use crate::readers::Slot;
 use crate::segment::FILE_HEADER_BYTES;
@@ -320,7 +320,7 @@ impl QueueCore {
                 "an append needs at least one item".into(),
             ));
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut moves = Vec::new();
         let result = {
             let mut state = self.state.lock();

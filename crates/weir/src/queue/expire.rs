@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
-use crate::item::{self, now_ms, AppendOptions, Item};
+use crate::item::{self, AppendOptions, Item};
 use crate::journal::JournalRecord;
 use crate::readers::Slot;
 
@@ -146,7 +146,7 @@ impl QueueCore {
     pub(crate) fn expire(&self) -> Result<u64> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut moves = Vec::new();
         let result = (|| {
             let mut state = self.state.lock();

@@ -220,7 +220,8 @@ impl QueueCore {
             // Past the start of a shutdown, timed-out leases stay out too (see
             // `Store::begin_shutdown`).
             if !self.is_shutting_down() {
-                for name in state.tick_leases(now) {
+                let lease_now = state.clock.instant_or(|| now);
+                for name in state.tick_leases(lease_now) {
                     if let Some(r) = state.readers.get(&name) {
                         self.wake_reader(r);
                     }

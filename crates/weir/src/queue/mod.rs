@@ -48,6 +48,7 @@ mod wake;
 use self::commit::SyncState;
 use self::idle::MarkActiveOnDrop;
 use self::state::State;
+use crate::clock::Clock;
 use crate::config::QueueConfig;
 use crate::file_cell::FilesBudget;
 use crate::journal::JournalRecord;
@@ -67,6 +68,8 @@ pub use self::iter::Iter;
 
 pub(crate) struct QueueCore {
     pub(crate) name: String,
+    /// The store's clock (a copy of `State::clock`, read without the lock).
+    clock: Clock,
     dir: PathBuf,
     store: Weak<StoreInner>,
     /// This queue, for handing itself to the store's list of active queues.

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::clock::Clock;
 use crate::config::QueueConfig;
 use crate::error::Result;
 use crate::file_cell::FilesBudget;
@@ -62,6 +63,7 @@ impl State {
         State {
             name: name.to_string(),
             config,
+            clock: Clock::system(),
             closed: false,
             deleted: false,
             poisoned: None,
@@ -260,6 +262,7 @@ impl QueueCore {
         let log = SegmentLog { segments, writer };
         let reserve = store.upgrade().map(|s| Arc::clone(&s.reserve));
         let mut state = State::recovered(name, config, log, next_seq, journal, tally, reserve);
+        state.clock = store.upgrade().map(|s| s.clock.clone()).unwrap_or_default();
         state.next_reader_id = journal_state.next_reader_id.max(1);
         if seq_floor > state.next_seq {
             state.retire_lost_seqs(seq_floor)?;
@@ -278,6 +281,7 @@ impl QueueCore {
     fn new(name: &str, dir: &Path, store: Weak<StoreInner>, state: State) -> Arc<QueueCore> {
         let budget = state.tally.clone();
         let core = Arc::new_cyclic(|me| QueueCore {
+            clock: state.clock.clone(),
             name: name.to_string(),
             dir: dir.to_path_buf(),
             store,

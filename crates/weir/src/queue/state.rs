@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::clock::Clock;
 use crate::config::{Durability, QueueConfig};
 use crate::error::{Error, Result};
 use crate::file_cell::FilesBudget;
@@ -27,6 +28,8 @@ pub(super) struct State {
     /// The queue's name (its `expire_to` may not name itself).
     pub(super) name: String,
     pub(super) config: QueueConfig,
+    /// The store's clock: item expiry, enqueue times, lease deadlines.
+    pub(super) clock: Clock,
     pub(super) closed: bool,
     pub(super) deleted: bool,
     /// An fsync failed: the kernel may have dropped the dirty pages, so a later fsync

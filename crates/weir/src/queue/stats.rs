@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 
 use super::iter::{Iter, IterSegment};
 use crate::error::Result;
-use crate::item::now_ms;
 use crate::segment::Loc;
 use crate::stats::{QueueStats, ReaderStats};
 
@@ -15,7 +14,7 @@ use super::{io_err, QueueCore};
 impl QueueCore {
     pub(crate) fn stats(&self) -> QueueStats {
         let state = self.state.lock();
-        let now = now_ms();
+        let now = self.clock.now_ms();
         // An idle queue's files are closed: its ages were read before they were, and
         // a whole-store `stats` reopens nothing.
         // Every change to what `stats` reports here reads or writes a file (opening it),
@@ -117,7 +116,7 @@ impl QueueCore {
             loc.off,
             start,
             state.next_seq,
-            now_ms(),
+            self.clock.now_ms(),
             state.config.max_age,
         ))
     }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
-use crate::item::{now_ms, Item, LeaseId, TakeMode, Taken};
+use crate::item::{Item, LeaseId, TakeMode, Taken};
 use crate::journal::JournalRecord;
 use crate::readers::Slot;
 use crate::segment::Loc;
@@ -226,7 +226,7 @@ impl State {
                 let deadline = self
                     .config
                     .open_timeout
-                    .and_then(|t| Instant::now().checked_add(t));
+                    .and_then(|t| self.clock.instant().checked_add(t));
                 let lease = self.hold_lease(slot, &c, deadline, false)?;
                 self.readers.at_mut(slot).taken += 1;
                 Ok(Taken {
@@ -342,7 +342,7 @@ impl QueueCore {
             TakeMode::Lease => Purpose::Lease,
             TakeMode::Peek => Purpose::Peek,
         };
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let mut wrote_any = false;
         loop {
             let mut moves = Vec::new();
@@ -385,7 +385,7 @@ impl QueueCore {
     ) -> Result<(Vec<Item>, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
-        let now = now_ms();
+        let now = self.clock.now_ms();
         loop {
             let mut moves = Vec::new();
             let result = (|| {

@@ -30,6 +30,22 @@ pub fn open_with_config(dir: &Path, config: QueueConfig) -> weir::Result<Store> 
     )
 }
 
+/// A store with `config` for every queue, on a `ManualClock` the test moves: for
+/// tests of expiry and lease timeouts that say when time passes instead of sleeping.
+pub fn open_on_manual_clock(dir: &Path, config: QueueConfig) -> (Store, weir::ManualClock) {
+    let clock = weir::ManualClock::new();
+    let store = Store::open_with(
+        dir,
+        StoreOptions {
+            defaults: config,
+            clock: clock.clock(),
+            ..StoreOptions::default()
+        },
+    )
+    .expect("open store");
+    (store, clock)
+}
+
 /// The settings most tests use: defaults with a small segment size, so that a few
 /// hundred items already roll over into several segment files.
 pub fn small_segments(segment_size_bytes: u64) -> QueueConfig {
