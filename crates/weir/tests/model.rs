@@ -8,42 +8,41 @@
 //! model accepts either, but once the engine skips an optional item it must never
 //! deliver it later, and once it delivers (or peeks) one it must stand by it.
 //!
-//! Lease timeouts are modelled with real time: every queue has a short `open_timeout`,
-//! the model records when each lease was taken, and before each step it waits out any
-//! lease that could expire during that step, so the model always knows which leases
-//! are open. `LeaseTimeout` waits until every open lease has timed out.
+//! Time is the store's `ManualClock`, which moves only at an `Advance` step: the model
+//! knows to the millisecond when each lease times out (`open_timeout`) and when each
+//! item expires (its own expiry time, or the queue's `max_age`), with no sleeping and
+//! no race with a loaded machine. After an `Advance`, the model waits until the engine
+//! shows the leases it times out as gone (its background thread does that within a
+//! tick), so the next step starts from a state both agree on.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use weir::{
-    AppendOptions, Durability, Item, LeaseId, Queue, QueueConfig, Reader, Store, StoreOptions,
+    AppendOptions, Durability, Item, LeaseId, ManualClock, Queue, QueueConfig, Reader, Store,
+    StoreOptions, TakeMode,
 };
 
 use common::{is_payload, payload};
 
 const QUEUE: &str = "model";
 const READER_NAMES: [&str; 3] = ["", "a", "b"];
-/// Every lease in the model times out after this long.
-const OPEN_TIMEOUT: Duration = Duration::from_millis(300);
-/// Longest a single step is assumed to take. A lease that could time out within this
-/// much time is waited out before the step.
-const STEP_BUDGET: Duration = Duration::from_millis(120);
-/// How long after a lease's deadline the engine surely has released it (its background
-/// thread ticks every 20 ms).
-const SETTLE: Duration = Duration::from_millis(120);
+/// Every lease in the model times out after this long (on the manual clock).
+const OPEN_TIMEOUT_MS: u64 = 300;
 
 #[derive(Clone, Debug)]
 enum Op {
     /// `sync`: the per-append flag that makes it wait for an fsync in any mode.
+    /// `ttl_ms`: the item's own expiry, that long after now (negative: already past).
     Append {
         len: usize,
         flags: u32,
         sync: bool,
+        ttl_ms: Option<i64>,
     },
     AppendBatch {
         lens: Vec<usize>,
@@ -55,7 +54,22 @@ enum Op {
     TakeBatch(usize, usize),
     Confirm(usize, usize),
     Release(usize, usize),
-    LeaseTimeout,
+    /// Moves the store's clock forward: leases time out, items expire.
+    Advance(u64),
+    /// Sets the queue's `max_age`, when it is shorter than the one in force (a longer
+    /// one would make items the engine may already have dropped deliverable again).
+    SetMaxAge(u64),
+    /// `Queue::expire`: drops expired items at the head.
+    Expire,
+    /// A blocking take (`take_timeout`). `append`: with nothing to deliver, the test
+    /// waits until the engine shows the take waiting, appends, and the take must wake
+    /// with that item; without, a short timeout must return nothing.
+    TakeWait {
+        reader: usize,
+        append: bool,
+    },
+    /// Deletes the queue and uses it again under the same name: it starts empty.
+    DeleteQueue,
     FlushReader(usize),
     FlushQueue,
     DeleteReader(usize),
@@ -81,11 +95,21 @@ fn item_len() -> impl Strategy<Value = usize> {
     ]
 }
 
+fn ttl() -> impl Strategy<Value = Option<i64>> {
+    prop_oneof![
+        6 => Just(None),
+        1 => Just(Some(-1i64)),
+        // Some on the steps `Advance` takes, so an expiry falls exactly on "now".
+        2 => prop_oneof![Just(100i64), Just(300), Just(1000)].prop_map(Some),
+        2 => (1i64..1500).prop_map(Some),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let r = 0usize..3;
     prop_oneof![
-        12 => (item_len(), any::<u32>(), proptest::bool::weighted(0.2))
-            .prop_map(|(len, flags, sync)| Op::Append { len, flags, sync }),
+        12 => (item_len(), any::<u32>(), proptest::bool::weighted(0.2), ttl())
+            .prop_map(|(len, flags, sync, ttl_ms)| Op::Append { len, flags, sync, ttl_ms }),
         2 => (proptest::collection::vec(item_len(), 1..4), any::<u32>())
             .prop_map(|(lens, flags)| Op::AppendBatch { lens, flags }),
         6 => r.clone().prop_map(Op::Take),
@@ -94,7 +118,12 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (r.clone(), 1usize..5).prop_map(|(r, n)| Op::TakeBatch(r, n)),
         5 => (r.clone(), 0usize..4).prop_map(|(r, i)| Op::Confirm(r, i)),
         3 => (r.clone(), 0usize..4).prop_map(|(r, i)| Op::Release(r, i)),
-        1 => Just(Op::LeaseTimeout),
+        3 => prop_oneof![Just(100u64), Just(299), Just(300), Just(301), Just(1000)]
+            .prop_map(Op::Advance),
+        1 => prop_oneof![Just(200u64), Just(500), Just(1500)].prop_map(Op::SetMaxAge),
+        1 => Just(Op::Expire),
+        2 => (r.clone(), any::<bool>()).prop_map(|(reader, append)| Op::TakeWait { reader, append }),
+        1 => Just(Op::DeleteQueue),
         1 => r.clone().prop_map(Op::FlushReader),
         1 => Just(Op::FlushQueue),
         1 => r.prop_map(Op::DeleteReader),
@@ -111,13 +140,16 @@ struct ModelItem {
     /// Meaningful only while the queue has no reader: every reader that existed had
     /// confirmed this item, so a new reader may or may not see it.
     hole: bool,
+    /// On the manual clock, in Unix milliseconds; `expires_ms` 0 is never.
+    enqueued_ms: u64,
+    expires_ms: u64,
 }
 
 #[derive(Clone, Debug)]
 struct ModelLease {
     seq: u64,
-    taken_before: Instant,
-    taken_after: Instant,
+    /// When it was taken, on the manual clock: it times out `OPEN_TIMEOUT_MS` later.
+    taken_ms: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -125,11 +157,25 @@ struct ModelReader {
     required: BTreeSet<u64>,
     optional: BTreeSet<u64>,
     leases: BTreeMap<LeaseId, ModelLease>,
+    /// Items that expired while this reader still had them to deliver, and that its
+    /// cursor may not have passed yet: never delivered, but the engine may still count
+    /// them (and keep them) until it does.
+    expired: BTreeSet<u64>,
 }
 
 impl ModelReader {
     fn unconfirmed(&self) -> u64 {
         (self.required.len() + self.leases.len()) as u64
+    }
+
+    /// The most items the engine may count for this reader.
+    fn counted_max(&self) -> u64 {
+        self.unconfirmed() + (self.optional.len() + self.expired.len()) as u64
+    }
+
+    /// The reader's cursor has passed every seq below `seq`.
+    fn passed(&mut self, seq: u64) {
+        self.expired = self.expired.split_off(&seq);
     }
 
     fn holds(&self, seq: u64) -> bool {
@@ -141,6 +187,7 @@ impl ModelReader {
         [
             self.required.first().copied(),
             self.optional.first().copied(),
+            self.expired.first().copied(),
             leased,
         ]
         .into_iter()
@@ -159,10 +206,13 @@ struct Model {
     next_id: u64,
     readers: BTreeMap<String, ModelReader>,
     appended_since_open: u64,
+    /// The manual clock, in Unix milliseconds.
+    now_ms: u64,
+    max_age_ms: Option<u64>,
 }
 
 impl Model {
-    fn new() -> Model {
+    fn new(now_ms: u64) -> Model {
         Model {
             items: BTreeMap::new(),
             head: 1,
@@ -170,10 +220,64 @@ impl Model {
             next_id: 1,
             readers: BTreeMap::new(),
             appended_since_open: 0,
+            now_ms,
+            max_age_ms: None,
         }
     }
 
-    fn appended(&mut self, seq: u64, id: u64, len: usize, flags: u32) {
+    /// Whether item `seq` has expired: the engine's rule, an item's expiry is the
+    /// earlier of its own time and `max_age` after it was enqueued, and it has expired
+    /// once that time is not in the future.
+    fn is_expired(&self, seq: u64) -> bool {
+        let Some(item) = self.items.get(&seq) else {
+            return false;
+        };
+        let own = (item.expires_ms != 0).then_some(item.expires_ms);
+        let by_age = self.max_age_ms.map(|a| item.enqueued_ms + a);
+        own.into_iter()
+            .chain(by_age)
+            .min()
+            .is_some_and(|e| e <= self.now_ms)
+    }
+
+    /// With no reader: the kept items a new reader must see (not holes, not expired).
+    fn unread_live(&self) -> u64 {
+        self.items
+            .iter()
+            .filter(|(&seq, i)| !i.hole && !self.is_expired(seq))
+            .count() as u64
+    }
+
+    /// Moves the items that have expired out of what the readers must deliver.
+    fn drop_expired(&mut self) {
+        let expired: BTreeSet<u64> = self
+            .items
+            .keys()
+            .copied()
+            .filter(|&seq| self.is_expired(seq))
+            .collect();
+        for r in self.readers.values_mut() {
+            for seq in &expired {
+                if r.required.remove(seq) | r.optional.remove(seq) {
+                    r.expired.insert(*seq);
+                }
+            }
+        }
+    }
+
+    /// Lease `lease` of reader `name` ended unconfirmed: its item is due again, unless
+    /// it has expired meanwhile.
+    fn lease_ended(&mut self, name: &str, lease: ModelLease) {
+        let expired = self.is_expired(lease.seq);
+        let r = self.readers.get_mut(name).expect("reader in model");
+        if expired {
+            r.expired.insert(lease.seq);
+        } else {
+            r.required.insert(lease.seq);
+        }
+    }
+
+    fn appended(&mut self, seq: u64, id: u64, len: usize, flags: u32, expires_ms: u64) {
         assert!(
             seq > self.last_seq,
             "seq {seq} is not above the previous {}",
@@ -188,11 +292,14 @@ impl Model {
                 len,
                 flags,
                 hole: false,
+                enqueued_ms: self.now_ms,
+                expires_ms,
             },
         );
         for r in self.readers.values_mut() {
             r.required.insert(seq);
         }
+        self.drop_expired();
     }
 
     /// Creates `name` if it is new, positioned at the oldest kept item.
@@ -214,6 +321,7 @@ impl Model {
             }
         }
         self.readers.insert(name.to_string(), reader);
+        self.drop_expired();
     }
 
     /// Moves the head past items no reader can deliver any more and forgets them.
@@ -277,11 +385,52 @@ impl Model {
     }
 
     fn release_all_leases(&mut self) {
-        for r in self.readers.values_mut() {
-            for (_, lease) in std::mem::take(&mut r.leases) {
-                r.required.insert(lease.seq);
+        let names: Vec<String> = self.readers.keys().cloned().collect();
+        for name in names {
+            let leases = std::mem::take(&mut self.readers.get_mut(&name).unwrap().leases);
+            for (_, lease) in leases {
+                self.lease_ended(&name, lease);
             }
         }
+    }
+
+    /// A plain take on `name` returned `got`: delivered and done.
+    fn taken(&mut self, name: &str, got: Option<u64>) {
+        if let Some(seq) = got {
+            let m = self.readers.get_mut(name).unwrap();
+            m.required.remove(&seq);
+            m.optional.remove(&seq);
+        }
+        self.take_passed(name, got);
+    }
+
+    /// A take on `name` returned `got` (a seq, or nothing): its cursor has passed
+    /// every item below it (every item, for nothing), dropping the expired ones.
+    fn take_passed(&mut self, name: &str, got: Option<u64>) {
+        let r = self.readers.get_mut(name).expect("reader in model");
+        match got {
+            Some(seq) => r.passed(seq),
+            None => r.expired.clear(),
+        }
+    }
+
+    /// Moves the clock: leases past their timeout end, items expire.
+    fn advance(&mut self, ms: u64) {
+        self.now_ms += ms;
+        let now = self.now_ms;
+        let names: Vec<String> = self.readers.keys().cloned().collect();
+        for name in names {
+            let r = self.readers.get_mut(&name).unwrap();
+            let (due, open) = std::mem::take(&mut r.leases)
+                .into_iter()
+                .partition(|(_, l)| l.taken_ms + OPEN_TIMEOUT_MS <= now);
+            r.leases = open;
+            let due: BTreeMap<LeaseId, ModelLease> = due;
+            for lease in due.into_values() {
+                self.lease_ended(&name, lease);
+            }
+        }
+        self.drop_expired();
     }
 }
 
@@ -295,6 +444,8 @@ struct Engine {
     queue: Option<Queue>,
     /// Records what the fsyncs make durable, for `Op::PowerCut` (synced only).
     power: Option<std::sync::Arc<common::power_cut::PowerCut>>,
+    /// The store's clock, kept across reopens.
+    clock: ManualClock,
 }
 
 impl Engine {
@@ -304,14 +455,16 @@ impl Engine {
         std::fs::create_dir(&root).unwrap();
         let power =
             (durability == Durability::Synced).then(|| common::power_cut::PowerCut::install(&root));
+        let clock = ManualClock::new();
         let options = StoreOptions {
             defaults: QueueConfig {
                 segment_size_bytes,
                 durability,
-                open_timeout: Some(OPEN_TIMEOUT),
+                open_timeout: Some(Duration::from_millis(OPEN_TIMEOUT_MS)),
                 ..QueueConfig::default()
             },
             config_for: None,
+            clock: clock.clock(),
             ..StoreOptions::default()
         };
         let mut engine = Engine {
@@ -321,6 +474,7 @@ impl Engine {
             store: None,
             queue: None,
             power,
+            clock,
         };
         engine.reopen(true);
         engine
@@ -388,36 +542,9 @@ impl Runner {
         READER_NAMES[r % self.n_readers]
     }
 
-    /// Waits out every lease that could time out during the next step, and the ones
-    /// that have timed out already, so the model knows exactly which leases are open.
-    fn settle_leases(&mut self, all: bool) {
-        let now = Instant::now();
-        let mut wait_until: Option<Instant> = None;
-        for r in self.model.readers.values() {
-            for lease in r.leases.values() {
-                if all || now + STEP_BUDGET >= lease.taken_before + OPEN_TIMEOUT {
-                    let surely_expired = lease.taken_after + OPEN_TIMEOUT + SETTLE;
-                    wait_until = Some(wait_until.map_or(surely_expired, |w| w.max(surely_expired)));
-                }
-            }
-        }
-        let Some(deadline) = wait_until else { return };
-        let now = Instant::now();
-        if deadline > now {
-            std::thread::sleep(deadline - now);
-        }
-        for r in self.model.readers.values_mut() {
-            let expired: Vec<LeaseId> = r
-                .leases
-                .iter()
-                .filter(|(_, l)| l.taken_after + OPEN_TIMEOUT + SETTLE <= deadline)
-                .map(|(id, _)| *id)
-                .collect();
-            for id in expired {
-                let lease = r.leases.remove(&id).unwrap();
-                r.required.insert(lease.seq);
-            }
-        }
+    /// Waits until the engine has timed out the leases the model has: its background
+    /// thread does that within a tick of the clock's move.
+    fn wait_for_lease_timeouts(&self) {
         let expected: u64 = self
             .model
             .readers
@@ -425,7 +552,7 @@ impl Runner {
             .map(|r| r.leases.len() as u64)
             .sum();
         let q = self.engine.q().clone();
-        let ok = common::wait_until(Duration::from_secs(2), || q.stats().open_leases == expected);
+        let ok = common::wait_until(Duration::from_secs(5), || q.stats().open_leases == expected);
         assert!(
             ok,
             "step {}: lease timeouts: expected {expected} open leases, the engine has {}",
@@ -434,12 +561,63 @@ impl Runner {
         );
     }
 
+    /// `Op::TakeWait`: a blocking take, woken by an append when it has to wait.
+    fn take_wait(&mut self, r: usize, append: bool) {
+        let step = self.step;
+        let name = self.name(r);
+        let reader = self.engine.reader(name);
+        self.model.ensure_reader(name);
+        let m = &self.model.readers[name];
+        let idle = m.required.is_empty() && m.optional.is_empty();
+        let got = if append && idle {
+            let waiting = reader.clone();
+            let taker = std::thread::spawn(move || {
+                waiting.take_timeout(TakeMode::Take, Duration::from_secs(30))
+            });
+            let q = self.engine.q().clone();
+            let waits = common::wait_until(Duration::from_secs(10), || q.stats().waiters >= 1);
+            assert!(waits, "step {step}: the blocking take never waited");
+            let id = self.model.next_id;
+            self.model.next_id += 1;
+            let seq = q
+                .append(&payload(id, 16), AppendOptions::default())
+                .unwrap_or_else(|e| panic!("step {step}: append: {e}"));
+            self.model.appended(seq, id, 16, 0, 0);
+            let got = taker.join().expect("taker thread");
+            let got = got.unwrap_or_else(|e| panic!("step {step}: take_timeout: {e}"));
+            assert!(
+                got.is_some(),
+                "step {step}: the append did not wake the take"
+            );
+            got
+        } else {
+            // With nothing to deliver, nothing comes within a short wait (nothing else
+            // appends); with something, it comes at once.
+            let wait = Duration::from_millis(if idle { 20 } else { 10_000 });
+            reader
+                .take_timeout(TakeMode::Take, wait)
+                .unwrap_or_else(|e| panic!("step {step}: take_timeout: {e}"))
+        };
+        let item = got.map(|t| t.item);
+        let seq = self.model.check_next(name, item.as_ref(), "take_timeout");
+        self.model.taken(name, seq);
+    }
+
     fn apply(&mut self, op: &Op) {
         let step = self.step;
         match op {
-            Op::Append { len, flags, sync } => {
+            Op::Append {
+                len,
+                flags,
+                sync,
+                ttl_ms,
+            } => {
                 let id = self.model.next_id;
                 self.model.next_id += 1;
+                // An own expiry already past is 1 ms after the epoch (0 means never).
+                let expires_ms = ttl_ms.map_or(0, |t| {
+                    u64::try_from(self.model.now_ms as i64 + t).map_or(1, |e| e.max(1))
+                });
                 let seq = self
                     .engine
                     .q()
@@ -448,11 +626,11 @@ impl Runner {
                         AppendOptions {
                             flags: *flags,
                             sync: *sync,
-                            ..AppendOptions::default()
+                            expires_at_ms: expires_ms,
                         },
                     )
                     .unwrap_or_else(|e| panic!("step {step}: append: {e}"));
-                self.model.appended(seq, id, *len, *flags);
+                self.model.appended(seq, id, *len, *flags, expires_ms);
             }
             Op::AppendBatch { lens, flags } => {
                 let ids: Vec<u64> = lens
@@ -480,7 +658,7 @@ impl Runner {
                     )
                     .unwrap_or_else(|e| panic!("step {step}: append_batch: {e}"));
                 for (i, (&id, &len)) in ids.iter().zip(lens).enumerate() {
-                    self.model.appended(first + i as u64, id, len, *flags);
+                    self.model.appended(first + i as u64, id, len, *flags, 0);
                 }
             }
             Op::Take(r) => {
@@ -490,11 +668,8 @@ impl Runner {
                 let got = reader
                     .take()
                     .unwrap_or_else(|e| panic!("step {step}: take: {e}"));
-                if let Some(seq) = self.model.check_next(name, got.as_ref(), "take") {
-                    let m = self.model.readers.get_mut(name).unwrap();
-                    m.required.remove(&seq);
-                    m.optional.remove(&seq);
-                }
+                let seq = self.model.check_next(name, got.as_ref(), "take");
+                self.model.taken(name, seq);
             }
             Op::TakeBatch(r, n) => {
                 let name = self.name(*r);
@@ -505,32 +680,27 @@ impl Runner {
                     .unwrap_or_else(|e| panic!("step {step}: take_batch: {e}"));
                 assert!(got.len() <= *n, "take_batch({n}) returned {}", got.len());
                 for item in &got {
-                    let seq = self
-                        .model
-                        .check_next(name, Some(item), "take_batch")
-                        .unwrap();
-                    let m = self.model.readers.get_mut(name).unwrap();
-                    m.required.remove(&seq);
-                    m.optional.remove(&seq);
+                    let seq = self.model.check_next(name, Some(item), "take_batch");
+                    self.model.taken(name, seq);
                 }
                 if got.len() < *n {
                     self.model
                         .check_next(name, None, "take_batch (short batch)");
+                    self.model.taken(name, None);
                 }
             }
             Op::TakeLeased(r) => {
                 let name = self.name(*r);
                 let reader = self.engine.reader(name);
                 self.model.ensure_reader(name);
-                let taken_before = Instant::now();
                 let got = reader
                     .take_leased()
                     .unwrap_or_else(|e| panic!("step {step}: take_leased: {e}"));
-                let taken_after = Instant::now();
-                if let Some(seq) =
-                    self.model
-                        .check_next(name, got.as_ref().map(|l| &l.item), "take_leased")
-                {
+                let seq = self
+                    .model
+                    .check_next(name, got.as_ref().map(|l| &l.item), "take_leased");
+                self.model.take_passed(name, seq);
+                if let Some(seq) = seq {
                     let lease = got.unwrap();
                     let m = self.model.readers.get_mut(name).unwrap();
                     m.required.remove(&seq);
@@ -541,8 +711,7 @@ impl Runner {
                             lease.id,
                             ModelLease {
                                 seq,
-                                taken_before,
-                                taken_after,
+                                taken_ms: self.model.now_ms,
                             },
                         )
                         .is_none();
@@ -596,11 +765,55 @@ impl Runner {
                 if let Some(id) = pick {
                     let lease = m.leases.remove(&id).unwrap();
                     if !confirm {
-                        m.required.insert(lease.seq);
+                        self.model.lease_ended(name, lease);
                     }
                 }
             }
-            Op::LeaseTimeout => self.settle_leases(true),
+            Op::Advance(ms) => {
+                self.engine.clock.advance(Duration::from_millis(*ms));
+                self.model.advance(*ms);
+                self.wait_for_lease_timeouts();
+            }
+            Op::SetMaxAge(ms) => {
+                if self.model.max_age_ms.is_none_or(|m| *ms < m) {
+                    self.engine.options.defaults.max_age = Some(Duration::from_millis(*ms));
+                    let options = self.engine.options.clone();
+                    self.engine.store.as_ref().unwrap().set_options(options);
+                    self.model.max_age_ms = Some(*ms);
+                    self.model.drop_expired();
+                }
+            }
+            Op::Expire => {
+                let n = self
+                    .engine
+                    .q()
+                    .expire()
+                    .unwrap_or_else(|e| panic!("step {step}: expire: {e}"));
+                let expired = self
+                    .model
+                    .items
+                    .keys()
+                    .filter(|&&seq| self.model.is_expired(seq))
+                    .count() as u64;
+                assert!(
+                    n <= expired,
+                    "step {step}: expire dropped {n}, but only {expired} kept items have expired"
+                );
+            }
+            Op::TakeWait { reader, append } => self.take_wait(*reader, *append),
+            Op::DeleteQueue => {
+                self.engine.queue = None;
+                let store = self.engine.store.as_ref().unwrap();
+                let existed = store
+                    .delete_queue(QUEUE)
+                    .unwrap_or_else(|e| panic!("step {step}: delete_queue: {e}"));
+                assert!(existed, "step {step}: delete_queue found no queue");
+                self.engine.queue = Some(store.queue(QUEUE).expect("queue after delete"));
+                let mut fresh = Model::new(self.model.now_ms);
+                fresh.next_id = self.model.next_id;
+                fresh.max_age_ms = self.model.max_age_ms;
+                self.model = fresh;
+            }
             Op::FlushReader(r) => {
                 let name = self.name(*r);
                 let reader = self.engine.reader(name);
@@ -609,8 +822,7 @@ impl Runner {
                     .flush()
                     .unwrap_or_else(|e| panic!("step {step}: reader flush: {e}"));
                 let m = self.model.readers.get_mut(name).unwrap();
-                let low = m.unconfirmed();
-                let high = low + m.optional.len() as u64;
+                let (low, high) = (m.unconfirmed(), m.counted_max());
                 assert!(
                     (low..=high).contains(&n),
                     "step {step}: flush of reader {name:?} dropped {n}, expected {low}..={high}"
@@ -625,8 +837,7 @@ impl Runner {
                     .unwrap_or_else(|e| panic!("step {step}: queue flush: {e}"));
                 let (low, high) = if self.model.readers.is_empty() {
                     let all = self.model.items.len() as u64;
-                    let non_holes = self.model.items.values().filter(|i| !i.hole).count() as u64;
-                    (non_holes, all)
+                    (self.model.unread_live(), all)
                 } else {
                     let low = self
                         .model
@@ -639,7 +850,7 @@ impl Runner {
                         .model
                         .readers
                         .values()
-                        .map(|r| r.unconfirmed() + r.optional.len() as u64)
+                        .map(|r| r.counted_max())
                         .max()
                         .unwrap();
                     (low, high)
@@ -714,8 +925,7 @@ impl Runner {
                 .readers
                 .get(&r.name)
                 .unwrap_or_else(|| panic!("step {step}: stats for unknown reader {:?}", r.name));
-            let low = m.unconfirmed();
-            let high = low + m.optional.len() as u64;
+            let (low, high) = (m.unconfirmed(), m.counted_max());
             assert!(
                 (low..=high).contains(&r.items),
                 "step {step} ({op:?}): reader {:?} stats.items {}, expected {low}..={high}",
@@ -738,7 +948,7 @@ impl Runner {
         // Queue items: at least what the most-behind reader still has to confirm, at
         // most everything from the head on.
         let low = if model.readers.is_empty() {
-            model.items.values().filter(|i| !i.hole).count() as u64
+            model.unread_live()
         } else {
             model
                 .readers
@@ -777,13 +987,18 @@ impl Runner {
                 "step {step}: iter: content of seq {}",
                 item.seq
             );
+            assert!(
+                !model.is_expired(item.seq),
+                "step {step} ({op:?}): iter yielded seq {}, which has expired",
+                item.seq
+            );
             yielded.insert(item.seq);
         }
         let needed: BTreeSet<u64> = if model.readers.is_empty() {
             model
                 .items
                 .iter()
-                .filter(|(_, i)| !i.hole)
+                .filter(|(&s, i)| !i.hole && !model.is_expired(s))
                 .map(|(s, _)| *s)
                 .collect()
         } else {
@@ -796,6 +1011,7 @@ impl Runner {
                         .copied()
                         .chain(r.leases.values().map(|l| l.seq))
                 })
+                .filter(|&seq| !model.is_expired(seq))
                 .collect()
         };
         let missing: Vec<u64> = needed.difference(&yielded).copied().collect();
@@ -807,15 +1023,15 @@ impl Runner {
 }
 
 fn run(segment_size_bytes: u64, durability: Durability, n_readers: usize, ops: &[Op]) {
+    let engine = Engine::open(segment_size_bytes, durability);
     let mut runner = Runner {
-        engine: Engine::open(segment_size_bytes, durability),
-        model: Model::new(),
+        model: Model::new(engine.clock.now_ms()),
+        engine,
         n_readers,
         step: 0,
     };
     for (step, op) in ops.iter().enumerate() {
         runner.step = step;
-        runner.settle_leases(false);
         runner.apply(op);
         runner.check(op);
     }
@@ -838,7 +1054,7 @@ proptest! {
     // `tests/model.proptest-regressions` and replayed first from then on (commit
     // the file with the fix, so the case stays a regression test).
     #![proptest_config(ProptestConfig {
-        cases: 48,
+        cases: 192,
         failure_persistence: Some(Box::new(
             proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
@@ -867,7 +1083,7 @@ proptest! {
 proptest! {
     // The same property on fixed seeds: the same cases every run, on every machine.
     #![proptest_config(ProptestConfig {
-        cases: 16,
+        cases: 64,
         rng_seed: proptest::test_runner::RngSeed::Fixed(0x7765_6972),
         failure_persistence: None,
         ..ProptestConfig::default()
@@ -896,6 +1112,7 @@ fn fixed_sequence_with_rollover_and_reopen() {
     for i in 0..40 {
         ops.push(Op::Append {
             sync: false,
+            ttl_ms: None,
             len: 300 + i * 37,
             flags: i as u32,
         });
@@ -911,6 +1128,7 @@ fn fixed_sequence_with_rollover_and_reopen() {
         ops.push(Op::Take(i % 2));
         ops.push(Op::Append {
             sync: false,
+            ttl_ms: None,
             len: i,
             flags: 0,
         });
