@@ -13,7 +13,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::clock::Clock;
-use crate::config::QueueConfig;
+use crate::config::{Durability, QueueConfig};
 use crate::error::Result;
 use crate::file_cell::FilesBudget;
 use crate::frame::new_seed;
@@ -71,6 +71,7 @@ impl State {
             next_seq,
             floor: 1,
             hold: None,
+            retired: 0..0,
             floor_oldest: None,
             floor_head_expiry: None,
             tally,
@@ -106,7 +107,14 @@ impl State {
     /// named after it.
     fn retire_lost_seqs(&mut self, seq_floor: u64) -> Result<()> {
         let dir = self.dir().to_path_buf();
-        tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {} were lost (OS crash before fsync?); sequence numbers continue after the confirmed ones", self.next_seq);
+        if self.config.durability == Durability::Buffered {
+            // A killed process loses what it had staged, and a reader may have taken
+            // and confirmed it from the staging buffer already: documented, a warning.
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {}, which a reader had confirmed, were still staged in the process when it stopped (buffered): readers that had not taken them skip them; sequence numbers continue after the confirmed ones", self.next_seq);
+        } else {
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {}, which a reader had confirmed, were lost (an OS crash before their fsync): readers that had not taken them skip them; sequence numbers continue after the confirmed ones", self.next_seq);
+        }
+        self.retired = self.next_seq..seq_floor;
         self.next_seq = seq_floor;
         if self.log.writer.end() > FILE_HEADER_BYTES {
             return self.roll();
@@ -245,6 +253,7 @@ impl QueueCore {
         let journal_state = opened.state;
         let seq_floor = retired_below(&journal_state);
         let mut segments = load_segments(dir, &firsts, &tally)?;
+        finish_interrupted_roll(&mut segments)?;
         let (writer, next_seq) = match segments.back_mut() {
             Some(last) => recover_last_segment(dir, last)?,
             None => {
@@ -400,6 +409,44 @@ fn load_segments(
         segments.push_back(Segment::new(first, decoded.seed, path, len, tally.clone()));
     }
     Ok(segments)
+}
+
+/// Granularity of a segment file's size while it is written (`MapFile` allocates whole
+/// pages); a sealed segment is cut to its data, whose end is rarely a page boundary.
+const SEGMENT_ALLOCATION_BYTES: u64 = 4096;
+
+/// Completes a roll a killed process left halfway: a roll creates the new segment
+/// first and then cuts the sealed one to its data, so a kill between the two leaves
+/// the segment before the last one with the unused space reserved ahead of its data.
+/// That space reads as zeroes, which a reader would take for a hole an OS crash left
+/// (a warning, and a skip to the next segment that loses nothing, since nothing is
+/// there). Cut it now, as the roll would have. Only a file whose size is a whole
+/// number of pages can be in that state: that check costs nothing, the scan (one
+/// segment read) is made only then.
+fn finish_interrupted_roll(segments: &mut VecDeque<Segment>) -> Result<()> {
+    let n = segments.len();
+    if n < 2 {
+        return Ok(());
+    }
+    let seg = &mut segments[n - 2];
+    if seg.end <= FILE_HEADER_BYTES || !seg.end.is_multiple_of(SEGMENT_ALLOCATION_BYTES) {
+        return Ok(());
+    }
+    let ctx = |what: &str| format!("{what} {}", seg.path.display());
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .open(&seg.path)
+        .map_err(io_err(|| ctx("opening")))?;
+    let scan = segment::scan(&file, seg.first_seq, seg.seed, seg.end)
+        .map_err(io_err(|| ctx("scanning")))?;
+    if scan.zero_tail && scan.end < seg.end {
+        file.set_len(scan.end)
+            .map_err(io_err(|| ctx("cutting the unused tail of")))?;
+        tracing::info!(path = %seg.path.display(), from = seg.end, to = scan.end, "a segment sealed when the process stopped was cut to its data (the roll was interrupted)");
+        seg.end = scan.end;
+    }
+    Ok(())
 }
 
 /// Recovers the segment being written at the crash: a damaged header is rewritten, the

@@ -51,6 +51,10 @@ pub(super) struct State {
     /// Oldest seq kept for readers the store lost track of (see `reader_list.rs`):
     /// nothing from it on is reclaimed until the whole queue is flushed.
     pub(super) hold: Option<u64>,
+    /// Seqs found missing at open, past the last item on disk, that some reader had
+    /// confirmed already (`State::retire_lost_seqs`): a reader that skips them later
+    /// meets a loss the open explained, not damage.
+    pub(super) retired: std::ops::Range<u64>,
     /// The reader list was rewritten since the last fsync.
     pub(super) reader_list_dirty: bool,
     /// The store's space reserve (`None` once the store is gone).

@@ -65,7 +65,11 @@ impl State {
         }
         let id = self.readers.at(slot).id;
         let reader = self.readers.name_at(slot);
-        tracing::error!(dir = %self.dir().display(), reader, from, to, "items lost (damaged, or not on disk at a crash) are skipped");
+        if self.retired.start <= from && to <= self.retired.end {
+            tracing::warn!(dir = %self.dir().display(), reader, from, to, "items lost at the crash (announced when the queue opened) are skipped");
+        } else {
+            tracing::error!(dir = %self.dir().display(), reader, from, to, "items lost (damaged, or not on disk at a crash) are skipped");
+        }
         self.journal_append(JournalRecord::Confirm { id, from, to })?;
         self.corrupt_records += to - from;
         self.readers.at_mut(slot).confirm_mem(from, to, 0);

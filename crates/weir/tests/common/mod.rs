@@ -129,3 +129,33 @@ pub fn segment_files(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
     segs.sort();
     segs.into_iter().map(|(_, p)| p).collect()
 }
+
+/// Runs `f` with the engine's log (WARN and above) captured for this thread, and
+/// returns it as text, one event per line ("ERROR ...", "WARN ..."). Only what `f`
+/// logs on the calling thread is captured (not the store's background thread).
+pub fn capture_logs<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let sink = Sink::default();
+    let writer = sink.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&sink.0.lock().unwrap()).into_owned();
+    (out, text)
+}
