@@ -259,11 +259,13 @@ impl State {
                     .collect();
                 for slot in behind {
                     self.expired_budget_spent = false;
-                    // Dropping a run of expired items (the budget) makes room too.
+                    let expired_before = self.readers.at(slot).expired;
+                    // Dropping (or moving) expired items on the way makes room too, even
+                    // when no unexpired item follows them.
                     if self
                         .take_inner(slot, Purpose::Discard, now, moves)?
                         .is_some()
-                        || self.expired_budget_spent
+                        || self.readers.at(slot).expired != expired_before
                     {
                         progress = true;
                     }
@@ -322,7 +324,11 @@ impl QueueCore {
         }
         let now = self.clock.now_ms();
         let mut moves = Vec::new();
-        let result = {
+        // A closure, so that every way out (a refusal after `make_room` met expired
+        // items, an I/O error) still reaches `move_expired` below: the items it holds
+        // for moving would otherwise stay held, neither moved nor delivered, until a
+        // restart.
+        let result = (|| {
             let mut state = self.state.lock();
             state.ready()?;
             let max = state
@@ -353,8 +359,9 @@ impl QueueCore {
             state.maybe_rotate_journal();
             let last = state.next_seq - 1;
             Ok((first, state.ticket(options.sync, last, !moves.is_empty())))
-        };
-        self.move_expired(moves);
-        result
+        })();
+        let moved = self.move_expired(moves);
+        let (first, ticket) = result?;
+        Ok((first, Ticket::both(ticket, moved)))
     }
 }

@@ -32,6 +32,20 @@ pub(crate) struct Ticket {
     pub(super) journal_offset: u64,
 }
 
+impl Ticket {
+    /// One ticket covering both (what an operation waits for when it wrote twice).
+    pub(super) fn both(a: Option<Ticket>, b: Option<Ticket>) -> Option<Ticket> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Ticket {
+                data_seq: a.data_seq.max(b.data_seq),
+                journal_offset: a.journal_offset.max(b.journal_offset),
+            }),
+            (a, None) => a,
+            (None, b) => b,
+        }
+    }
+}
+
 #[derive(Default)]
 pub(super) struct SyncState {
     /// Every item up to this seq is on disk.

@@ -11,6 +11,7 @@ use crate::item::{self, AppendOptions, Item};
 use crate::journal::JournalRecord;
 use crate::readers::Slot;
 
+use super::commit::Ticket;
 use super::cursor::Step;
 use super::idle::MarkActiveOnDrop;
 use super::state::State;
@@ -154,7 +155,7 @@ impl QueueCore {
             if state.nothing_to_expire(now) {
                 // Known without a read: a whole-store `flush_all_expired` over thousands
                 // of idle queues opens none of their files.
-                return Ok(0);
+                return Ok((0, None));
             }
             state.ready()?;
             let mut count = 0u64;
@@ -179,10 +180,12 @@ impl QueueCore {
                 count = most;
             }
             state.after_write();
-            Ok(count)
+            Ok((count, state.ticket(false, 0, true)))
         })();
-        self.move_expired(moves);
-        result
+        let moved = self.move_expired(moves);
+        let (count, ticket) = result?;
+        self.wait_durable(Ticket::both(ticket, moved))?;
+        Ok(count)
     }
 
     /// Appends expired items to the queue's `expire_to` queue, outside our lock, then
@@ -190,11 +193,13 @@ impl QueueCore {
     /// (or refused it for good), released to be moved again by a later take when the
     /// append failed for a reason that can pass.
     ///
-    /// The append is not waited on for durability: an OS crash soon after a move can
-    /// lose it (see docs/storage.md); a killed process cannot.
-    pub(super) fn move_expired(&self, moves: Vec<Move>) {
+    /// Returns what the caller must wait for before it returns under `synced`: the
+    /// journal records that end the moves, like the rest of what the operation wrote
+    /// (else a power cut could undo a move the call reported, and the item be moved
+    /// again). The target's append has its own queue's durability.
+    pub(super) fn move_expired(&self, moves: Vec<Move>) -> Option<Ticket> {
         if moves.is_empty() {
-            return;
+            return None;
         }
         let target = self.state.lock().config.expire_to.clone();
         let outcomes: Vec<(Move, bool)> = match target.filter(|t| *t != self.name) {
@@ -204,7 +209,7 @@ impl QueueCore {
                 let Some(store) = self.store.upgrade() else {
                     // The store is going away, and these leases with it: a restart
                     // delivers the items again, and moves them then.
-                    return;
+                    return None;
                 };
                 match store.queue_for_use(&target) {
                     Ok(q) => moves
@@ -240,12 +245,12 @@ impl QueueCore {
         let mut state = self.state.lock();
         if state.ready().is_err() {
             // Closed or deleted meanwhile: the leases went with it.
-            return;
+            return None;
         }
         for (m, done) in &outcomes {
             state.finish_move(m, *done);
         }
-        state.after_write();
+        state.after_journal_write()
     }
 
     /// Logs a move that failed with `e`; true when the item is to be dropped anyway

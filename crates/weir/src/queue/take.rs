@@ -370,8 +370,10 @@ impl QueueCore {
                 let ticket = state.ticket(false, 0, true);
                 Ok::<_, Error>((taken, wrote, again, ticket))
             })();
-            self.move_expired(moves);
+            let moved = self.move_expired(moves);
             let (taken, wrote, again, ticket) = result?;
+            let ticket = Ticket::both(ticket, moved);
+            wrote_any |= moved.is_some();
             wrote_any |= wrote;
             if again {
                 // More expired items wait at the head: let others in, then go on.
@@ -413,8 +415,9 @@ impl QueueCore {
                 let again = items.is_empty() && state.expired_budget_spent;
                 Ok((items, again, ticket))
             })();
-            self.move_expired(moves);
+            let moved = self.move_expired(moves);
             let (items, again, ticket) = result?;
+            let ticket = Ticket::both(ticket, moved);
             if !again {
                 return Ok((items, ticket));
             }
