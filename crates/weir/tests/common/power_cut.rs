@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirEntryExt, FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -20,20 +20,42 @@ const PAGE_BYTES: usize = 4096;
 
 // --- The power-cut tool -------------------------------------------------------------
 
-/// A directory entry: its inode and kind.
+/// A file or directory: its inode and its birth time. A deleted file's inode number is
+/// reused by the next file created, so the inode alone would give a new file the
+/// durable content of a deleted one (a queue deleted and made again under the same
+/// name would come back from a cut with the old queue's readers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Id {
+    ino: u64,
+    born_ns: u128,
+}
+
+fn id_of(meta: &fs::Metadata) -> Id {
+    let born_ns = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    Id {
+        ino: meta.ino(),
+        born_ns,
+    }
+}
+
+/// A directory entry: what it names and its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Entry {
-    ino: u64,
+    id: Id,
     is_dir: bool,
 }
 
 type Listing = BTreeMap<OsString, Entry>;
 
-/// What the fsyncs so far made durable, by inode.
+/// What the fsyncs so far made durable, by file.
 #[derive(Default)]
 struct Durable {
-    files: HashMap<u64, Vec<u8>>,
-    dirs: HashMap<u64, Listing>,
+    files: HashMap<Id, Vec<u8>>,
+    dirs: HashMap<Id, Listing>,
 }
 
 /// Records what each fsync under `root` makes durable and takes crash images.
@@ -51,12 +73,17 @@ fn listing(dir: &Path) -> io::Result<Listing> {
     let mut out = Listing::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
-        let is_dir = entry.file_type()?.is_dir();
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            // Removed since the listing was read: not there now.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
         out.insert(
             entry.file_name(),
             Entry {
-                ino: entry.ino(),
-                is_dir,
+                id: id_of(&meta),
+                is_dir: meta.is_dir(),
             },
         );
     }
@@ -116,7 +143,7 @@ impl PowerCut {
                 let (Ok(meta), Ok(bytes)) = (file.metadata(), read_whole(file)) else {
                     return;
                 };
-                durable.files.insert(meta.ino(), bytes);
+                durable.files.insert(id_of(&meta), bytes);
             }
             Synced::Dir(dir) => {
                 let Ok(dir) = dir.canonicalize() else {
@@ -127,7 +154,7 @@ impl PowerCut {
                 }
                 let mut durable = lock(&self.durable);
                 if let (Ok(meta), Ok(entries)) = (fs::metadata(&dir), listing(&dir)) {
-                    durable.dirs.insert(meta.ino(), entries);
+                    durable.dirs.insert(id_of(&meta), entries);
                 }
             }
         }
@@ -148,14 +175,14 @@ impl PowerCut {
         let frozen = freeze();
         let mut current = Current::default();
         current.scan(&self.root)?;
-        let root_ino = fs::metadata(&self.root)?.ino();
+        let root = id_of(&fs::metadata(&self.root)?);
         let mut build = Build {
             durable: &durable,
             current: &current,
             rng,
             keep,
         };
-        build.dir(root_ino, image)?;
+        build.dir(root, image)?;
         Ok(frozen)
     }
 }
@@ -174,23 +201,23 @@ fn record_tree(dir: &Path, durable: &mut Durable) -> io::Result<()> {
         if entry.is_dir {
             record_tree(&path, durable)?;
         } else {
-            durable.files.insert(entry.ino, fs::read(&path)?);
+            durable.files.insert(entry.id, fs::read(&path)?);
         }
     }
-    durable.dirs.insert(fs::metadata(dir)?.ino(), entries);
+    durable.dirs.insert(id_of(&fs::metadata(dir)?), entries);
     Ok(())
 }
 
-/// The tree as it is now: listings by directory inode, paths by file inode.
+/// The tree as it is now: listings by directory, paths by file.
 #[derive(Default)]
 struct Current {
-    dirs: HashMap<u64, Listing>,
-    files: HashMap<u64, PathBuf>,
+    dirs: HashMap<Id, Listing>,
+    files: HashMap<Id, PathBuf>,
 }
 
 impl Current {
     fn scan(&mut self, dir: &Path) -> io::Result<()> {
-        let ino = fs::metadata(dir)?.ino();
+        let id = id_of(&fs::metadata(dir)?);
         let entries = listing(dir)?;
         for (name, entry) in &entries {
             let path = dir.join(name);
@@ -198,10 +225,10 @@ impl Current {
                 // A directory removed meanwhile is simply not there now.
                 let _ = self.scan(&path);
             } else {
-                self.files.insert(entry.ino, path);
+                self.files.insert(entry.id, path);
             }
         }
-        self.dirs.insert(ino, entries);
+        self.dirs.insert(id, entries);
         Ok(())
     }
 }
@@ -214,20 +241,20 @@ struct Build<'a> {
 }
 
 impl Build<'_> {
-    fn dir(&mut self, ino: u64, to: &Path) -> io::Result<()> {
+    fn dir(&mut self, id: Id, to: &Path) -> io::Result<()> {
         fs::create_dir_all(to)?;
         let empty = Listing::new();
-        let durable = self.durable.dirs.get(&ino).unwrap_or(&empty);
-        let entries = match self.current.dirs.get(&ino) {
+        let durable = self.durable.dirs.get(&id).unwrap_or(&empty);
+        let entries = match self.current.dirs.get(&id) {
             Some(now) => self.choose_entries(durable, now),
             None => durable.clone(),
         };
         for (name, entry) in entries {
             let path = to.join(&name);
             if entry.is_dir {
-                self.dir(entry.ino, &path)?;
+                self.dir(entry.id, &path)?;
             } else {
-                let bytes = self.file(entry.ino)?;
+                let bytes = self.file(entry.id)?;
                 fs::write(&path, bytes)?;
             }
         }
@@ -238,14 +265,14 @@ impl Build<'_> {
     fn choose_entries(&mut self, durable: &Listing, now: &Listing) -> Listing {
         let mut out = Listing::new();
         let mut decided: HashSet<OsString> = HashSet::new();
-        // A rename: the same inode under a new name now, under an old name durably.
+        // A rename: the same file under a new name now, under an old name durably.
         for (new_name, entry) in now {
             if durable.get(new_name) == Some(entry) {
                 continue;
             }
             let old = durable
                 .iter()
-                .find(|(n, e)| e.ino == entry.ino && *n != new_name && now.get(*n) != Some(e));
+                .find(|(n, e)| e.id == entry.id && *n != new_name && now.get(*n) != Some(e));
             if let Some((old_name, old_entry)) = old {
                 if self.rng.gen_bool(self.keep) {
                     out.insert(new_name.clone(), *entry);
@@ -281,9 +308,9 @@ impl Build<'_> {
     }
 
     /// A file after the cut: its durable content, each page written since kept or not.
-    fn file(&mut self, ino: u64) -> io::Result<Vec<u8>> {
-        let durable: &[u8] = self.durable.files.get(&ino).map_or(&[], |v| &v[..]);
-        let now = match self.current.files.get(&ino) {
+    fn file(&mut self, id: Id) -> io::Result<Vec<u8>> {
+        let durable: &[u8] = self.durable.files.get(&id).map_or(&[], |v| &v[..]);
+        let now = match self.current.files.get(&id) {
             Some(path) => match fs::read(path) {
                 Ok(bytes) => bytes,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(durable.to_vec()),
