@@ -6,7 +6,15 @@
 //! (docs/storage.md) leaves it a choice: a reader created while some items in the kept range were
 //! already confirmed (out of order) by every other reader may or may not see them. The
 //! model accepts either, but once the engine skips an optional item it must never
-//! deliver it later, and once it delivers (or peeks) one it must stand by it.
+//! deliver it later, and once it delivers (or peeks) one it must stand by it. A full
+//! queue that discards its oldest items makes the items it may have discarded optional
+//! too; where the model knows the queue's count only within a range, an append near
+//! the limit may go either way, but never through a queue surely full, nor refused
+//! with surely room.
+//!
+//! The queue expires into a second one (`DEAD`): every item there must be an expired
+//! item of the model's queue, intact, held no more times than readers had it to
+//! deliver when it expired, and at least as many times as takes surely moved it.
 //!
 //! Time is the store's `ManualClock`, which moves only at an `Advance` step: the model
 //! knows to the millisecond when each lease times out (`open_timeout`) and when each
@@ -23,13 +31,15 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use weir::{
-    AppendOptions, Durability, Item, LeaseId, ManualClock, Queue, QueueConfig, Reader, Store,
-    StoreOptions, TakeMode,
+    AppendOptions, Durability, ErrorKind, Item, LeaseId, ManualClock, Queue, QueueConfig, Reader,
+    Store, StoreOptions, TakeMode,
 };
 
 use common::{is_payload, payload};
 
 const QUEUE: &str = "model";
+/// The model queue's `expire_to`.
+const DEAD: &str = "dead";
 const READER_NAMES: [&str; 3] = ["", "a", "b"];
 /// Every lease in the model times out after this long (on the manual clock).
 const OPEN_TIMEOUT_MS: u64 = 300;
@@ -70,6 +80,12 @@ enum Op {
     },
     /// Deletes the queue and uses it again under the same name: it starts empty.
     DeleteQueue,
+    /// Sets the queue's `max_items` (none: no limit) and what a full queue does:
+    /// discard its oldest items (`discard`) or refuse the append.
+    SetLimit {
+        max: Option<u64>,
+        discard: bool,
+    },
     FlushReader(usize),
     FlushQueue,
     DeleteReader(usize),
@@ -124,6 +140,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Expire),
         2 => (r.clone(), any::<bool>()).prop_map(|(reader, append)| Op::TakeWait { reader, append }),
         1 => Just(Op::DeleteQueue),
+        1 => (prop_oneof![Just(None), Just(Some(2u64)), Just(Some(5)), Just(Some(12))], any::<bool>())
+            .prop_map(|(max, discard)| Op::SetLimit { max, discard }),
         1 => r.clone().prop_map(Op::FlushReader),
         1 => Just(Op::FlushQueue),
         1 => r.prop_map(Op::DeleteReader),
@@ -161,6 +179,9 @@ struct ModelReader {
     /// cursor may not have passed yet: never delivered, but the engine may still count
     /// them (and keep them) until it does.
     expired: BTreeSet<u64>,
+    /// The part of `expired` the engine surely had to deliver (not optional ones): when
+    /// the cursor passes one, it has moved it to `DEAD`.
+    expired_sure: BTreeSet<u64>,
 }
 
 impl ModelReader {
@@ -173,9 +194,21 @@ impl ModelReader {
         self.unconfirmed() + (self.optional.len() + self.expired.len()) as u64
     }
 
-    /// The reader's cursor has passed every seq below `seq`.
-    fn passed(&mut self, seq: u64) {
+    /// The reader's cursor has passed every seq below `seq` (all, for `None`); returns
+    /// the expired items it surely moved to `DEAD` on the way.
+    fn passed(&mut self, seq: Option<u64>) -> BTreeSet<u64> {
+        let seq = seq.unwrap_or(u64::MAX);
         self.expired = self.expired.split_off(&seq);
+        let kept = self.expired_sure.split_off(&seq);
+        std::mem::replace(&mut self.expired_sure, kept)
+    }
+
+    /// Item `seq` expired while this reader had it to deliver (`sure`: not optional).
+    fn expire(&mut self, seq: u64, sure: bool) {
+        self.expired.insert(seq);
+        if sure {
+            self.expired_sure.insert(seq);
+        }
     }
 
     fn holds(&self, seq: u64) -> bool {
@@ -196,6 +229,25 @@ impl ModelReader {
     }
 }
 
+/// How many times an expired item was moved to `DEAD`: at least `min` (the moves a
+/// reader's take surely made), at most `max` (once per reader that had it to deliver
+/// when it expired; a queue with no reader drops expired items, moving none).
+#[derive(Debug, Default)]
+struct Moves {
+    len: usize,
+    flags: u32,
+    min: u64,
+    max: u64,
+}
+
+/// Whether an append fits under the queue's limit (see [`Model::room_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Room {
+    Sure,
+    Maybe,
+    None,
+}
+
 #[derive(Debug)]
 struct Model {
     /// Items at or after `head`, by seq.
@@ -206,6 +258,13 @@ struct Model {
     next_id: u64,
     readers: BTreeMap<String, ModelReader>,
     appended_since_open: u64,
+    /// The queue's `max_items` and `discard_old_when_full`.
+    limit: Option<(u64, bool)>,
+    /// Moves to `DEAD`, by item id.
+    moves: BTreeMap<u64, Moves>,
+    /// The known moves (`Moves::min`) still hold: false after a power cut, which can
+    /// undo a move's confirmation (the item is moved again) or lose the move.
+    moves_exact: bool,
     /// The manual clock, in Unix milliseconds.
     now_ms: u64,
     max_age_ms: Option<u64>,
@@ -220,6 +279,9 @@ impl Model {
             next_id: 1,
             readers: BTreeMap::new(),
             appended_since_open: 0,
+            limit: None,
+            moves: BTreeMap::new(),
+            moves_exact: true,
             now_ms,
             max_age_ms: None,
         }
@@ -240,6 +302,73 @@ impl Model {
             .is_some_and(|e| e <= self.now_ms)
     }
 
+    /// The least and most items the engine may count against `max_items` now: for the
+    /// most-behind reader (each reader's [`ModelReader::unconfirmed`] and
+    /// [`ModelReader::counted_max`]), or the kept items when there is none.
+    fn counted(&self) -> (u64, u64) {
+        if self.readers.is_empty() {
+            return (self.unread_live(), self.items.len() as u64);
+        }
+        let lo = self.readers.values().map(|r| r.unconfirmed()).max();
+        let hi = self.readers.values().map(|r| r.counted_max()).max();
+        (lo.unwrap_or(0), hi.unwrap_or(0))
+    }
+
+    /// Whether an append of `n` items fits under the limit: surely, maybe (the model
+    /// knows the count only within a range), or not at all. With `discard`, it fits
+    /// when discarding can make room: not when leases alone fill the queue, or when
+    /// the batch is larger than the limit.
+    fn room_for(&self, n: u64) -> Room {
+        let Some((max, discard)) = self.limit else {
+            return Room::Sure;
+        };
+        if n > max {
+            return Room::None;
+        }
+        let (lo, hi) = self.counted();
+        if hi + n <= max {
+            Room::Sure
+        } else if !discard && lo + n > max {
+            Room::None
+        } else {
+            Room::Maybe
+        }
+    }
+
+    /// After an append of `n` items (made or refused) with `discard`: the engine may
+    /// have dropped, for each reader over the limit, up to as many of its next items as
+    /// it was over (its next ones in order: released ones first, then the oldest).
+    /// Those may or may not come now (optional).
+    fn may_discard(&mut self, n: u64) {
+        let Some((max, true)) = self.limit else {
+            return;
+        };
+        if self.readers.is_empty() {
+            let over = (self.items.len() as u64 + n).saturating_sub(max);
+            for item in self.items.values_mut().take(over as usize) {
+                item.hole = true;
+            }
+            return;
+        }
+        for r in self.readers.values_mut() {
+            let over = (r.counted_max() + n).saturating_sub(max) as usize;
+            let next: Vec<u64> = r
+                .required
+                .iter()
+                .chain(r.optional.iter())
+                .copied()
+                .collect::<BTreeSet<u64>>()
+                .into_iter()
+                .take(over)
+                .collect();
+            for seq in next {
+                if r.required.remove(&seq) {
+                    r.optional.insert(seq);
+                }
+            }
+        }
+    }
+
     /// With no reader: the kept items a new reader must see (not holes, not expired).
     fn unread_live(&self) -> u64 {
         self.items
@@ -256,22 +385,51 @@ impl Model {
             .copied()
             .filter(|&seq| self.is_expired(seq))
             .collect();
-        for r in self.readers.values_mut() {
-            for seq in &expired {
-                if r.required.remove(seq) | r.optional.remove(seq) {
-                    r.expired.insert(*seq);
+        for &seq in &expired {
+            let item = &self.items[&seq];
+            let (id, len, flags) = (item.id, item.len, item.flags);
+            let moves = self.moves.entry(id).or_insert_with(|| Moves {
+                len,
+                flags,
+                // Moves follow readers: a queue with none drops expired items.
+                max: 0,
+                ..Moves::default()
+            });
+            for r in self.readers.values_mut() {
+                let sure = r.required.remove(&seq);
+                if sure | r.optional.remove(&seq) {
+                    r.expire(seq, sure);
+                    moves.max += 1;
                 }
             }
         }
+    }
+
+    /// Counts a move that may happen for item `seq` (one more reader that will meet it
+    /// expired); `sure`: one that will happen when the reader passes it.
+    fn may_move(&mut self, seq: u64) {
+        let item = &self.items[&seq];
+        let (id, len, flags) = (item.id, item.len, item.flags);
+        self.moves
+            .entry(id)
+            .or_insert_with(|| Moves {
+                len,
+                flags,
+                ..Moves::default()
+            })
+            .max += 1;
     }
 
     /// Lease `lease` of reader `name` ended unconfirmed: its item is due again, unless
     /// it has expired meanwhile.
     fn lease_ended(&mut self, name: &str, lease: ModelLease) {
         let expired = self.is_expired(lease.seq);
+        if expired {
+            self.may_move(lease.seq);
+        }
         let r = self.readers.get_mut(name).expect("reader in model");
         if expired {
-            r.expired.insert(lease.seq);
+            r.expire(lease.seq, true);
         } else {
             r.required.insert(lease.seq);
         }
@@ -408,9 +566,12 @@ impl Model {
     /// every item below it (every item, for nothing), dropping the expired ones.
     fn take_passed(&mut self, name: &str, got: Option<u64>) {
         let r = self.readers.get_mut(name).expect("reader in model");
-        match got {
-            Some(seq) => r.passed(seq),
-            None => r.expired.clear(),
+        for seq in r.passed(got) {
+            let id = self.items[&seq].id;
+            self.moves
+                .get_mut(&id)
+                .expect("an expired item's moves")
+                .min += 1;
         }
     }
 
@@ -439,7 +600,12 @@ struct Engine {
     /// Holds the directory `root` is in (a crash image's, after a power cut).
     dir: tempfile::TempDir,
     root: std::path::PathBuf,
-    options: StoreOptions,
+    /// The settings of the model's queue that steps change; `expire_to` is always
+    /// `DEAD`, and every other queue (`DEAD`) has the base settings.
+    base: QueueConfig,
+    max_age: Option<Duration>,
+    /// `max_items` and `discard_old_when_full`.
+    limit: Option<(u64, bool)>,
     store: Option<Store>,
     queue: Option<Queue>,
     /// Records what the fsyncs make durable, for `Op::PowerCut` (synced only).
@@ -456,21 +622,18 @@ impl Engine {
         let power =
             (durability == Durability::Synced).then(|| common::power_cut::PowerCut::install(&root));
         let clock = ManualClock::new();
-        let options = StoreOptions {
-            defaults: QueueConfig {
-                segment_size_bytes,
-                durability,
-                open_timeout: Some(Duration::from_millis(OPEN_TIMEOUT_MS)),
-                ..QueueConfig::default()
-            },
-            config_for: None,
-            clock: clock.clock(),
-            ..StoreOptions::default()
+        let base = QueueConfig {
+            segment_size_bytes,
+            durability,
+            open_timeout: Some(Duration::from_millis(OPEN_TIMEOUT_MS)),
+            ..QueueConfig::default()
         };
         let mut engine = Engine {
             dir,
             root,
-            options,
+            base,
+            max_age: None,
+            limit: None,
             store: None,
             queue: None,
             power,
@@ -478,6 +641,35 @@ impl Engine {
         };
         engine.reopen(true);
         engine
+    }
+
+    fn options(&self) -> StoreOptions {
+        let base = self.base.clone();
+        let (max_items, discard_old_when_full) = self.limit.unwrap_or((u64::MAX, false));
+        let model = QueueConfig {
+            max_age: self.max_age,
+            max_items,
+            discard_old_when_full,
+            expire_to: Some(DEAD.to_string()),
+            ..base.clone()
+        };
+        StoreOptions {
+            defaults: base.clone(),
+            config_for: Some(std::sync::Arc::new(move |name: &str| {
+                if name == QUEUE {
+                    model.clone()
+                } else {
+                    base.clone()
+                }
+            })),
+            clock: self.clock.clock(),
+            ..StoreOptions::default()
+        }
+    }
+
+    /// Applies changed settings to the open store.
+    fn apply_settings(&self) {
+        self.store.as_ref().unwrap().set_options(self.options());
     }
 
     fn reopen(&mut self, close: bool) {
@@ -490,7 +682,7 @@ impl Engine {
             }
         }
         // Dropping the last handle releases the directory at once: no retry.
-        let store = Store::open_with(&self.root, self.options.clone()).expect("reopen");
+        let store = Store::open_with(&self.root, self.options()).expect("reopen");
         self.queue = Some(store.queue(QUEUE).expect("queue"));
         self.store = Some(store);
     }
@@ -561,6 +753,60 @@ impl Runner {
         );
     }
 
+    /// Appends items of `lens` (one: `append`; more: `append_batch`) and checks the
+    /// outcome against the queue's limit (see [`Model::room_for`]). Returns the first
+    /// seq, or `None` when the queue was full.
+    fn append_items(&mut self, lens: &[usize], options: AppendOptions) -> Option<u64> {
+        let step = self.step;
+        let ids: Vec<u64> = lens
+            .iter()
+            .map(|_| {
+                self.model.next_id += 1;
+                self.model.next_id - 1
+            })
+            .collect();
+        let data: Vec<Vec<u8>> = ids
+            .iter()
+            .zip(lens)
+            .map(|(&id, &len)| payload(id, len))
+            .collect();
+        let room = self.model.room_for(lens.len() as u64);
+        let q = self.engine.q();
+        let result = if let [one] = &data[..] {
+            q.append(one, options)
+        } else {
+            let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            q.append_batch(&refs, options)
+        };
+        self.model.may_discard(lens.len() as u64);
+        match result {
+            Ok(first) => {
+                assert!(
+                    room != Room::None,
+                    "step {step}: an append of {} went through a full queue (limit {:?})",
+                    lens.len(),
+                    self.model.limit
+                );
+                for (i, (&id, &len)) in ids.iter().zip(lens).enumerate() {
+                    let expires_ms = options.expires_at_ms;
+                    self.model
+                        .appended(first + i as u64, id, len, options.flags, expires_ms);
+                }
+                Some(first)
+            }
+            Err(e) if e.kind() == ErrorKind::Full => {
+                assert!(
+                    room != Room::Sure,
+                    "step {step}: an append of {} was refused as full with room (limit {:?})",
+                    lens.len(),
+                    self.model.limit
+                );
+                None
+            }
+            Err(e) => panic!("step {step}: append: {e}"),
+        }
+    }
+
     /// `Op::TakeWait`: a blocking take, woken by an append when it has to wait.
     fn take_wait(&mut self, r: usize, append: bool) {
         let step = self.step;
@@ -569,7 +815,7 @@ impl Runner {
         self.model.ensure_reader(name);
         let m = &self.model.readers[name];
         let idle = m.required.is_empty() && m.optional.is_empty();
-        let got = if append && idle {
+        let got = if append && idle && self.model.room_for(1) == Room::Sure {
             let waiting = reader.clone();
             let taker = std::thread::spawn(move || {
                 waiting.take_timeout(TakeMode::Take, Duration::from_secs(30))
@@ -577,12 +823,8 @@ impl Runner {
             let q = self.engine.q().clone();
             let waits = common::wait_until(Duration::from_secs(10), || q.stats().waiters >= 1);
             assert!(waits, "step {step}: the blocking take never waited");
-            let id = self.model.next_id;
-            self.model.next_id += 1;
-            let seq = q
-                .append(&payload(id, 16), AppendOptions::default())
-                .unwrap_or_else(|e| panic!("step {step}: append: {e}"));
-            self.model.appended(seq, id, 16, 0, 0);
+            let seq = self.append_items(&[16], AppendOptions::default());
+            assert!(seq.is_some(), "step {step}: refused with room");
             let got = taker.join().expect("taker thread");
             let got = got.unwrap_or_else(|e| panic!("step {step}: take_timeout: {e}"));
             assert!(
@@ -612,54 +854,29 @@ impl Runner {
                 sync,
                 ttl_ms,
             } => {
-                let id = self.model.next_id;
-                self.model.next_id += 1;
                 // An own expiry already past is 1 ms after the epoch (0 means never).
                 let expires_ms = ttl_ms.map_or(0, |t| {
                     u64::try_from(self.model.now_ms as i64 + t).map_or(1, |e| e.max(1))
                 });
-                let seq = self
-                    .engine
-                    .q()
-                    .append(
-                        &payload(id, *len),
-                        AppendOptions {
-                            flags: *flags,
-                            sync: *sync,
-                            expires_at_ms: expires_ms,
-                        },
-                    )
-                    .unwrap_or_else(|e| panic!("step {step}: append: {e}"));
-                self.model.appended(seq, id, *len, *flags, expires_ms);
+                let options = AppendOptions {
+                    flags: *flags,
+                    sync: *sync,
+                    expires_at_ms: expires_ms,
+                };
+                self.append_items(&[*len], options);
             }
             Op::AppendBatch { lens, flags } => {
-                let ids: Vec<u64> = lens
-                    .iter()
-                    .map(|_| {
-                        self.model.next_id += 1;
-                        self.model.next_id - 1
-                    })
-                    .collect();
-                let data: Vec<Vec<u8>> = ids
-                    .iter()
-                    .zip(lens)
-                    .map(|(&id, &len)| payload(id, len))
-                    .collect();
-                let refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-                let first = self
-                    .engine
-                    .q()
-                    .append_batch(
-                        &refs,
-                        AppendOptions {
-                            flags: *flags,
-                            ..AppendOptions::default()
-                        },
-                    )
-                    .unwrap_or_else(|e| panic!("step {step}: append_batch: {e}"));
-                for (i, (&id, &len)) in ids.iter().zip(lens).enumerate() {
-                    self.model.appended(first + i as u64, id, len, *flags, 0);
-                }
+                let options = AppendOptions {
+                    flags: *flags,
+                    ..AppendOptions::default()
+                };
+                self.append_items(lens, options);
+            }
+            Op::SetLimit { max, discard } => {
+                let limit = max.map(|m| (m, *discard));
+                self.engine.limit = limit;
+                self.engine.apply_settings();
+                self.model.limit = limit;
             }
             Op::Take(r) => {
                 let name = self.name(*r);
@@ -776,9 +993,8 @@ impl Runner {
             }
             Op::SetMaxAge(ms) => {
                 if self.model.max_age_ms.is_none_or(|m| *ms < m) {
-                    self.engine.options.defaults.max_age = Some(Duration::from_millis(*ms));
-                    let options = self.engine.options.clone();
-                    self.engine.store.as_ref().unwrap().set_options(options);
+                    self.engine.max_age = Some(Duration::from_millis(*ms));
+                    self.engine.apply_settings();
                     self.model.max_age_ms = Some(*ms);
                     self.model.drop_expired();
                 }
@@ -812,6 +1028,9 @@ impl Runner {
                 let mut fresh = Model::new(self.model.now_ms);
                 fresh.next_id = self.model.next_id;
                 fresh.max_age_ms = self.model.max_age_ms;
+                fresh.limit = self.model.limit;
+                fresh.moves = std::mem::take(&mut self.model.moves);
+                fresh.moves_exact = self.model.moves_exact;
                 self.model = fresh;
             }
             Op::FlushReader(r) => {
@@ -887,6 +1106,7 @@ impl Runner {
             }
             Op::PowerCut { seed, keep } => {
                 self.engine.power_cut(*seed, *keep);
+                self.model.moves_exact = false;
                 self.model.release_all_leases();
                 self.model.appended_since_open = 0;
             }
@@ -899,7 +1119,48 @@ impl Runner {
         self.model.advance_head();
     }
 
+    /// `DEAD` holds only expired items of the model's queue, intact, each as many
+    /// times as it can have been moved (see [`Moves`]). Items are compared by what
+    /// can be told apart: content and flags (two empty items of a batch cannot).
+    fn check_dead(&self, op: &Op) {
+        let step = self.step;
+        let store = self.engine.store.as_ref().unwrap();
+        let mut held: BTreeMap<(Vec<u8>, u32), u64> = BTreeMap::new();
+        if let Some(dead) = store.existing_queue(DEAD).expect("dead queue") {
+            for item in dead.iter().expect("iter dead") {
+                let item = item.unwrap_or_else(|e| panic!("step {step}: dead item: {e}"));
+                *held.entry((item.data.to_vec(), item.flags)).or_default() += 1;
+            }
+        }
+        let mut bounds: BTreeMap<(Vec<u8>, u32), (u64, u64)> = BTreeMap::new();
+        for (&id, m) in &self.model.moves {
+            let b = bounds.entry((payload(id, m.len), m.flags)).or_default();
+            b.0 += if self.model.moves_exact { m.min } else { 0 };
+            b.1 += m.max;
+        }
+        for (key, &n) in &held {
+            let Some(&(_, max)) = bounds.get(key) else {
+                panic!(
+                    "step {step} ({op:?}): {DEAD} holds an item ({} bytes) that never expired",
+                    key.0.len()
+                );
+            };
+            assert!(
+                n <= max,
+                "step {step} ({op:?}): {DEAD} holds an item {n} times, at most {max} moves"
+            );
+        }
+        for (key, &(min, _)) in &bounds {
+            let n = held.get(key).copied().unwrap_or(0);
+            assert!(
+                n >= min,
+                "step {step} ({op:?}): {DEAD} holds an item {n} times, but {min} moves were made"
+            );
+        }
+    }
+
     fn check(&self, op: &Op) {
+        self.check_dead(op);
         let step = self.step;
         let q = self.engine.q();
         let stats = q.stats();
