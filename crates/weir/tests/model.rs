@@ -466,17 +466,26 @@ impl Model {
             return;
         }
         let mut reader = ModelReader::default();
+        let mut expired = Vec::new();
         for (&seq, item) in self.items.range(self.head..) {
             let hole = if self.readers.is_empty() {
                 item.hole
             } else {
                 !self.readers.values().any(|r| r.holds(seq))
             };
-            if hole {
+            if self.is_expired(seq) {
+                // Expired before the reader existed: an `expire` may have dropped it
+                // already, so the reader may never meet (and move) it.
+                expired.push(seq);
+            } else if hole {
                 reader.optional.insert(seq);
             } else {
                 reader.required.insert(seq);
             }
+        }
+        for seq in expired {
+            reader.expire(seq, false);
+            self.may_move(seq);
         }
         self.readers.insert(name.to_string(), reader);
         self.drop_expired();
@@ -1310,12 +1319,20 @@ fn run(segment_size_bytes: u64, durability: Durability, n_readers: usize, ops: &
     }
 }
 
+/// Fresh cases per run: 192, or `WEIR_MODEL_CASES` (`scripts/soak` runs more).
+fn model_cases() -> u32 {
+    std::env::var("WEIR_MODEL_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(192)
+}
+
 proptest! {
     // Fresh cases every run; a failing case is saved under
     // `tests/model.proptest-regressions` and replayed first from then on (commit
     // the file with the fix, so the case stays a regression test).
     #![proptest_config(ProptestConfig {
-        cases: 192,
+        cases: model_cases(),
         failure_persistence: Some(Box::new(
             proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
