@@ -386,28 +386,22 @@ impl Model {
             .filter(|&seq| self.is_expired(seq))
             .collect();
         for &seq in &expired {
-            let item = &self.items[&seq];
-            let (id, len, flags) = (item.id, item.len, item.flags);
-            let moves = self.moves.entry(id).or_insert_with(|| Moves {
-                len,
-                flags,
-                // Moves follow readers: a queue with none drops expired items.
-                max: 0,
-                ..Moves::default()
-            });
+            // Moves follow readers: a queue with none drops expired items.
+            let mut readers = 0;
             for r in self.readers.values_mut() {
                 let sure = r.required.remove(&seq);
                 if sure | r.optional.remove(&seq) {
                     r.expire(seq, sure);
-                    moves.max += 1;
+                    readers += 1;
                 }
             }
+            self.may_move(seq, readers);
         }
     }
 
-    /// Counts a move that may happen for item `seq` (one more reader that will meet it
-    /// expired); `sure`: one that will happen when the reader passes it.
-    fn may_move(&mut self, seq: u64) {
+    /// Counts `n` moves that may happen for the expired item `seq` (one per reader that
+    /// will meet it expired).
+    fn may_move(&mut self, seq: u64, n: u64) {
         let item = &self.items[&seq];
         let (id, len, flags) = (item.id, item.len, item.flags);
         self.moves
@@ -417,7 +411,7 @@ impl Model {
                 flags,
                 ..Moves::default()
             })
-            .max += 1;
+            .max += n;
     }
 
     /// Lease `lease` of reader `name` ended unconfirmed: its item is due again, unless
@@ -425,7 +419,7 @@ impl Model {
     fn lease_ended(&mut self, name: &str, lease: ModelLease) {
         let expired = self.is_expired(lease.seq);
         if expired {
-            self.may_move(lease.seq);
+            self.may_move(lease.seq, 1);
         }
         let r = self.readers.get_mut(name).expect("reader in model");
         if expired {
@@ -485,7 +479,7 @@ impl Model {
         }
         for seq in expired {
             reader.expire(seq, false);
-            self.may_move(seq);
+            self.may_move(seq, 1);
         }
         self.readers.insert(name.to_string(), reader);
         self.drop_expired();

@@ -21,7 +21,7 @@ const ENV_DIR: &str = "WEIR_MOVE_CHILD_DIR";
 const ITEMS: u64 = 20;
 
 /// "src" expires into "dead"; every queue is otherwise default (`limits` applies to src).
-fn open(dir: &Path, limits: QueueConfig) -> weir::Result<Store> {
+fn options(limits: QueueConfig) -> StoreOptions {
     let config_for: weir::ConfigFn = Arc::new(move |name: &str| {
         if name == "src" {
             QueueConfig {
@@ -32,14 +32,24 @@ fn open(dir: &Path, limits: QueueConfig) -> weir::Result<Store> {
             QueueConfig::default()
         }
     });
-    Store::open_with(
-        dir,
-        StoreOptions {
-            defaults: QueueConfig::default(),
-            config_for: Some(config_for),
-            ..StoreOptions::default()
-        },
-    )
+    StoreOptions {
+        defaults: QueueConfig::default(),
+        config_for: Some(config_for),
+        ..StoreOptions::default()
+    }
+}
+
+fn open(dir: &Path, limits: QueueConfig) -> weir::Result<Store> {
+    Store::open_with(dir, options(limits))
+}
+
+/// At most `max_items`, the oldest discarded to make room.
+fn discarding_at(max_items: u64) -> QueueConfig {
+    QueueConfig {
+        max_items,
+        discard_old_when_full: true,
+        ..QueueConfig::default()
+    }
 }
 
 fn expired() -> AppendOptions {
@@ -175,12 +185,7 @@ fn a_full_queue_of_expired_items_makes_room_by_moving_them() {
     // `discard_old_when_full`: expired items are room to make, even with no unexpired
     // item after them (the queue once answered Full here).
     let dir = tempfile::tempdir().unwrap();
-    let limits = QueueConfig {
-        max_items: 2,
-        discard_old_when_full: true,
-        ..QueueConfig::default()
-    };
-    let store = open(dir.path(), limits).unwrap();
+    let store = open(dir.path(), discarding_at(2)).unwrap();
     let src = store.queue("src").unwrap();
     let r = src.reader("").unwrap();
     src.append(b"old 1", expired()).unwrap();
@@ -199,12 +204,7 @@ fn an_append_refused_as_full_still_moves_the_expired_items_it_met() {
     // append is refused, and the items it met must still reach the target (they were
     // once held for the move until a restart, neither moved nor delivered).
     let dir = tempfile::tempdir().unwrap();
-    let limits = QueueConfig {
-        max_items: 2,
-        discard_old_when_full: true,
-        ..QueueConfig::default()
-    };
-    let store = open(dir.path(), limits).unwrap();
+    let store = open(dir.path(), discarding_at(2)).unwrap();
     let src = store.queue("src").unwrap();
     let r = src.reader("").unwrap();
     src.append(b"a", AppendOptions::default()).unwrap();
@@ -214,19 +214,9 @@ fn an_append_refused_as_full_still_moves_the_expired_items_it_met() {
         r.take_leased().unwrap().unwrap(),
     ];
     // Past the limit only through the set-up: lift it, add expired items, restore it.
-    let options = |max_items| StoreOptions {
-        defaults: QueueConfig::default(),
-        config_for: Some(Arc::new(move |name: &str| QueueConfig {
-            expire_to: (name == "src").then(|| "dead".to_string()),
-            max_items: if name == "src" { max_items } else { u64::MAX },
-            discard_old_when_full: true,
-            ..QueueConfig::default()
-        })),
-        ..StoreOptions::default()
-    };
-    store.set_options(options(u64::MAX));
+    store.set_options(options(discarding_at(u64::MAX)));
     src.append(b"old", expired()).unwrap();
-    store.set_options(options(2));
+    store.set_options(options(discarding_at(2)));
     let refused = src.append(b"c", AppendOptions::default()).unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::Full, "two leases fill the queue");
     assert_eq!(
