@@ -160,6 +160,16 @@ impl Reader {
         self.core.release(&self.name, lease)
     }
 
+    /// Moves this reader to `seq`: every kept item from there on is pending for it
+    /// again (replay) or every item before it is dropped for it (skipping ahead).
+    /// `seq` is clamped to [`Queue::seq_bounds`](crate::Queue::seq_bounds); returns
+    /// where the reader now stands. Its open leases end (confirming one afterwards
+    /// returns false); other readers are untouched. Journaled like a confirmation:
+    /// durable on return under `synced`.
+    pub fn seek(&self, seq: u64) -> Result<u64> {
+        self.core.seek(&self.name, seq)
+    }
+
     /// Drops every item for this reader; returns how many.
     pub fn flush(&self) -> Result<u64> {
         self.core.flush(Some(&self.name))

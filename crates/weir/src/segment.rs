@@ -534,15 +534,28 @@ fn head_is_zero(file: &File, from: u64, to: u64) -> io::Result<bool> {
 /// records from the segment's start. Returns the end of valid data when every record
 /// is below `target`.
 pub(crate) fn locate(file: &File, seg: u64, seed: u32, limit: u64, target: u64) -> io::Result<u64> {
+    Ok(locate_first(file, seg, seed, limit, |h| h.seq >= target)?.0)
+}
+
+/// Finds the first valid record whose header satisfies `wanted`, reading (and
+/// checking) records from the segment's start: where it starts and its seq, or the end
+/// of valid data and `None` when no record does.
+pub(crate) fn locate_first(
+    file: &File,
+    seg: u64,
+    seed: u32,
+    limit: u64,
+    wanted: impl Fn(&RecordHeader) -> bool,
+) -> io::Result<(u64, Option<u64>)> {
     let mut read_buf = ReadBuf::default();
     let mut off = FILE_HEADER_BYTES;
     let mut expect = seg;
     loop {
         match read_record(&mut read_buf, file, seg, seed, off, limit, SCAN_CHUNK_BYTES)? {
-            Found::End => return Ok(limit),
+            Found::End => return Ok((limit, None)),
             Found::Record(h, _) if h.seq >= expect => {
-                if h.seq >= target {
-                    return Ok(off);
+                if wanted(&h) {
+                    return Ok((off, Some(h.seq)));
                 }
                 expect = h.seq + 1;
                 off += h.record_bytes();
@@ -550,13 +563,13 @@ pub(crate) fn locate(file: &File, seg: u64, seed: u32, limit: u64, target: u64) 
             Found::Record(..) | Found::Bad => {
                 match resync(file, seed, off + 1, limit, expect, SEQ_MAX)? {
                     Some((at, h)) => {
-                        if h.seq >= target {
-                            return Ok(at);
+                        if wanted(&h) {
+                            return Ok((at, Some(h.seq)));
                         }
                         read_buf.clear();
                         off = at;
                     }
-                    None => return Ok(limit),
+                    None => return Ok((limit, None)),
                 }
             }
         }

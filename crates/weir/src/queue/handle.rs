@@ -80,6 +80,24 @@ impl Queue {
         })
     }
 
+    /// The seqs a reader can be moved to with [`Reader::seek`](crate::Reader::seek):
+    /// `(oldest, next)`, the oldest item still kept on disk (for some reader, or by
+    /// retention) and the seq the next append gets. Items are dropped a segment at a
+    /// time, so `oldest` can lie before every reader's position.
+    pub fn seq_bounds(&self) -> Result<(u64, u64)> {
+        self.core.seq_bounds()
+    }
+
+    /// The seq of the first item enqueued at or after `at_ms` (Unix milliseconds),
+    /// within [`Queue::seq_bounds`]: `next` when every kept item is older, `oldest`
+    /// when none is. Reads one record header per step of a binary search over the
+    /// segments, then the headers of one segment; no index is kept in memory. Enqueue
+    /// times follow the clock: if it was stepped back, the answer is the first item at
+    /// or after `at_ms` in the segment the search picks.
+    pub fn seq_at_time(&self, at_ms: u64) -> Result<u64> {
+        self.core.seq_at_time(at_ms)
+    }
+
     /// Whether the reader `name` exists (a look, no file work, nothing created).
     pub fn has_reader(&self, name: &str) -> bool {
         self.core.has_reader(name)

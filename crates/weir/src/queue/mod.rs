@@ -18,7 +18,7 @@
 //! the state behind the lock and the helpers every operation shares; `append.rs`,
 //! `take.rs`, `leases.rs` and `expire.rs` the operations; `reader_state.rs` one
 //! reader's position and leases; `commit.rs` group commit; `wake.rs` waiting readers;
-//! `open.rs` opening and recovery; `idle.rs` the background tick and closing idle
+//! `open.rs` opening and recovery; `seek.rs` moving a reader and finding a seq by time; `idle.rs` the background tick and closing idle
 //! files; `stats.rs` statistics and iteration; `handle.rs` the public [`Queue`].
 //!
 //! Invariants per reader (checked by `ReaderState::check` in debug builds):
@@ -40,6 +40,7 @@ mod leases;
 mod log;
 mod open;
 mod reader_state;
+mod seek;
 mod state;
 mod stats;
 mod take;
