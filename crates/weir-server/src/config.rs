@@ -57,6 +57,8 @@ pub struct FileConfig {
     pub defaults: QueueSection,
     #[serde(default)]
     pub queues: BTreeMap<String, QueueSection>,
+    /// The event bus; it runs when this section is present or `--bus-listen` given.
+    pub bus: Option<weir_bus::BusConfig>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -147,6 +149,8 @@ pub struct Settings {
     pub http_header_timeout_ms: u64,
     pub limits: Limits,
     pub store: StoreOptions,
+    /// The event bus's settings when it is enabled.
+    pub bus: Option<weir_bus::BusSettings>,
 }
 
 /// Flags that override the file.
@@ -158,6 +162,8 @@ pub struct Overrides {
     pub log_level: Option<String>,
     pub threads: Option<usize>,
     pub max_connections: Option<usize>,
+    /// Enables the event bus on this address.
+    pub bus_listen: Option<String>,
 }
 
 /// Reads and parses a config file.
@@ -225,7 +231,27 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
         http_header_timeout_ms,
         limits,
         store: store_options(file)?,
+        bus: resolve_bus(file, overrides)?,
     })
+}
+
+/// The bus's settings when `[bus]` is in the file or `--bus-listen` was given; the
+/// root key may come from `WEIR_BUS_ROOT_KEY` (or routemaster's `ROUTEMASTER_ROOT_KEY`).
+fn resolve_bus(
+    file: &FileConfig,
+    overrides: &Overrides,
+) -> anyhow::Result<Option<weir_bus::BusSettings>> {
+    if file.bus.is_none() && overrides.bus_listen.is_none() {
+        return Ok(None);
+    }
+    let env_key = ["WEIR_BUS_ROOT_KEY", "ROUTEMASTER_ROOT_KEY"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    let section = file.bus.clone().unwrap_or_default();
+    let settings = section
+        .resolve(overrides.bus_listen.as_deref(), env_key)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Some(settings))
 }
 
 /// The reloadable limits of `[server]`.

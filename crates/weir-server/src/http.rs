@@ -119,9 +119,15 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
     let store = shared.store.clone();
     let metrics_shared = Arc::clone(&shared);
     // Thousands of queues make a large page: rendered off the event loop.
-    let body = tokio::task::spawn_blocking(move || metrics_shared.metrics.render(&store))
-        .await
-        .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
+    let body = tokio::task::spawn_blocking(move || {
+        let mut body = metrics_shared.metrics.render(&store);
+        if let Some(bus) = &metrics_shared.bus {
+            bus.render_metrics(&mut body);
+        }
+        body
+    })
+    .await
+    .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -60,6 +60,11 @@ struct ServeArgs {
     /// Most memcache connections open at once [default: 16384]
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Runs the event bus (routemaster's HTTP API, docs/bus.md) on this address;
+    /// a `[bus]` section in the config file also enables it [default when enabled:
+    /// 127.0.0.1:22135]. Its root key comes from the file or WEIR_BUS_ROOT_KEY.
+    #[arg(long, value_name = "ADDR")]
+    bus_listen: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -88,6 +93,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         log_level: args.log_level,
         threads: args.threads,
         max_connections: args.max_connections,
+        bus_listen: args.bus_listen,
     };
     let settings = config::resolve(&file, &overrides)?;
     let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)

@@ -74,6 +74,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let http_listener = TcpListener::bind(&settings.http_listen)
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
+    let bus = start_bus(&settings, &store).await?;
     let shared = Arc::new(Shared {
         queues: QueueOpener::new(store.clone()),
         files_open_max,
@@ -84,6 +85,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         config_path,
         shutdown: Shutdown::default(),
         started: Instant::now(),
+        bus,
     });
     let workers = Workers::start(settings.threads.saturating_sub(1))?;
     tracing::info!(
@@ -122,6 +124,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         Err(_) => tracing::warn!("HTTP server did not stop in time"),
         _ => {}
     }
+    stop_bus(&shared).await;
     tracing::info!("closing the store");
     let store = shared.store.clone();
     tokio::task::spawn_blocking(move || store.close())
@@ -130,6 +133,39 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .context("closing the store")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the event bus when the settings enable it, on its own runtime (started
+/// from the blocking pool: a runtime cannot be built on this one's thread).
+async fn start_bus(
+    settings: &Settings,
+    store: &weir::Store,
+) -> anyhow::Result<Option<weir_bus::BusHandle>> {
+    let Some(bus_settings) = settings.bus.clone() else {
+        return Ok(None);
+    };
+    let store = store.clone();
+    let handle = tokio::task::spawn_blocking(move || weir_bus::start(store, bus_settings))
+        .await
+        .context("starting the bus")??;
+    Ok(Some(handle))
+}
+
+/// Stops the event bus, if it runs, before the store closes: deliveries in flight
+/// end, leased events go back to their topics.
+async fn stop_bus(shared: &Arc<Shared>) {
+    if shared.bus.is_none() {
+        return;
+    }
+    tracing::info!("stopping the bus");
+    let stopping = Arc::clone(shared);
+    // Joins the bus's thread: off this runtime's thread.
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(bus) = &stopping.bus {
+            bus.stop();
+        }
+    })
+    .await;
 }
 
 /// Opens the store on the blocking pool (recovery reads the disk).

@@ -34,6 +34,8 @@ pub struct Shared {
     pub config_path: Option<PathBuf>,
     pub shutdown: Shutdown,
     pub started: Instant,
+    /// The event bus, when enabled: its figures join `/metrics`.
+    pub bus: Option<weir_bus::BusHandle>,
 }
 
 impl Shared {

@@ -1,0 +1,244 @@
+//! The bus's HTTP API: routemaster's endpoints, byte for byte where a client can tell,
+//! and weir's additions (secrets, dead letters, replay).
+//!
+//! Handlers live in files named after what they manage (`tokens.rs`, `topics.rs`,
+//! `subscriptions.rs`, `dead_letters.rs`, `replay.rs`); this file holds the router,
+//! the credentials checks and the accept loop. Every refusal is an [`ApiError`]:
+//! a status and `{"error": MESSAGE}`.
+//!
+//! Its own accept loop rather than `axum::serve`, for two limits: at most
+//! `connections_max` connections at once (one more is closed as soon as it is
+//! accepted) and `header_timeout_ms` for a request head, so that idle or half-sent
+//! requests cannot pile up.
+
+mod dead_letters;
+mod replay;
+mod subscriptions;
+mod tokens;
+mod topics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+
+use crate::auth::{basic_user, same_secret};
+use crate::bus::Bus;
+use crate::error::{ApiError, ApiResult};
+
+/// Body limit of the requests that are not publishes (subscriptions, tokens, replay).
+pub const REQUEST_BYTES_MAX: usize = 64 * 1024;
+/// Pause after a failed accept (typically EMFILE), so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+pub fn router(bus: Arc<Bus>) -> Router {
+    Router::new()
+        .route("/api_tokens", get(tokens::list).post(tokens::create))
+        .route("/api_tokens/{token}", delete(tokens::remove))
+        .route("/topics", get(topics::list))
+        .route(
+            "/topics/{name}",
+            post(topics::publish).delete(topics::remove),
+        )
+        .route("/subscription", post(subscriptions::subscribe))
+        .route(
+            "/subscriber",
+            post(subscriptions::subscribe).delete(subscriptions::unsubscribe),
+        )
+        .route("/subscriptions", get(subscriptions::list))
+        .route("/subscribers", get(subscriptions::list))
+        .route(
+            "/subscriber/topics/{name}",
+            delete(subscriptions::unsubscribe_topic),
+        )
+        .route("/subscriber/topics/{name}/replay", post(replay::replay))
+        .route(
+            "/subscriber/secret/rotate",
+            post(subscriptions::rotate_secret),
+        )
+        .route(
+            "/subscriber/dead_letters",
+            get(dead_letters::list).delete(dead_letters::purge),
+        )
+        .route(
+            "/subscriber/dead_letters/redrive",
+            post(dead_letters::redrive),
+        )
+        .route("/pulse", get(pulse))
+        .route("/health", get(health))
+        .fallback(not_found)
+        .with_state(bus)
+}
+
+async fn pulse() -> StatusCode {
+    StatusCode::NO_CONTENT
+}
+
+async fn health(axum::extract::State(bus): axum::extract::State<Arc<Bus>>) -> impl IntoResponse {
+    if bus.is_shutting_down() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json_body(r#"{"error":"shutting down"}"#),
+        )
+    } else {
+        (StatusCode::OK, json_body("{}"))
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+/// A JSON response body with its content type.
+pub fn json_body(body: impl Into<String>) -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body.into(),
+    )
+}
+
+/// Who a request is from.
+pub enum Caller {
+    Root,
+    Client(String),
+}
+
+/// The caller when it is the root key or a client token; 401 otherwise.
+pub fn caller(bus: &Bus, headers: &HeaderMap) -> ApiResult<Caller> {
+    let user = basic_user(headers).ok_or_else(|| {
+        ApiError::unauthorized("credentials required: HTTP Basic with a token as the user")
+    })?;
+    if let Some(root) = &bus.settings.root_key {
+        if same_secret(root, &user) {
+            return Ok(Caller::Root);
+        }
+    }
+    if bus.meta().tokens.contains_key(&user) {
+        return Ok(Caller::Client(user));
+    }
+    Err(ApiError::unauthorized("unknown token"))
+}
+
+/// The client token of a request; 401 for anything else (the root key included).
+pub fn client(bus: &Bus, headers: &HeaderMap) -> ApiResult<String> {
+    match caller(bus, headers)? {
+        Caller::Client(token) => Ok(token),
+        Caller::Root => Err(ApiError::unauthorized(
+            "this needs a client token, not the root key",
+        )),
+    }
+}
+
+/// Succeeds for the root key only; 401 otherwise.
+pub fn root(bus: &Bus, headers: &HeaderMap) -> ApiResult<()> {
+    if bus.settings.root_key.is_none() {
+        return Err(ApiError::unauthorized(
+            "no root key is configured (bus.root_key or WEIR_BUS_ROOT_KEY)",
+        ));
+    }
+    match caller(bus, headers) {
+        Ok(Caller::Root) => Ok(()),
+        _ => Err(ApiError::unauthorized("this needs the root key")),
+    }
+}
+
+/// Reads a request body up to `limit` bytes; 413 beyond.
+pub async fn read_body(body: Body, limit: usize) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body over the limit of {limit} bytes"),
+            )
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {e}"))
+        }
+    })
+}
+
+/// A JSON object from a body; 400 with the parser's message otherwise.
+pub fn json_object(body: &[u8]) -> ApiResult<serde_json::Map<String, serde_json::Value>> {
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request(
+            "bad data in payload: a JSON object is expected",
+        )),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "bad data in payload: invalid JSON ({e})"
+        ))),
+    }
+}
+
+/// Serves the API on `listener` until `shutdown` turns true.
+pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Receiver<bool>) {
+    let app = router(Arc::clone(&bus));
+    let slots = Arc::new(Semaphore::new(bus.settings.connections_max));
+    let header_timeout = bus.settings.header_timeout;
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "bus accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!(
+                max = bus.settings.connections_max,
+                "bus connection refused: too many open"
+            );
+            drop(stream);
+            continue;
+        };
+        while connections.try_join_next().is_some() {}
+        let app = app.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let _slot = slot;
+            serve_connection(stream, app, shutdown, header_timeout).await;
+        });
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    app: Router,
+    mut shutdown: watch::Receiver<bool>,
+    header_timeout: Duration,
+) {
+    let _ = stream.set_nodelay(true);
+    let service = TowerToHyperService::new(app);
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        _ = shutdown.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "bus connection ended with an error");
+    }
+}

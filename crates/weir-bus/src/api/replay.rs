@@ -1,0 +1,78 @@
+//! `POST /subscriber/topics/:name/replay`: moves the caller's reader on a topic back
+//! (or forward) to a sequence number or a time. Events from there on are delivered
+//! again, with the ids they had. How far back it can go is what the topic keeps:
+//! what some subscriber has not had, and `retention_ms` of history.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde_json::Value;
+
+use super::{client, json_body, json_object, read_body, REQUEST_BYTES_MAX};
+use crate::bus::Bus;
+use crate::error::{ApiError, ApiResult};
+
+/// Where to move to.
+enum Target {
+    Seq(u64),
+    /// Unix milliseconds: the first event published at or after it.
+    Since(u64),
+}
+
+/// `{"seq": N}` or `{"since": UNIX_MS}` -> 200 `{"seq": WHERE, "oldest": O, "next": N}`:
+/// the reader now stands at `WHERE` (clamped to what the topic keeps, `oldest` to
+/// `next`). An event id ends with its seq, so a receiver can name where to start.
+pub async fn replay(
+    State(bus): State<Arc<Bus>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<impl IntoResponse> {
+    let token = client(&bus, &headers)?;
+    let body = read_body(body, REQUEST_BYTES_MAX).await?;
+    let data = json_object(&body)?;
+    let target = match (data.get("seq"), data.get("since"), data.len()) {
+        (Some(v), None, 1) => Target::Seq(whole(v, "seq")?),
+        (None, Some(v), 1) => Target::Since(whole(v, "since")?),
+        _ => {
+            return Err(ApiError::bad_request(
+                "need exactly one of `seq` (a sequence number) or `since` (Unix milliseconds)",
+            ))
+        }
+    };
+    let subscribed = bus
+        .meta()
+        .subscribers
+        .get(&token)
+        .is_some_and(|s| s.topics.contains(&name));
+    let rt = bus
+        .topic(&name)
+        .filter(|_| subscribed)
+        .ok_or_else(|| ApiError::not_found("not subscribed"))?;
+    let queue = rt.queue.clone();
+    let moved = tokio::task::spawn_blocking(move || -> weir::Result<(u64, u64, u64)> {
+        let seq = match target {
+            Target::Seq(s) => s,
+            Target::Since(ms) => queue.seq_at_time(ms)?,
+        };
+        let at = queue.reader(&token)?.seek(seq)?;
+        let (oldest, next) = queue.seq_bounds()?;
+        Ok((at, oldest, next))
+    })
+    .await
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| ApiError::engine("replaying", &e))?;
+    for worker in &rt.wake {
+        worker.notify_one();
+    }
+    let body = serde_json::json!({ "seq": moved.0, "oldest": moved.1, "next": moved.2 });
+    Ok(json_body(body.to_string()))
+}
+
+fn whole(v: &Value, field: &str) -> ApiResult<u64> {
+    v.as_u64()
+        .ok_or_else(|| ApiError::bad_request(format!("bad {field}: a whole number")))
+}

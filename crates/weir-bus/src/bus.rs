@@ -1,0 +1,257 @@
+//! `Bus`: the metadata, the topics' engine queues and the subscribers' delivery
+//! workers, and the one way to change them.
+//!
+//! Every change to tokens, topics or subscriptions goes through [`Bus::change`]:
+//! under one lock it edits a copy of the metadata, writes it durably (`meta.rs`),
+//! publishes it, then brings the engine and the workers in line (`sync_runtime`).
+//! The engine follows the metadata, never the reverse: a crash between the two is
+//! repaired at the next start by `reconcile`, which creates what the metadata names
+//! and deletes what it does not (orphan readers, queues of deleted topics).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{watch, Notify, Semaphore};
+
+use crate::config::BusSettings;
+use crate::error::{ApiError, ApiResult};
+use crate::meta::{Meta, MetaFile, SubscriberMeta, TopicMeta};
+use crate::metrics::SubscriberCounters;
+use crate::names::{dead_queue, topic_queue, RETENTION_READER};
+
+/// A topic as the publish path needs it: its queue, its epoch, and the wake-ups of
+/// the workers that read it.
+pub struct TopicRt {
+    pub queue: weir::Queue,
+    pub epoch: u32,
+    pub publisher: Option<String>,
+    pub wake: Vec<Arc<Notify>>,
+}
+
+/// A subscriber's running worker.
+pub struct SubscriberRt {
+    pub notify: Arc<Notify>,
+    pub config: watch::Sender<Arc<SubscriberMeta>>,
+    pub counters: Arc<SubscriberCounters>,
+    pub stop: watch::Sender<bool>,
+    /// The token's owner name, for metrics labels.
+    pub name: String,
+}
+
+pub struct Bus {
+    pub store: weir::Store,
+    pub settings: BusSettings,
+    meta_file: MetaFile,
+    meta: RwLock<Arc<Meta>>,
+    /// Held across a change's edit, write and runtime update: changes are serial.
+    change_lock: tokio::sync::Mutex<()>,
+    topics: RwLock<HashMap<String, Arc<TopicRt>>>,
+    pub(crate) subscribers: Mutex<HashMap<String, SubscriberRt>>,
+    /// Deliveries in flight, across subscribers.
+    pub in_flight: Semaphore,
+    pub client: reqwest::Client,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl Bus {
+    /// Opens the metadata in the store's directory and reconciles the engine with
+    /// it; workers start with [`Bus::sync_runtime`] once the bus is in an `Arc`.
+    pub fn open(
+        store: weir::Store,
+        settings: BusSettings,
+        shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<Bus> {
+        let (meta_file, meta) = MetaFile::open(store.dir())?;
+        let client = crate::client::build(&settings)?;
+        let bus = Bus {
+            in_flight: Semaphore::new(settings.deliveries_in_flight_max),
+            store,
+            settings,
+            meta_file,
+            meta: RwLock::new(Arc::new(meta)),
+            change_lock: tokio::sync::Mutex::new(()),
+            topics: RwLock::new(HashMap::new()),
+            subscribers: Mutex::new(HashMap::new()),
+            client,
+            shutdown,
+        };
+        bus.reconcile()?;
+        Ok(bus)
+    }
+
+    /// The metadata as last written.
+    pub fn meta(&self) -> Arc<Meta> {
+        Arc::clone(&self.meta.read())
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicRt>> {
+        self.topics.read().get(name).cloned()
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Edits the metadata with `edit`, writes it durably, then brings the engine and
+    /// the workers in line. Nothing changes when `edit` refuses or the write fails.
+    pub async fn change<R>(
+        self: &Arc<Self>,
+        edit: impl FnOnce(&mut Meta) -> ApiResult<R>,
+    ) -> ApiResult<R> {
+        let _serial = self.change_lock.lock().await;
+        let mut next = Meta::clone(&self.meta());
+        let result = edit(&mut next)?;
+        let bus = Arc::clone(self);
+        let next = Arc::new(next);
+        let written = Arc::clone(&next);
+        tokio::task::spawn_blocking(move || -> ApiResult<()> {
+            bus.meta_file
+                .write(&written)
+                .map_err(|e| ApiError::meta(&e))?;
+            *bus.meta.write() = written;
+            bus.reconcile()
+                .map_err(|e| ApiError::engine("applying a change", &e))
+        })
+        .await
+        .map_err(|e| {
+            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        })??;
+        drop(next);
+        self.sync_runtime();
+        Ok(result)
+    }
+
+    /// Makes the engine match the metadata: a queue (with its retention reader) per
+    /// topic, a reader per subscriber on each of its topics (created at the end of
+    /// the topic: a new subscriber gets what is published from now on), a
+    /// dead-letter queue per subscriber; deletes queues and readers the metadata no
+    /// longer names. Blocking (it may create files): call off the event loop.
+    fn reconcile(&self) -> weir::Result<()> {
+        let meta = self.meta();
+        let mut topics = HashMap::new();
+        for (name, t) in &meta.topics {
+            let queue = self.store.queue(&topic_queue(name))?;
+            queue.reader(RETENTION_READER)?;
+            let subscribed: BTreeSet<&str> = meta
+                .subscribers
+                .iter()
+                .filter(|(_, s)| s.topics.iter().any(|x| x == name))
+                .map(|(token, _)| token.as_str())
+                .collect();
+            for reader in queue.reader_names() {
+                if reader != RETENTION_READER && !subscribed.contains(reader.as_str()) {
+                    queue.delete_reader(&reader)?;
+                }
+            }
+            for token in &subscribed {
+                if !queue.has_reader(token) {
+                    queue.reader(token)?.seek(u64::MAX)?;
+                }
+            }
+            topics.insert(name.clone(), (queue, t.clone()));
+        }
+        for token in meta.subscribers.keys() {
+            self.store.queue(&dead_queue(token))?.reader("")?;
+        }
+        self.delete_orphan_queues(&meta)?;
+        let mut map = self.topics.write();
+        map.retain(|name, _| topics.contains_key(name));
+        for (name, (queue, t)) in topics {
+            let keep_wake = map.get(&name).map(|rt| rt.wake.clone()).unwrap_or_default();
+            map.insert(name, Arc::new(topic_rt(queue, &t, keep_wake)));
+        }
+        Ok(())
+    }
+
+    /// Deletes `bus:topic:*` queues of topics the metadata does not have, and
+    /// `bus:dead:*` queues of subscribers it does not have.
+    fn delete_orphan_queues(&self, meta: &Meta) -> weir::Result<()> {
+        for name in self.store.queue_names() {
+            let orphan = match (
+                name.strip_prefix("bus:topic:"),
+                name.strip_prefix("bus:dead:"),
+            ) {
+                (Some(topic), _) => !meta.topics.contains_key(topic),
+                (_, Some(token)) => !meta.subscribers.contains_key(token),
+                _ => false,
+            };
+            if orphan {
+                tracing::info!(queue = %name, "deleting a bus queue its metadata no longer names");
+                self.store.delete_queue(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a worker for each new subscriber, sends changed settings to running
+    /// ones, stops those whose subscription is gone, and points each topic's wake-ups
+    /// at its subscribers' workers.
+    pub fn sync_runtime(self: &Arc<Self>) {
+        let meta = self.meta();
+        let mut subs = self.subscribers.lock();
+        subs.retain(|token, rt| {
+            let keep = meta.subscribers.contains_key(token);
+            if !keep {
+                let _ = rt.stop.send(true);
+            }
+            keep
+        });
+        for (token, s) in &meta.subscribers {
+            let config = Arc::new(s.clone());
+            match subs.get(token) {
+                Some(rt) => {
+                    if **rt.config.borrow() != *s {
+                        let _ = rt.config.send(config);
+                        rt.notify.notify_one();
+                    }
+                }
+                None => {
+                    let name = meta.tokens.get(token).cloned().unwrap_or_default();
+                    let rt = crate::worker::start(Arc::clone(self), token.clone(), name, config);
+                    subs.insert(token.clone(), rt);
+                }
+            }
+        }
+        let mut topics = self.topics.write();
+        for (name, rt) in topics.iter_mut() {
+            let wake: Vec<Arc<Notify>> = meta
+                .subscribers
+                .iter()
+                .filter(|(_, s)| s.topics.iter().any(|t| t == name))
+                .filter_map(|(token, _)| subs.get(token).map(|r| Arc::clone(&r.notify)))
+                .collect();
+            *rt = Arc::new(TopicRt {
+                queue: rt.queue.clone(),
+                epoch: rt.epoch,
+                publisher: rt.publisher.clone(),
+                wake,
+            });
+        }
+    }
+
+    /// Stops every worker (at shutdown).
+    pub fn stop_workers(&self) {
+        for rt in self.subscribers.lock().values() {
+            let _ = rt.stop.send(true);
+        }
+    }
+
+    /// The counters of every subscriber: (token, owner name, uuid, counters).
+    pub fn counters(&self) -> Vec<(String, String, Arc<SubscriberCounters>)> {
+        self.subscribers
+            .lock()
+            .iter()
+            .map(|(token, rt)| (token.clone(), rt.name.clone(), Arc::clone(&rt.counters)))
+            .collect()
+    }
+}
+
+fn topic_rt(queue: weir::Queue, t: &TopicMeta, wake: Vec<Arc<Notify>>) -> TopicRt {
+    TopicRt {
+        queue,
+        epoch: t.epoch,
+        publisher: t.publisher.clone(),
+        wake,
+    }
+}

@@ -1,0 +1,229 @@
+//! The `[bus]` section of weir's config file: where the bus listens, its root key,
+//! what callbacks it may call, its limits and its delivery policy. Every field has a
+//! default (the constants below, documented in `docs/bus.md`); `validate` refuses
+//! values that cannot work, with the field's name in the message.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:22135";
+pub const PUBLISH_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+pub const TOPICS_MAX_DEFAULT: usize = 1_000;
+pub const SUBSCRIBERS_MAX_DEFAULT: usize = 200;
+pub const TOKENS_MAX_DEFAULT: usize = 10_000;
+pub const BATCH_EVENTS_MAX_DEFAULT: u64 = 10_000;
+pub const DELIVERIES_IN_FLIGHT_MAX_DEFAULT: usize = 256;
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1_024;
+pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+pub const DELIVERY_TIMEOUT_MS_DEFAULT: u64 = 20_000;
+pub const RETRY_INITIAL_MS_DEFAULT: u64 = 1_000;
+pub const RETRY_MAX_MS_DEFAULT: u64 = 600_000;
+pub const ATTEMPTS_MAX_DEFAULT: u32 = 20;
+pub const SECRET_OVERLAP_MS_DEFAULT: u64 = 24 * 3600 * 1000;
+pub const RETENTION_MS_DEFAULT: u64 = 0;
+/// A subscriber's batch is at most this many events, whatever `batch_events_max` says:
+/// the batch's leases and body are held in memory while it is delivered.
+pub const BATCH_EVENTS_MAX_MAX: u64 = 100_000;
+/// The readers of a topic queue: one per subscriber, plus the retention reader.
+pub const SUBSCRIBERS_MAX_MAX: usize = weir::READERS_PER_QUEUE_MAX - 1;
+
+/// The `[bus]` section, as written in the file (every field optional).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BusConfig {
+    /// Address of the bus's HTTP port.
+    pub listen: Option<String>,
+    /// The key that manages API tokens (`WEIR_BUS_ROOT_KEY` or `ROUTEMASTER_ROOT_KEY`
+    /// in the environment when absent here).
+    pub root_key: Option<String>,
+    /// Callbacks may use plain `http` (otherwise `https` only).
+    pub allow_http: Option<bool>,
+    /// Callbacks may resolve to loopback, private, link-local or other non-public
+    /// addresses (otherwise refused, when subscribing and at each connection).
+    pub allow_private_networks: Option<bool>,
+    pub publish_bytes_max: Option<usize>,
+    pub topics_max: Option<usize>,
+    pub subscribers_max: Option<usize>,
+    pub tokens_max: Option<usize>,
+    pub batch_events_max: Option<u64>,
+    pub deliveries_in_flight_max: Option<usize>,
+    pub connections_max: Option<usize>,
+    pub header_timeout_ms: Option<u64>,
+    pub connect_timeout_ms: Option<u64>,
+    pub delivery_timeout_ms: Option<u64>,
+    pub retry_initial_ms: Option<u64>,
+    pub retry_max_ms: Option<u64>,
+    pub attempts_max: Option<u32>,
+    pub secret_overlap_ms: Option<u64>,
+    /// Events stay on disk at least this long after they were published, delivered
+    /// or not, so that a subscriber can be moved back to them (replay).
+    pub retention_ms: Option<u64>,
+    /// Threads of the bus's own runtime (default: the CPU count).
+    pub threads: Option<usize>,
+}
+
+/// The bus's settings with every default applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BusSettings {
+    pub listen: String,
+    pub root_key: Option<String>,
+    pub allow_http: bool,
+    pub allow_private_networks: bool,
+    pub publish_bytes_max: usize,
+    pub topics_max: usize,
+    pub subscribers_max: usize,
+    pub tokens_max: usize,
+    pub batch_events_max: u64,
+    pub deliveries_in_flight_max: usize,
+    pub connections_max: usize,
+    pub header_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub delivery_timeout: Duration,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    pub attempts_max: u32,
+    pub secret_overlap: Duration,
+    pub retention: Duration,
+    pub threads: usize,
+}
+
+impl BusConfig {
+    /// Applies the defaults and checks the values; `listen` overrides the file's
+    /// address (the `--bus-listen` flag), `env_root_key` is the key from the
+    /// environment.
+    pub fn resolve(
+        &self,
+        listen: Option<&str>,
+        env_root_key: Option<String>,
+    ) -> Result<BusSettings, String> {
+        let ms = Duration::from_millis;
+        let s = BusSettings {
+            listen: listen
+                .map(str::to_string)
+                .or_else(|| self.listen.clone())
+                .unwrap_or_else(|| LISTEN_DEFAULT.to_string()),
+            root_key: self.root_key.clone().or(env_root_key),
+            allow_http: self.allow_http.unwrap_or(false),
+            allow_private_networks: self.allow_private_networks.unwrap_or(false),
+            publish_bytes_max: self.publish_bytes_max.unwrap_or(PUBLISH_BYTES_MAX_DEFAULT),
+            topics_max: self.topics_max.unwrap_or(TOPICS_MAX_DEFAULT),
+            subscribers_max: self.subscribers_max.unwrap_or(SUBSCRIBERS_MAX_DEFAULT),
+            tokens_max: self.tokens_max.unwrap_or(TOKENS_MAX_DEFAULT),
+            batch_events_max: self.batch_events_max.unwrap_or(BATCH_EVENTS_MAX_DEFAULT),
+            deliveries_in_flight_max: self
+                .deliveries_in_flight_max
+                .unwrap_or(DELIVERIES_IN_FLIGHT_MAX_DEFAULT),
+            connections_max: self.connections_max.unwrap_or(CONNECTIONS_MAX_DEFAULT),
+            header_timeout: ms(self.header_timeout_ms.unwrap_or(HEADER_TIMEOUT_MS_DEFAULT)),
+            connect_timeout: ms(self
+                .connect_timeout_ms
+                .unwrap_or(CONNECT_TIMEOUT_MS_DEFAULT)),
+            delivery_timeout: ms(self
+                .delivery_timeout_ms
+                .unwrap_or(DELIVERY_TIMEOUT_MS_DEFAULT)),
+            retry_initial: ms(self.retry_initial_ms.unwrap_or(RETRY_INITIAL_MS_DEFAULT)),
+            retry_max: ms(self.retry_max_ms.unwrap_or(RETRY_MAX_MS_DEFAULT)),
+            attempts_max: self.attempts_max.unwrap_or(ATTEMPTS_MAX_DEFAULT),
+            secret_overlap: ms(self.secret_overlap_ms.unwrap_or(SECRET_OVERLAP_MS_DEFAULT)),
+            retention: ms(self.retention_ms.unwrap_or(RETENTION_MS_DEFAULT)),
+            threads: self
+                .threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+        };
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+impl BusSettings {
+    fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("publish_bytes_max", self.publish_bytes_max as u64),
+            ("topics_max", self.topics_max as u64),
+            ("subscribers_max", self.subscribers_max as u64),
+            ("tokens_max", self.tokens_max as u64),
+            ("batch_events_max", self.batch_events_max),
+            (
+                "deliveries_in_flight_max",
+                self.deliveries_in_flight_max as u64,
+            ),
+            ("connections_max", self.connections_max as u64),
+            ("attempts_max", u64::from(self.attempts_max)),
+            ("threads", self.threads as u64),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(format!("bus.{name} must be at least 1"));
+            }
+        }
+        if self.subscribers_max > SUBSCRIBERS_MAX_MAX {
+            return Err(format!(
+                "bus.subscribers_max is at most {SUBSCRIBERS_MAX_MAX} (readers per topic queue)"
+            ));
+        }
+        if self.batch_events_max > BATCH_EVENTS_MAX_MAX {
+            return Err(format!(
+                "bus.batch_events_max is at most {BATCH_EVENTS_MAX_MAX}"
+            ));
+        }
+        if self.retry_initial > self.retry_max {
+            return Err("bus.retry_initial_ms must not exceed bus.retry_max_ms".into());
+        }
+        if self.root_key.as_ref().is_some_and(|k| k.len() < 8) {
+            return Err("bus.root_key must be at least 8 characters".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_resolve_and_bad_values_are_refused_by_name() {
+        let s = BusConfig::default().resolve(None, None).unwrap();
+        assert_eq!(s.listen, LISTEN_DEFAULT);
+        assert!(!s.allow_http && !s.allow_private_networks);
+        let s = BusConfig::default()
+            .resolve(Some("127.0.0.1:0"), Some("k".repeat(8)))
+            .unwrap();
+        assert_eq!(s.listen, "127.0.0.1:0");
+        assert!(s.root_key.is_some());
+        let bad = |c: BusConfig, word: &str| {
+            let e = c.resolve(None, None).unwrap_err();
+            assert!(e.contains(word), "{e}");
+        };
+        bad(
+            BusConfig {
+                attempts_max: Some(0),
+                ..BusConfig::default()
+            },
+            "attempts_max",
+        );
+        bad(
+            BusConfig {
+                subscribers_max: Some(1_000),
+                ..BusConfig::default()
+            },
+            "subscribers_max",
+        );
+        bad(
+            BusConfig {
+                retry_initial_ms: Some(10),
+                retry_max_ms: Some(5),
+                ..BusConfig::default()
+            },
+            "retry_initial_ms",
+        );
+        bad(
+            BusConfig {
+                root_key: Some("short".into()),
+                ..BusConfig::default()
+            },
+            "root_key",
+        );
+    }
+}

@@ -1,0 +1,87 @@
+//! Errors of the HTTP API: a status and a message, sent as `{"error": MESSAGE}`.
+//!
+//! Every refusal says what was wrong in words a client can act on; a failure of the
+//! engine or the disk is a 500 (or 507 when the disk is full) whose detail goes to the
+//! log, not to the client.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, message)
+    }
+
+    /// A failure of the engine or the disk: logged with `context`, answered 500 (507
+    /// when the disk is full, 503 when the queue is full or the store closed).
+    pub fn engine(context: &str, e: &weir::Error) -> ApiError {
+        let status = match e.kind() {
+            weir::ErrorKind::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
+            weir::ErrorKind::Closed => StatusCode::SERVICE_UNAVAILABLE,
+            weir::ErrorKind::Full => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        tracing::error!(error = %e, "{context}");
+        ApiError::new(status, format!("{context}: storage error"))
+    }
+
+    /// A failure writing the bus's metadata: logged, answered 500 (507 when the disk
+    /// is full); the change was not made.
+    pub fn meta(e: &std::io::Error) -> ApiError {
+        let status = if e.raw_os_error() == Some(libc_enospc()) {
+            StatusCode::INSUFFICIENT_STORAGE
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+        tracing::error!(error = %e, "could not write the bus's metadata");
+        ApiError::new(status, "could not save the change: storage error")
+    }
+}
+
+/// ENOSPC on Linux.
+const fn libc_enospc() -> i32 {
+    28
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        let mut response = (self.status, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+        }
+        response
+    }
+}

@@ -1,0 +1,133 @@
+//! weir's event bus: routemaster's HTTP API on the weir engine.
+//!
+//! Publishers POST events to topics; subscribers get them in batches by HTTP POST
+//! to a callback. Storage is the engine's, through its public API only: each topic
+//! is a queue (`bus:topic:NAME`), each subscriber a reader on each of its topics (an
+//! event is written once, whatever the number of subscribers), each subscriber's
+//! dead letters a queue of their own (`bus:dead:TOKEN`). The bus's metadata (tokens,
+//! topics, subscriptions, secrets) is one small file written atomically before the
+//! API answers (`meta.rs`).
+//!
+//! The map: `api/` the HTTP endpoints, `bus.rs` the metadata and the runtime state
+//! and the one way to change them, `worker.rs` the delivery of one subscriber,
+//! `event.rs` the event forms, `sign.rs` Standard Webhooks signatures, `guard.rs` the
+//! SSRF guard, `retry.rs` the backoff, `retention.rs` how long topics keep events,
+//! `metrics.rs` per-subscriber lag on `/metrics`, `config.rs` the `[bus]` section.
+//!
+//! [`start`] runs the bus on a runtime of its own, on its own threads, beside
+//! whatever else the process does (weir's memcache door); [`BusHandle::stop`] ends it.
+
+mod api;
+mod auth;
+mod bus;
+mod client;
+pub mod config;
+mod error;
+mod event;
+mod guard;
+mod meta;
+mod metrics;
+mod names;
+mod retention;
+mod retry;
+mod sign;
+mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::watch;
+
+pub use crate::config::{BusConfig, BusSettings};
+pub use crate::sign::signature;
+
+/// How long [`BusHandle::stop`] lets deliveries in flight finish.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// A running bus.
+pub struct BusHandle {
+    bus: Arc<bus::Bus>,
+    shutdown: watch::Sender<bool>,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    local_addr: SocketAddr,
+}
+
+/// Opens the bus's metadata in `store`'s directory, binds `settings.listen` and
+/// starts serving and delivering. Errors (a bad metadata file, an address in use)
+/// come back here, before anything runs.
+pub fn start(store: weir::Store, settings: BusSettings) -> anyhow::Result<BusHandle> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.threads)
+        .thread_name("weir-bus")
+        .enable_all()
+        .build()
+        .context("starting the bus's runtime")?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let listen = settings.listen.clone();
+    let (bus, listener) = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .with_context(|| format!("listening on {listen} (bus)"))?;
+        let bus = tokio::task::spawn_blocking(move || bus::Bus::open(store, settings, shutdown_rx))
+            .await
+            .context("opening the bus")??;
+        let bus = Arc::new(bus);
+        bus.sync_runtime();
+        anyhow::Ok((bus, listener))
+    })?;
+    let local_addr = listener.local_addr()?;
+    tracing::info!(bus = %local_addr, "bus listening");
+    let serving = Arc::clone(&bus);
+    let thread = std::thread::Builder::new()
+        .name("weir-bus-main".into())
+        .spawn(move || {
+            let janitor = runtime.spawn(retention::janitor(Arc::clone(&serving)));
+            let shutdown = serving.shutdown.clone();
+            runtime.block_on(api::serve(listener, Arc::clone(&serving), shutdown));
+            serving.stop_workers();
+            janitor.abort();
+            drop(serving);
+            runtime.shutdown_timeout(STOP_GRACE);
+        })
+        .context("starting the bus's thread")?;
+    Ok(BusHandle {
+        bus,
+        shutdown: shutdown_tx,
+        thread: parking_lot::Mutex::new(Some(thread)),
+        local_addr,
+    })
+}
+
+impl BusHandle {
+    /// The address the bus listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Appends the bus's figures to a Prometheus text body.
+    pub fn render_metrics(&self, out: &mut String) {
+        metrics::render(&self.bus, out);
+    }
+
+    /// Stops serving and delivering, and waits for it: connections finish the
+    /// request in flight, deliveries in flight get [`STOP_GRACE`], leased events go
+    /// back to their queues (delivered again later: at-least-once). Blocks: call it
+    /// off any async runtime's threads. Later calls do nothing.
+    pub fn stop(&self) {
+        let _ = self.shutdown.send(true);
+        let thread = self.thread.lock().take();
+        if let Some(thread) = thread {
+            if thread.join().is_err() {
+                tracing::error!("the bus's thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for BusHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

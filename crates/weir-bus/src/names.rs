@@ -1,0 +1,54 @@
+//! The names the API accepts, as routemaster did: topics `[a-z_]{1,64}`, token owners
+//! and tokens `[a-z0-9:_-]{1,64}`; and the engine queues and readers they become.
+//!
+//! Topic `NAME` is the engine queue `bus:topic:NAME`, its dead letters for subscriber
+//! token `T` the queue `bus:dead:T`, and subscriber `T` reads topic queues as reader
+//! `T`. Tokens are lowercase, so the retention reader's capitalised name can never be
+//! a subscriber's.
+
+/// The reader that holds events for the configured retention (see `retention.rs`).
+pub const RETENTION_READER: &str = "Retention";
+/// Longest topic name, token or token owner name.
+pub const NAME_BYTES_MAX: usize = 64;
+
+pub fn is_topic_name(name: &str) -> bool {
+    (1..=NAME_BYTES_MAX).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+}
+
+pub fn is_token(name: &str) -> bool {
+    (1..=NAME_BYTES_MAX).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_:-".contains(&b))
+}
+
+pub fn topic_queue(topic: &str) -> String {
+    format!("bus:topic:{topic}")
+}
+
+pub fn dead_queue(token: &str) -> String {
+    format!("bus:dead:{token}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_as_routemaster_did() {
+        assert!(is_topic_name("orders_v_two"));
+        for bad in ["", "Orders", "orders1", "a-b", "a.b", &"a".repeat(65)] {
+            assert!(!is_topic_name(bad), "{bad:?}");
+        }
+        assert!(is_token("svc--0123abcd"));
+        assert!(is_token("a:b_c-d"));
+        for bad in ["", "Svc", "a b", "a/b", &"a".repeat(65), RETENTION_READER] {
+            assert!(!is_token(bad), "{bad:?}");
+        }
+        // What they become is valid in the engine.
+        weir::validate_queue_name(&topic_queue(&"a".repeat(64))).unwrap();
+        weir::validate_queue_name(&dead_queue(&"a".repeat(64))).unwrap();
+        weir::validate_reader_name(RETENTION_READER).unwrap();
+    }
+}

@@ -1,0 +1,501 @@
+//! A subscriber's delivery worker: one task per subscriber that gathers a batch from
+//! the subscriber's readers, POSTs it to the callback, and confirms it on a 2xx.
+//!
+//! One batch is in flight per subscriber at a time, and its events stay leased until
+//! it is confirmed, so each topic's events reach the subscriber in order. A batch goes
+//! out when it holds `max` events or when its oldest event has waited `timeout` ms. A
+//! failed attempt is retried, the same batch with the same `webhook-id`, after an
+//! exponential backoff with jitter (`retry.rs`); after `attempts_max` failures its
+//! events are appended to the subscriber's dead-letter queue and confirmed on their
+//! topics. A crash at any point leaves the leased events pending: they are delivered
+//! again after restart (at-least-once; each event's `id` lets a receiver de-duplicate).
+//!
+//! Re-driven dead letters come first in a batch: the worker takes from the
+//! dead-letter queue while its items are older than the subscription's
+//! `redrive_below` mark.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::header::CONTENT_TYPE;
+use sha2::{Digest, Sha256};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use weir::{AppendOptions, LeaseId, Reader, TakeMode};
+
+use crate::bus::{Bus, SubscriberRt};
+use crate::event::{cloudevents_batch, delivered, event_id, is_stored_event, routemaster_batch};
+use crate::meta::{Format, SubscriberMeta};
+use crate::metrics::SubscriberCounters;
+use crate::names::dead_queue;
+use crate::retry::backoff;
+use crate::sign::signature_header;
+
+/// How often an idle worker looks at its readers without being woken: events
+/// written to a topic's queue by other means (the memcache door) wake nobody.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+/// Bytes of a receiver's answer kept for the log when it refuses a batch.
+const REFUSAL_BODY_LOG_BYTES: usize = 200;
+
+/// Starts the worker of the subscriber `token` on the current runtime.
+pub fn start(
+    bus: Arc<Bus>,
+    token: String,
+    name: String,
+    config: Arc<SubscriberMeta>,
+) -> SubscriberRt {
+    let notify = Arc::new(Notify::new());
+    let (config_tx, config_rx) = watch::channel(config);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let counters = Arc::new(SubscriberCounters::default());
+    let worker = Worker {
+        bus,
+        token,
+        notify: Arc::clone(&notify),
+        config: config_rx,
+        stop: stop_rx,
+        counters: Arc::clone(&counters),
+    };
+    tokio::spawn(worker.run());
+    SubscriberRt {
+        notify,
+        config: config_tx,
+        counters,
+        stop: stop_tx,
+        name,
+    }
+}
+
+struct Worker {
+    bus: Arc<Bus>,
+    token: String,
+    notify: Arc<Notify>,
+    config: watch::Receiver<Arc<SubscriberMeta>>,
+    stop: watch::Receiver<bool>,
+    counters: Arc<SubscriberCounters>,
+}
+
+/// Where a batch's events come from: a topic's reader, or the dead-letter queue.
+struct Source {
+    reader: Reader,
+    /// Topic name and epoch; `None` for the dead-letter queue.
+    topic: Option<(String, u32)>,
+    /// Dead letters at or above this seq are not being re-driven.
+    redrive_below: u64,
+}
+
+/// One leased event of a batch.
+struct Pending {
+    source: usize,
+    lease: LeaseId,
+    enqueued_at_ms: u64,
+    id: String,
+    /// The event as delivered in routemaster's format.
+    event: Vec<u8>,
+}
+
+struct Batch {
+    sources: Vec<Source>,
+    events: Vec<Pending>,
+}
+
+/// How a wait ended.
+enum Woken {
+    Stop,
+    ConfigChanged,
+    Other,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        tracing::debug!(subscriber = %self.token, "delivery worker started");
+        while let Some(batch) = self.collect().await {
+            if !self.deliver(batch).await {
+                break;
+            }
+        }
+        tracing::debug!(subscriber = %self.token, "delivery worker stopped");
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow() || self.bus.is_shutting_down()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.bus.store.clock().now_ms()
+    }
+
+    /// The sources of the next batch under `cfg`: the dead-letter queue when
+    /// re-driving, then each topic the subscriber has.
+    fn sources(&self, cfg: &SubscriberMeta) -> Vec<Source> {
+        let mut sources = Vec::with_capacity(cfg.topics.len() + 1);
+        if cfg.redrive_below > 0 {
+            match self
+                .bus
+                .store
+                .queue(&dead_queue(&self.token))
+                .and_then(|q| q.reader(""))
+            {
+                Ok(reader) => sources.push(Source {
+                    reader,
+                    topic: None,
+                    redrive_below: cfg.redrive_below,
+                }),
+                Err(e) => {
+                    tracing::error!(subscriber = %self.token, error = %e, "dead-letter queue unavailable")
+                }
+            }
+        }
+        for topic in &cfg.topics {
+            let Some(rt) = self.bus.topic(topic) else {
+                continue;
+            };
+            match rt.queue.reader(&self.token) {
+                Ok(reader) => sources.push(Source {
+                    reader,
+                    topic: Some((topic.clone(), rt.epoch)),
+                    redrive_below: 0,
+                }),
+                Err(e) => {
+                    tracing::error!(subscriber = %self.token, topic, error = %e, "reader unavailable")
+                }
+            }
+        }
+        sources
+    }
+
+    /// Gathers the next batch: returns it once it holds `max` events or its oldest
+    /// has waited `timeout`; `None` when the worker is stopped.
+    async fn collect(&mut self) -> Option<Batch> {
+        let mut cfg = self.config.borrow_and_update().clone();
+        let mut batch = Batch {
+            sources: self.sources(&cfg),
+            events: Vec::new(),
+        };
+        loop {
+            if self.stopped() {
+                release_all(&batch);
+                return None;
+            }
+            let max = usize::try_from(cfg.max_events).unwrap_or(usize::MAX).max(1);
+            self.fill(&mut batch, max).await;
+            if batch.events.len() >= max {
+                return Some(batch);
+            }
+            let due = batch
+                .events
+                .iter()
+                .map(|e| e.enqueued_at_ms.saturating_add(cfg.timeout_ms))
+                .min();
+            let now_ms = self.now_ms();
+            let wake_at = match due {
+                Some(due) if due <= now_ms => return Some(batch),
+                Some(due) => Instant::now() + Duration::from_millis(due - now_ms).min(IDLE_POLL),
+                None => Instant::now() + IDLE_POLL,
+            };
+            match self.wait(Some(wake_at)).await {
+                Woken::Stop => {
+                    release_all(&batch);
+                    return None;
+                }
+                Woken::ConfigChanged if batch.events.is_empty() => {
+                    cfg = self.config.borrow_and_update().clone();
+                    batch.sources = self.sources(&cfg);
+                }
+                Woken::ConfigChanged | Woken::Other => {}
+            }
+        }
+    }
+
+    /// Waits for a wake-up (a publish, a change of the subscription, a stop) or
+    /// `until`.
+    async fn wait(&mut self, until: Option<Instant>) -> Woken {
+        let sleep = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut shutdown = self.bus.shutdown.clone();
+        tokio::select! {
+            _ = self.notify.notified() => Woken::Other,
+            _ = sleep => Woken::Other,
+            changed = self.config.changed() => match changed {
+                Ok(()) => Woken::ConfigChanged,
+                Err(_) => Woken::Stop,
+            },
+            _ = self.stop.changed() => Woken::Stop,
+            _ = shutdown.changed() => Woken::Stop,
+        }
+    }
+
+    /// Leases events into `batch`, one per source in turn, until it holds `max` or
+    /// every source is empty.
+    async fn fill(&self, batch: &mut Batch, max: usize) {
+        let mut empty = vec![false; batch.sources.len()];
+        while batch.events.len() < max && empty.iter().any(|e| !e) {
+            for (i, done) in empty.iter_mut().enumerate() {
+                if *done || batch.events.len() >= max {
+                    continue;
+                }
+                match self.take_one(&batch.sources[i], i).await {
+                    Ok(Some(p)) => batch.events.push(p),
+                    Ok(None) => *done = true,
+                    Err(e) => {
+                        tracing::error!(subscriber = %self.token, error = %e, "could not take an event");
+                        *done = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leases the next event of one source. `Ok(None)` when it has none for now.
+    /// Items that are not events (written by other means) are confirmed and skipped.
+    async fn take_one(&self, source: &Source, index: usize) -> weir::Result<Option<Pending>> {
+        loop {
+            let Some(taken) = source
+                .reader
+                .take_async(TakeMode::Lease, Duration::ZERO)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let Some(lease) = taken.lease else {
+                debug_assert!(false, "a leased take returned no lease");
+                return Ok(None);
+            };
+            let item = taken.item;
+            let pending = match &source.topic {
+                Some((topic, epoch)) if is_stored_event(&item.data) => {
+                    let id = event_id(topic, *epoch, item.seq);
+                    let event = delivered(topic, &id, &item.data);
+                    Some((id, event))
+                }
+                Some(_) => None,
+                None if item.seq >= source.redrive_below => {
+                    source.reader.release(lease)?;
+                    return Ok(None);
+                }
+                None => dead_letter_id(&item.data).map(|id| (id, item.data.to_vec())),
+            };
+            match pending {
+                Some((id, event)) => {
+                    return Ok(Some(Pending {
+                        source: index,
+                        lease,
+                        enqueued_at_ms: item.enqueued_at_ms,
+                        id,
+                        event,
+                    }))
+                }
+                None => {
+                    tracing::warn!(
+                        subscriber = %self.token,
+                        queue = source.reader.queue_name(),
+                        seq = item.seq,
+                        "skipping an item that is not a bus event"
+                    );
+                    source.reader.confirm_async(lease).await?;
+                }
+            }
+        }
+    }
+
+    /// Delivers `batch` until it is confirmed or dead-lettered. False when the
+    /// worker was stopped meanwhile (the batch's leases are released).
+    async fn deliver(&mut self, batch: Batch) -> bool {
+        if batch.events.is_empty() {
+            return true;
+        }
+        let msg_id = message_id(&batch);
+        let mut attempts = 0u32;
+        loop {
+            if self.stopped() {
+                release_all(&batch);
+                return false;
+            }
+            let cfg = self.config.borrow_and_update().clone();
+            let started = std::time::Instant::now();
+            match self.send(&cfg, &msg_id, &batch).await {
+                Ok(()) => {
+                    self.confirm(&batch).await;
+                    tracing::debug!(subscriber = %self.token, events = batch.events.len(), ms = started.elapsed().as_millis() as u64, "batch delivered");
+                    return true;
+                }
+                Err(reason) => {
+                    attempts += 1;
+                    self.counters.failed_attempts.fetch_add(1, Relaxed);
+                    tracing::warn!(subscriber = %self.token, attempt = attempts, events = batch.events.len(), "delivery failed: {reason}");
+                }
+            }
+            let settings = &self.bus.settings;
+            if attempts >= settings.attempts_max {
+                self.dead_letter(&batch).await;
+                return true;
+            }
+            let pause = backoff(attempts, settings.retry_initial, settings.retry_max);
+            if let Woken::Stop = self.wait(Some(Instant::now() + pause)).await {
+                release_all(&batch);
+                return false;
+            }
+        }
+    }
+
+    /// One attempt: POSTs the batch, signed, with the subscription's Basic auth.
+    async fn send(&self, cfg: &SubscriberMeta, msg_id: &str, batch: &Batch) -> Result<(), String> {
+        let events = batch.events.iter().map(|p| p.event.as_slice());
+        let (body, content_type) = match cfg.format {
+            Format::Routemaster => (routemaster_batch(events), "application/json"),
+            Format::Cloudevents => (
+                cloudevents_batch(events),
+                "application/cloudevents-batch+json",
+            ),
+        };
+        let now_ms = self.now_ms();
+        let timestamp_s = now_ms / 1000;
+        let signature = signature_header(&cfg.secrets, now_ms, msg_id, timestamp_s, &body);
+        let mut request = self
+            .bus
+            .client
+            .post(&cfg.callback)
+            .header(CONTENT_TYPE, content_type)
+            .header("webhook-id", msg_id)
+            .header("webhook-timestamp", timestamp_s.to_string());
+        if !signature.is_empty() {
+            request = request.header("webhook-signature", signature);
+        }
+        if let Some(uuid) = &cfg.uuid {
+            request = request.basic_auth(uuid, Some("x"));
+        }
+        let _permit = self
+            .bus
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| "the bus is closing".to_string())?;
+        let response = request.body(body).send().await.map_err(describe)?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let text = response.text().await.unwrap_or_default();
+        let text: String = text.chars().take(REFUSAL_BODY_LOG_BYTES).collect();
+        Err(format!("the callback answered {status}: {text}"))
+    }
+
+    /// Confirms every event of a delivered batch and counts it.
+    async fn confirm(&self, batch: &Batch) {
+        let now_ms = self.now_ms();
+        for p in &batch.events {
+            let source = &batch.sources[p.source];
+            if let Err(e) = source.reader.confirm_async(p.lease).await {
+                tracing::error!(subscriber = %self.token, error = %e, "could not confirm a delivered event");
+            }
+            self.counters.sent.fetch_add(1, Relaxed);
+            self.counters
+                .observe_latency_ms(now_ms.saturating_sub(p.enqueued_at_ms));
+        }
+    }
+
+    /// Moves a batch that failed `attempts_max` times to the dead-letter queue: the
+    /// events are appended there first, then confirmed where they came from, so a
+    /// crash between the two delivers them again rather than losing them.
+    async fn dead_letter(&self, batch: &Batch) {
+        let queue = match self.bus.store.queue(&dead_queue(&self.token)) {
+            Ok(q) => q,
+            Err(e) => {
+                tracing::error!(subscriber = %self.token, error = %e, "dead-letter queue unavailable; the batch stays pending");
+                release_all(batch);
+                return;
+            }
+        };
+        let items: Vec<Vec<u8>> = batch.events.iter().map(|p| p.event.clone()).collect();
+        let appended = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+            queue.append_batch(&refs, AppendOptions::default())
+        })
+        .await;
+        match appended {
+            Ok(Ok(_)) => {
+                for p in &batch.events {
+                    let _ = batch.sources[p.source].reader.confirm_async(p.lease).await;
+                }
+                self.counters
+                    .dead_lettered
+                    .fetch_add(batch.events.len() as u64, Relaxed);
+                tracing::warn!(subscriber = %self.token, events = batch.events.len(), "batch moved to the dead-letter queue");
+            }
+            Ok(Err(e)) => {
+                tracing::error!(subscriber = %self.token, error = %e, "could not dead-letter a batch; it stays pending");
+                release_all(batch);
+            }
+            Err(e) => {
+                tracing::error!(subscriber = %self.token, error = %e, "dead-lettering failed");
+                release_all(batch);
+            }
+        }
+    }
+}
+
+/// Gives a batch's leases back, ahead of newer events.
+fn release_all(batch: &Batch) {
+    for p in &batch.events {
+        let _ = batch.sources[p.source].reader.release(p.lease);
+    }
+}
+
+/// The `webhook-id` of a batch: a digest of its events' ids, the same on every
+/// attempt of the same batch.
+fn message_id(batch: &Batch) -> String {
+    let mut h = Sha256::new();
+    for p in &batch.events {
+        h.update(p.id.as_bytes());
+        h.update(b",");
+    }
+    let digest = h.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("msg_{hex}")
+}
+
+/// The id of a dead letter (an event in its delivered form), or `None` when the
+/// item is not one.
+fn dead_letter_id(data: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: String,
+    }
+    if !data.starts_with(br#"{"topic":""#) {
+        return None;
+    }
+    serde_json::from_slice::<Head>(data).ok().map(|h| h.id)
+}
+
+/// A transport error in words: refused, timed out, or what reqwest says.
+fn describe(e: reqwest::Error) -> String {
+    if e.is_timeout() {
+        format!("timed out ({e})")
+    } else if e.is_connect() {
+        format!("could not connect ({e})")
+    } else {
+        e.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_letters_carry_their_id() {
+        let event = delivered(
+            "t",
+            "t.00000001.9",
+            br#"{"type":"noop","url":"https://x/1","t":1}"#,
+        );
+        assert_eq!(dead_letter_id(&event).as_deref(), Some("t.00000001.9"));
+        assert_eq!(dead_letter_id(b"hello"), None);
+        assert_eq!(dead_letter_id(br#"{"topic":"t"}"#), None);
+    }
+}
