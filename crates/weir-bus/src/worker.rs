@@ -194,7 +194,7 @@ impl Worker {
                 Some(due) => Instant::now() + Duration::from_millis(due - now_ms).min(IDLE_POLL),
                 None => Instant::now() + IDLE_POLL,
             };
-            match self.wait(Some(wake_at)).await {
+            match self.wait(Some(wake_at), true).await {
                 Woken::Stop => {
                     release_all(&batch);
                     return None;
@@ -208,9 +208,9 @@ impl Worker {
         }
     }
 
-    /// Waits for a wake-up (a publish, a change of the subscription, a stop) or
-    /// `until`.
-    async fn wait(&mut self, until: Option<Instant>) -> Woken {
+    /// Waits for a wake-up (a publish when `on_publish`, a change of the
+    /// subscription, a stop) or `until`.
+    async fn wait(&mut self, until: Option<Instant>, on_publish: bool) -> Woken {
         let sleep = async {
             match until {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -218,8 +218,16 @@ impl Worker {
             }
         };
         let mut shutdown = self.bus.shutdown.clone();
+        let notify = Arc::clone(&self.notify);
+        let published = async move {
+            if on_publish {
+                notify.notified().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
-            _ = self.notify.notified() => Woken::Other,
+            _ = published => Woken::Other,
             _ = sleep => Woken::Other,
             changed = self.config.changed() => match changed {
                 Ok(()) => Woken::ConfigChanged,
@@ -336,7 +344,9 @@ impl Worker {
                 return true;
             }
             let pause = backoff(attempts, settings.retry_initial, settings.retry_max);
-            if let Woken::Stop = self.wait(Some(Instant::now() + pause)).await {
+            // A publish does not cut the pause short; a changed subscription (a fixed
+            // callback) does.
+            if let Woken::Stop = self.wait(Some(Instant::now() + pause), false).await {
                 release_all(&batch);
                 return false;
             }
