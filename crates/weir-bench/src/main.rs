@@ -11,6 +11,8 @@
 //! something when the reference server runs beside weir on the same machine with the
 //! same client, a client that is not itself the limit (its CPU time is reported).
 
+mod bus;
+mod bus_http;
 mod chart;
 mod flood;
 mod library;
@@ -117,6 +119,17 @@ enum Cmd {
         #[arg(long)]
         skip_packing_unpacking: bool,
     },
+    /// The event bus by the seed's method: ingestion vs a bare HTTP server, publish
+    /// latency, delivery latency, the 240-connection run, memory with a backlog.
+    Bus {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        bus: BusArgs,
+    },
+    /// Internal: the bus suite's bare reference server (answers 204 to every POST).
+    #[command(hide = true)]
+    BareHttp { addr: String },
     /// Internal: open a store, print open time, RSS and item count as JSON.
     #[command(hide = true)]
     ProbeOpen { dir: PathBuf },
@@ -367,6 +380,71 @@ impl QueuesArgs {
 }
 
 #[derive(Args, Clone)]
+struct BusArgs {
+    /// Events per ingestion round [200000; quick: 20000].
+    #[arg(long, value_name = "N")]
+    bus_ingest_events: Option<u64>,
+    /// Publishing connections of the ingestion rounds [64].
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    bus_ingest_connections: usize,
+    /// Ingestion rounds, bare and weir alternating first [3; quick: 1].
+    #[arg(long, value_name = "N")]
+    bus_repeat: Option<usize>,
+    /// Publishes of the serial sender [5000; quick: 1000].
+    #[arg(long, value_name = "N")]
+    bus_serial_events: Option<u64>,
+    /// Events of the `max` 1 latency step [2000; quick: 300], sent at --bus-one-rate.
+    #[arg(long, value_name = "N")]
+    bus_one_events: Option<u64>,
+    /// Publish rate of the `max` 1 step, events/s [200].
+    #[arg(long, value_name = "N", default_value_t = 200.0)]
+    bus_one_rate: f64,
+    /// Seconds of the `max` 100 / 500 ms step [10; quick: 3].
+    #[arg(long, value_name = "S")]
+    bus_batch_seconds: Option<f64>,
+    /// Total publish rate of its 5 senders, events/s [100].
+    #[arg(long, value_name = "N", default_value_t = 100.0)]
+    bus_batch_rate: f64,
+    /// Events of the at-scale run [240000; quick: 24000].
+    #[arg(long, value_name = "N")]
+    bus_scale_events: Option<u64>,
+    /// Connections of the at-scale run [240].
+    #[arg(long, value_name = "N", default_value_t = 240)]
+    bus_scale_connections: usize,
+    /// Backlog steps of the memory measurement [10000,100000,1000000; quick: 10000,50000].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    bus_rss_steps: Option<Vec<u64>>,
+}
+
+impl BusArgs {
+    fn resolve(&self, quick: bool) -> bus::BusParams {
+        let pick =
+            |v: Option<u64>, full: u64, small: u64| v.unwrap_or(if quick { small } else { full });
+        bus::BusParams {
+            ingest_events: pick(self.bus_ingest_events, 200_000, 20_000),
+            ingest_connections: self.bus_ingest_connections.max(1),
+            repeat: self.bus_repeat.unwrap_or(if quick { 1 } else { 3 }).max(1),
+            serial_events: pick(self.bus_serial_events, 5_000, 1_000),
+            one_events: pick(self.bus_one_events, 2_000, 300),
+            one_rate: self.bus_one_rate.max(1.0),
+            batch_seconds: self
+                .bus_batch_seconds
+                .unwrap_or(if quick { 3.0 } else { 10.0 }),
+            batch_rate: self.bus_batch_rate.max(1.0),
+            scale_events: pick(self.bus_scale_events, 240_000, 24_000),
+            scale_connections: self.bus_scale_connections.max(1),
+            rss_steps: self.bus_rss_steps.clone().unwrap_or_else(|| {
+                if quick {
+                    vec![10_000, 50_000]
+                } else {
+                    vec![10_000, 100_000, 1_000_000]
+                }
+            }),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
 struct LibraryArgs {
     /// Directory for the temporary stores: the filesystem under test [system temp dir].
     #[arg(long, value_name = "DIR")]
@@ -454,8 +532,10 @@ fn main() {
 }
 
 fn real_main(cli: Cli) -> Result<()> {
-    if let Cmd::ProbeOpen { dir } = &cli.command {
-        return library::probe_open_main(dir);
+    match &cli.command {
+        Cmd::ProbeOpen { dir } => return library::probe_open_main(dir),
+        Cmd::BareHttp { addr } => return bus_http::bare_server_main(addr),
+        _ => {}
     }
     sys::raise_nofile_limit();
     let runtime = start_runtime()?;
@@ -509,7 +589,11 @@ fn real_main(cli: Cli) -> Result<()> {
             };
             run_all(&runtime, &common, &all, &progress, &mut failures)?;
         }
-        Cmd::ProbeOpen { .. } => unreachable!("handled above"),
+        Cmd::Bus { common, bus } => {
+            let p = bus.resolve(common.quick);
+            run_bus(&runtime, &common, &p, &progress, &mut failures)?;
+        }
+        Cmd::ProbeOpen { .. } | Cmd::BareHttp { .. } => unreachable!("handled above"),
     }
     progress.clear();
     if !failures.is_empty() {
@@ -718,6 +802,46 @@ fn run_library(
     Ok(())
 }
 
+fn run_bus(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &bus::BusParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    progress.steps.reset();
+    let reports = runtime.block_on(bus::run(p, &binaries(common), &progress.steps))?;
+    for report in &reports {
+        let charts: Vec<ChartSpec> = match report.bench {
+            "bus-latency" => vec![ChartSpec {
+                file: "bus-latency",
+                title: "bus: delivery latency, publish to receipt",
+                x_label: "scenario",
+                y_label: "milliseconds (log)",
+                x_key: "scenario",
+                y_key: "ms",
+                y_div: 1.0,
+                series_key: "percentile",
+                log_y: true,
+            }],
+            "bus-rss" => vec![ChartSpec {
+                file: "bus-rss",
+                title: "bus: weir's RSS with events queued for a receiver that is down",
+                x_label: "events queued",
+                y_label: "RSS (MiB)",
+                x_key: "queued",
+                y_key: "rss_bytes",
+                y_div: 1024.0 * 1024.0,
+                series_key: "target",
+                log_y: false,
+            }],
+            _ => Vec::new(),
+        };
+        emit(common, report, &charts, failures)?;
+    }
+    Ok(())
+}
+
 fn flood_chart() -> ChartSpec<'static> {
     ChartSpec {
         file: "flood",
@@ -759,14 +883,18 @@ fn draw(common: &Common, report: &Report, charts: &[ChartSpec], failures: &mut V
     }
 }
 
-/// Spawned servers first (fresh each call), then the given ones.
-fn make_targets(common: &Common) -> Result<Vec<Target>> {
-    let bins = Binaries {
+fn binaries(common: &Common) -> Binaries {
+    Binaries {
         weir: common.weir_bin.clone(),
         memcached: common.memcached_bin.clone(),
         weir_args: common.weir_args.clone(),
         work_dir: common.work_dir.clone(),
-    };
+    }
+}
+
+/// Spawned servers first (fresh each call), then the given ones.
+fn make_targets(common: &Common) -> Result<Vec<Target>> {
+    let bins = binaries(common);
     let mut targets = Vec::new();
     for kind in &common.spawn {
         targets.push(Target::spawn(*kind, &bins)?);
