@@ -177,3 +177,63 @@ fn all_quick_against_spawned_servers() {
         );
     }
 }
+
+#[test]
+fn bus_quick_delivers_every_event() {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_weir-bench"));
+    let Some(weir) = weir_binary(&bench) else {
+        panic!("the weir binary is not built beside weir-bench (cargo build -p weir-server) and WEIR_BIN is not set");
+    };
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(&bench)
+        .args([
+            "bus",
+            "--quick",
+            "--bus-ingest-events",
+            "2000",
+            "--bus-scale-events",
+            "2000",
+        ])
+        .args(["--bus-rss-steps", "1000,5000", "--bus-batch-seconds", "1"])
+        .arg("--weir-bin")
+        .arg(&weir)
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "weir-bench bus --quick failed: {status}");
+    let ingest = &load_data(out.path(), "bus-ingest");
+    assert_eq!(rows_of(ingest, "weir").len(), 1);
+    assert_eq!(rows_of(ingest, "bare-http").len(), 1);
+    let scale = &load_data(out.path(), "bus-scale");
+    let row = &scale["rows"][0];
+    assert_eq!(
+        num(row, "received"),
+        num(row, "events"),
+        "every event delivered"
+    );
+    let latency = load(out.path(), "bus-latency");
+    for r in latency["rows"].as_array().unwrap() {
+        assert_eq!(num(r, "received"), num(r, "events"), "{r}");
+    }
+    let rss = load(out.path(), "bus-rss");
+    let queued: Vec<u64> = rows_of(&rss, "weir")
+        .iter()
+        .map(|r| num(r, "queued"))
+        .collect();
+    assert_eq!(queued, [0, 1000, 5000]);
+}
+
+/// A report that has no chart: its JSON and CSV.
+fn load_data(out: &Path, bench: &str) -> Value {
+    for ext in ["json", "csv"] {
+        let path = out.join(format!("{bench}.{ext}"));
+        assert!(
+            std::fs::metadata(&path).is_ok_and(|m| m.len() > 0),
+            "{} missing or empty",
+            path.display()
+        );
+    }
+    serde_json::from_str(&std::fs::read_to_string(out.join(format!("{bench}.json"))).unwrap())
+        .unwrap()
+}

@@ -94,32 +94,47 @@ impl Bus {
     }
 
     /// Edits the metadata with `edit`, writes it durably, then brings the engine and
-    /// the workers in line. Nothing changes when `edit` refuses or the write fails.
+    /// the workers in line. Nothing changes when `edit` refuses, the write fails, or
+    /// the engine refuses what the change needs (the previous metadata is then
+    /// written back).
     pub async fn change<R>(
         self: &Arc<Self>,
         edit: impl FnOnce(&mut Meta) -> ApiResult<R>,
     ) -> ApiResult<R> {
         let _serial = self.change_lock.lock().await;
-        let mut next = Meta::clone(&self.meta());
+        let previous = self.meta();
+        let mut next = Meta::clone(&previous);
         let result = edit(&mut next)?;
         let bus = Arc::clone(self);
-        let next = Arc::new(next);
-        let written = Arc::clone(&next);
-        tokio::task::spawn_blocking(move || -> ApiResult<()> {
-            bus.meta_file
-                .write(&written)
-                .map_err(|e| ApiError::meta(&e))?;
-            *bus.meta.write() = written;
-            bus.reconcile()
-                .map_err(|e| ApiError::engine("applying a change", &e))
-        })
-        .await
-        .map_err(|e| {
-            ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-        })??;
-        drop(next);
+        tokio::task::spawn_blocking(move || bus.apply(previous, Arc::new(next)))
+            .await
+            .map_err(|e| {
+                ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            })??;
         self.sync_runtime();
         Ok(result)
+    }
+
+    /// Writes `next`, publishes it and reconciles the engine with it; when the engine
+    /// refuses (no space, too many queues), puts `previous` back the same way, so that
+    /// what stands is what the API answered. Blocking.
+    fn apply(&self, previous: Arc<Meta>, next: Arc<Meta>) -> ApiResult<()> {
+        self.meta_file
+            .write(&next)
+            .map_err(|e| ApiError::meta(&e))?;
+        *self.meta.write() = next;
+        let Err(e) = self.reconcile() else {
+            return Ok(());
+        };
+        let refused = ApiError::engine("applying a change", &e);
+        self.meta_file
+            .write(&previous)
+            .map_err(|e| ApiError::meta(&e))?;
+        *self.meta.write() = previous;
+        if let Err(e) = self.reconcile() {
+            tracing::error!(error = %e, "could not bring the engine back in line after a refused change");
+        }
+        Err(refused)
     }
 
     /// Makes the engine match the metadata: a queue (with its retention reader) per
@@ -137,22 +152,22 @@ impl Bus {
                 .subscribers
                 .iter()
                 .filter(|(_, s)| s.topics.iter().any(|x| x == name))
-                .map(|(token, _)| token.as_str())
+                .map(|(_, s)| s.id.as_str())
                 .collect();
             for reader in queue.reader_names() {
                 if reader != RETENTION_READER && !subscribed.contains(reader.as_str()) {
                     queue.delete_reader(&reader)?;
                 }
             }
-            for token in &subscribed {
-                if !queue.has_reader(token) {
-                    queue.reader(token)?.seek(u64::MAX)?;
+            for id in &subscribed {
+                if !queue.has_reader(id) {
+                    queue.reader(id)?.seek(u64::MAX)?;
                 }
             }
             topics.insert(name.clone(), (queue, t.clone()));
         }
-        for token in meta.subscribers.keys() {
-            self.store.queue(&dead_queue(token))?.reader("")?;
+        for s in meta.subscribers.values() {
+            self.store.queue(&dead_queue(&s.id))?.reader("")?;
         }
         self.delete_orphan_queues(&meta)?;
         let mut map = self.topics.write();
@@ -173,7 +188,7 @@ impl Bus {
                 name.strip_prefix("bus:dead:"),
             ) {
                 (Some(topic), _) => !meta.topics.contains_key(topic),
-                (_, Some(token)) => !meta.subscribers.contains_key(token),
+                (_, Some(id)) => !meta.subscribers.values().any(|s| s.id == id),
                 _ => false,
             };
             if orphan {
@@ -208,7 +223,7 @@ impl Bus {
                 }
                 None => {
                     let name = meta.tokens.get(token).cloned().unwrap_or_default();
-                    let rt = crate::worker::start(Arc::clone(self), token.clone(), name, config);
+                    let rt = crate::worker::start(Arc::clone(self), name, config);
                     subs.insert(token.clone(), rt);
                 }
             }
@@ -237,7 +252,7 @@ impl Bus {
         }
     }
 
-    /// The counters of every subscriber: (token, owner name, uuid, counters).
+    /// The counters of every subscriber: (token, owner name, counters).
     pub fn counters(&self) -> Vec<(String, String, Arc<SubscriberCounters>)> {
         self.subscribers
             .lock()

@@ -13,6 +13,8 @@ pub const TOPICS_MAX_DEFAULT: usize = 1_000;
 pub const SUBSCRIBERS_MAX_DEFAULT: usize = 200;
 pub const TOKENS_MAX_DEFAULT: usize = 10_000;
 pub const BATCH_EVENTS_MAX_DEFAULT: u64 = 10_000;
+/// A batch stops growing once its events hold this many bytes (one event always goes).
+pub const BATCH_BYTES_MAX_DEFAULT: usize = 4 * 1024 * 1024;
 pub const DELIVERIES_IN_FLIGHT_MAX_DEFAULT: usize = 256;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 1_024;
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
@@ -48,6 +50,9 @@ pub struct BusConfig {
     pub subscribers_max: Option<usize>,
     pub tokens_max: Option<usize>,
     pub batch_events_max: Option<u64>,
+    /// A batch is sent once its events hold this many bytes, whatever `max` says: it
+    /// bounds a worker's memory (one batch is held while it is delivered).
+    pub batch_bytes_max: Option<usize>,
     pub deliveries_in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
     pub header_timeout_ms: Option<u64>,
@@ -76,6 +81,7 @@ pub struct BusSettings {
     pub subscribers_max: usize,
     pub tokens_max: usize,
     pub batch_events_max: u64,
+    pub batch_bytes_max: usize,
     pub deliveries_in_flight_max: usize,
     pub connections_max: usize,
     pub header_timeout: Duration,
@@ -112,6 +118,7 @@ impl BusConfig {
             subscribers_max: self.subscribers_max.unwrap_or(SUBSCRIBERS_MAX_DEFAULT),
             tokens_max: self.tokens_max.unwrap_or(TOKENS_MAX_DEFAULT),
             batch_events_max: self.batch_events_max.unwrap_or(BATCH_EVENTS_MAX_DEFAULT),
+            batch_bytes_max: self.batch_bytes_max.unwrap_or(BATCH_BYTES_MAX_DEFAULT),
             deliveries_in_flight_max: self
                 .deliveries_in_flight_max
                 .unwrap_or(DELIVERIES_IN_FLIGHT_MAX_DEFAULT),
@@ -145,6 +152,7 @@ impl BusSettings {
             ("subscribers_max", self.subscribers_max as u64),
             ("tokens_max", self.tokens_max as u64),
             ("batch_events_max", self.batch_events_max),
+            ("batch_bytes_max", self.batch_bytes_max as u64),
             (
                 "deliveries_in_flight_max",
                 self.deliveries_in_flight_max as u64,
@@ -168,11 +176,25 @@ impl BusSettings {
                 "bus.batch_events_max is at most {BATCH_EVENTS_MAX_MAX}"
             ));
         }
+        let durations = [
+            ("header_timeout_ms", self.header_timeout),
+            ("connect_timeout_ms", self.connect_timeout),
+            ("delivery_timeout_ms", self.delivery_timeout),
+            ("retry_initial_ms", self.retry_initial),
+        ];
+        for (name, value) in durations {
+            if value.is_zero() {
+                return Err(format!("bus.{name} must be at least 1"));
+            }
+        }
         if self.retry_initial > self.retry_max {
             return Err("bus.retry_initial_ms must not exceed bus.retry_max_ms".into());
         }
         if self.root_key.as_ref().is_some_and(|k| k.len() < 8) {
             return Err("bus.root_key must be at least 8 characters".into());
+        }
+        if self.root_key.as_ref().is_some_and(|k| k.contains(':')) {
+            return Err("bus.root_key cannot contain `:` (it is the user of HTTP Basic)".into());
         }
         Ok(())
     }
@@ -224,6 +246,20 @@ mod tests {
                 ..BusConfig::default()
             },
             "root_key",
+        );
+        bad(
+            BusConfig {
+                root_key: Some("long:enough:key".into()),
+                ..BusConfig::default()
+            },
+            "`:`",
+        );
+        bad(
+            BusConfig {
+                delivery_timeout_ms: Some(0),
+                ..BusConfig::default()
+            },
+            "delivery_timeout_ms",
         );
     }
 }

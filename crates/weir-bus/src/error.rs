@@ -40,16 +40,24 @@ impl ApiError {
     }
 
     /// A failure of the engine or the disk: logged with `context`, answered 500 (507
-    /// when the disk is full, 503 when the queue is full or the store closed).
+    /// when the disk is full, 503 when a queue or the store is full or closed).
     pub fn engine(context: &str, e: &weir::Error) -> ApiError {
-        let status = match e.kind() {
-            weir::ErrorKind::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
-            weir::ErrorKind::Closed => StatusCode::SERVICE_UNAVAILABLE,
-            weir::ErrorKind::Full => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        let (status, tell) = match e.kind() {
+            weir::ErrorKind::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, true),
+            weir::ErrorKind::TooManyQueues | weir::ErrorKind::Full => {
+                (StatusCode::SERVICE_UNAVAILABLE, true)
+            }
+            weir::ErrorKind::Closed => (StatusCode::SERVICE_UNAVAILABLE, false),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, false),
         };
         tracing::error!(error = %e, "{context}");
-        ApiError::new(status, format!("{context}: storage error"))
+        // A limit the client can act on is named; other failures stay in the log.
+        let message = if tell {
+            format!("{context}: {e}")
+        } else {
+            format!("{context}: storage error")
+        };
+        ApiError::new(status, message)
     }
 
     /// A failure writing the bus's metadata: logged, answered 500 (507 when the disk

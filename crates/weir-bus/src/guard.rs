@@ -64,11 +64,38 @@ pub fn check_callback(url: &str, policy: Policy) -> Result<Url, String> {
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => match embedded_v4(v6) {
+            Some(v4) => is_public_v4(v4) && is_public_v6(v6),
             None => is_public_v6(v6),
         },
     }
+}
+
+/// The IPv4 address an IPv6 address carries: IPv4-mapped `::ffff:a.b.c.d`,
+/// IPv4-compatible `::a.b.c.d`, 6to4 `2002:AABB:CCDD::/48`. Judged by the IPv4 rules
+/// too, so that none of them reaches a private network.
+fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = ip.segments();
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1) {
+        return Some(Ipv4Addr::new(
+            (s[6] >> 8) as u8,
+            s[6] as u8,
+            (s[7] >> 8) as u8,
+            s[7] as u8,
+        ));
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::new(
+            (s[1] >> 8) as u8,
+            s[1] as u8,
+            (s[2] >> 8) as u8,
+            s[2] as u8,
+        ));
+    }
+    None
 }
 
 fn is_public_v4(ip: Ipv4Addr) -> bool {
@@ -93,7 +120,10 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || ip.is_multicast()
         || (first & 0xfe00) == 0xfc00
         || (first & 0xffc0) == 0xfe80
+        || (first & 0xffc0) == 0xfec0
         || first == 0x2001 && ip.segments()[1] == 0x0db8
+        // Teredo tunnels to an address it cannot judge.
+        || first == 0x2001 && ip.segments()[1] == 0x0000
         || first == 0x0064 && ip.segments()[1] == 0xff9b)
 }
 
@@ -164,7 +194,13 @@ mod tests {
 
     #[test]
     fn public_addresses_are_told_from_the_rest() {
-        for public in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
+        for public in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "2002:808:808::1",
+            "::ffff:8.8.8.8",
+        ] {
             assert!(is_public(public.parse().unwrap()), "{public}");
         }
         for other in [
@@ -182,6 +218,12 @@ mod tests {
             "fc00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "fec0::1",
         ] {
             assert!(!is_public(other.parse().unwrap()), "{other}");
         }

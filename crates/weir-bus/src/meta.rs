@@ -44,6 +44,9 @@ pub struct TopicMeta {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SubscriberMeta {
+    /// Names the subscriber in the engine (its reader on each topic, its dead-letter
+    /// queue), in logs and in metrics: random, never the token (a credential).
+    pub id: String,
     pub uuid: Option<String>,
     pub callback: String,
     pub timeout_ms: u64,

@@ -4,13 +4,11 @@
 //! dead-lettered, and a histogram of delivery latency (confirmation time minus
 //! publish time, per event).
 //!
-//! Subscribers are labelled by their token's owner name and a short digest of the
-//! token (`subscriber_id`), never by the token, which is a credential.
+//! Subscribers are labelled by their token's owner name and their random id
+//! (`subscriber_id`), never by the token, which is a credential.
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-use sha2::{Digest, Sha256};
 
 use crate::bus::Bus;
 use crate::names::{dead_queue, topic_queue};
@@ -40,21 +38,16 @@ impl SubscriberCounters {
     }
 }
 
-/// The subscriber id used as a label: the first 12 hex digits of SHA-256 of its token.
-pub fn subscriber_id(token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Queued events and the oldest one's age in ms for a subscriber, over its topics.
-pub fn lag(bus: &Bus, token: &str, topics: &[String]) -> (u64, Option<u64>) {
+/// Queued events and the oldest one's age in ms for a subscriber (by its id), over
+/// its topics.
+pub fn lag(bus: &Bus, id: &str, topics: &[String]) -> (u64, Option<u64>) {
     let mut queued = 0;
     let mut oldest: Option<u64> = None;
     for topic in topics {
         let Some(rt) = bus.topic(topic) else { continue };
         debug_assert_eq!(rt.queue.name(), topic_queue(topic));
         let stats = rt.queue.stats();
-        if let Some(r) = stats.readers.iter().find(|r| r.name == token) {
+        if let Some(r) = stats.readers.iter().find(|r| r.name == id) {
             queued += r.items;
             if r.items > 0 {
                 oldest = Some(oldest.unwrap_or(0).max(r.age_ms));
@@ -133,22 +126,20 @@ fn rows(bus: &Bus) -> Vec<Row> {
     let meta = bus.meta();
     let mut rows = Vec::new();
     for (token, name, counters) in bus.counters() {
-        let topics = meta
-            .subscribers
-            .get(&token)
-            .map(|s| s.topics.clone())
-            .unwrap_or_default();
-        let (queued, oldest) = lag(bus, &token, &topics);
+        let Some(s) = meta.subscribers.get(&token) else {
+            continue;
+        };
+        let (queued, oldest) = lag(bus, &s.id, &s.topics);
         let dead = bus
             .store
-            .existing_queue(&dead_queue(&token))
+            .existing_queue(&dead_queue(&s.id))
             .ok()
             .flatten()
             .map_or(0, |q| q.stats().items);
         let labels = format!(
             "subscriber=\"{}\",subscriber_id=\"{}\"",
             escape(&name),
-            subscriber_id(&token)
+            s.id
         );
         rows.push((labels, queued, oldest.unwrap_or(0), dead, counters));
     }
@@ -198,8 +189,6 @@ mod tests {
         assert_eq!(c.latency_buckets[0].load(Relaxed), 1);
         assert_eq!(c.latency_buckets[2].load(Relaxed), 2);
         assert_eq!(c.latency_count.load(Relaxed), 4);
-        assert_eq!(subscriber_id("svc--1").len(), 12);
-        assert_ne!(subscriber_id("svc--1"), subscriber_id("svc--2"));
         assert_eq!(escape("a\"b"), "a\\\"b");
     }
 }

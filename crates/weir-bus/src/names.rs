@@ -27,8 +27,16 @@ pub fn topic_queue(topic: &str) -> String {
     format!("bus:topic:{topic}")
 }
 
-pub fn dead_queue(token: &str) -> String {
-    format!("bus:dead:{token}")
+/// A subscriber's dead-letter queue, by its id.
+pub fn dead_queue(subscriber_id: &str) -> String {
+    format!("bus:dead:{subscriber_id}")
+}
+
+/// A new subscriber id: `s` and 16 random hex digits (a valid reader name, never
+/// `Retention`).
+pub fn new_subscriber_id() -> String {
+    let n: u64 = rand::random();
+    format!("s{n:016x}")
 }
 
 #[cfg(test)]
@@ -50,5 +58,9 @@ mod tests {
         weir::validate_queue_name(&topic_queue(&"a".repeat(64))).unwrap();
         weir::validate_queue_name(&dead_queue(&"a".repeat(64))).unwrap();
         weir::validate_reader_name(RETENTION_READER).unwrap();
+        let id = new_subscriber_id();
+        weir::validate_reader_name(&id).unwrap();
+        assert_eq!(id.len(), 17);
+        assert_ne!(id, new_subscriber_id());
     }
 }

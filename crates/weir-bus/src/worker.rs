@@ -26,6 +26,7 @@ use weir::{AppendOptions, LeaseId, Reader, TakeMode};
 
 use crate::bus::{Bus, SubscriberRt};
 use crate::event::{cloudevents_batch, delivered, event_id, is_stored_event, routemaster_batch};
+use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, SubscriberMeta};
 use crate::metrics::SubscriberCounters;
 use crate::names::dead_queue;
@@ -38,20 +39,17 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Bytes of a receiver's answer kept for the log when it refuses a batch.
 const REFUSAL_BODY_LOG_BYTES: usize = 200;
 
-/// Starts the worker of the subscriber `token` on the current runtime.
-pub fn start(
-    bus: Arc<Bus>,
-    token: String,
-    name: String,
-    config: Arc<SubscriberMeta>,
-) -> SubscriberRt {
+/// Starts the worker of a subscriber (its token's owner is `name`) on the current
+/// runtime.
+pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> SubscriberRt {
     let notify = Arc::new(Notify::new());
+    let id = config.id.clone();
     let (config_tx, config_rx) = watch::channel(config);
     let (stop_tx, stop_rx) = watch::channel(false);
     let counters = Arc::new(SubscriberCounters::default());
     let worker = Worker {
         bus,
-        token,
+        id,
         notify: Arc::clone(&notify),
         config: config_rx,
         stop: stop_rx,
@@ -69,7 +67,8 @@ pub fn start(
 
 struct Worker {
     bus: Arc<Bus>,
-    token: String,
+    /// The subscriber's id: its readers' name, its dead-letter queue, its name in logs.
+    id: String,
     notify: Arc<Notify>,
     config: watch::Receiver<Arc<SubscriberMeta>>,
     stop: watch::Receiver<bool>,
@@ -98,6 +97,8 @@ struct Pending {
 struct Batch {
     sources: Vec<Source>,
     events: Vec<Pending>,
+    /// Bytes of the events, bounded by `batch_bytes_max` (plus one event).
+    bytes: usize,
 }
 
 /// How a wait ended.
@@ -109,13 +110,13 @@ enum Woken {
 
 impl Worker {
     async fn run(mut self) {
-        tracing::debug!(subscriber = %self.token, "delivery worker started");
+        tracing::debug!(subscriber = %self.id, "delivery worker started");
         while let Some(batch) = self.collect().await {
             if !self.deliver(batch).await {
                 break;
             }
         }
-        tracing::debug!(subscriber = %self.token, "delivery worker stopped");
+        tracing::debug!(subscriber = %self.id, "delivery worker stopped");
     }
 
     fn stopped(&self) -> bool {
@@ -134,7 +135,7 @@ impl Worker {
             match self
                 .bus
                 .store
-                .queue(&dead_queue(&self.token))
+                .queue(&dead_queue(&self.id))
                 .and_then(|q| q.reader(""))
             {
                 Ok(reader) => sources.push(Source {
@@ -143,7 +144,7 @@ impl Worker {
                     redrive_below: cfg.redrive_below,
                 }),
                 Err(e) => {
-                    tracing::error!(subscriber = %self.token, error = %e, "dead-letter queue unavailable")
+                    tracing::error!(subscriber = %self.id, error = %e, "dead-letter queue unavailable")
                 }
             }
         }
@@ -151,14 +152,14 @@ impl Worker {
             let Some(rt) = self.bus.topic(topic) else {
                 continue;
             };
-            match rt.queue.reader(&self.token) {
+            match rt.queue.reader(&self.id) {
                 Ok(reader) => sources.push(Source {
                     reader,
                     topic: Some((topic.clone(), rt.epoch)),
                     redrive_below: 0,
                 }),
                 Err(e) => {
-                    tracing::error!(subscriber = %self.token, topic, error = %e, "reader unavailable")
+                    tracing::error!(subscriber = %self.id, topic, error = %e, "reader unavailable")
                 }
             }
         }
@@ -172,6 +173,7 @@ impl Worker {
         let mut batch = Batch {
             sources: self.sources(&cfg),
             events: Vec::new(),
+            bytes: 0,
         };
         loop {
             if self.stopped() {
@@ -180,7 +182,7 @@ impl Worker {
             }
             let max = usize::try_from(cfg.max_events).unwrap_or(usize::MAX).max(1);
             self.fill(&mut batch, max).await;
-            if batch.events.len() >= max {
+            if batch.events.len() >= max || batch.bytes >= self.bus.settings.batch_bytes_max {
                 return Some(batch);
             }
             let due = batch
@@ -238,21 +240,31 @@ impl Worker {
         }
     }
 
-    /// Leases events into `batch`, one per source in turn, until it holds `max` or
-    /// every source is empty.
+    /// Leases events into `batch` until it holds `max` events or `batch_bytes_max`
+    /// bytes, or every source is empty: re-driven dead letters first, then one
+    /// event per topic in turn.
     async fn fill(&self, batch: &mut Batch, max: usize) {
+        let bytes_max = self.bus.settings.batch_bytes_max;
+        let full = |b: &Batch| b.events.len() >= max || b.bytes >= bytes_max;
         let mut empty = vec![false; batch.sources.len()];
-        while batch.events.len() < max && empty.iter().any(|e| !e) {
+        while !full(batch) && empty.iter().any(|e| !e) {
             for (i, done) in empty.iter_mut().enumerate() {
-                if *done || batch.events.len() >= max {
-                    continue;
-                }
-                match self.take_one(&batch.sources[i], i).await {
-                    Ok(Some(p)) => batch.events.push(p),
-                    Ok(None) => *done = true,
-                    Err(e) => {
-                        tracing::error!(subscriber = %self.token, error = %e, "could not take an event");
-                        *done = true;
+                let dead_letters = batch.sources[i].topic.is_none();
+                // Dead letters: as many as fit before any topic's next event.
+                while !*done && !full(batch) {
+                    match self.take_one(&batch.sources[i], i).await {
+                        Ok(Some(p)) => {
+                            batch.bytes += p.event.len();
+                            batch.events.push(p);
+                        }
+                        Ok(None) => *done = true,
+                        Err(e) => {
+                            tracing::error!(subscriber = %self.id, error = %e, "could not take an event");
+                            *done = true;
+                        }
+                    }
+                    if !dead_letters {
+                        break;
                     }
                 }
             }
@@ -300,7 +312,7 @@ impl Worker {
                 }
                 None => {
                     tracing::warn!(
-                        subscriber = %self.token,
+                        subscriber = %self.id,
                         queue = source.reader.queue_name(),
                         seq = item.seq,
                         "skipping an item that is not a bus event"
@@ -329,13 +341,13 @@ impl Worker {
             match self.send(&cfg, &msg_id, &batch).await {
                 Ok(()) => {
                     self.confirm(&batch).await;
-                    tracing::debug!(subscriber = %self.token, events = batch.events.len(), ms = started.elapsed().as_millis() as u64, "batch delivered");
+                    tracing::debug!(subscriber = %self.id, events = batch.events.len(), ms = started.elapsed().as_millis() as u64, "batch delivered");
                     return true;
                 }
                 Err(reason) => {
                     attempts += 1;
                     self.counters.failed_attempts.fetch_add(1, Relaxed);
-                    tracing::warn!(subscriber = %self.token, attempt = attempts, events = batch.events.len(), "delivery failed: {reason}");
+                    tracing::warn!(subscriber = %self.id, attempt = attempts, events = batch.events.len(), "delivery failed: {reason}");
                 }
             }
             let settings = &self.bus.settings;
@@ -353,8 +365,24 @@ impl Worker {
         }
     }
 
-    /// One attempt: POSTs the batch, signed, with the subscription's Basic auth.
+    /// One attempt: POSTs the batch, signed, with the subscription's Basic auth. The
+    /// callback is checked against the SSRF guard again (the policy may have changed
+    /// since the subscription; an IP-literal URL is not resolved, so the resolver's
+    /// check does not see it). Signed once a delivery slot is held, so the timestamp
+    /// is the time of sending.
     async fn send(&self, cfg: &SubscriberMeta, msg_id: &str, batch: &Batch) -> Result<(), String> {
+        let settings = &self.bus.settings;
+        let policy = Policy {
+            allow_http: settings.allow_http,
+            allow_private_networks: settings.allow_private_networks,
+        };
+        check_callback(&cfg.callback, policy)?;
+        let _permit = self
+            .bus
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| "the bus is closing".to_string())?;
         let events = batch.events.iter().map(|p| p.event.as_slice());
         let (body, content_type) = match cfg.format {
             Format::Routemaster => (routemaster_batch(events), "application/json"),
@@ -379,12 +407,6 @@ impl Worker {
         if let Some(uuid) = &cfg.uuid {
             request = request.basic_auth(uuid, Some("x"));
         }
-        let _permit = self
-            .bus
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| "the bus is closing".to_string())?;
         let response = request.body(body).send().await.map_err(describe)?;
         let status = response.status();
         if status.is_success() {
@@ -401,7 +423,7 @@ impl Worker {
         for p in &batch.events {
             let source = &batch.sources[p.source];
             if let Err(e) = source.reader.confirm_async(p.lease).await {
-                tracing::error!(subscriber = %self.token, error = %e, "could not confirm a delivered event");
+                tracing::error!(subscriber = %self.id, error = %e, "could not confirm a delivered event");
             }
             self.counters.sent.fetch_add(1, Relaxed);
             self.counters
@@ -413,10 +435,10 @@ impl Worker {
     /// events are appended there first, then confirmed where they came from, so a
     /// crash between the two delivers them again rather than losing them.
     async fn dead_letter(&self, batch: &Batch) {
-        let queue = match self.bus.store.queue(&dead_queue(&self.token)) {
+        let queue = match self.bus.store.queue(&dead_queue(&self.id)) {
             Ok(q) => q,
             Err(e) => {
-                tracing::error!(subscriber = %self.token, error = %e, "dead-letter queue unavailable; the batch stays pending");
+                tracing::error!(subscriber = %self.id, error = %e, "dead-letter queue unavailable; the batch stays pending");
                 release_all(batch);
                 return;
             }
@@ -435,14 +457,14 @@ impl Worker {
                 self.counters
                     .dead_lettered
                     .fetch_add(batch.events.len() as u64, Relaxed);
-                tracing::warn!(subscriber = %self.token, events = batch.events.len(), "batch moved to the dead-letter queue");
+                tracing::warn!(subscriber = %self.id, events = batch.events.len(), "batch moved to the dead-letter queue");
             }
             Ok(Err(e)) => {
-                tracing::error!(subscriber = %self.token, error = %e, "could not dead-letter a batch; it stays pending");
+                tracing::error!(subscriber = %self.id, error = %e, "could not dead-letter a batch; it stays pending");
                 release_all(batch);
             }
             Err(e) => {
-                tracing::error!(subscriber = %self.token, error = %e, "dead-lettering failed");
+                tracing::error!(subscriber = %self.id, error = %e, "dead-lettering failed");
                 release_all(batch);
             }
         }

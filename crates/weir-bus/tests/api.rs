@@ -84,6 +84,93 @@ async fn tokens_are_managed_by_the_root_key_only() {
         bus.call("GET", "/topics", &token, None).await.0,
         StatusCode::UNAUTHORIZED
     );
+    // A deleted token's topics are unclaimed: the next publisher claims them.
+    let alice = bus.token("alice").await;
+    assert_eq!(
+        bus.publish(&alice, "owned", "https://a.example/1").await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        bus.publish("svc_chosen", "owned", "https://a.example/2")
+            .await,
+        StatusCode::FORBIDDEN
+    );
+    let path = format!("/api_tokens/{alice}");
+    assert_eq!(
+        bus.call("DELETE", &path, ROOT, None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        bus.publish("svc_chosen", "owned", "https://a.example/3")
+            .await,
+        StatusCode::OK
+    );
+    let (_, topics) = bus.get("/topics", ROOT).await;
+    let owned = topics
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "owned")
+        .unwrap();
+    assert_eq!(owned["publisher"], "chosen");
+    // A wrong method is a JSON 405.
+    let (s, _, body) = bus.call("PUT", "/topics", ROOT, None).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(error_of(&body).contains("method"));
+    bus.stop().await;
+}
+
+/// A bus on a store that holds at most `queues_max` queues, on `dir`.
+async fn start_small(dir: std::path::PathBuf, queues_max: usize) -> weir_bus::BusHandle {
+    tokio::task::spawn_blocking(move || {
+        let options = weir::StoreOptions {
+            queues_max,
+            ..weir::StoreOptions::default()
+        };
+        let store = weir::Store::open_with(&dir, options).unwrap();
+        weir_bus::start(store, config().resolve(None, None).unwrap()).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_engine_refuses_is_undone() {
+    // 3 queues: a topic and a dead-letter queue fit, two more topics do not.
+    let dir = tempfile::tempdir().unwrap();
+    let handle = start_small(dir.path().to_path_buf(), 3).await;
+    let base = format!("http://{}", handle.local_addr());
+    let mut bus = TestBus {
+        dir,
+        handle: Some(handle),
+        base,
+        http: reqwest::Client::new(),
+    };
+    let sub = bus.token("sub").await;
+    bus.subscribe(
+        &sub,
+        json!({"topics": ["a"], "callback": "http://127.0.0.1:9/cb/x"}),
+    )
+    .await;
+    let wanted = json!({"topics": ["a", "b", "c"], "callback": "http://127.0.0.1:9/cb/y"});
+    let (s, v) = bus.json("POST", "/subscription", &sub, wanted).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("queues"), "{v}");
+    let (_, subs) = bus.get("/subscriptions", &sub).await;
+    assert_eq!(subs[0]["topics"], json!(["a"]));
+    assert_eq!(subs[0]["callback"], "http://127.0.0.1:9/cb/x");
+    let (_, topics) = bus.get("/topics", &sub).await;
+    assert_eq!(
+        topics,
+        json!([{"name": "a", "publisher": null, "events": 0}])
+    );
+    // And so it stays after a restart.
+    bus.stop().await;
+    let handle = start_small(bus.dir.path().to_path_buf(), 3).await;
+    bus.base = format!("http://{}", handle.local_addr());
+    bus.handle = Some(handle);
+    let (_, subs) = bus.get("/subscriptions", &sub).await;
+    assert_eq!(subs[0]["topics"], json!(["a"]));
     bus.stop().await;
 }
 
@@ -458,6 +545,17 @@ async fn state_survives_a_restart() {
         .0,
         StatusCode::FORBIDDEN
     );
+    // Tokens are credentials: they name nothing in the engine nor in the metrics.
+    assert!(!bus.metrics().contains(&sub));
     bus.stop().await;
+    let store = weir::Store::open(bus.dir.path()).unwrap();
+    for name in store.queue_names() {
+        assert!(!name.contains(&sub) && !name.contains(&publisher), "{name}");
+        let q = store.queue(&name).unwrap();
+        for reader in q.reader_names() {
+            assert!(!reader.contains(&sub), "{name}: {reader}");
+        }
+    }
+    store.close().unwrap();
     recv.stop();
 }

@@ -107,6 +107,69 @@ async fn batches_go_out_by_max_or_timeout_across_topics_signed_and_authenticated
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ssrf_guard_holds_at_delivery_when_the_policy_tightens() {
+    let recv = Receiver::start().await;
+    let mut bus = TestBus::start(config()).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    // An IP-literal loopback callback, allowed when subscribing...
+    bus.subscribe(
+        &sub,
+        json!({"topics": ["t"], "callback": recv.url("s"), "max": 1, "timeout": 0}),
+    )
+    .await;
+    let mut strict = config();
+    strict.allow_private_networks = Some(false);
+    bus.restart_with(strict).await;
+    // ... is refused at each attempt once the policy no longer allows it.
+    bus.publish(&publisher, "t", "https://x.example/1").await;
+    let until = Instant::now() + WAIT;
+    while !bus
+        .metrics()
+        .lines()
+        .any(|l| l.starts_with("weir_bus_subscriber_failed_attempts_total{") && !l.ends_with(" 0"))
+    {
+        assert!(Instant::now() < until, "no failed attempt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(recv.all("s").is_empty(), "nothing reached the receiver");
+    bus.stop().await;
+    recv.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_goes_out_once_it_holds_batch_bytes_max() {
+    let recv = Receiver::start().await;
+    let mut cfg = config();
+    cfg.batch_bytes_max = Some(250);
+    let mut bus = TestBus::start(cfg).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    // A long timeout: only the byte limit can send these batches.
+    bus.subscribe(
+        &sub,
+        json!({"topics": ["t"], "callback": recv.url("s"), "max": 100, "timeout": 60_000}),
+    )
+    .await;
+    // Each delivered event is about 95 bytes: 2 are under 250, 3 are over.
+    recv.status.store(503, SeqCst);
+    for i in 0..9 {
+        bus.publish(&publisher, "t", &format!("https://x.example/{i}"))
+            .await;
+    }
+    recv.status.store(204, SeqCst);
+    recv.wait_events("s", 9, WAIT).await;
+    let sizes: Vec<usize> = recv
+        .accepted("s")
+        .iter()
+        .map(|d| d.events().len())
+        .collect();
+    assert_eq!(sizes, [3, 3, 3]);
+    bus.stop().await;
+    recv.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_that_fails_for_a_while_gets_everything_with_growing_pauses() {
     let recv = Receiver::start().await;
     let mut cfg = config();

@@ -19,12 +19,15 @@ use crate::names::dead_queue;
 pub const LIST_DEFAULT: usize = 100;
 pub const LIST_MAX: usize = 1_000;
 
+/// The caller's dead-letter queue; 404 without a subscription.
 fn queue(bus: &Bus, token: &str) -> ApiResult<weir::Queue> {
-    if !bus.meta().subscribers.contains_key(token) {
-        return Err(ApiError::not_found("subscriber not found"));
-    }
+    let meta = bus.meta();
+    let s = meta
+        .subscribers
+        .get(token)
+        .ok_or_else(|| ApiError::not_found("subscriber not found"))?;
     bus.store
-        .queue(&dead_queue(token))
+        .queue(&dead_queue(&s.id))
         .map_err(|e| ApiError::engine("opening the dead-letter queue", &e))
 }
 

@@ -76,6 +76,7 @@ pub fn router(bus: Arc<Bus>) -> Router {
         .route("/pulse", get(pulse))
         .route("/health", get(health))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(bus)
 }
 
@@ -96,6 +97,13 @@ async fn health(axum::extract::State(bus): axum::extract::State<Arc<Bus>>) -> im
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this endpoint",
+    )
 }
 
 /// A JSON response body with its content type.

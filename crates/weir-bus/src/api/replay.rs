@@ -43,22 +43,22 @@ pub async fn replay(
             ))
         }
     };
-    let subscribed = bus
+    let id = bus
         .meta()
         .subscribers
         .get(&token)
-        .is_some_and(|s| s.topics.contains(&name));
-    let rt = bus
-        .topic(&name)
-        .filter(|_| subscribed)
-        .ok_or_else(|| ApiError::not_found("not subscribed"))?;
+        .filter(|s| s.topics.contains(&name))
+        .map(|s| s.id.clone());
+    let (Some(id), Some(rt)) = (id, bus.topic(&name)) else {
+        return Err(ApiError::not_found("not subscribed"));
+    };
     let queue = rt.queue.clone();
     let moved = tokio::task::spawn_blocking(move || -> weir::Result<(u64, u64, u64)> {
         let seq = match target {
             Target::Seq(s) => s,
             Target::Since(ms) => queue.seq_at_time(ms)?,
         };
-        let at = queue.reader(&token)?.seek(seq)?;
+        let at = queue.reader(&id)?.seek(seq)?;
         let (oldest, next) = queue.seq_bounds()?;
         Ok((at, oldest, next))
     })

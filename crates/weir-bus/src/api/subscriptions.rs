@@ -17,6 +17,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, Secret, SubscriberMeta};
 use crate::metrics::lag;
+use crate::names::new_subscriber_id;
 use crate::sign::new_secret;
 
 /// The fields a subscription may have (routemaster's, and `format`).
@@ -61,8 +62,8 @@ pub async fn subscribe(
                 create_topic(meta, t, topics_max)?;
             }
             let previous = meta.subscribers.remove(&token);
-            let (secrets, redrive_below, created) = match previous {
-                Some(p) => (p.secrets, p.redrive_below, None),
+            let (id, secrets, redrive_below, created) = match previous {
+                Some(p) => (p.id, p.secrets, p.redrive_below, None),
                 None => {
                     let s = new_secret();
                     let secrets = vec![Secret {
@@ -70,12 +71,13 @@ pub async fn subscribe(
                         created_at_ms: now_ms,
                         expires_at_ms: None,
                     }];
-                    (secrets, 0, Some(s))
+                    (new_subscriber_id(), secrets, 0, Some(s))
                 }
             };
             meta.subscribers.insert(
                 token.clone(),
                 SubscriberMeta {
+                    id,
                     uuid: req.uuid,
                     callback: req.callback,
                     timeout_ms: req.timeout_ms,
@@ -241,7 +243,7 @@ pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<
         .subscribers
         .iter()
         .map(|(token, s)| {
-            let (queued, oldest) = lag(&bus, token, &s.topics);
+            let (queued, oldest) = lag(&bus, &s.id, &s.topics);
             serde_json::json!({
                 "subscriber": meta.tokens.get(token),
                 "uuid": s.uuid,

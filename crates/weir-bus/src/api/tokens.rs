@@ -78,7 +78,8 @@ pub async fn create(
     Ok((StatusCode::CREATED, json_body(body)).into_response())
 }
 
-/// `DELETE /api_tokens/:token`: 204; the token's subscription goes with it.
+/// `DELETE /api_tokens/:token`: 204; the token's subscription goes with it, and
+/// the topics it claimed become unclaimed (the next publisher claims them).
 pub async fn remove(
     State(bus): State<Arc<Bus>>,
     headers: HeaderMap,
@@ -89,6 +90,11 @@ pub async fn remove(
         bus.change(|meta| {
             meta.tokens.remove(&token);
             meta.subscribers.remove(&token);
+            for t in meta.topics.values_mut() {
+                if t.publisher.as_deref() == Some(token.as_str()) {
+                    t.publisher = None;
+                }
+            }
             Ok(())
         })
         .await?;
