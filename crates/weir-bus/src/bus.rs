@@ -11,6 +11,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{watch, Notify, Semaphore};
 
@@ -45,7 +46,9 @@ pub struct Bus {
     meta_file: MetaFile,
     meta: RwLock<Arc<Meta>>,
     /// Held across a change's edit, write and runtime update: changes are serial.
-    change_lock: tokio::sync::Mutex<()>,
+    /// Shared so that a change, once edited, finishes in a task of its own even when
+    /// the request that asked for it is dropped (a client gone).
+    change_lock: Arc<tokio::sync::Mutex<()>>,
     topics: RwLock<HashMap<String, Arc<TopicRt>>>,
     pub(crate) subscribers: Mutex<HashMap<String, SubscriberRt>>,
     /// Deliveries in flight, across subscribers.
@@ -70,13 +73,13 @@ impl Bus {
             settings,
             meta_file,
             meta: RwLock::new(Arc::new(meta)),
-            change_lock: tokio::sync::Mutex::new(()),
+            change_lock: Arc::new(tokio::sync::Mutex::new(())),
             topics: RwLock::new(HashMap::new()),
             subscribers: Mutex::new(HashMap::new()),
             client,
             shutdown,
         };
-        bus.reconcile()?;
+        bus.reconcile(None)?;
         Ok(bus)
     }
 
@@ -101,18 +104,37 @@ impl Bus {
         self: &Arc<Self>,
         edit: impl FnOnce(&mut Meta) -> ApiResult<R>,
     ) -> ApiResult<R> {
-        let _serial = self.change_lock.lock().await;
+        let serial = Arc::clone(&self.change_lock).lock_owned().await;
         let previous = self.meta();
         let mut next = Meta::clone(&previous);
         let result = edit(&mut next)?;
         let bus = Arc::clone(self);
-        tokio::task::spawn_blocking(move || bus.apply(previous, Arc::new(next)))
+        // Writing, reconciling and updating the workers run to the end in a task of
+        // their own, holding the lock: a dropped request cannot cut a change in two.
+        let applying = tokio::spawn(async move {
+            let _serial = serial;
+            let b = Arc::clone(&bus);
+            let applied = tokio::task::spawn_blocking(move || b.apply(previous, Arc::new(next)))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        e.to_string(),
+                    ))
+                });
+            bus.sync_runtime();
+            applied
+        });
+        applying
             .await
-            .map_err(|e| {
-                ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-            })??;
-        self.sync_runtime();
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
         Ok(result)
+    }
+
+    /// Holds changes off while the caller works on readers (replay), so that no
+    /// change deletes or creates one meanwhile.
+    pub async fn hold_changes(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        Arc::clone(&self.change_lock).lock_owned().await
     }
 
     /// Writes `next`, publishes it and reconciles the engine with it; when the engine
@@ -123,15 +145,16 @@ impl Bus {
             .write(&next)
             .map_err(|e| ApiError::meta(&e))?;
         *self.meta.write() = next;
-        let Err(e) = self.reconcile() else {
+        let Err(e) = self.reconcile(Some(&previous)) else {
             return Ok(());
         };
         let refused = ApiError::engine("applying a change", &e);
         self.meta_file
             .write(&previous)
             .map_err(|e| ApiError::meta(&e))?;
-        *self.meta.write() = previous;
-        if let Err(e) = self.reconcile() {
+        *self.meta.write() = Arc::clone(&previous);
+        // Against itself: create what is missing, move nothing.
+        if let Err(e) = self.reconcile(Some(&previous)) {
             tracing::error!(error = %e, "could not bring the engine back in line after a refused change");
         }
         Err(refused)
@@ -140,28 +163,38 @@ impl Bus {
     /// Makes the engine match the metadata: a queue (with its retention reader) per
     /// topic, a reader per subscriber on each of its topics (created at the end of
     /// the topic: a new subscriber gets what is published from now on), a
-    /// dead-letter queue per subscriber; deletes queues and readers the metadata no
-    /// longer names. Blocking (it may create files): call off the event loop.
-    fn reconcile(&self) -> weir::Result<()> {
+    /// dead-letter queue per subscriber; then deletes what the metadata no longer
+    /// names: everything is created before anything is deleted, so a change the
+    /// engine refuses half-way has deleted nothing.
+    ///
+    /// A reader a running worker may still use is not deleted here: the engine
+    /// creates a reader again on a take, so a worker with stale sources would bring
+    /// it back at the oldest event. The worker deletes the readers of the topics it
+    /// leaves, and of every topic when its subscription is gone (`worker.rs`). At
+    /// start (`previous` is `None`) no worker runs yet, and every reader not named is
+    /// deleted here. A topic a subscription did not have in `previous` starts at its
+    /// end even when the subscriber's reader is still there (it left and came back
+    /// before its worker deleted the reader).
+    /// Blocking (it may create files): call off the event loop.
+    fn reconcile(&self, previous: Option<&Meta>) -> weir::Result<()> {
+        let startup = previous.is_none();
         let meta = self.meta();
         let mut topics = HashMap::new();
         for (name, t) in &meta.topics {
             let queue = self.store.queue(&topic_queue(name))?;
             queue.reader(RETENTION_READER)?;
-            let subscribed: BTreeSet<&str> = meta
+            for s in meta
                 .subscribers
-                .iter()
-                .filter(|(_, s)| s.topics.iter().any(|x| x == name))
-                .map(|(_, s)| s.id.as_str())
-                .collect();
-            for reader in queue.reader_names() {
-                if reader != RETENTION_READER && !subscribed.contains(reader.as_str()) {
-                    queue.delete_reader(&reader)?;
-                }
-            }
-            for id in &subscribed {
-                if !queue.has_reader(id) {
-                    queue.reader(id)?.seek(u64::MAX)?;
+                .values()
+                .filter(|s| s.topics.contains(name))
+            {
+                let had = previous.is_none_or(|p| {
+                    p.subscribers
+                        .values()
+                        .any(|x| x.id == s.id && x.topics.contains(name))
+                });
+                if !queue.has_reader(&s.id) || !had {
+                    queue.reader(&s.id)?.seek(u64::MAX)?;
                 }
             }
             topics.insert(name.clone(), (queue, t.clone()));
@@ -169,12 +202,51 @@ impl Bus {
         for s in meta.subscribers.values() {
             self.store.queue(&dead_queue(&s.id))?.reader("")?;
         }
+        self.delete_orphan_readers(&meta, &topics, startup)?;
         self.delete_orphan_queues(&meta)?;
         let mut map = self.topics.write();
         map.retain(|name, _| topics.contains_key(name));
         for (name, (queue, t)) in topics {
             let keep_wake = map.get(&name).map(|rt| rt.wake.clone()).unwrap_or_default();
             map.insert(name, Arc::new(topic_rt(queue, &t, keep_wake)));
+        }
+        Ok(())
+    }
+
+    /// Deletes the readers of topic queues that no subscription names: at `startup`
+    /// every such reader; later only those of no subscriber and no running worker.
+    fn delete_orphan_readers(
+        &self,
+        meta: &Meta,
+        topics: &HashMap<String, (weir::Queue, TopicMeta)>,
+        startup: bool,
+    ) -> weir::Result<()> {
+        let running: BTreeSet<String> = self
+            .subscribers
+            .lock()
+            .values()
+            .map(|rt| rt.config.borrow().id.clone())
+            .collect();
+        let known: BTreeSet<&str> = meta.subscribers.values().map(|s| s.id.as_str()).collect();
+        for (name, (queue, _)) in topics {
+            for reader in queue.reader_names() {
+                if reader == RETENTION_READER {
+                    continue;
+                }
+                let subscribed = meta
+                    .subscribers
+                    .values()
+                    .any(|s| s.id == reader && s.topics.contains(name));
+                let orphan = if startup {
+                    !subscribed
+                } else {
+                    !known.contains(reader.as_str()) && !running.contains(&reader)
+                };
+                if orphan {
+                    tracing::info!(topic = %name, reader = %reader, "deleting a reader no subscription names");
+                    queue.delete_reader(&reader)?;
+                }
+            }
         }
         Ok(())
     }
@@ -214,15 +286,20 @@ impl Bus {
         });
         for (token, s) in &meta.subscribers {
             let config = Arc::new(s.clone());
-            match subs.get(token) {
-                Some(rt) => {
+            let name = meta.tokens.get(token).cloned().unwrap_or_default();
+            match subs.get_mut(token) {
+                Some(rt) if rt.config.borrow().id == s.id => {
+                    rt.name = name;
                     if **rt.config.borrow() != *s {
                         let _ = rt.config.send(config);
                         rt.notify.notify_one();
                     }
                 }
-                None => {
-                    let name = meta.tokens.get(token).cloned().unwrap_or_default();
+                _ => {
+                    // New, or deleted and made again (a new id): a worker of its own.
+                    if let Some(old) = subs.remove(token) {
+                        let _ = old.stop.send(true);
+                    }
                     let rt = crate::worker::start(Arc::clone(self), name, config);
                     subs.insert(token.clone(), rt);
                 }

@@ -25,6 +25,8 @@ pub const RETRY_MAX_MS_DEFAULT: u64 = 600_000;
 pub const ATTEMPTS_MAX_DEFAULT: u32 = 20;
 pub const SECRET_OVERLAP_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 pub const RETENTION_MS_DEFAULT: u64 = 0;
+/// The longest retry pause that may be configured: a day.
+pub const RETRY_MAX_MS_MAX: u64 = 86_400_000;
 /// A subscriber's batch is at most this many events, whatever `batch_events_max` says:
 /// the batch's leases and body are held in memory while it is delivered.
 pub const BATCH_EVENTS_MAX_MAX: u64 = 100_000;
@@ -186,6 +188,11 @@ impl BusSettings {
             if value.is_zero() {
                 return Err(format!("bus.{name} must be at least 1"));
             }
+        }
+        if self.retry_max > Duration::from_millis(RETRY_MAX_MS_MAX) {
+            return Err(format!(
+                "bus.retry_max_ms is at most {RETRY_MAX_MS_MAX} (a day)"
+            ));
         }
         if self.retry_initial > self.retry_max {
             return Err("bus.retry_initial_ms must not exceed bus.retry_max_ms".into());

@@ -6,10 +6,15 @@
 //! and the event's id, so an event is never parsed again on its way out (the
 //! CloudEvents form, an option, does parse it).
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 pub const TYPES: [&str; 4] = ["create", "update", "delete", "noop"];
+/// The latest `timestamp` taken (9999-12-31T23:59:59.999Z): times after it have no
+/// RFC 3339 form.
+pub const TIMESTAMP_MS_MAX: u64 = 253_402_300_799_999;
 
 /// A publish request's body. Unknown fields are ignored, as routemaster did.
 #[derive(Deserialize)]
@@ -46,9 +51,9 @@ pub fn parse_publish(body: &[u8], now_ms: u64) -> Result<Vec<u8>, String> {
     check_event_url(&url)?;
     let t = match p.timestamp {
         None | Some(serde_json::Value::Null) => now_ms,
-        Some(v) => v
-            .as_u64()
-            .ok_or("bad event: `timestamp` must be a whole number of milliseconds")?,
+        Some(v) => v.as_u64().filter(|t| *t <= TIMESTAMP_MS_MAX).ok_or(
+            "bad event: `timestamp` must be a whole number of milliseconds before year 10000",
+        )?,
     };
     let data = p.data.as_deref().filter(|d| d.get() != "null");
     let stored = Stored {
@@ -131,8 +136,11 @@ pub fn cloudevents_batch<'a>(events: impl Iterator<Item = &'a [u8]>) -> Vec<u8> 
                 "source": format!("/topics/{topic}"),
                 "type": format!("weir.bus.{kind}"),
                 "subject": field("url"),
-                "time": humantime::format_rfc3339_millis(time).to_string(),
             });
+            let mut rfc3339 = String::new();
+            if write!(rfc3339, "{}", humantime::format_rfc3339_millis(time)).is_ok() {
+                ce["time"] = rfc3339.into();
+            }
             if let Some(data) = v.get("data") {
                 ce["datacontenttype"] = "application/json".into();
                 ce["data"] = data.clone();
@@ -197,6 +205,10 @@ mod tests {
             (
                 br#"{"type":"noop","url":"https://a.example/1","timestamp":-1}"#,
                 "timestamp",
+            ),
+            (
+                br#"{"type":"noop","url":"https://a.example/1","timestamp":253402300800000}"#,
+                "year 10000",
             ),
             (b"{\"type\":", "invalid JSON"),
             (b"[1]", "invalid JSON"),

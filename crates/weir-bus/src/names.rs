@@ -1,10 +1,11 @@
 //! The names the API accepts, as routemaster did: topics `[a-z_]{1,64}`, token owners
 //! and tokens `[a-z0-9:_-]{1,64}`; and the engine queues and readers they become.
 //!
-//! Topic `NAME` is the engine queue `bus:topic:NAME`, its dead letters for subscriber
-//! token `T` the queue `bus:dead:T`, and subscriber `T` reads topic queues as reader
-//! `T`. Tokens are lowercase, so the retention reader's capitalised name can never be
-//! a subscriber's.
+//! Topic `NAME` is the engine queue `bus:topic:NAME`. A subscription has a random id
+//! `ID` (`s` and 16 hex digits, never its token: a credential must not show in queue
+//! names, logs or metrics): it reads topic queues as reader `ID`, and its dead letters
+//! are the queue `bus:dead:ID`. Ids are lowercase, so the retention reader's
+//! capitalised name can never be a subscriber's.
 
 /// The reader that holds events for the configured retention (see `retention.rs`).
 pub const RETENTION_READER: &str = "Retention";

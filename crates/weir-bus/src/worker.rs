@@ -44,6 +44,7 @@ const REFUSAL_BODY_LOG_BYTES: usize = 200;
 pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> SubscriberRt {
     let notify = Arc::new(Notify::new());
     let id = config.id.clone();
+    let adopted = Arc::clone(&config);
     let (config_tx, config_rx) = watch::channel(config);
     let (stop_tx, stop_rx) = watch::channel(false);
     let counters = Arc::new(SubscriberCounters::default());
@@ -51,11 +52,12 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
         bus,
         id,
         notify: Arc::clone(&notify),
+        adopted,
         config: config_rx,
         stop: stop_rx,
         counters: Arc::clone(&counters),
     };
-    tokio::spawn(worker.run());
+    tokio::spawn(supervise(worker));
     SubscriberRt {
         notify,
         config: config_tx,
@@ -65,14 +67,42 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
     }
 }
 
+#[derive(Clone)]
 struct Worker {
     bus: Arc<Bus>,
     /// The subscriber's id: its readers' name, its dead-letter queue, its name in logs.
     id: String,
     notify: Arc<Notify>,
     config: watch::Receiver<Arc<SubscriberMeta>>,
+    /// The settings the worker's sources were last built from.
+    adopted: Arc<SubscriberMeta>,
     stop: watch::Receiver<bool>,
     counters: Arc<SubscriberCounters>,
+}
+
+/// How long a worker that failed (a panic) waits before it starts again.
+const RESTART_PAUSE: Duration = Duration::from_secs(1);
+
+/// Runs a worker, and again if it fails; once it stops for good, deletes its readers
+/// if its subscription is gone.
+async fn supervise(worker: Worker) {
+    loop {
+        match tokio::spawn(worker.clone().run()).await {
+            Ok(()) => break,
+            Err(e) => {
+                // The failed run's leases stay taken until weir restarts (then the
+                // events are delivered again): at-least-once holds, order for them not.
+                tracing::error!(subscriber = %worker.id, error = %e, "delivery worker failed; starting it again");
+                tokio::time::sleep(RESTART_PAUSE).await;
+                if worker.stopped() {
+                    break;
+                }
+            }
+        }
+    }
+    if !worker.bus.is_shutting_down() {
+        worker.delete_readers_if_gone().await;
+    }
 }
 
 /// Where a batch's events come from: a topic's reader, or the dead-letter queue.
@@ -119,6 +149,59 @@ impl Worker {
         tracing::debug!(subscriber = %self.id, "delivery worker stopped");
     }
 
+    /// Takes the latest settings. The readers of topics the subscription left are
+    /// deleted now, by the worker, once it no longer uses them (see
+    /// `Bus::reconcile` for why not before).
+    async fn adopt(&mut self) -> Arc<SubscriberMeta> {
+        let next = self.config.borrow_and_update().clone();
+        let left: Vec<String> = self
+            .adopted
+            .topics
+            .iter()
+            .filter(|t| !next.topics.contains(t))
+            .cloned()
+            .collect();
+        if !left.is_empty() {
+            self.delete_readers(left).await;
+        }
+        self.adopted = Arc::clone(&next);
+        next
+    }
+
+    /// Deletes this subscriber's readers on `topics`, those the subscription as it
+    /// stands now does not have, with changes held off (a change made meanwhile may
+    /// have subscribed again).
+    async fn delete_readers(&self, topics: Vec<String>) {
+        let _held = self.bus.hold_changes().await;
+        let meta = self.bus.meta();
+        let current = meta.subscribers.values().find(|s| s.id == self.id);
+        let topics: Vec<String> = topics
+            .into_iter()
+            .filter(|t| current.is_none_or(|s| !s.topics.contains(t)))
+            .collect();
+        let (bus, id) = (Arc::clone(&self.bus), self.id.clone());
+        let deleted = tokio::task::spawn_blocking(move || {
+            for topic in topics {
+                let Some(rt) = bus.topic(&topic) else { continue };
+                if rt.queue.has_reader(&id) {
+                    if let Err(e) = rt.queue.delete_reader(&id) {
+                        tracing::warn!(subscriber = %id, topic, error = %e, "could not delete a reader");
+                    }
+                }
+            }
+        })
+        .await;
+        if let Err(e) = deleted {
+            tracing::warn!(subscriber = %self.id, error = %e, "deleting readers failed");
+        }
+    }
+
+    /// Once stopped: when no subscription has this id any more, its readers go.
+    async fn delete_readers_if_gone(&self) {
+        let all: Vec<String> = self.bus.meta().topics.keys().cloned().collect();
+        self.delete_readers(all).await;
+    }
+
     fn stopped(&self) -> bool {
         *self.stop.borrow() || self.bus.is_shutting_down()
     }
@@ -132,13 +215,10 @@ impl Worker {
     fn sources(&self, cfg: &SubscriberMeta) -> Vec<Source> {
         let mut sources = Vec::with_capacity(cfg.topics.len() + 1);
         if cfg.redrive_below > 0 {
-            match self
-                .bus
-                .store
-                .queue(&dead_queue(&self.id))
-                .and_then(|q| q.reader(""))
-            {
-                Ok(reader) => sources.push(Source {
+            let dead = self.bus.store.existing_queue(&dead_queue(&self.id));
+            match dead.and_then(|q| q.map(|q| q.reader("")).transpose()) {
+                Ok(None) => {}
+                Ok(Some(reader)) => sources.push(Source {
                     reader,
                     topic: None,
                     redrive_below: cfg.redrive_below,
@@ -152,6 +232,12 @@ impl Worker {
             let Some(rt) = self.bus.topic(topic) else {
                 continue;
             };
+            // Never create a reader here: the engine would start it at the oldest
+            // event. The bus creates it, at the end, when the subscription is made.
+            if !rt.queue.has_reader(&self.id) {
+                tracing::warn!(subscriber = %self.id, topic, "no reader on the topic; skipped");
+                continue;
+            }
             match rt.queue.reader(&self.id) {
                 Ok(reader) => sources.push(Source {
                     reader,
@@ -169,7 +255,7 @@ impl Worker {
     /// Gathers the next batch: returns it once it holds `max` events or its oldest
     /// has waited `timeout`; `None` when the worker is stopped.
     async fn collect(&mut self) -> Option<Batch> {
-        let mut cfg = self.config.borrow_and_update().clone();
+        let mut cfg = self.adopt().await;
         let mut batch = Batch {
             sources: self.sources(&cfg),
             events: Vec::new(),
@@ -202,7 +288,7 @@ impl Worker {
                     return None;
                 }
                 Woken::ConfigChanged if batch.events.is_empty() => {
-                    cfg = self.config.borrow_and_update().clone();
+                    cfg = self.adopt().await;
                     batch.sources = self.sources(&cfg);
                 }
                 Woken::ConfigChanged | Woken::Other => {}
@@ -435,8 +521,13 @@ impl Worker {
     /// events are appended there first, then confirmed where they came from, so a
     /// crash between the two delivers them again rather than losing them.
     async fn dead_letter(&self, batch: &Batch) {
-        let queue = match self.bus.store.queue(&dead_queue(&self.id)) {
-            Ok(q) => q,
+        let queue = match self.bus.store.existing_queue(&dead_queue(&self.id)) {
+            Ok(Some(q)) => q,
+            Ok(None) => {
+                tracing::error!(subscriber = %self.id, "no dead-letter queue; the batch stays pending");
+                release_all(batch);
+                return;
+            }
             Err(e) => {
                 tracing::error!(subscriber = %self.id, error = %e, "dead-letter queue unavailable; the batch stays pending");
                 release_all(batch);

@@ -4,6 +4,7 @@
 mod common;
 
 use axum::http::StatusCode;
+use base64::Engine;
 use common::{config, Receiver, TestBus, ROOT};
 use serde_json::{json, Value};
 
@@ -558,4 +559,39 @@ async fn state_survives_a_restart() {
     }
     store.close().unwrap();
     recv.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_gets_408_and_cannot_hold_up_a_stop() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cfg = config();
+    cfg.header_timeout_ms = Some(300);
+    let mut bus = TestBus::start(cfg).await;
+    let token = bus.token("slow").await;
+    let addr = bus.base.trim_start_matches("http://").to_string();
+    let head = |len: usize| {
+        format!(
+            "POST /topics/t HTTP/1.1\r\nhost: x\r\nauthorization: Basic {}\r\ncontent-length: {len}\r\n\r\n{{\"type\"",
+            base64::engine::general_purpose::STANDARD.encode(format!("{token}:x"))
+        )
+    };
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(head(100).as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), slow.read(&mut answer))
+        .await
+        .expect("an answer within the body timeout")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    // A client in the middle of a body when the bus stops does not hold the stop up.
+    let mut stuck = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stuck.write_all(head(100).as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    bus.stop().await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -542,3 +542,68 @@ async fn lag_shows_on_metrics_while_the_receiver_is_down() {
     bus.stop().await;
     recv.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_a_topic_drops_its_reader_and_coming_back_starts_at_the_end() {
+    let recv = Receiver::start().await;
+    let mut bus = TestBus::start(config()).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    let both = json!({"topics": ["a", "b"], "callback": recv.url("s"), "max": 2, "timeout": 0});
+    bus.subscribe(&sub, both.clone()).await;
+    recv.status.store(503, SeqCst); // a backlog on `a` while the receiver fails
+    for i in 0..5 {
+        bus.publish(&publisher, "a", &format!("https://x.example/a/{i}"))
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let left = bus.call("DELETE", "/subscriber/topics/a", &sub, None).await;
+    assert_eq!(left.0, StatusCode::NO_CONTENT);
+    // Published while the subscriber is not on `a`: never for it.
+    bus.publish(&publisher, "a", "https://x.example/a/away")
+        .await;
+    recv.status.store(204, SeqCst);
+    bus.publish(&publisher, "b", "https://x.example/b/0").await;
+    bus.subscribe(&sub, both).await;
+    bus.publish(&publisher, "a", "https://x.example/a/back")
+        .await;
+    let until = Instant::now() + WAIT;
+    while !recv
+        .events("s")
+        .iter()
+        .any(|e| e["url"] == "https://x.example/a/back")
+    {
+        assert!(Instant::now() < until, "{:?}", recv.events("s"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let urls: Vec<String> = recv
+        .events("s")
+        .iter()
+        .map(|e| e["url"].as_str().unwrap().to_string())
+        .collect();
+    // The batch in flight when the topic was left (a/0, and a/1 if it had come in
+    // time) is still delivered; the rest of the backlog and what came while away
+    // are not.
+    let in_flight = urls
+        .iter()
+        .take_while(|u| u.contains("/a/") && !u.ends_with("back"))
+        .count();
+    assert!((1..=2).contains(&in_flight), "{urls:?}");
+    assert_eq!(urls[0], "https://x.example/a/0");
+    // No order between topics: b/0 and a/back may share a batch either way.
+    let mut rest = urls[in_flight..].to_vec();
+    rest.sort();
+    assert_eq!(
+        rest,
+        ["https://x.example/a/back", "https://x.example/b/0"],
+        "{urls:?}"
+    );
+    // On disk: `a` has the retention reader and this subscriber's new reader only.
+    bus.stop().await;
+    let store = weir::Store::open(bus.dir.path()).unwrap();
+    let readers = store.queue("bus:topic:a").unwrap().reader_names();
+    assert_eq!(readers.len(), 2, "{readers:?}");
+    store.close().unwrap();
+    recv.stop();
+}

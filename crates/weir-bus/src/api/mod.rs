@@ -159,9 +159,25 @@ pub fn root(bus: &Bus, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-/// Reads a request body up to `limit` bytes; 413 beyond.
-pub async fn read_body(body: Body, limit: usize) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+/// How long a stopping bus waits for requests in flight before it drops them.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Reads a request body up to `limit` bytes within `header_timeout_ms` (the time a
+/// client has for the head, and again for the body); 413 beyond the limit, 408 past
+/// the time.
+pub async fn read_body(bus: &Bus, body: Body, limit: usize) -> ApiResult<Bytes> {
+    let within = bus.settings.header_timeout;
+    let read = tokio::time::timeout(within, axum::body::to_bytes(body, limit));
+    let read = read.await.map_err(|_| {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request body did not arrive within {} ms",
+                within.as_millis()
+            ),
+        )
+    })?;
+    read.map_err(|e| {
         if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
         {
             ApiError::new(
@@ -223,7 +239,18 @@ pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Re
         });
     }
     drop(listener);
-    while connections.join_next().await.is_some() {}
+    // Told to close (see `serve_connection`); past the grace, a request still in
+    // flight (a client sending a body slowly) is dropped.
+    let drained = tokio::time::timeout(STOP_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    });
+    if drained.await.is_err() {
+        tracing::info!(
+            left = connections.len(),
+            "bus connections still open at stop: closed"
+        );
+        connections.abort_all();
+    }
 }
 
 async fn serve_connection(

@@ -32,7 +32,7 @@ pub async fn replay(
     body: Body,
 ) -> ApiResult<impl IntoResponse> {
     let token = client(&bus, &headers)?;
-    let body = read_body(body, REQUEST_BYTES_MAX).await?;
+    let body = read_body(&bus, body, REQUEST_BYTES_MAX).await?;
     let data = json_object(&body)?;
     let target = match (data.get("seq"), data.get("since"), data.len()) {
         (Some(v), None, 1) => Target::Seq(whole(v, "seq")?),
@@ -43,6 +43,8 @@ pub async fn replay(
             ))
         }
     };
+    // No change may delete or create the reader while it moves.
+    let _held = bus.hold_changes().await;
     let id = bus
         .meta()
         .subscribers
@@ -58,6 +60,11 @@ pub async fn replay(
             Target::Seq(s) => s,
             Target::Since(ms) => queue.seq_at_time(ms)?,
         };
+        if !queue.has_reader(&id) {
+            return Err(weir::Error::NotFound {
+                what: format!("reader {id:?}"),
+            });
+        }
         let at = queue.reader(&id)?.seek(seq)?;
         let (oldest, next) = queue.seq_bounds()?;
         Ok((at, oldest, next))

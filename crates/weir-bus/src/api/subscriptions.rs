@@ -47,7 +47,7 @@ pub async fn subscribe(
     body: Body,
 ) -> ApiResult<Response> {
     let token = client(&bus, &headers)?;
-    let body = read_body(body, REQUEST_BYTES_MAX).await?;
+    let body = read_body(&bus, body, REQUEST_BYTES_MAX).await?;
     let req = parse(&bus, &json_object(&body)?)?;
     let now_ms = bus.store.clock().now_ms();
     let (topics_max, subscribers_max) = (bus.settings.topics_max, bus.settings.subscribers_max);

@@ -40,7 +40,7 @@ pub async fn create(
     body: Body,
 ) -> ApiResult<Response> {
     root(&bus, &headers)?;
-    let body = read_body(body, REQUEST_BYTES_MAX).await?;
+    let body = read_body(&bus, body, REQUEST_BYTES_MAX).await?;
     let data = json_object(&body)?;
     let name = data
         .get("name")

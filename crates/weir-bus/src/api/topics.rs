@@ -32,7 +32,7 @@ pub async fn publish(
             return Err(ApiError::forbidden("topic claimed"));
         }
     }
-    let body = read_body(body, bus.settings.publish_bytes_max).await?;
+    let body = read_body(&bus, body, bus.settings.publish_bytes_max).await?;
     let stored = parse_publish(&body, bus.store.clock().now_ms()).map_err(ApiError::bad_request)?;
     let rt = match rt {
         Some(rt) if rt.publisher.as_deref() == Some(token.as_str()) => rt,
