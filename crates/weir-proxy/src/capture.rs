@@ -1,0 +1,231 @@
+//! Capture: a request as the proxy stores it for replay, and the body wrapper that
+//! streams a client's body to the primary while keeping a copy (up to the route's
+//! `capture_bytes_max`) and enforcing `body_bytes_max`.
+//!
+//! A captured request is one item of the route's queue `proxy:capture:ROUTE`: a
+//! 4-byte big-endian length, that many bytes of JSON (method, path and query,
+//! headers, time), then the body as it came. Each shadow is a reader of the queue.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request as captured.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Captured {
+    pub method: String,
+    /// Path and query, as the client sent them.
+    pub uri: String,
+    /// Headers less the hop-by-hop ones; values that are not UTF-8 are left out.
+    pub headers: Vec<(String, String)>,
+    /// When the proxy received it, Unix ms.
+    pub at_ms: u64,
+    #[serde(skip)]
+    pub body: Bytes,
+}
+
+/// Header JSON longer than this is refused when decoding (a damaged item).
+const HEAD_BYTES_MAX: usize = 1024 * 1024;
+
+impl Captured {
+    pub fn encode(&self) -> Vec<u8> {
+        let head = serde_json::to_vec(self).unwrap_or_default();
+        let mut out = Vec::with_capacity(4 + head.len() + self.body.len());
+        out.extend_from_slice(&(head.len() as u32).to_be_bytes());
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    pub fn decode(item: &Bytes) -> Result<Captured, String> {
+        let len = item
+            .get(..4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or("a captured request shorter than its length")?;
+        if len > HEAD_BYTES_MAX || item.len() < 4 + len {
+            return Err("a captured request with a bad head length".into());
+        }
+        let mut c: Captured = serde_json::from_slice(&item[4..4 + len])
+            .map_err(|e| format!("a captured request's head: {e}"))?;
+        c.body = item.slice(4 + len..);
+        Ok(c)
+    }
+}
+
+/// How a teed body ended.
+#[derive(Debug)]
+pub enum BodyEnd {
+    /// Whole, and within the capture limit.
+    Complete(Bytes),
+    /// Whole, but larger than the capture limit: not kept.
+    TooLargeToCapture,
+    /// Not read to its end (the client or the target stopped), or broken.
+    Incomplete,
+}
+
+/// Streams `inner` on, keeping a copy up to `capture_max` bytes, and fails past
+/// `body_max` bytes (setting `too_large`, so the proxy answers 413).
+pub struct TeeBody<B> {
+    inner: B,
+    copy: Option<BytesMut>,
+    seen: u64,
+    capture_max: u64,
+    body_max: u64,
+    too_large: Arc<AtomicBool>,
+    end: Option<oneshot::Sender<BodyEnd>>,
+}
+
+impl<B> TeeBody<B> {
+    pub fn new(
+        inner: B,
+        capture_max: Option<u64>,
+        body_max: u64,
+    ) -> (TeeBody<B>, Arc<AtomicBool>, oneshot::Receiver<BodyEnd>) {
+        let (tx, rx) = oneshot::channel();
+        let too_large = Arc::new(AtomicBool::new(false));
+        let body = TeeBody {
+            inner,
+            copy: capture_max.map(|_| BytesMut::new()),
+            seen: 0,
+            capture_max: capture_max.unwrap_or(0),
+            body_max,
+            too_large: Arc::clone(&too_large),
+            end: Some(tx),
+        };
+        (body, too_large, rx)
+    }
+
+    fn finish(&mut self, end: BodyEnd) {
+        if let Some(tx) = self.end.take() {
+            let _ = tx.send(end);
+        }
+    }
+
+    /// The end once the whole body has passed.
+    fn whole(&mut self) -> BodyEnd {
+        match self.copy.take() {
+            Some(copy) => BodyEnd::Complete(copy.freeze()),
+            None => BodyEnd::TooLargeToCapture,
+        }
+    }
+}
+
+impl<B> Drop for TeeBody<B> {
+    fn drop(&mut self) {
+        self.finish(BodyEnd::Incomplete);
+    }
+}
+
+#[derive(Debug)]
+struct BodyTooLarge(u64);
+
+impl std::fmt::Display for BodyTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "request body over the limit of {} bytes", self.0)
+    }
+}
+
+impl std::error::Error for BodyTooLarge {}
+
+impl<B> Body for TeeBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                let end = this.whole();
+                this.finish(end);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.finish(BodyEnd::Incomplete);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen += data.len() as u64;
+                    if this.seen > this.body_max {
+                        this.too_large.store(true, Relaxed);
+                        this.finish(BodyEnd::Incomplete);
+                        return Poll::Ready(Some(Err(Box::new(BodyTooLarge(this.body_max)))));
+                    }
+                    if this.seen > this.capture_max {
+                        this.copy = None;
+                    } else if let Some(copy) = &mut this.copy {
+                        copy.extend_from_slice(data);
+                    }
+                }
+                // A body of known length is not polled past its last byte: it is
+                // whole once the inner body says so.
+                if this.inner.is_end_stream() {
+                    let end = this.whole();
+                    this.finish(end);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full};
+
+    #[test]
+    fn a_captured_request_round_trips() {
+        let c = Captured {
+            method: "POST".into(),
+            uri: "/a?b=1".into(),
+            headers: vec![("content-type".into(), "text/plain".into())],
+            at_ms: 5,
+            body: Bytes::from_static(b"hello\x00\xff"),
+        };
+        let item = Bytes::from(c.encode());
+        assert_eq!(Captured::decode(&item).unwrap(), c);
+        assert!(Captured::decode(&Bytes::from_static(b"\x00\x00")).is_err());
+        assert!(Captured::decode(&Bytes::from_static(b"\x00\x00\x01\x00{}")).is_err());
+        assert!(Captured::decode(&Bytes::from_static(b"\x00\x00\x00\x02{x")).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_tee_keeps_a_copy_within_limits() {
+        let (body, _, end) = TeeBody::new(Full::new(Bytes::from_static(b"abc")), Some(10), 100);
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "abc");
+        assert!(matches!(end.await.unwrap(), BodyEnd::Complete(b) if b == "abc"));
+        let (body, _, end) = TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), Some(3), 100);
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
+        assert!(matches!(end.await.unwrap(), BodyEnd::TooLargeToCapture));
+        let (body, too_large, end) =
+            TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), Some(3), 4);
+        assert!(body.collect().await.is_err());
+        assert!(too_large.load(Relaxed));
+        assert!(matches!(end.await.unwrap(), BodyEnd::Incomplete));
+    }
+}

@@ -1,0 +1,421 @@
+//! The `[proxy]` section of weir's config file: listeners and routes, each route's
+//! targets, limits and timeouts, and its shadows (where captured requests are
+//! replayed). `resolve` applies the defaults and refuses values that cannot work,
+//! naming the key.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
+pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+pub const RETRIES_DEFAULT: u32 = 1;
+pub const RETRY_BACKOFF_MS_DEFAULT: u64 = 50;
+pub const BODY_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
+pub const CAPTURE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
+pub const DOWN_MS_DEFAULT: u64 = 10_000;
+pub const CONNECTIONS_MAX_DEFAULT: usize = 4_096;
+pub const HEADER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const SHADOW_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+pub const SHADOW_RETRIES_DEFAULT: u32 = 2;
+pub const SHADOW_CONCURRENCY_DEFAULT: usize = 4;
+/// Shadows per route: each is a reader of the route's capture queue.
+pub const SHADOWS_MAX: usize = 16;
+
+/// `[proxy]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyConfig {
+    #[serde(default)]
+    pub listen: Vec<ListenConfig>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Client connections open at once, per listener.
+    pub connections_max: Option<usize>,
+    /// Largest request head (request line and headers) taken from a client.
+    pub header_bytes_max: Option<usize>,
+    /// Time a client has to send a request head.
+    pub header_timeout_ms: Option<u64>,
+    /// Threads of the proxy's own runtime (default: the CPU count).
+    pub threads: Option<usize>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenConfig {
+    pub name: String,
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Names the route in metrics and its capture queue `proxy:capture:NAME`.
+    pub name: String,
+    /// The listeners it serves (default: all).
+    pub listen: Option<Vec<String>>,
+    /// Methods it matches (default: all).
+    pub methods: Option<Vec<String>>,
+    /// Path pattern: `/exact`, `/prefix/*`, `/users/:id`.
+    pub path: Option<String>,
+    /// Host it matches (the `Host` header without the port; default: any).
+    pub host: Option<String>,
+    /// Where requests go: one URL, or several balanced in turn.
+    pub targets: Vec<String>,
+    pub connect_timeout_ms: Option<u64>,
+    pub request_timeout_ms: Option<u64>,
+    /// Attempts after the first, for idempotent requests without a body, on a
+    /// connection failure or a timeout.
+    pub retries: Option<u32>,
+    pub retry_backoff_ms: Option<u64>,
+    /// A target that failed to connect is skipped for this long.
+    pub down_ms: Option<u64>,
+    pub body_bytes_max: Option<u64>,
+    /// Bodies up to this size are captured for replay; larger requests are
+    /// forwarded but not replayed.
+    pub capture_bytes_max: Option<u64>,
+    /// Keep the client's `Host` header (default: the target's host).
+    pub preserve_host: Option<bool>,
+    /// Send this `Host` instead.
+    pub host_rewrite: Option<String>,
+    #[serde(default)]
+    pub set_headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove_headers: Vec<String>,
+    /// `concurrent` (each shadow on its own) or `sequential` (shadows in order, the
+    /// next only after the previous answered).
+    pub replay: Option<String>,
+    #[serde(default)]
+    pub shadows: Vec<ShadowConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShadowConfig {
+    /// Names the shadow (its reader of the capture queue, its metrics).
+    pub name: String,
+    pub url: String,
+    /// Replays per second at most (0 or absent: no limit).
+    pub rate: Option<f64>,
+    /// Percentage of captured requests replayed (default 100).
+    pub sample_percent: Option<f64>,
+    /// Replays in flight at once (default 4; 1 keeps the order).
+    pub concurrency: Option<usize>,
+    pub timeout_ms: Option<u64>,
+    /// Attempts after the first when a replay times out or breaks.
+    pub retries: Option<u32>,
+}
+
+/// Everything resolved and checked.
+#[derive(Clone, Debug)]
+pub struct ProxySettings {
+    pub listen: Vec<ListenConfig>,
+    pub routes: Vec<RouteSettings>,
+    pub connections_max: usize,
+    pub header_bytes_max: usize,
+    pub header_timeout: Duration,
+    pub threads: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct RouteSettings {
+    pub name: String,
+    pub listen: Option<Vec<String>>,
+    pub methods: Option<Vec<String>>,
+    pub path: String,
+    pub host: Option<String>,
+    pub targets: Vec<Target>,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub retries: u32,
+    pub retry_backoff: Duration,
+    pub down: Duration,
+    pub body_bytes_max: u64,
+    pub capture_bytes_max: u64,
+    pub preserve_host: bool,
+    pub host_rewrite: Option<String>,
+    pub set_headers: Vec<(String, String)>,
+    pub remove_headers: Vec<String>,
+    pub sequential: bool,
+    pub shadows: Vec<ShadowSettings>,
+}
+
+/// A target's base: scheme, authority and a path prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub authority: String,
+    pub base_path: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct ShadowSettings {
+    pub name: String,
+    pub target: Target,
+    pub rate: Option<f64>,
+    pub sample_percent: f64,
+    pub concurrency: usize,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+impl ProxyConfig {
+    pub fn resolve(&self) -> Result<ProxySettings, String> {
+        if self.listen.is_empty() {
+            return Err("proxy: at least one [[proxy.listen]] is needed".into());
+        }
+        for l in &self.listen {
+            check_name("proxy.listen.name", &l.name)?;
+        }
+        let mut routes = Vec::with_capacity(self.routes.len());
+        for r in &self.routes {
+            let route = resolve_route(r)?;
+            if let Some(list) = &route.listen {
+                if let Some(bad) = list
+                    .iter()
+                    .find(|n| !self.listen.iter().any(|l| &l.name == *n))
+                {
+                    return Err(format!(
+                        "proxy route {}: no listener named {bad:?}",
+                        route.name
+                    ));
+                }
+            }
+            if routes.iter().any(|x: &RouteSettings| x.name == route.name) {
+                return Err(format!("proxy: two routes are named {:?}", route.name));
+            }
+            routes.push(route);
+        }
+        let positive = |name: &str, v: usize| {
+            if v == 0 {
+                Err(format!("proxy.{name} must be at least 1"))
+            } else {
+                Ok(v)
+            }
+        };
+        Ok(ProxySettings {
+            listen: self.listen.clone(),
+            routes,
+            connections_max: positive(
+                "connections_max",
+                self.connections_max.unwrap_or(CONNECTIONS_MAX_DEFAULT),
+            )?,
+            header_bytes_max: positive(
+                "header_bytes_max",
+                self.header_bytes_max.unwrap_or(HEADER_BYTES_MAX_DEFAULT),
+            )?,
+            header_timeout: Duration::from_millis(positive(
+                "header_timeout_ms",
+                self.header_timeout_ms.unwrap_or(HEADER_TIMEOUT_MS_DEFAULT) as usize,
+            )? as u64),
+            threads: positive(
+                "threads",
+                self.threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
+            )?,
+        })
+    }
+}
+
+/// Names of routes, listeners and shadows: 1 to 64 of `a-z 0-9 _ -`.
+fn check_name(key: &str, name: &str) -> Result<(), String> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{key} {name:?}: 1 to 64 of a-z, 0-9, _ and -"))
+    }
+}
+
+/// `http://host:port/base`: only plain `http` targets (TLS to targets is not built yet).
+pub fn parse_target(key: &str, url: &str) -> Result<Target, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{key} {url:?}: an http:// URL is needed"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains('@') || path.contains('?') {
+        return Err(format!(
+            "{key} {url:?}: host[:port] and an optional path, no credentials or query"
+        ));
+    }
+    authority
+        .parse::<hyper::http::uri::Authority>()
+        .map_err(|e| format!("{key} {url:?}: {e}"))?;
+    Ok(Target {
+        authority: authority.to_string(),
+        base_path: path.trim_end_matches('/').to_string(),
+    })
+}
+
+fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
+    check_name("proxy.routes.name", &r.name)?;
+    let key = |k: &str| format!("proxy route {} {k}", r.name);
+    if r.targets.is_empty() {
+        return Err(format!("{}: at least one target", key("targets")));
+    }
+    let targets = r
+        .targets
+        .iter()
+        .map(|t| parse_target(&key("targets"), t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = r.path.clone().unwrap_or_else(|| "/*".to_string());
+    if !path.starts_with('/') {
+        return Err(format!("{} {path:?}: a pattern starts with /", key("path")));
+    }
+    let sequential = match r.replay.as_deref() {
+        None | Some("concurrent") => false,
+        Some("sequential") => true,
+        Some(other) => {
+            return Err(format!(
+                "{} {other:?}: concurrent or sequential",
+                key("replay")
+            ))
+        }
+    };
+    if r.shadows.len() > SHADOWS_MAX {
+        return Err(format!("{}: at most {SHADOWS_MAX}", key("shadows")));
+    }
+    let shadows = resolve_shadows(r)?;
+    let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d).max(1));
+    Ok(RouteSettings {
+        name: r.name.clone(),
+        listen: r.listen.clone(),
+        methods: r
+            .methods
+            .as_ref()
+            .map(|m| m.iter().map(|x| x.to_ascii_uppercase()).collect()),
+        path,
+        host: r.host.as_ref().map(|h| h.to_ascii_lowercase()),
+        targets,
+        connect_timeout: ms(r.connect_timeout_ms, CONNECT_TIMEOUT_MS_DEFAULT),
+        request_timeout: ms(r.request_timeout_ms, REQUEST_TIMEOUT_MS_DEFAULT),
+        retries: r.retries.unwrap_or(RETRIES_DEFAULT),
+        retry_backoff: Duration::from_millis(
+            r.retry_backoff_ms.unwrap_or(RETRY_BACKOFF_MS_DEFAULT),
+        ),
+        down: Duration::from_millis(r.down_ms.unwrap_or(DOWN_MS_DEFAULT)),
+        body_bytes_max: r.body_bytes_max.unwrap_or(BODY_BYTES_MAX_DEFAULT),
+        capture_bytes_max: r.capture_bytes_max.unwrap_or(CAPTURE_BYTES_MAX_DEFAULT),
+        preserve_host: r.preserve_host.unwrap_or(false),
+        host_rewrite: r.host_rewrite.clone(),
+        set_headers: r
+            .set_headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect(),
+        remove_headers: r
+            .remove_headers
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+        sequential,
+        shadows,
+    })
+}
+
+/// A route's shadows, checked.
+fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
+    let key = |k: &str| format!("proxy route {} {k}", r.name);
+    let mut shadows = Vec::new();
+    for s in &r.shadows {
+        check_name(&key("shadows.name"), &s.name)?;
+        if shadows.iter().any(|x: &ShadowSettings| x.name == s.name) {
+            return Err(format!(
+                "{}: two shadows are named {:?}",
+                key("shadows"),
+                s.name
+            ));
+        }
+        let sample = s.sample_percent.unwrap_or(100.0);
+        if !(0.0..=100.0).contains(&sample) {
+            return Err(format!("{}: 0 to 100", key("shadows.sample_percent")));
+        }
+        let rate = s.rate.filter(|r| *r > 0.0);
+        if s.rate.is_some_and(|r| !r.is_finite() || r < 0.0) {
+            return Err(format!(
+                "{}: a positive number of requests per second",
+                key("shadows.rate")
+            ));
+        }
+        shadows.push(ShadowSettings {
+            name: s.name.clone(),
+            target: parse_target(&key("shadows.url"), &s.url)?,
+            rate,
+            sample_percent: sample,
+            concurrency: s
+                .concurrency
+                .unwrap_or(SHADOW_CONCURRENCY_DEFAULT)
+                .clamp(1, 1024),
+            timeout: Duration::from_millis(
+                s.timeout_ms.unwrap_or(SHADOW_TIMEOUT_MS_DEFAULT).max(1),
+            ),
+            retries: s.retries.unwrap_or(SHADOW_RETRIES_DEFAULT),
+        });
+    }
+    Ok(shadows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_parsed_and_bad_ones_refused() {
+        let t = parse_target("k", "http://127.0.0.1:9000/base/").unwrap();
+        assert_eq!(
+            (t.authority.as_str(), t.base_path.as_str()),
+            ("127.0.0.1:9000", "/base")
+        );
+        assert_eq!(parse_target("k", "http://svc").unwrap().base_path, "");
+        for bad in [
+            "https://a",
+            "ftp://a",
+            "http://",
+            "http://u:p@a",
+            "http://a/?q=1",
+            "http://a b",
+        ] {
+            assert!(parse_target("k", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_config_resolves_and_mistakes_are_named() {
+        let text = r#"
+            [[listen]]
+            name = "public"
+            addr = "127.0.0.1:0"
+            [[routes]]
+            name = "api"
+            path = "/api/*"
+            targets = ["http://127.0.0.1:9000"]
+            [[routes.shadows]]
+            name = "staging"
+            url = "http://127.0.0.1:9100"
+            rate = 50
+        "#;
+        let c: ProxyConfig = toml_like(text);
+        let s = c.resolve().unwrap();
+        assert_eq!(s.routes[0].shadows[0].rate, Some(50.0));
+        let mut bad = c.clone();
+        bad.routes[0].listen = Some(vec!["nope".into()]);
+        assert!(bad.resolve().unwrap_err().contains("nope"));
+        let mut bad = c.clone();
+        bad.routes[0].replay = Some("random".into());
+        assert!(bad.resolve().unwrap_err().contains("replay"));
+        let mut bad = c;
+        bad.routes[0].name = "Bad Name".into();
+        assert!(bad.resolve().unwrap_err().contains("routes.name"));
+    }
+
+    fn toml_like(text: &str) -> ProxyConfig {
+        toml::from_str(text).unwrap()
+    }
+}

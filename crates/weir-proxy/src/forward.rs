@@ -1,0 +1,392 @@
+//! Forwarding: route a client's request, send it to a target, stream the answer
+//! back, and capture it for the route's shadows. The client's request never waits
+//! for a shadow: capturing is one append to the route's queue after the body has
+//! passed, on its own task, and a failure to capture is counted, never answered.
+//!
+//! Refusals carry `x-weir-proxy-error` with the reason: 404 when no route matches,
+//! 413 over `body_bytes_max`, 502 when no target answers, 504 when the target does
+//! not answer within `request_timeout_ms`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST};
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::balance::Balancer;
+use crate::capture::{BodyEnd, BoxError, Captured, TeeBody};
+use crate::config::{RouteSettings, Target};
+use crate::headers;
+use crate::metrics::RouteCounters;
+use crate::route::{matches, Pattern};
+
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+pub type HttpClient = Client<HttpConnector, ProxyBody>;
+
+/// The header that says why the proxy answered instead of a target.
+pub const ERROR_HEADER: &str = "x-weir-proxy-error";
+
+/// A route as it runs.
+pub struct RouteRt {
+    pub settings: RouteSettings,
+    pub pattern: Pattern,
+    pub client: HttpClient,
+    pub balancer: Balancer,
+    /// The capture queue, when the route has shadows.
+    pub capture: Option<weir::Queue>,
+    pub counters: RouteCounters,
+}
+
+pub struct Proxy {
+    pub routes: Vec<RouteRt>,
+    pub store: weir::Store,
+}
+
+/// A client for targets: pooled keep-alive connections, `connect_timeout`.
+pub fn http_client(connect_timeout: Duration) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build(connector)
+}
+
+/// The capture queue of a route.
+pub fn capture_queue(route: &str) -> String {
+    format!("proxy:capture:{route}")
+}
+
+pub fn refusal(status: StatusCode, reason: &str) -> Response<ProxyBody> {
+    let mut r = Response::new(full(format!("{reason}\n")));
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(reason) {
+        r.headers_mut().insert(ERROR_HEADER, v);
+    }
+    r.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+pub fn full(b: impl Into<Bytes>) -> ProxyBody {
+    Full::new(b.into()).map_err(|never| match never {}).boxed()
+}
+
+fn empty() -> ProxyBody {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// Serves one request that arrived on `listener` from `client`.
+pub async fn handle(
+    proxy: Arc<Proxy>,
+    listener: Arc<str>,
+    client: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let host = req
+        .headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .map(str::to_string);
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let Some(route) = proxy.routes.iter().find(|r| {
+        matches(
+            &r.settings,
+            &r.pattern,
+            &listener,
+            &method,
+            host.as_deref(),
+            &path,
+        )
+    }) else {
+        let reason = format!(
+            "no route matches {method} {} {path}",
+            host.as_deref().unwrap_or("-")
+        );
+        return refusal(StatusCode::NOT_FOUND, &reason);
+    };
+    route.counters.requests.fetch_add(1, Relaxed);
+    let response = forward(&proxy, route, client, req).await;
+    route.counters.count_status(response.status());
+    response
+}
+
+/// Whether a request with these headers has no body to send.
+fn bodyless(headers: &hyper::HeaderMap) -> bool {
+    let length = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    !headers.contains_key("transfer-encoding") && length.unwrap_or(0) == 0
+}
+
+fn idempotent(method: &hyper::Method) -> bool {
+    use hyper::Method;
+    [
+        Method::GET,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PUT,
+        Method::DELETE,
+        Method::TRACE,
+    ]
+    .contains(method)
+}
+
+async fn forward(
+    proxy: &Proxy,
+    route: &RouteRt,
+    client: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let s = &route.settings;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.body_bytes_max) {
+        return too_large(s);
+    }
+    let (mut head, body) = req.into_parts();
+    headers::remove_hop_by_hop(&mut head.headers);
+    match outgoing_body(proxy, route, &head, declared, body).await {
+        Ok(out) => send(route, &head, client, out).await,
+        Err(refused) => refused,
+    }
+}
+
+fn too_large(s: &RouteSettings) -> Response<ProxyBody> {
+    refusal(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("request body over the limit of {} bytes", s.body_bytes_max),
+    )
+}
+
+/// The body a target gets: none, whole (can be sent again), or streamed.
+struct Outgoing {
+    whole: Option<Bytes>,
+    stream: Option<ProxyBody>,
+    /// Set when a streamed body passed `body_bytes_max`.
+    too_large: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Prepares the body and starts its capture. A body of known length within the
+/// capture limit is read whole first, then sent in one go: a target that answers
+/// without reading it (and closes) cannot then make the proxy lose its answer to a
+/// broken pipe mid-body, and an idempotent request can be sent again.
+async fn outgoing_body(
+    proxy: &Proxy,
+    route: &RouteRt,
+    head: &hyper::http::request::Parts,
+    declared: Option<u64>,
+    body: Incoming,
+) -> Result<Outgoing, Response<ProxyBody>> {
+    let s = &route.settings;
+    let captured = route.capture.as_ref().map(|q| {
+        (
+            q.clone(),
+            captured_request(head, proxy.store.clock().now_ms()),
+        )
+    });
+    let mut out = Outgoing {
+        whole: None,
+        stream: None,
+        too_large: None,
+    };
+    let mut end = None;
+    if !bodyless(&head.headers) {
+        let capture_max = captured.is_some().then_some(s.capture_bytes_max);
+        let (tee, too_large, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
+        end = Some(body_end);
+        if declared.is_some_and(|n| n <= s.capture_bytes_max) {
+            match tokio::time::timeout(s.request_timeout, tee.collect()).await {
+                Ok(Ok(whole)) => out.whole = Some(whole.to_bytes()),
+                Ok(Err(_)) => {
+                    return Err(refusal(
+                        StatusCode::BAD_REQUEST,
+                        "the request body broke off",
+                    ))
+                }
+                Err(_) => {
+                    return Err(refusal(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "the request body did not arrive in time",
+                    ))
+                }
+            }
+        } else {
+            out.stream = Some(tee.boxed());
+            out.too_large = Some(too_large);
+        }
+    }
+    if let Some((queue, captured)) = captured {
+        let counters = Arc::clone(&route.counters.shared);
+        tokio::spawn(store_capture(queue, captured, end, counters));
+    }
+    Ok(out)
+}
+
+/// Sends to the route's targets in turn: again (after `retry_backoff_ms`, to the
+/// next target) for an idempotent request whose body can be sent again, when a
+/// target could not be reached or did not answer in time.
+async fn send(
+    route: &RouteRt,
+    head: &hyper::http::request::Parts,
+    client: SocketAddr,
+    mut out: Outgoing,
+) -> Response<ProxyBody> {
+    let s = &route.settings;
+    let attempts = if out.stream.is_none() && idempotent(&head.method) {
+        1 + s.retries
+    } else {
+        1
+    };
+    let mut last = refusal(StatusCode::BAD_GATEWAY, "no target answered");
+    for attempt in 0..attempts {
+        if attempt > 0 {
+            tokio::time::sleep(s.retry_backoff * attempt).await;
+        }
+        let (index, target) = route.balancer.pick();
+        let body = match (&out.whole, out.stream.take()) {
+            (Some(whole), _) => full(whole.clone()),
+            (None, Some(stream)) => stream,
+            (None, None) => empty(),
+        };
+        let outgoing = match upstream_request(head, s, target, client, body) {
+            Ok(r) => r,
+            Err(reason) => return refusal(StatusCode::BAD_REQUEST, &reason),
+        };
+        match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
+            Ok(Ok(response)) => return from_target(response),
+            Ok(Err(_)) if out.too_large.as_ref().is_some_and(|t| t.load(Relaxed)) => {
+                return too_large(s);
+            }
+            Ok(Err(e)) => {
+                if e.is_connect() {
+                    route.balancer.mark_down(index, s.down);
+                }
+                tracing::debug!(route = %s.name, target = %target.authority, error = %e, "target failed");
+                let reason = format!("target {} failed: {}", target.authority, error_chain(&e));
+                last = refusal(StatusCode::BAD_GATEWAY, &reason);
+            }
+            Err(_) => {
+                let ms = s.request_timeout.as_millis();
+                let reason = format!("target {} did not answer within {ms} ms", target.authority);
+                last = refusal(StatusCode::GATEWAY_TIMEOUT, &reason);
+            }
+        }
+    }
+    last
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text.replace(['\r', '\n'], " ")
+}
+
+/// The request a target gets: its URI under the target's base, the headers as
+/// `headers::to_target` makes them.
+fn upstream_request(
+    head: &hyper::http::request::Parts,
+    s: &RouteSettings,
+    target: &Target,
+    client: SocketAddr,
+    body: ProxyBody,
+) -> Result<Request<ProxyBody>, String> {
+    let path_and_query = head.uri.path_and_query().map_or("/", |p| p.as_str());
+    let uri: Uri = format!(
+        "http://{}{}{}",
+        target.authority, target.base_path, path_and_query
+    )
+    .parse()
+    .map_err(|e| format!("bad request target: {e}"))?;
+    let mut req = Request::new(body);
+    *req.method_mut() = head.method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = head.headers.clone();
+    headers::to_target(req.headers_mut(), s, target, client);
+    Ok(req)
+}
+
+/// A target's answer, less hop-by-hop headers, its body streamed.
+fn from_target(response: Response<Incoming>) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    headers::remove_hop_by_hop(&mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
+}
+
+fn captured_request(head: &hyper::http::request::Parts, now_ms: u64) -> Captured {
+    Captured {
+        method: head.method.as_str().to_string(),
+        uri: head
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string(),
+        headers: head
+            .headers
+            .iter()
+            .filter_map(|(k, v)| {
+                v.to_str()
+                    .ok()
+                    .map(|v| (k.as_str().to_string(), v.to_string()))
+            })
+            .collect(),
+        at_ms: now_ms,
+        body: Bytes::new(),
+    }
+}
+
+/// Appends a captured request once its body has passed (at once when it has none).
+async fn store_capture(
+    queue: weir::Queue,
+    mut captured: Captured,
+    end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
+    counters: Arc<crate::metrics::CaptureCounters>,
+) {
+    if let Some(end) = end {
+        match end.await {
+            Ok(BodyEnd::Complete(body)) => captured.body = body,
+            Ok(BodyEnd::TooLargeToCapture) => {
+                counters.too_large.fetch_add(1, Relaxed);
+                return;
+            }
+            Ok(BodyEnd::Incomplete) | Err(_) => {
+                counters.incomplete.fetch_add(1, Relaxed);
+                return;
+            }
+        }
+    }
+    match queue
+        .append_async(captured.encode(), weir::AppendOptions::default())
+        .await
+    {
+        Ok(_) => {
+            counters.captured.fetch_add(1, Relaxed);
+        }
+        Err(e) => {
+            counters.failed.fetch_add(1, Relaxed);
+            tracing::warn!(queue = queue.name(), error = %e, "could not capture a request; it is not replayed");
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! What the proxy does to headers on the way to a target: hop-by-hop headers go
+//! (RFC 9110 7.6.1: `Connection` and the headers it names, `Keep-Alive`,
+//! `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), the client is
+//! recorded (`X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded`), the route's
+//! rewrites apply, and `Host` becomes the target's unless the route keeps the
+//! client's or names another.
+
+use std::net::SocketAddr;
+
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
+
+use crate::config::{RouteSettings, Target};
+
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers, those `Connection` names included.
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect();
+    for name in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(named) {
+        headers.remove(name.as_str());
+    }
+}
+
+/// The headers a target gets for a request from `client` that came with `headers`.
+pub fn to_target(
+    headers: &mut HeaderMap,
+    route: &RouteSettings,
+    target: &Target,
+    client: SocketAddr,
+) {
+    let original_host = headers.get(HOST).cloned();
+    remove_hop_by_hop(headers);
+    let ip = client.ip().to_string();
+    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prior) => format!("{prior}, {ip}"),
+        None => ip.clone(),
+    };
+    set(headers, "x-forwarded-for", &forwarded_for);
+    set(headers, "x-forwarded-proto", "http");
+    let host_text = original_host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string);
+    if let Some(h) = &host_text {
+        set(headers, "x-forwarded-host", h);
+    }
+    let node = if client.is_ipv6() {
+        format!("\"[{ip}]\"")
+    } else {
+        ip
+    };
+    let mut element = format!("for={node};proto=http");
+    if let Some(h) = host_text
+        .as_deref()
+        .filter(|h| h.bytes().all(|b| b.is_ascii_graphic() && b != b'"'))
+    {
+        element.push_str(&format!(";host=\"{h}\""));
+    }
+    let forwarded = match headers.get("forwarded").and_then(|v| v.to_str().ok()) {
+        Some(prior) => format!("{prior}, {element}"),
+        None => element,
+    };
+    set(headers, "forwarded", &forwarded);
+    for name in &route.remove_headers {
+        headers.remove(name.as_str());
+    }
+    for (name, value) in &route.set_headers {
+        set(headers, name, value);
+    }
+    let host = match (&route.host_rewrite, route.preserve_host, original_host) {
+        (Some(h), _, _) => HeaderValue::from_str(h).ok(),
+        (None, true, Some(h)) => Some(h),
+        _ => HeaderValue::from_str(&target.authority).ok(),
+    };
+    if let Some(h) = host {
+        headers.insert(HOST, h);
+    }
+}
+
+fn set(headers: &mut HeaderMap, name: &str, value: &str) {
+    if let (Ok(n), Ok(v)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value),
+    ) {
+        headers.insert(n, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_and_named_ones_too() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        remove_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+}

@@ -1,0 +1,191 @@
+//! weir's HTTP proxy: forwards each request to a route's primary target (one, or a
+//! balanced set) and captures it, durably, into the route's engine queue, from
+//! which each shadow target replays it at its own pace. The client's request never
+//! waits for a shadow and never fails because of one; a shadow that is down builds a
+//! backlog on disk, and a restart resumes the replays where they stood.
+//!
+//! The map: `config.rs` the `[proxy]` section, `route.rs` matching, `forward.rs`
+//! the request path, `headers.rs` what a target gets, `balance.rs` round-robin and
+//! passive health, `capture.rs` the captured form and the body tee, `shadow.rs`
+//! replays, `server.rs` the listeners, `metrics.rs` `/metrics`.
+//!
+//! It uses the engine only through its public API (`Store`, `Queue`, `Reader`). It
+//! runs on a runtime of its own, beside the rest of the process: [`start`],
+//! [`ProxyHandle::stop`].
+
+mod balance;
+mod capture;
+pub mod config;
+mod forward;
+mod headers;
+mod metrics;
+mod route;
+mod server;
+mod shadow;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::watch;
+
+pub use crate::capture::Captured;
+pub use crate::config::{ProxyConfig, ProxySettings};
+pub use crate::forward::{capture_queue, ERROR_HEADER};
+pub use crate::shadow::REPLAY_HEADER;
+
+use crate::forward::{http_client, Proxy, RouteRt};
+use crate::shadow::ShadowRt;
+
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// A running proxy.
+pub struct ProxyHandle {
+    proxy: Arc<Proxy>,
+    shadows: Vec<(Arc<ShadowRt>, String, weir::Queue)>,
+    addrs: Vec<(String, SocketAddr)>,
+    shutdown: watch::Sender<bool>,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Binds every listener, opens the capture queues and starts the replays. Errors
+/// (an address in use, a queue the store refuses) come back here.
+pub fn start(store: weir::Store, settings: ProxySettings) -> anyhow::Result<ProxyHandle> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.threads)
+        .thread_name("weir-proxy")
+        .enable_all()
+        .build()
+        .context("starting the proxy's runtime")?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let settings = Arc::new(settings);
+    let (proxy, shadows, listeners) = runtime.block_on(setup(store, &settings, &shutdown_rx))?;
+    let proxy = Arc::new(proxy);
+    let mut addrs = Vec::new();
+    for (name, listener) in listeners {
+        addrs.push((name.clone(), listener.local_addr()?));
+        tracing::info!(listener = %name, addr = %listener.local_addr()?, "proxy listening");
+        runtime.spawn(server::serve(
+            listener,
+            name.into(),
+            Arc::clone(&proxy),
+            Arc::clone(&settings),
+            shutdown_rx.clone(),
+        ));
+    }
+    let mut done = shutdown_rx.clone();
+    let thread = std::thread::Builder::new()
+        .name("weir-proxy-main".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let _ = done.wait_for(|stop| *stop).await;
+            });
+            runtime.shutdown_timeout(STOP_GRACE);
+        })
+        .context("starting the proxy's thread")?;
+    Ok(ProxyHandle {
+        proxy,
+        shadows,
+        addrs,
+        shutdown: shutdown_tx,
+        thread: parking_lot::Mutex::new(Some(thread)),
+    })
+}
+
+type Setup = (
+    Proxy,
+    Vec<(Arc<ShadowRt>, String, weir::Queue)>,
+    Vec<(String, tokio::net::TcpListener)>,
+);
+
+async fn setup(
+    store: weir::Store,
+    settings: &ProxySettings,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<Setup> {
+    let mut listeners = Vec::new();
+    for l in &settings.listen {
+        let listener = tokio::net::TcpListener::bind(&l.addr)
+            .await
+            .with_context(|| format!("listening on {} (proxy listener {})", l.addr, l.name))?;
+        listeners.push((l.name.clone(), listener));
+    }
+    let mut routes = Vec::new();
+    let mut shadows = Vec::new();
+    for r in &settings.routes {
+        let capture = if r.shadows.is_empty() {
+            None
+        } else {
+            let name = capture_queue(&r.name);
+            let s = store.clone();
+            let queue = tokio::task::spawn_blocking(move || s.queue(&name))
+                .await?
+                .with_context(|| format!("opening the capture queue of route {}", r.name))?;
+            for (shadow, reader) in shadow::start(&queue, r, shutdown)? {
+                shadows.push((shadow, reader, queue.clone()));
+            }
+            Some(queue)
+        };
+        routes.push(RouteRt {
+            pattern: route::Pattern::new(&r.path),
+            client: http_client(r.connect_timeout),
+            balancer: balance::Balancer::new(&r.targets),
+            capture,
+            counters: Default::default(),
+            settings: r.clone(),
+        });
+    }
+    Ok((Proxy { routes, store }, shadows, listeners))
+}
+
+impl ProxyHandle {
+    /// Each listener's name and bound address (useful with port 0).
+    pub fn addrs(&self) -> &[(String, SocketAddr)] {
+        &self.addrs
+    }
+
+    /// Appends the proxy's series to a Prometheus text body.
+    pub fn render_metrics(&self, out: &mut String) {
+        let routes: Vec<(&str, &metrics::RouteCounters)> = self
+            .proxy
+            .routes
+            .iter()
+            .map(|r| (r.settings.name.as_str(), &r.counters))
+            .collect();
+        let rows: Vec<metrics::ShadowRow<'_>> = self
+            .shadows
+            .iter()
+            .map(|(s, reader, queue)| metrics::ShadowRow {
+                route: &s.route,
+                shadow: &s.settings.name,
+                counters: &s.counters,
+                backlog: queue
+                    .stats()
+                    .readers
+                    .iter()
+                    .find(|r| &r.name == reader)
+                    .map_or(0, |r| r.items),
+            })
+            .collect();
+        metrics::render(&routes, &rows, out);
+    }
+
+    /// Stops listening and replaying, and waits: requests in flight get 2 s,
+    /// replays in flight are not confirmed (they come again after a restart).
+    /// Blocks: call it off any async runtime's threads. Later calls do nothing.
+    pub fn stop(&self) {
+        let _ = self.shutdown.send(true);
+        if let Some(thread) = self.thread.lock().take() {
+            if thread.join().is_err() {
+                tracing::error!("the proxy's thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,178 @@
+//! The proxy's figures on weir's `/metrics`: per route, requests and answers by
+//! status class and what was captured; per shadow, replays done, given up, and the
+//! backlog (read from the engine at scrape time).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use hyper::StatusCode;
+
+/// Counters of one route.
+#[derive(Default)]
+pub struct RouteCounters {
+    pub requests: AtomicU64,
+    /// Answers by class: 1xx .. 5xx.
+    pub status: [AtomicU64; 5],
+    pub shared: Arc<CaptureCounters>,
+}
+
+impl RouteCounters {
+    pub fn count_status(&self, status: StatusCode) {
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        self.status[class].fetch_add(1, Relaxed);
+    }
+}
+
+/// What became of requests to capture.
+#[derive(Default)]
+pub struct CaptureCounters {
+    pub captured: AtomicU64,
+    /// Bodies over `capture_bytes_max`: forwarded, not replayed.
+    pub too_large: AtomicU64,
+    /// Bodies that did not arrive whole.
+    pub incomplete: AtomicU64,
+    /// Appends the engine refused (a full queue, a full disk).
+    pub failed: AtomicU64,
+}
+
+/// Counters of one shadow.
+#[derive(Default)]
+pub struct ShadowCounters {
+    /// Replays the shadow answered, by class 1xx .. 5xx.
+    pub status: [AtomicU64; 5],
+    /// Replays given up after their retries.
+    pub failed: AtomicU64,
+    /// Captured requests left out by `sample_percent`.
+    pub skipped: AtomicU64,
+}
+
+pub struct ShadowRow<'a> {
+    pub route: &'a str,
+    pub shadow: &'a str,
+    pub counters: &'a ShadowCounters,
+    pub backlog: u64,
+}
+
+/// Appends the proxy's series to a `/metrics` body.
+pub fn render(routes: &[(&str, &RouteCounters)], shadows: &[ShadowRow<'_>], out: &mut String) {
+    render_routes(routes, out);
+    render_shadows(shadows, out);
+}
+
+fn head(out: &mut String, m: &str, help: &str, kind: &str) {
+    let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} {kind}");
+}
+
+fn render_routes(routes: &[(&str, &RouteCounters)], out: &mut String) {
+    head(
+        out,
+        "weir_proxy_requests_total",
+        "Requests routed, per route.",
+        "counter",
+    );
+    for (name, c) in routes {
+        let _ = writeln!(
+            out,
+            "weir_proxy_requests_total{{route=\"{name}\"}} {}",
+            c.requests.load(Relaxed)
+        );
+    }
+    head(
+        out,
+        "weir_proxy_responses_total",
+        "Answers to clients, per route and status class.",
+        "counter",
+    );
+    for (name, c) in routes {
+        for (i, n) in c.status.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "weir_proxy_responses_total{{route=\"{name}\",class=\"{}xx\"}} {}",
+                i + 1,
+                n.load(Relaxed)
+            );
+        }
+    }
+    head(
+        out,
+        "weir_proxy_captures_total",
+        "Requests captured for replay, or why not.",
+        "counter",
+    );
+    for (name, c) in routes {
+        let s = &c.shared;
+        for (outcome, v) in [
+            ("captured", &s.captured),
+            ("too_large", &s.too_large),
+            ("incomplete", &s.incomplete),
+            ("failed", &s.failed),
+        ] {
+            let _ = writeln!(
+                out,
+                "weir_proxy_captures_total{{route=\"{name}\",outcome=\"{outcome}\"}} {}",
+                v.load(Relaxed)
+            );
+        }
+    }
+}
+
+type ShadowSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&ShadowRow<'_>) -> u64,
+);
+
+fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
+    head(
+        out,
+        "weir_proxy_replays_total",
+        "Replays answered by the shadow, per status class.",
+        "counter",
+    );
+    for r in shadows {
+        for (i, n) in r.counters.status.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "weir_proxy_replays_total{{route=\"{}\",shadow=\"{}\",class=\"{}xx\"}} {}",
+                r.route,
+                r.shadow,
+                i + 1,
+                n.load(Relaxed)
+            );
+        }
+    }
+    let series: [ShadowSeries; 3] = [
+        (
+            "weir_proxy_replays_failed_total",
+            "Replays given up after their retries.",
+            "counter",
+            |r| r.counters.failed.load(Relaxed),
+        ),
+        (
+            "weir_proxy_replays_skipped_total",
+            "Captured requests left out by sample_percent.",
+            "counter",
+            |r| r.counters.skipped.load(Relaxed),
+        ),
+        (
+            "weir_proxy_replay_backlog",
+            "Captured requests not yet replayed to the shadow.",
+            "gauge",
+            |r| r.backlog,
+        ),
+    ];
+    for (metric, help, kind, value) in series {
+        head(out, metric, help, kind);
+        for r in shadows {
+            let _ = writeln!(
+                out,
+                "{metric}{{route=\"{}\",shadow=\"{}\"}} {}",
+                r.route,
+                r.shadow,
+                value(r)
+            );
+        }
+    }
+}

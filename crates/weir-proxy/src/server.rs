@@ -1,0 +1,90 @@
+//! The proxy's listeners: HTTP/1.1 and HTTP/2 over cleartext (h2c, by prior
+//! knowledge) on the same port. Limits: `connections_max` per listener (one more is
+//! closed as soon as it is accepted), `header_bytes_max` for a request head (over it
+//! hyper answers 431), `header_timeout_ms` to send a head. On stop, each connection
+//! finishes its request in flight; after 2 s the rest are dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::ProxySettings;
+use crate::forward::{handle, Proxy};
+
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+pub async fn serve(
+    listener: TcpListener,
+    name: Arc<str>,
+    proxy: Arc<Proxy>,
+    settings: Arc<ProxySettings>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(settings.connections_max));
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, client) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "proxy accept failed");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!(listener = %name, "proxy connection refused: connections_max reached");
+            continue;
+        };
+        while connections.try_join_next().is_some() {}
+        let _ = stream.set_nodelay(true);
+        let (proxy, name, settings, mut stop) = (
+            Arc::clone(&proxy),
+            Arc::clone(&name),
+            Arc::clone(&settings),
+            shutdown.clone(),
+        );
+        connections.spawn(async move {
+            let _slot = slot;
+            let service = service_fn(move |req| {
+                let (proxy, name) = (Arc::clone(&proxy), Arc::clone(&name));
+                async move { Ok::<_, std::convert::Infallible>(handle(proxy, name, client, req).await) }
+            });
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(settings.header_timeout)
+                .max_buf_size(settings.header_bytes_max.max(8192));
+            builder.http2().max_header_list_size(u32::try_from(settings.header_bytes_max).unwrap_or(u32::MAX));
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "proxy connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(STOP_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    });
+    if drained.await.is_err() {
+        connections.abort_all();
+    }
+}

@@ -1,0 +1,323 @@
+//! Shadows: each replays a route's captured requests from its own reader of the
+//! route's capture queue, so a shadow that is slow or down builds a backlog on disk
+//! (bounded by the queue's limits), never in memory, and never touches a client's
+//! request. A restart resumes where each shadow stood: a replay is confirmed once
+//! the shadow answered (any status) or its retries ran out.
+//!
+//! Per shadow: `rate` (replays per second at most), `sample_percent` (decided by
+//! the request's sequence number, so the same requests on every restart),
+//! `concurrency` (replays in flight; 1 keeps the order), `timeout_ms`, `retries`
+//! (for a replay that timed out or broke after connecting). A shadow that refuses
+//! connections is down: the replay waits, with a pause that doubles up to 30 s,
+//! and is not counted as an attempt.
+//!
+//! With `replay = "sequential"` one reader replays each request to the shadows in
+//! their order, the next only after the previous answered below 500, stopping at
+//! the first failure (rocky's `replaySequentially`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderName, HeaderValue, HOST};
+use hyper::{Request, Uri};
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Instant;
+use weir::TakeMode;
+
+use crate::capture::Captured;
+use crate::config::{RouteSettings, ShadowSettings};
+use crate::forward::{http_client, HttpClient};
+use crate::metrics::ShadowCounters;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const DOWN_PAUSE_FIRST: Duration = Duration::from_millis(100);
+const DOWN_PAUSE_MAX: Duration = Duration::from_secs(30);
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long a worker waits for a captured request before it looks around again.
+const TAKE_WAIT: Duration = Duration::from_secs(1);
+/// The reader of a route replaying sequentially.
+pub const SEQUENTIAL_READER: &str = "sequential";
+/// The header every replay carries: `ROUTE/SHADOW`.
+pub const REPLAY_HEADER: &str = "x-weir-replay";
+
+/// A shadow as it runs.
+pub struct ShadowRt {
+    pub route: String,
+    pub settings: ShadowSettings,
+    pub client: HttpClient,
+    pub counters: ShadowCounters,
+}
+
+/// One replaying reader: a shadow (concurrent mode), or the route's shadows in
+/// order (sequential mode).
+struct Replayer {
+    queue: weir::Queue,
+    reader: String,
+    shadows: Vec<Arc<ShadowRt>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// Starts the replay workers of a route; returns its shadows (for metrics) with
+/// the reader each one's backlog is read from.
+pub fn start(
+    queue: &weir::Queue,
+    route: &RouteSettings,
+    shutdown: &watch::Receiver<bool>,
+) -> weir::Result<Vec<(Arc<ShadowRt>, String)>> {
+    let shadows: Vec<Arc<ShadowRt>> = route
+        .shadows
+        .iter()
+        .map(|s| {
+            Arc::new(ShadowRt {
+                route: route.name.clone(),
+                settings: s.clone(),
+                client: http_client(CONNECT_TIMEOUT),
+                counters: ShadowCounters::default(),
+            })
+        })
+        .collect();
+    let mut readers = Vec::new();
+    if route.sequential {
+        queue.reader(SEQUENTIAL_READER)?;
+        let r = Replayer {
+            queue: queue.clone(),
+            reader: SEQUENTIAL_READER.into(),
+            shadows: shadows.clone(),
+            shutdown: shutdown.clone(),
+        };
+        tokio::spawn(r.run());
+        readers.extend(
+            shadows
+                .iter()
+                .map(|s| (Arc::clone(s), SEQUENTIAL_READER.to_string())),
+        );
+    } else {
+        for s in &shadows {
+            queue.reader(&s.settings.name)?;
+            let r = Replayer {
+                queue: queue.clone(),
+                reader: s.settings.name.clone(),
+                shadows: vec![Arc::clone(s)],
+                shutdown: shutdown.clone(),
+            };
+            tokio::spawn(r.run());
+            readers.push((Arc::clone(s), s.settings.name.clone()));
+        }
+    }
+    Ok(readers)
+}
+
+/// How one replay ended.
+enum Outcome {
+    /// The shadow answered with this status.
+    Answered(u16),
+    /// Retries ran out.
+    GaveUp,
+    /// The proxy is stopping: not confirmed, replayed after the restart.
+    Stopped,
+}
+
+impl Replayer {
+    fn stopping(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    async fn run(mut self) {
+        let first = &self.shadows[0].settings;
+        let alone = self.shadows.len() == 1;
+        let slots = Arc::new(Semaphore::new(if alone { first.concurrency } else { 1 }));
+        let rate = if alone { first.rate } else { None };
+        let mut next_slot = Instant::now();
+        let reader = match self.queue.reader(&self.reader) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(queue = self.queue.name(), reader = %self.reader, error = %e, "replays cannot start");
+                return;
+            }
+        };
+        while !self.stopping() {
+            let permit = tokio::select! {
+                p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+                _ = self.shutdown.changed() => return,
+            };
+            if let Some(rate) = rate {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_slot) => {}
+                    _ = self.shutdown.changed() => return,
+                }
+                next_slot = next_slot.max(Instant::now()) + Duration::from_secs_f64(1.0 / rate);
+            }
+            let mut stop = self.shutdown.clone();
+            let next = tokio::select! {
+                n = self.next(&reader) => n,
+                _ = stop.changed() => return,
+            };
+            let Some((lease, captured)) = next else {
+                continue;
+            };
+            let (shadows, shutdown, reader) =
+                (self.shadows.clone(), self.shutdown.clone(), reader.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                if replay_all(&shadows, &captured, &shutdown).await {
+                    let _ = reader.confirm_async(lease).await;
+                } else {
+                    let _ = reader.release(lease);
+                }
+            });
+        }
+    }
+
+    /// The next captured request to replay, leased; `None` when there is none for
+    /// now, or when the one taken is left out by the sample or damaged (then it is
+    /// confirmed: nothing to replay).
+    async fn next(&self, reader: &weir::Reader) -> Option<(weir::LeaseId, Captured)> {
+        let taken = match reader.take_async(TakeMode::Lease, TAKE_WAIT).await {
+            Ok(t) => t?,
+            Err(e) => {
+                tracing::warn!(queue = self.queue.name(), error = %e, "could not take a captured request");
+                tokio::time::sleep(TAKE_WAIT).await;
+                return None;
+            }
+        };
+        let lease = taken.lease?;
+        let sample = if self.shadows.len() == 1 {
+            self.shadows[0].settings.sample_percent
+        } else {
+            100.0
+        };
+        if !sampled(taken.item.seq, sample) {
+            self.shadows[0].counters.skipped.fetch_add(1, Relaxed);
+            let _ = reader.confirm_async(lease).await;
+            return None;
+        }
+        match Captured::decode(&taken.item.data) {
+            Ok(c) => Some((lease, c)),
+            Err(e) => {
+                tracing::warn!(
+                    queue = self.queue.name(),
+                    seq = taken.item.seq,
+                    "skipping a damaged capture: {e}"
+                );
+                let _ = reader.confirm_async(lease).await;
+                None
+            }
+        }
+    }
+}
+
+/// Replays to each shadow in turn (one, in concurrent mode); false when stopped.
+async fn replay_all(
+    shadows: &[Arc<ShadowRt>],
+    captured: &Captured,
+    shutdown: &watch::Receiver<bool>,
+) -> bool {
+    for s in shadows {
+        match replay(s, captured, shutdown.clone()).await {
+            Outcome::Stopped => return false,
+            Outcome::Answered(status) if status < 500 => {}
+            Outcome::Answered(_) | Outcome::GaveUp => break,
+        }
+    }
+    true
+}
+
+/// Whether the request of sequence number `seq` is in a `percent` sample.
+fn sampled(seq: u64, percent: f64) -> bool {
+    if percent >= 100.0 {
+        return true;
+    }
+    // A fixed mix of the bits (splitmix64's finaliser): the same answer every time.
+    let mut x = seq.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    ((x % 10_000) as f64) < percent * 100.0
+}
+
+fn request_for(s: &ShadowRt, c: &Captured) -> Option<Request<crate::forward::ProxyBody>> {
+    let t = &s.settings.target;
+    let uri: Uri = format!("http://{}{}{}", t.authority, t.base_path, c.uri)
+        .parse()
+        .ok()?;
+    let mut req = Request::new(
+        Full::new(c.body.clone())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *req.method_mut() = c.method.parse().ok()?;
+    *req.uri_mut() = uri;
+    let headers = req.headers_mut();
+    for (k, v) in &c.headers {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            headers.append(k, v);
+        }
+    }
+    headers.insert(HOST, HeaderValue::from_str(&t.authority).ok()?);
+    headers.insert(
+        REPLAY_HEADER,
+        HeaderValue::from_str(&format!("{}/{}", s.route, s.settings.name)).ok()?,
+    );
+    Some(req)
+}
+
+/// One replay to one shadow, with its retries and its waits while the shadow is down.
+async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>) -> Outcome {
+    let mut attempts = 0u32;
+    let mut down_pause = DOWN_PAUSE_FIRST;
+    loop {
+        let Some(req) = request_for(s, c) else {
+            s.counters.failed.fetch_add(1, Relaxed);
+            return Outcome::GaveUp;
+        };
+        let pause = match tokio::time::timeout(s.settings.timeout, s.client.request(req)).await {
+            Ok(Ok(response)) => {
+                let status = response.status().as_u16();
+                let class = usize::from(status / 100).clamp(1, 5) - 1;
+                s.counters.status[class].fetch_add(1, Relaxed);
+                let _ =
+                    tokio::time::timeout(s.settings.timeout, response.into_body().collect()).await;
+                return Outcome::Answered(status);
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                let p = down_pause;
+                down_pause = (down_pause * 2).min(DOWN_PAUSE_MAX);
+                p
+            }
+            Ok(Err(_)) | Err(_) => {
+                attempts += 1;
+                if attempts > s.settings.retries {
+                    s.counters.failed.fetch_add(1, Relaxed);
+                    return Outcome::GaveUp;
+                }
+                RETRY_PAUSE * attempts
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.changed() => return Outcome::Stopped,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_is_the_same_every_time_and_about_its_size() {
+        let picked = (0..10_000).filter(|&s| sampled(s, 25.0)).count();
+        assert!((2_200..2_800).contains(&picked), "{picked}");
+        assert_eq!(
+            (0..100).filter(|&s| sampled(s, 25.0)).count(),
+            (0..100).filter(|&s| sampled(s, 25.0)).count()
+        );
+        assert!((0..1000).all(|s| sampled(s, 100.0)));
+        assert!((0..1000).all(|s| !sampled(s, 0.0)));
+    }
+}

@@ -1,0 +1,472 @@
+//! The proxy with real servers: axum primaries and shadows started by the test.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use weir_proxy::{ProxyConfig, ProxyHandle};
+
+/// A request a test server got: method, URI, headers, body.
+type Got = (String, String, HeaderMap, Bytes);
+
+/// A server that records what it gets and answers with a JSON echo.
+#[derive(Clone, Default)]
+struct Echo {
+    name: &'static str,
+    got: Arc<Mutex<Vec<Got>>>,
+    /// Answer this status (0: 200).
+    status: Arc<AtomicUsize>,
+    /// Sleep this many ms before answering.
+    delay_ms: Arc<AtomicUsize>,
+}
+
+async fn echo(State(e): State<Echo>, req: Request) -> (StatusCode, String) {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let uri = parts.uri.to_string();
+    e.got.lock().push((
+        parts.method.to_string(),
+        uri.clone(),
+        parts.headers.clone(),
+        body.clone(),
+    ));
+    let delay = e.delay_ms.load(SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay as u64)).await;
+    }
+    let headers: serde_json::Map<String, Value> = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap_or(""))))
+        .collect();
+    let status = match e.status.load(SeqCst) {
+        0 => StatusCode::OK,
+        s => StatusCode::from_u16(s as u16).unwrap(),
+    };
+    let text = json!({"server": e.name, "method": parts.method.as_str(), "uri": uri, "headers": headers, "body": String::from_utf8_lossy(&body)});
+    (status, text.to_string())
+}
+
+async fn start_echo(
+    name: &'static str,
+    addr: &str,
+) -> (Echo, SocketAddr, tokio::task::JoinHandle<()>) {
+    let e = Echo {
+        name,
+        ..Echo::default()
+    };
+    let app = axum::Router::new().fallback(echo).with_state(e.clone());
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (e, addr, task)
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+struct TestProxy {
+    dir: tempfile::TempDir,
+    handle: Option<ProxyHandle>,
+    base: String,
+    http: reqwest_lite::Client,
+}
+
+/// Starts a proxy from a TOML `[proxy]` body (without its header) on `dir`.
+async fn start(dir: tempfile::TempDir, toml_text: &str) -> TestProxy {
+    let cfg: ProxyConfig = toml::from_str(toml_text).unwrap();
+    let settings = cfg.resolve().unwrap();
+    let path = dir.path().to_path_buf();
+    let handle = tokio::task::spawn_blocking(move || {
+        let store = weir::Store::open(&path).unwrap();
+        weir_proxy::start(store, settings).unwrap()
+    })
+    .await
+    .unwrap();
+    let base = format!("http://{}", handle.addrs()[0].1);
+    TestProxy {
+        dir,
+        handle: Some(handle),
+        base,
+        http: reqwest_lite::Client::new(),
+    }
+}
+
+impl TestProxy {
+    async fn stop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            tokio::task::spawn_blocking(move || h.stop()).await.unwrap();
+        }
+    }
+
+    fn metrics(&self) -> String {
+        let mut out = String::new();
+        self.handle.as_ref().unwrap().render_metrics(&mut out);
+        out
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> reqwest_lite::Answer {
+        self.http
+            .send(&format!("{}{path}", self.base), method, headers, body)
+            .await
+    }
+}
+
+/// A tiny HTTP/1.1 client on hyper for the tests (one connection per request).
+mod reqwest_lite {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+
+    pub struct Client;
+    pub struct Answer {
+        pub status: u16,
+        pub headers: hyper::HeaderMap,
+        pub body: Bytes,
+    }
+
+    impl Client {
+        pub fn new() -> Client {
+            Client
+        }
+
+        pub async fn send(
+            &self,
+            url: &str,
+            method: &str,
+            headers: &[(&str, &str)],
+            body: Vec<u8>,
+        ) -> Answer {
+            let uri: hyper::Uri = url.parse().unwrap();
+            let stream = tokio::net::TcpStream::connect(uri.authority().unwrap().as_str())
+                .await
+                .unwrap();
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            let mut req = hyper::Request::builder()
+                .method(method)
+                .uri(uri.path_and_query().unwrap().as_str())
+                .header("host", uri.authority().unwrap().as_str());
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let resp = sender
+                .send_request(req.body(Full::new(Bytes::from(body))).unwrap())
+                .await
+                .unwrap();
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            Answer {
+                status,
+                headers,
+                body,
+            }
+        }
+    }
+}
+
+fn listen_toml() -> String {
+    "[[listen]]\nname = \"main\"\naddr = \"127.0.0.1:0\"\n".to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwards_with_forwarding_headers_and_rewrites() {
+    let (primary, addr, _t) = start_echo("primary", "127.0.0.1:0").await;
+    let cfg = format!(
+        "{}[[routes]]\nname = \"api\"\npath = \"/api/*\"\ntargets = [\"http://{addr}/base\"]\nremove_headers = [\"cookie\"]\n[routes.set_headers]\nx-env = \"test\"\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let a = p
+        .send(
+            "POST",
+            "/api/items?x=1",
+            &[
+                ("cookie", "secret"),
+                ("connection", "x-hop"),
+                ("x-hop", "1"),
+                ("x-forwarded-for", "10.0.0.9"),
+            ],
+            b"payload".to_vec(),
+        )
+        .await;
+    assert_eq!(a.status, 200);
+    let v: Value = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!(v["uri"], "/base/api/items?x=1");
+    assert_eq!(v["body"], "payload");
+    let h = &v["headers"];
+    assert_eq!(h["host"], addr.to_string());
+    assert_eq!(h["x-forwarded-for"], "10.0.0.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert!(h["x-forwarded-host"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+    assert!(h["forwarded"]
+        .as_str()
+        .unwrap()
+        .starts_with("for=127.0.0.1;proto=http;host="));
+    assert_eq!(h["x-env"], "test");
+    assert!(h.get("cookie").is_none() && h.get("x-hop").is_none());
+    assert_eq!(primary.got.lock().len(), 1);
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_say_why() {
+    let (slow, slow_addr, _t) = start_echo("slow", "127.0.0.1:0").await;
+    slow.delay_ms.store(2_000, SeqCst);
+    let dead = free_addr();
+    let cfg = format!(
+        "{}[[routes]]\nname = \"slow\"\npath = \"/slow\"\ntargets = [\"http://{slow_addr}\"]\nrequest_timeout_ms = 200\n\
+         [[routes]]\nname = \"dead\"\npath = \"/dead/*\"\ntargets = [\"http://{dead}\"]\nbody_bytes_max = 10\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let a = p.send("GET", "/nowhere", &[], vec![]).await;
+    assert_eq!(a.status, 404);
+    assert!(a.headers["x-weir-proxy-error"]
+        .to_str()
+        .unwrap()
+        .contains("no route matches GET"));
+    let a = p.send("GET", "/slow", &[], vec![]).await;
+    assert_eq!(a.status, 504);
+    assert!(a.headers["x-weir-proxy-error"]
+        .to_str()
+        .unwrap()
+        .contains("did not answer within 200 ms"));
+    let a = p.send("GET", "/dead/x", &[], vec![]).await;
+    assert_eq!(a.status, 502);
+    assert!(
+        a.headers["x-weir-proxy-error"]
+            .to_str()
+            .unwrap()
+            .contains("failed"),
+        "{:?}",
+        a.headers
+    );
+    let a = p.send("POST", "/dead/x", &[], vec![b'x'; 11]).await;
+    assert_eq!(a.status, 413);
+    let m = p.metrics();
+    assert!(
+        m.contains("weir_proxy_responses_total{route=\"slow\",class=\"5xx\"} 1"),
+        "{m}"
+    );
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_take_turns_and_a_dead_one_is_skipped() {
+    let (a_srv, a_addr, _ta) = start_echo("a", "127.0.0.1:0").await;
+    let (b_srv, b_addr, _tb) = start_echo("b", "127.0.0.1:0").await;
+    let dead = free_addr();
+    let cfg = format!("{}[[routes]]\nname = \"lb\"\ntargets = [\"http://{a_addr}\", \"http://{dead}\", \"http://{b_addr}\"]\nretries = 2\n", listen_toml());
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    for _ in 0..12 {
+        assert_eq!(p.send("GET", "/x", &[], vec![]).await.status, 200);
+    }
+    let (na, nb) = (a_srv.got.lock().len(), b_srv.got.lock().len());
+    assert_eq!(na + nb, 12);
+    assert!(na >= 4 && nb >= 4, "{na} {nb}");
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_are_replayed_to_shadows_that_never_slow_the_client() {
+    let (_primary, p_addr, _t1) = start_echo("primary", "127.0.0.1:0").await;
+    let (fast, fast_addr, _t2) = start_echo("fast", "127.0.0.1:0").await;
+    let (stuck, stuck_addr, _t3) = start_echo("stuck", "127.0.0.1:0").await;
+    stuck.delay_ms.store(60_000, SeqCst); // never answers within the test
+    let cfg = format!(
+        "{}[[routes]]\nname = \"api\"\ntargets = [\"http://{p_addr}\"]\n\
+         [[routes.shadows]]\nname = \"fast\"\nurl = \"http://{fast_addr}\"\n\
+         [[routes.shadows]]\nname = \"stuck\"\nurl = \"http://{stuck_addr}\"\ntimeout_ms = 60000\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let started = Instant::now();
+    for i in 0..20 {
+        let a = p
+            .send(
+                "POST",
+                &format!("/orders/{i}"),
+                &[("content-type", "text/plain")],
+                format!("body {i}").into_bytes(),
+            )
+            .await;
+        assert_eq!(a.status, 200);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while fast.got.lock().len() < 20 {
+        assert!(Instant::now() < until, "{} replays", fast.got.lock().len());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = fast.got.lock().clone();
+    let mut bodies: Vec<String> = got
+        .iter()
+        .map(|g| String::from_utf8_lossy(&g.3).to_string())
+        .collect();
+    bodies.sort();
+    let mut want: Vec<String> = (0..20).map(|i| format!("body {i}")).collect();
+    want.sort();
+    assert_eq!(bodies, want);
+    assert!(got.iter().all(|g| g.0 == "POST"
+        && g.2["x-weir-replay"] == "api/fast"
+        && g.2["content-type"] == "text/plain"));
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_down_gets_its_backlog_when_it_is_back_even_after_a_restart() {
+    let (_primary, p_addr, _t1) = start_echo("primary", "127.0.0.1:0").await;
+    let shadow_addr = free_addr();
+    let cfg = format!(
+        "{}[[routes]]\nname = \"api\"\ntargets = [\"http://{p_addr}\"]\n[[routes.shadows]]\nname = \"later\"\nurl = \"http://{shadow_addr}\"\nconcurrency = 1\n",
+        listen_toml()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = start(dir, &cfg).await;
+    for i in 0..10 {
+        assert_eq!(
+            p.send("GET", &format!("/r/{i}"), &[], vec![]).await.status,
+            200
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = p.metrics();
+    assert!(
+        m.contains("weir_proxy_replay_backlog{route=\"api\",shadow=\"later\"} 10"),
+        "{m}"
+    );
+    // weir restarts; then the shadow comes up.
+    p.stop().await;
+    let dir = std::mem::replace(&mut p.dir, tempfile::tempdir().unwrap());
+    let mut p = start(dir, &cfg).await;
+    let (shadow, _, _t2) = start_echo("later", &shadow_addr.to_string()).await;
+    let until = Instant::now() + Duration::from_secs(15);
+    while shadow.got.lock().len() < 10 {
+        assert!(
+            Instant::now() < until,
+            "{} replays",
+            shadow.got.lock().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let uris: Vec<String> = shadow.got.lock().iter().map(|g| g.1.clone()).collect();
+    assert_eq!(
+        uris,
+        (0..10).map(|i| format!("/r/{i}")).collect::<Vec<_>>(),
+        "in order at concurrency 1"
+    );
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_replay_stops_at_the_first_failure() {
+    let (_primary, p_addr, _t1) = start_echo("primary", "127.0.0.1:0").await;
+    let (first, first_addr, _t2) = start_echo("first", "127.0.0.1:0").await;
+    let (second, second_addr, _t3) = start_echo("second", "127.0.0.1:0").await;
+    first.status.store(500, SeqCst);
+    let cfg = format!(
+        "{}[[routes]]\nname = \"api\"\nreplay = \"sequential\"\ntargets = [\"http://{p_addr}\"]\n\
+         [[routes.shadows]]\nname = \"first\"\nurl = \"http://{first_addr}\"\n\
+         [[routes.shadows]]\nname = \"second\"\nurl = \"http://{second_addr}\"\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    assert_eq!(p.send("GET", "/a", &[], vec![]).await.status, 200);
+    first.status.store(0, SeqCst);
+    let until = Instant::now() + Duration::from_secs(10);
+    while first.got.lock().is_empty() {
+        assert!(Instant::now() < until);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(p.send("GET", "/b", &[], vec![]).await.status, 200);
+    while second.got.lock().is_empty() {
+        assert!(Instant::now() < until);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second_got: Vec<String> = second.got.lock().iter().map(|g| g.1.clone()).collect();
+    assert_eq!(
+        second_got,
+        ["/b"],
+        "/a failed on the first shadow: not sent to the second"
+    );
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_to_a_primary_that_does_not_read_them_all_succeed_and_replay() {
+    // rocky's benchmark primary: answers without reading the body.
+    let app = axum::Router::new().fallback(|| async { "Hello world!" });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let p_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let (shadow, s_addr, _t) = start_echo("shadow", "127.0.0.1:0").await;
+    let cfg = format!(
+        "{}[[routes]]\nname = \"big\"\ntargets = [\"http://{p_addr}\"]\n[[routes.shadows]]\nname = \"s\"\nurl = \"http://{s_addr}\"\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let body = vec![b'z'; 234_183];
+    for i in 0..100 {
+        let a = p
+            .send("POST", &format!("/upload/{i}"), &[], body.clone())
+            .await;
+        assert_eq!(
+            a.status,
+            200,
+            "request {i}: {:?}",
+            a.headers.get("x-weir-proxy-error")
+        );
+        assert_eq!(&a.body[..], b"Hello world!");
+    }
+    let until = Instant::now() + Duration::from_secs(15);
+    while shadow.got.lock().len() < 100 {
+        assert!(
+            Instant::now() < until,
+            "{} replays; {}",
+            shadow.got.lock().len(),
+            p.metrics()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(shadow.got.lock().iter().all(|g| g.3.len() == 234_183));
+    p.stop().await;
+}
