@@ -59,6 +59,8 @@ pub struct FileConfig {
     pub queues: BTreeMap<String, QueueSection>,
     /// The event bus; it runs when this section is present or `--bus-listen` given.
     pub bus: Option<weir_bus::BusConfig>,
+    /// The HTTP proxy; it runs when this section has listeners.
+    pub proxy: Option<weir_proxy::ProxyConfig>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -151,6 +153,8 @@ pub struct Settings {
     pub store: StoreOptions,
     /// The event bus's settings when it is enabled.
     pub bus: Option<weir_bus::BusSettings>,
+    /// The proxy's settings when it is configured.
+    pub proxy: Option<weir_proxy::ProxySettings>,
 }
 
 /// Flags that override the file.
@@ -232,6 +236,10 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
         limits,
         store: store_options(file)?,
         bus: resolve_bus(file, overrides)?,
+        proxy: match &file.proxy {
+            Some(p) => Some(p.resolve().map_err(|e| anyhow::anyhow!(e))?),
+            None => None,
+        },
     })
 }
 

@@ -124,6 +124,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
         if let Some(bus) = &metrics_shared.bus {
             bus.render_metrics(&mut body);
         }
+        if let Some(proxy) = &metrics_shared.proxy {
+            proxy.render_metrics(&mut body);
+        }
         body
     })
     .await

@@ -74,7 +74,10 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let http_listener = TcpListener::bind(&settings.http_listen)
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
-    let bus = start_bus(&settings, &store).await?;
+    let (bus, proxy) = (
+        start_bus(&settings, &store).await?,
+        start_proxy(&settings, &store).await?,
+    );
     let shared = Arc::new(Shared {
         queues: QueueOpener::new(store.clone()),
         files_open_max,
@@ -86,16 +89,10 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         shutdown: Shutdown::default(),
         started: Instant::now(),
         bus,
+        proxy,
     });
     let workers = Workers::start(settings.threads.saturating_sub(1))?;
-    tracing::info!(
-        memcache = %listener.local_addr()?,
-        http = %http_listener.local_addr()?,
-        data_dir = %settings.data_dir.display(),
-        threads = settings.threads,
-        max_connections = settings.max_connections,
-        "listening"
-    );
+    log_listening(&listener, &http_listener, &settings)?;
     tokio::spawn(on_signals(Arc::clone(&shared)));
     let http_limits = crate::http::HttpLimits {
         max_connections: settings.http_max_connections,
@@ -151,21 +148,57 @@ async fn start_bus(
     Ok(Some(handle))
 }
 
-/// Stops the event bus, if it runs, before the store closes: deliveries in flight
-/// end, leased events go back to their topics.
+/// The one `listening` line, once both ports are bound.
+fn log_listening(
+    listener: &TcpListener,
+    http: &TcpListener,
+    settings: &Settings,
+) -> io::Result<()> {
+    tracing::info!(
+        memcache = %listener.local_addr()?,
+        http = %http.local_addr()?,
+        data_dir = %settings.data_dir.display(),
+        threads = settings.threads,
+        max_connections = settings.max_connections,
+        "listening"
+    );
+    Ok(())
+}
+
+/// Stops the event bus and the proxy, if they run, before the store closes:
+/// deliveries and replays in flight end, leased items go back to their queues.
 async fn stop_bus(shared: &Arc<Shared>) {
-    if shared.bus.is_none() {
+    if shared.bus.is_none() && shared.proxy.is_none() {
         return;
     }
-    tracing::info!("stopping the bus");
+    tracing::info!("stopping the bus and the proxy");
     let stopping = Arc::clone(shared);
-    // Joins the bus's thread: off this runtime's thread.
+    // Joins their threads: off this runtime's thread.
     let _ = tokio::task::spawn_blocking(move || {
         if let Some(bus) = &stopping.bus {
             bus.stop();
         }
+        if let Some(proxy) = &stopping.proxy {
+            proxy.stop();
+        }
     })
     .await;
+}
+
+/// Starts the proxy when the settings configure it (from the blocking pool, as
+/// the bus).
+async fn start_proxy(
+    settings: &Settings,
+    store: &weir::Store,
+) -> anyhow::Result<Option<weir_proxy::ProxyHandle>> {
+    let Some(proxy_settings) = settings.proxy.clone() else {
+        return Ok(None);
+    };
+    let store = store.clone();
+    let handle = tokio::task::spawn_blocking(move || weir_proxy::start(store, proxy_settings))
+        .await
+        .context("starting the proxy")??;
+    Ok(Some(handle))
 }
 
 /// Opens the store on the blocking pool (recovery reads the disk).

@@ -36,6 +36,8 @@ pub struct Shared {
     pub started: Instant,
     /// The event bus, when enabled: its figures join `/metrics`.
     pub bus: Option<weir_bus::BusHandle>,
+    /// The proxy, when configured: its figures join `/metrics`.
+    pub proxy: Option<weir_proxy::ProxyHandle>,
 }
 
 impl Shared {

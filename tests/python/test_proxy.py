@@ -1,0 +1,169 @@
+"""The proxy end to end: the built `weir` binary with `[proxy]`, a primary and shadows
+in Python (http.server), kill -9 of weir with replays queued.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import threading
+import time
+
+import pytest
+
+import harness
+
+pytestmark = pytest.mark.weir_only
+
+
+class Server:
+    """A Python HTTP server recording (method, path, headers, body); answers `status`
+    after `delay_s`, or never when `hang` is set."""
+
+    def __init__(self, port=0):
+        self.lock = threading.Lock()
+        self.got = []
+        self.status = 200
+        self.hang = threading.Event()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def handle_one(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                with owner.lock:
+                    owner.got.append((self.command, self.path, dict(self.headers), body))
+                if owner.hang.is_set():
+                    time.sleep(30)
+                    return
+                payload = b"Hello world!"
+                self.send_response(owner.status)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = handle_one
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer((harness.HOST, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def paths(self):
+        with self.lock:
+            return [g[1] for g in self.got]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class ProxyServer(harness.ServerProcess):
+    def __init__(self, binary, primary_port, shadows):
+        super().__init__(binary, "weir")
+        self.proxy_port = harness.free_port()
+        self.config = self.root / "weir.toml"
+        text = (
+            "[[proxy.listen]]\n"
+            'name = "main"\n'
+            f'addr = "{harness.HOST}:{self.proxy_port}"\n'
+            "[[proxy.routes]]\n"
+            'name = "api"\n'
+            f'targets = ["http://{harness.HOST}:{primary_port}"]\n'
+            "request_timeout_ms = 5000\n"
+        )
+        for name, port, extra in shadows:
+            text += f'[[proxy.routes.shadows]]\nname = "{name}"\nurl = "http://{harness.HOST}:{port}"\n{extra}'
+        self.config.write_text(text)
+
+    def argv(self):
+        return super().argv() + ["--config", str(self.config)]
+
+    def request(self, method, path, body=b""):
+        c = http.client.HTTPConnection(harness.HOST, self.proxy_port, timeout=10)
+        try:
+            c.request(method, path, body=body)
+            r = c.getresponse()
+            return r.status, r.read(), r.getheader("x-weir-proxy-error")
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def servers():
+    made = []
+
+    def make(port=0):
+        s = Server(port)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.fixture
+def proxy(server_bin):
+    made = []
+
+    def make(*args):
+        p = ProxyServer(server_bin, *args)
+        made.append(p)
+        return p.start()
+
+    yield make
+    for p in made:
+        p.stop()
+
+
+def wait_for(predicate, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_hanging_shadow_does_not_touch_the_clients_requests(servers, proxy):
+    primary, fast, stuck = servers(), servers(), servers()
+    stuck.hang.set()
+    p = proxy(primary.port, [("fast", fast.port, ""), ("stuck", stuck.port, "timeout_ms = 60000\n")])
+    latencies = []
+    for i in range(50):
+        started = time.monotonic()
+        status, body, _ = p.request("POST", f"/orders/{i}", b"x" * 1723)
+        latencies.append(time.monotonic() - started)
+        assert (status, body) == (200, b"Hello world!")
+    assert sorted(latencies)[len(latencies) // 2] < 0.1, latencies
+    wait_for(lambda: len(fast.paths()) == 50)
+    assert sorted(fast.paths()) == sorted(f"/orders/{i}" for i in range(50))
+    assert all(g[3] == b"x" * 1723 for g in fast.got)
+
+
+def test_kill9_with_replays_queued_delivers_them_after_restart(servers, proxy):
+    primary = servers()
+    shadow_port = harness.free_port()  # the shadow is down at first
+    p = proxy(primary.port, [("later", shadow_port, "concurrency = 1\n")])
+    for i in range(30):
+        assert p.request("PUT", f"/items/{i}", f"v{i}".encode())[0] == 200
+    time.sleep(0.5)
+    p.kill9()
+    p.start()
+    shadow = servers(shadow_port)
+    wait_for(lambda: len(set(shadow.paths())) == 30, timeout_s=40)
+    assert shadow.paths()[:30] == [f"/items/{i}" for i in range(30)]
+    assert {g[3] for g in shadow.got} == {f"v{i}".encode() for i in range(30)}
+
+
+def test_refusals_carry_a_reason(servers, proxy):
+    primary = servers()
+    p = proxy(primary.port, [])
+    primary.close()  # the primary is gone
+    status, _, reason = p.request("GET", "/anything", b"")
+    assert status == 502 and "failed" in reason
