@@ -470,3 +470,28 @@ async fn large_bodies_to_a_primary_that_does_not_read_them_all_succeed_and_repla
     assert!(shadow.got.lock().iter().all(|g| g.3.len() == 234_183));
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_head_is_refused_and_the_proxy_goes_on() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_primary, addr, _t) = start_echo("primary", "127.0.0.1:0").await;
+    let cfg = format!(
+        "header_bytes_max = 16384\n{}[[routes]]\nname = \"all\"\ntargets = [\"http://{addr}\"]\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let mut raw = tokio::net::TcpStream::connect(p.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "GET / HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let _ = raw.write_all(head.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut answer)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 431"), "{text}");
+    assert_eq!(p.send("GET", "/fine", &[], vec![]).await.status, 200);
+    p.stop().await;
+}
