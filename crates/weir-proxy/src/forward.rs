@@ -83,7 +83,7 @@ pub fn full(b: impl Into<Bytes>) -> ProxyBody {
     Full::new(b.into()).map_err(|never| match never {}).boxed()
 }
 
-fn empty() -> ProxyBody {
+pub(crate) fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
@@ -119,6 +119,11 @@ pub async fn handle(
         return refusal(StatusCode::NOT_FOUND, &reason);
     };
     route.counters.requests.fetch_add(1, Relaxed);
+    if let Some(protocol) = crate::upgrade::requested(req.headers()) {
+        let response = crate::upgrade::forward(route, client, req, protocol).await;
+        route.counters.count_status(response.status());
+        return response;
+    }
     let response = forward(&proxy, route, client, req).await;
     route.counters.count_status(response.status());
     response
@@ -293,7 +298,7 @@ async fn send(
     last
 }
 
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -306,7 +311,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The request a target gets: its URI under the target's base, the headers as
 /// `headers::to_target` makes them.
-fn upstream_request(
+pub(crate) fn upstream_request(
     head: &hyper::http::request::Parts,
     s: &RouteSettings,
     target: &Target,
@@ -329,7 +334,7 @@ fn upstream_request(
 }
 
 /// A target's answer, less hop-by-hop headers, its body streamed.
-fn from_target(response: Response<Incoming>) -> Response<ProxyBody> {
+pub(crate) fn from_target(response: Response<Incoming>) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())

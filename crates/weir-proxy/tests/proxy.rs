@@ -495,3 +495,49 @@ async fn an_oversize_head_is_refused_and_the_proxy_goes_on() {
     assert_eq!(p.send("GET", "/fine", &[], vec![]).await.status, 200);
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_pass_through() {
+    use axum::extract::ws::{Message, WebSocketUpgrade};
+    use futures_util::{SinkExt, StreamExt};
+    let app = axum::Router::new().route(
+        "/ws",
+        axum::routing::get(|ws: WebSocketUpgrade| async move {
+            ws.on_upgrade(|mut socket| async move {
+                while let Some(Ok(msg)) = socket.recv().await {
+                    if let Message::Text(t) = msg {
+                        let _ = socket
+                            .send(Message::Text(format!("echo: {t}").into()))
+                            .await;
+                    }
+                }
+            })
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let cfg = format!(
+        "{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let url = format!("{}/ws", p.base.replace("http://", "ws://"));
+    let (mut ws, response) = tokio_tungstenite::connect_async(url).await.unwrap();
+    assert_eq!(response.status(), 101);
+    for i in 0..3 {
+        ws.send(tokio_tungstenite::tungstenite::Message::Text(
+            format!("hi {i}").into(),
+        ))
+        .await
+        .unwrap();
+        let got = ws.next().await.unwrap().unwrap();
+        assert_eq!(got.into_text().unwrap().as_str(), format!("echo: hi {i}"));
+    }
+    ws.close(None).await.unwrap();
+    // A plain request on the same proxy still works.
+    assert_eq!(p.send("GET", "/ws", &[], vec![]).await.status, 400);
+    p.stop().await;
+}
