@@ -85,17 +85,7 @@ pub async fn forward(
     };
     let target_side = hyper::upgrade::on(&mut response);
     let accepted = response.headers().get(UPGRADE).cloned();
-    tokio::spawn(async move {
-        match tokio::join!(client_side, target_side) {
-            (Ok(c), Ok(t)) => {
-                let (mut c, mut t) = (TokioIo::new(c), TokioIo::new(t));
-                if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut t).await {
-                    tracing::debug!(error = %e, "upgraded connection ended with an error");
-                }
-            }
-            (c, t) => tracing::debug!(client = ?c.err(), target = ?t.err(), "upgrade failed"),
-        }
-    });
+    tokio::spawn(join(client_side, target_side));
     let (mut parts, _) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
     parts
@@ -105,4 +95,18 @@ pub async fn forward(
         parts.headers.insert(UPGRADE, p);
     }
     Response::from_parts(parts, empty())
+}
+
+/// Copies bytes both ways between the upgraded client and target connections until
+/// either side closes.
+async fn join(client_side: OnUpgrade, target_side: OnUpgrade) {
+    match tokio::join!(client_side, target_side) {
+        (Ok(c), Ok(t)) => {
+            let (mut c, mut t) = (TokioIo::new(c), TokioIo::new(t));
+            if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut t).await {
+                tracing::debug!(error = %e, "upgraded connection ended with an error");
+            }
+        }
+        (c, t) => tracing::debug!(client = ?c.err(), target = ?t.err(), "upgrade failed"),
+    }
 }
