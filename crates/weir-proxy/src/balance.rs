@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::config::Target;
 
 pub struct Balancer {
+    // A target is out until `start + until` (ms); 0: in.
     targets: Vec<(Target, AtomicU64)>,
     next: AtomicUsize,
     start: Instant,
@@ -42,6 +43,18 @@ impl Balancer {
         }
         let i = first % n;
         (i, &self.targets[i].0)
+    }
+
+    /// Puts target `i` back (an active health check passed).
+    pub fn mark_up(&self, i: usize) {
+        if let Some((_, until)) = self.targets.get(i) {
+            until.store(0, Relaxed);
+        }
+    }
+
+    /// The targets, in order.
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        self.targets.iter().map(|(t, _)| t)
     }
 
     /// Leaves target `i` out for `down`.

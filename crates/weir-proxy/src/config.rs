@@ -15,6 +15,7 @@ pub const RETRY_BACKOFF_MS_DEFAULT: u64 = 50;
 pub const BODY_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
 pub const CAPTURE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
 pub const DOWN_MS_DEFAULT: u64 = 10_000;
+pub const HEALTH_INTERVAL_MS_DEFAULT: u64 = 5_000;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4_096;
 pub const HEADER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
@@ -84,6 +85,18 @@ pub struct RouteConfig {
     pub set_headers: BTreeMap<String, String>,
     #[serde(default)]
     pub remove_headers: Vec<String>,
+    /// Query parameters set (replacing any of that name), written as they go on the
+    /// wire (already percent-encoded).
+    #[serde(default)]
+    pub set_query: BTreeMap<String, String>,
+    /// Query parameters removed.
+    #[serde(default)]
+    pub remove_query: Vec<String>,
+    /// Active health check: `GET` this path on each target every
+    /// `health_interval_ms`; a target that does not answer 2xx is left out until it
+    /// does.
+    pub health_path: Option<String>,
+    pub health_interval_ms: Option<u64>,
     /// `concurrent` (each shadow on its own) or `sequential` (shadows in order, the
     /// next only after the previous answered).
     pub replay: Option<String>,
@@ -138,6 +151,10 @@ pub struct RouteSettings {
     pub host_rewrite: Option<String>,
     pub set_headers: Vec<(String, String)>,
     pub remove_headers: Vec<String>,
+    pub set_query: Vec<(String, String)>,
+    pub remove_query: Vec<String>,
+    pub health_path: Option<String>,
+    pub health_interval: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
 }
@@ -279,9 +296,6 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
             ))
         }
     };
-    if r.shadows.len() > SHADOWS_MAX {
-        return Err(format!("{}: at most {SHADOWS_MAX}", key("shadows")));
-    }
     let shadows = resolve_shadows(r)?;
     let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d).max(1));
     Ok(RouteSettings {
@@ -315,6 +329,14 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
             .iter()
             .map(|h| h.to_ascii_lowercase())
             .collect(),
+        set_query: r
+            .set_query
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        remove_query: r.remove_query.clone(),
+        health_path: r.health_path.clone(),
+        health_interval: ms(r.health_interval_ms, HEALTH_INTERVAL_MS_DEFAULT),
         sequential,
         shadows,
     })
@@ -323,6 +345,9 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
 /// A route's shadows, checked.
 fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
     let key = |k: &str| format!("proxy route {} {k}", r.name);
+    if r.shadows.len() > SHADOWS_MAX {
+        return Err(format!("{}: at most {SHADOWS_MAX}", key("shadows")));
+    }
     let mut shadows = Vec::new();
     for s in &r.shadows {
         check_name(&key("shadows.name"), &s.name)?;

@@ -318,10 +318,11 @@ pub(crate) fn upstream_request(
     client: SocketAddr,
     body: ProxyBody,
 ) -> Result<Request<ProxyBody>, String> {
-    let path_and_query = head.uri.path_and_query().map_or("/", |p| p.as_str());
+    let path = head.uri.path();
+    let query = rewrite_query(head.uri.query(), s);
     let uri: Uri = format!(
-        "http://{}{}{}",
-        target.authority, target.base_path, path_and_query
+        "http://{}{}{}{}",
+        target.authority, target.base_path, path, query
     )
     .parse()
     .map_err(|e| format!("bad request target: {e}"))?;
@@ -331,6 +332,31 @@ pub(crate) fn upstream_request(
     *req.headers_mut() = head.headers.clone();
     headers::to_target(req.headers_mut(), s, target, client);
     Ok(req)
+}
+
+/// The query a target gets (with its `?`, or empty): the route's `remove_query`
+/// and `set_query` applied. Parameters are compared by their name as written.
+fn rewrite_query(query: Option<&str>, s: &RouteSettings) -> String {
+    if s.set_query.is_empty() && s.remove_query.is_empty() {
+        return query.map_or(String::new(), |q| format!("?{q}"));
+    }
+    let name = |p: &str| p.split_once('=').map_or(p, |(k, _)| k).to_string();
+    let mut params: Vec<String> = query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter(|p| {
+            let n = name(p);
+            !s.remove_query.contains(&n) && !s.set_query.iter().any(|(k, _)| *k == n)
+        })
+        .map(str::to_string)
+        .collect();
+    params.extend(s.set_query.iter().map(|(k, v)| format!("{k}={v}")));
+    if params.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", params.join("&"))
+    }
 }
 
 /// A target's answer, less hop-by-hop headers, its body streamed.

@@ -6,7 +6,7 @@
 //!
 //! The map: `config.rs` the `[proxy]` section, `route.rs` matching, `forward.rs`
 //! the request path, `headers.rs` what a target gets, `balance.rs` round-robin and
-//! passive health, `capture.rs` the captured form and the body tee, `shadow.rs`
+//! passive health, `health.rs` active health checks, `capture.rs` the captured form and the body tee, `shadow.rs`
 //! replays, `upgrade.rs` WebSocket, `server.rs` the listeners, `metrics.rs` `/metrics`.
 //!
 //! It uses the engine only through its public API (`Store`, `Queue`, `Reader`). It
@@ -18,6 +18,7 @@ mod capture;
 pub mod config;
 mod forward;
 mod headers;
+mod health;
 mod metrics;
 mod route;
 mod server;
@@ -63,6 +64,11 @@ pub fn start(store: weir::Store, settings: ProxySettings) -> anyhow::Result<Prox
     let settings = Arc::new(settings);
     let (proxy, shadows, listeners) = runtime.block_on(setup(store, &settings, &shutdown_rx))?;
     let proxy = Arc::new(proxy);
+    for (i, r) in proxy.routes.iter().enumerate() {
+        if r.settings.health_path.is_some() {
+            runtime.spawn(health::run(Arc::clone(&proxy), i, shutdown_rx.clone()));
+        }
+    }
     let mut addrs = Vec::new();
     for (name, listener) in listeners {
         addrs.push((name.clone(), listener.local_addr()?));

@@ -201,14 +201,14 @@ fn listen_toml() -> String {
 async fn forwards_with_forwarding_headers_and_rewrites() {
     let (primary, addr, _t) = start_echo("primary", "127.0.0.1:0").await;
     let cfg = format!(
-        "{}[[routes]]\nname = \"api\"\npath = \"/api/*\"\ntargets = [\"http://{addr}/base\"]\nremove_headers = [\"cookie\"]\n[routes.set_headers]\nx-env = \"test\"\n",
+        "{}[[routes]]\nname = \"api\"\npath = \"/api/*\"\ntargets = [\"http://{addr}/base\"]\nremove_headers = [\"cookie\"]\nremove_query = [\"secret\"]\n[routes.set_headers]\nx-env = \"test\"\n[routes.set_query]\nsource = \"proxy\"\n",
         listen_toml()
     );
     let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
     let a = p
         .send(
             "POST",
-            "/api/items?x=1",
+            "/api/items?x=1&secret=2&source=client",
             &[
                 ("cookie", "secret"),
                 ("connection", "x-hop"),
@@ -220,7 +220,7 @@ async fn forwards_with_forwarding_headers_and_rewrites() {
         .await;
     assert_eq!(a.status, 200);
     let v: Value = serde_json::from_slice(&a.body).unwrap();
-    assert_eq!(v["uri"], "/base/api/items?x=1");
+    assert_eq!(v["uri"], "/base/api/items?x=1&source=proxy");
     assert_eq!(v["body"], "payload");
     let h = &v["headers"];
     assert_eq!(h["host"], addr.to_string());
@@ -539,5 +539,39 @@ async fn websockets_pass_through() {
     ws.close(None).await.unwrap();
     // A plain request on the same proxy still works.
     assert_eq!(p.send("GET", "/ws", &[], vec![]).await.status, 400);
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_health_check_takes_a_sick_target_out_and_back() {
+    let (sick, sick_addr, _t1) = start_echo("sick", "127.0.0.1:0").await;
+    let (well, well_addr, _t2) = start_echo("well", "127.0.0.1:0").await;
+    sick.status.store(503, SeqCst);
+    let cfg = format!(
+        "{}[[routes]]\nname = \"lb\"\ntargets = [\"http://{sick_addr}\", \"http://{well_addr}\"]\nhealth_path = \"/health\"\nhealth_interval_ms = 100\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = sick.got.lock().len();
+    for _ in 0..10 {
+        assert_eq!(p.send("GET", "/work", &[], vec![]).await.status, 200);
+    }
+    let sick_work = sick
+        .got
+        .lock()
+        .iter()
+        .skip(before)
+        .filter(|g| g.1 == "/work")
+        .count();
+    assert_eq!(sick_work, 0, "a target failing its check gets no traffic");
+    sick.status.store(0, SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for _ in 0..10 {
+        assert_eq!(p.send("GET", "/work", &[], vec![]).await.status, 200);
+    }
+    let sick_work = sick.got.lock().iter().filter(|g| g.1 == "/work").count();
+    assert!(sick_work >= 3, "back in the rotation: {sick_work}");
+    assert!(well.got.lock().iter().any(|g| g.1 == "/health"));
     p.stop().await;
 }
