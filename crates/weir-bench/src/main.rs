@@ -19,6 +19,8 @@ mod library;
 mod mem_rss;
 mod packing;
 mod proto;
+mod proxy;
+mod proxy_http;
 mod queues;
 mod report;
 mod sys;
@@ -127,6 +129,20 @@ enum Cmd {
         #[command(flatten)]
         bus: BusArgs,
     },
+    /// rocky's suites against weir's proxy, nginx with mirror and the primary
+    /// directly: open-loop latency, closed-loop throughput, memory over time.
+    Proxy {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        proxy: ProxyArgs,
+    },
+    /// Internal: the proxy suite's primary (answers without reading the body).
+    #[command(hide = true)]
+    HelloHttp { addr: String },
+    /// Internal: the proxy suite's shadows (never answer).
+    #[command(hide = true)]
+    SilentHttp { addr: String },
     /// Internal: the bus suite's bare reference server (answers 204 to every POST).
     #[command(hide = true)]
     BareHttp { addr: String },
@@ -380,6 +396,58 @@ impl QueuesArgs {
 }
 
 #[derive(Args, Clone)]
+struct ProxyArgs {
+    /// Seconds of each open-loop step [10; quick: 2].
+    #[arg(long, value_name = "S")]
+    proxy_seconds: Option<f64>,
+    /// Seconds of the closed-loop throughput step [10; quick: 2].
+    #[arg(long, value_name = "S")]
+    proxy_throughput_seconds: Option<f64>,
+    /// Connections of the throughput step [64].
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    proxy_connections: usize,
+    /// Seconds of the memory run at 100 req/s [300; quick: 5].
+    #[arg(long, value_name = "S")]
+    proxy_soak_seconds: Option<f64>,
+    /// The nginx binary for the reference (default: on PATH; none: no reference).
+    #[arg(long, value_name = "PATH")]
+    nginx_bin: Option<PathBuf>,
+    /// Leave nginx out even when it is found.
+    #[arg(long)]
+    no_nginx: bool,
+}
+
+impl ProxyArgs {
+    fn resolve(&self, quick: bool) -> proxy::ProxyParams {
+        let pick =
+            |v: Option<f64>, full: f64, small: f64| v.unwrap_or(if quick { small } else { full });
+        let nginx = self
+            .nginx_bin
+            .clone()
+            .filter(|_| !self.no_nginx)
+            .or_else(|| {
+                if self.no_nginx {
+                    return None;
+                }
+                std::env::var_os("PATH")
+                    .and_then(|p| {
+                        std::env::split_paths(&p)
+                            .map(|d| d.join("nginx"))
+                            .find(|p| p.is_file())
+                    })
+                    .or_else(|| Some(PathBuf::from("/usr/sbin/nginx")).filter(|p| p.is_file()))
+            });
+        proxy::ProxyParams {
+            seconds: pick(self.proxy_seconds, 10.0, 2.0),
+            throughput_seconds: pick(self.proxy_throughput_seconds, 10.0, 2.0),
+            throughput_connections: self.proxy_connections.max(1),
+            soak_seconds: pick(self.proxy_soak_seconds, 300.0, 5.0),
+            nginx,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
 struct BusArgs {
     /// Events per ingestion round [200000; quick: 20000].
     #[arg(long, value_name = "N")]
@@ -532,74 +600,116 @@ fn main() {
 }
 
 fn real_main(cli: Cli) -> Result<()> {
-    match &cli.command {
-        Cmd::ProbeOpen { dir } => return library::probe_open_main(dir),
-        Cmd::BareHttp { addr } => return bus_http::bare_server_main(addr),
-        _ => {}
+    if let Some(done) = internal(&cli.command) {
+        return done;
     }
     sys::raise_nofile_limit();
     let runtime = start_runtime()?;
     let progress = Progress::new();
     let mut failures: Vec<String> = Vec::new();
-    match cli.command {
-        Cmd::Flood { common, flood } => {
-            let p = flood.resolve(common.quick);
-            run_flood(&runtime, &common, &p, &progress, &mut failures)?;
-        }
-        Cmd::Packing { common, packing } => {
-            let p = packing.resolve(common.quick);
-            run_packing(&runtime, &common, &p, &progress, &mut failures)?;
-        }
-        Cmd::PackingUnpacking { common, pu } => {
-            let p = pu.resolve(common.quick);
-            run_packing(&runtime, &common, &p, &progress, &mut failures)?;
-        }
-        Cmd::MemRss { common, rss } => {
-            let p = rss.resolve(common.quick);
-            run_mem_rss(&runtime, &common, &p, &progress, &mut failures)?;
-        }
-        Cmd::Library { common, lib } => {
-            let p = lib.resolve(common.quick);
-            run_library(&common, &p, &progress, &mut failures)?;
-        }
-        Cmd::Queues { common, queues } => {
-            let p = queues.resolve(common.quick);
-            run_queues(&runtime, &common, &p, &progress)?;
-        }
-        Cmd::All {
-            common,
-            flood,
-            packing,
-            pu,
-            rss,
-            lib,
-            queues,
-            skip_library,
-            skip_queues,
-            skip_packing_unpacking,
-        } => {
-            let q = common.quick;
-            let all = AllParams {
-                flood: flood.resolve(q),
-                packing: packing.resolve(q),
-                pu: (!skip_packing_unpacking).then(|| pu.resolve(q)),
-                rss: rss.resolve(q),
-                lib: (!skip_library).then(|| lib.resolve(q)),
-                queues: (!skip_queues).then(|| queues.resolve(q)),
-            };
-            run_all(&runtime, &common, &all, &progress, &mut failures)?;
-        }
-        Cmd::Bus { common, bus } => {
-            let p = bus.resolve(common.quick);
-            run_bus(&runtime, &common, &p, &progress, &mut failures)?;
-        }
-        Cmd::ProbeOpen { .. } | Cmd::BareHttp { .. } => unreachable!("handled above"),
-    }
+    dispatch(cli.command, &runtime, &progress, &mut failures)?;
     progress.clear();
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
     }
     Ok(())
+}
+
+/// `all`: every suite, with the skips asked for.
+fn run_all_command(
+    command: Cmd,
+    runtime: &tokio::runtime::Runtime,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let Cmd::All {
+        common,
+        flood,
+        packing,
+        pu,
+        rss,
+        lib,
+        queues,
+        skip_library,
+        skip_queues,
+        skip_packing_unpacking,
+    } = command
+    else {
+        return Ok(());
+    };
+    let q = common.quick;
+    let all = AllParams {
+        flood: flood.resolve(q),
+        packing: packing.resolve(q),
+        pu: (!skip_packing_unpacking).then(|| pu.resolve(q)),
+        rss: rss.resolve(q),
+        lib: (!skip_library).then(|| lib.resolve(q)),
+        queues: (!skip_queues).then(|| queues.resolve(q)),
+    };
+    run_all(runtime, &common, &all, progress, failures)
+}
+
+/// Runs the suite a command names.
+fn dispatch(
+    command: Cmd,
+    runtime: &tokio::runtime::Runtime,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    match command {
+        Cmd::Flood { common, flood } => {
+            let p = flood.resolve(common.quick);
+            run_flood(runtime, &common, &p, progress, failures)?;
+        }
+        Cmd::Packing { common, packing } => {
+            let p = packing.resolve(common.quick);
+            run_packing(runtime, &common, &p, progress, failures)?;
+        }
+        Cmd::PackingUnpacking { common, pu } => {
+            let p = pu.resolve(common.quick);
+            run_packing(runtime, &common, &p, progress, failures)?;
+        }
+        Cmd::MemRss { common, rss } => {
+            let p = rss.resolve(common.quick);
+            run_mem_rss(runtime, &common, &p, progress, failures)?;
+        }
+        Cmd::Library { common, lib } => {
+            let p = lib.resolve(common.quick);
+            run_library(&common, &p, progress, failures)?;
+        }
+        Cmd::Queues { common, queues } => {
+            let p = queues.resolve(common.quick);
+            run_queues(runtime, &common, &p, progress)?;
+        }
+        all @ Cmd::All { .. } => run_all_command(all, runtime, progress, failures)?,
+        Cmd::Bus { common, bus } => run_bus(
+            runtime,
+            &common,
+            &bus.resolve(common.quick),
+            progress,
+            failures,
+        )?,
+        Cmd::Proxy { common, proxy } => run_proxy(
+            runtime,
+            &common,
+            &proxy.resolve(common.quick),
+            progress,
+            failures,
+        )?,
+        _ => unreachable!("internal commands are handled above"),
+    }
+    Ok(())
+}
+
+/// The hidden subcommands: helper processes of the suites.
+fn internal(command: &Cmd) -> Option<Result<()>> {
+    match command {
+        Cmd::ProbeOpen { dir } => Some(library::probe_open_main(dir)),
+        Cmd::BareHttp { addr } => Some(bus_http::bare_server_main(addr)),
+        Cmd::HelloHttp { addr } => Some(proxy_http::hello_main(addr)),
+        Cmd::SilentHttp { addr } => Some(proxy_http::silent_main(addr)),
+        _ => None,
+    }
 }
 
 /// The two progress bars on stderr: benchmark steps, and the fill/drain in between.
@@ -830,6 +940,46 @@ fn run_bus(
                 x_label: "events queued",
                 y_label: "RSS (MiB)",
                 x_key: "queued",
+                y_key: "rss_bytes",
+                y_div: 1024.0 * 1024.0,
+                series_key: "target",
+                log_y: false,
+            }],
+            _ => Vec::new(),
+        };
+        emit(common, report, &charts, failures)?;
+    }
+    Ok(())
+}
+
+fn run_proxy(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &proxy::ProxyParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    progress.steps.reset();
+    let reports = runtime.block_on(proxy::run(p, &binaries(common), &progress.steps))?;
+    for report in &reports {
+        let charts: Vec<ChartSpec> = match report.bench {
+            "proxy-latency" => vec![ChartSpec {
+                file: "proxy-latency",
+                title: "proxy: p99 latency, open loop (rocky's suites)",
+                x_label: "suite",
+                y_label: "p99 milliseconds (log)",
+                x_key: "suite",
+                y_key: "p99_ms",
+                y_div: 1.0,
+                series_key: "target",
+                log_y: true,
+            }],
+            "proxy-rss" => vec![ChartSpec {
+                file: "proxy-rss",
+                title: "proxy: weir's RSS at 100 req/s, shadows never answering",
+                x_label: "seconds",
+                y_label: "RSS (MiB)",
+                x_key: "second",
                 y_key: "rss_bytes",
                 y_div: 1024.0 * 1024.0,
                 series_key: "target",

@@ -27,6 +27,11 @@ impl Cell {
         }
     }
 
+    /// The cell as the table shows it.
+    pub fn text(&self) -> String {
+        self.display()
+    }
+
     fn display(&self) -> String {
         match self {
             Cell::Int(v) => v.to_string(),

@@ -237,3 +237,45 @@ fn load_data(out: &Path, bench: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out.join(format!("{bench}.json"))).unwrap())
         .unwrap()
 }
+
+#[test]
+fn proxy_quick_forwards_and_replays() {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_weir-bench"));
+    let Some(weir) = weir_binary(&bench) else {
+        panic!("the weir binary is not built beside weir-bench (cargo build -p weir-server) and WEIR_BIN is not set");
+    };
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(&bench)
+        .args([
+            "proxy",
+            "--quick",
+            "--no-nginx",
+            "--proxy-seconds",
+            "1",
+            "--proxy-throughput-seconds",
+            "1",
+            "--proxy-soak-seconds",
+            "2",
+        ])
+        .arg("--weir-bin")
+        .arg(&weir)
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "weir-bench proxy --quick failed: {status}"
+    );
+    let latency = load(out.path(), "proxy-latency");
+    let weir_rows = rows_of(&latency, "weir");
+    assert_eq!(weir_rows.len(), 4, "four suites");
+    for r in weir_rows {
+        assert_eq!(num(r, "ok"), num(r, "sent"), "every request answered: {r}");
+    }
+    assert_eq!(rows_of(&latency, "direct").len(), 1);
+    let throughput = load_data(out.path(), "proxy-throughput");
+    assert!(num(rows_of(&throughput, "weir")[0], "ok") > 0);
+    let rss = load(out.path(), "proxy-rss");
+    assert_eq!(rows_of(&rss, "weir").len(), 11);
+}

@@ -12,6 +12,9 @@ pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const RETRIES_DEFAULT: u32 = 1;
 pub const RETRY_BACKOFF_MS_DEFAULT: u64 = 50;
+/// Retries and their pause are capped at these (larger values are taken as these).
+pub const RETRIES_MAX: u32 = 10;
+pub const RETRY_BACKOFF_MS_MAX: u64 = 60_000;
 pub const BODY_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
 pub const CAPTURE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
 pub const DOWN_MS_DEFAULT: u64 = 10_000;
@@ -286,16 +289,7 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
     if !path.starts_with('/') {
         return Err(format!("{} {path:?}: a pattern starts with /", key("path")));
     }
-    let sequential = match r.replay.as_deref() {
-        None | Some("concurrent") => false,
-        Some("sequential") => true,
-        Some(other) => {
-            return Err(format!(
-                "{} {other:?}: concurrent or sequential",
-                key("replay")
-            ))
-        }
-    };
+    let sequential = replay_mode(r)?;
     let shadows = resolve_shadows(r)?;
     let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d).max(1));
     Ok(RouteSettings {
@@ -310,9 +304,11 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
         targets,
         connect_timeout: ms(r.connect_timeout_ms, CONNECT_TIMEOUT_MS_DEFAULT),
         request_timeout: ms(r.request_timeout_ms, REQUEST_TIMEOUT_MS_DEFAULT),
-        retries: r.retries.unwrap_or(RETRIES_DEFAULT),
+        retries: r.retries.unwrap_or(RETRIES_DEFAULT).min(RETRIES_MAX),
         retry_backoff: Duration::from_millis(
-            r.retry_backoff_ms.unwrap_or(RETRY_BACKOFF_MS_DEFAULT),
+            r.retry_backoff_ms
+                .unwrap_or(RETRY_BACKOFF_MS_DEFAULT)
+                .min(RETRY_BACKOFF_MS_MAX),
         ),
         down: Duration::from_millis(r.down_ms.unwrap_or(DOWN_MS_DEFAULT)),
         body_bytes_max: r.body_bytes_max.unwrap_or(BODY_BYTES_MAX_DEFAULT),
@@ -342,6 +338,18 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
     })
 }
 
+/// `replay`: false for concurrent (the default), true for sequential.
+fn replay_mode(r: &RouteConfig) -> Result<bool, String> {
+    match r.replay.as_deref() {
+        None | Some("concurrent") => Ok(false),
+        Some("sequential") => Ok(true),
+        Some(other) => Err(format!(
+            "proxy route {} replay {other:?}: concurrent or sequential",
+            r.name
+        )),
+    }
+}
+
 /// A route's shadows, checked.
 fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
     let key = |k: &str| format!("proxy route {} {k}", r.name);
@@ -363,7 +371,9 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
             return Err(format!("{}: 0 to 100", key("shadows.sample_percent")));
         }
         let rate = s.rate.filter(|r| *r > 0.0);
-        if s.rate.is_some_and(|r| !r.is_finite() || r < 0.0) {
+        if s.rate
+            .is_some_and(|r| !r.is_finite() || r < 0.0 || (r > 0.0 && r < 0.001))
+        {
             return Err(format!(
                 "{}: a positive number of requests per second",
                 key("shadows.rate")
@@ -381,7 +391,7 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
             timeout: Duration::from_millis(
                 s.timeout_ms.unwrap_or(SHADOW_TIMEOUT_MS_DEFAULT).max(1),
             ),
-            retries: s.retries.unwrap_or(SHADOW_RETRIES_DEFAULT),
+            retries: s.retries.unwrap_or(SHADOW_RETRIES_DEFAULT).min(RETRIES_MAX),
         });
     }
     Ok(shadows)

@@ -49,6 +49,34 @@ pub struct RouteRt {
 pub struct Proxy {
     pub routes: Vec<RouteRt>,
     pub store: weir::Store,
+    /// Captures waiting for their body or their append: a stop waits for them.
+    pub captures_in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Proxy {
+    /// Waits until no capture is in flight, or `within` has passed.
+    pub async fn captures_settled(&self, within: Duration) {
+        let until = tokio::time::Instant::now() + within;
+        while self.captures_in_flight.load(Relaxed) > 0 && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Counts a capture in flight while it lives.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Relaxed);
+        InFlight(Arc::clone(count))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
 }
 
 /// A client for targets: pooled keep-alive connections, `connect_timeout`.
@@ -129,13 +157,12 @@ pub async fn handle(
     response
 }
 
-/// Whether a request with these headers has no body to send.
-fn bodyless(headers: &hyper::HeaderMap) -> bool {
-    let length = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    !headers.contains_key("transfer-encoding") && length.unwrap_or(0) == 0
+/// Whether a request has no body to send, from the body itself (a chunked HTTP/1.1
+/// body or an HTTP/2 one has no length header, and `Transfer-Encoding` is gone by
+/// the time this is asked).
+fn bodyless(body: &Incoming) -> bool {
+    use http_body::Body as _;
+    body.is_end_stream() || body.size_hint().exact() == Some(0)
 }
 
 fn idempotent(method: &hyper::Method) -> bool {
@@ -168,6 +195,9 @@ async fn forward(
     }
     let (mut head, body) = req.into_parts();
     headers::remove_hop_by_hop(&mut head.headers);
+    // The proxy takes the body whatever the target would say: hyper answers `100
+    // Continue` to the client when the body is first read.
+    head.headers.remove(hyper::header::EXPECT);
     match outgoing_body(proxy, route, &head, declared, body).await {
         Ok(out) => send(route, &head, client, out).await,
         Err(refused) => refused,
@@ -204,7 +234,7 @@ async fn outgoing_body(
     let captured = route.capture.as_ref().map(|q| {
         (
             q.clone(),
-            captured_request(head, proxy.store.clock().now_ms()),
+            captured_request(head, s, proxy.store.clock().now_ms()),
         )
     });
     let mut out = Outgoing {
@@ -213,7 +243,7 @@ async fn outgoing_body(
         too_large: None,
     };
     let mut end = None;
-    if !bodyless(&head.headers) {
+    if !bodyless(&body) {
         let capture_max = captured.is_some().then_some(s.capture_bytes_max);
         let (tee, too_large, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
         end = Some(body_end);
@@ -240,7 +270,11 @@ async fn outgoing_body(
     }
     if let Some((queue, captured)) = captured {
         let counters = Arc::clone(&route.counters.shared);
-        tokio::spawn(store_capture(queue, captured, end, counters));
+        let in_flight = InFlight::new(&proxy.captures_in_flight);
+        tokio::spawn(async move {
+            store_capture(queue, captured, end, counters).await;
+            drop(in_flight);
+        });
     }
     Ok(out)
 }
@@ -281,12 +315,17 @@ async fn send(
                 return too_large(s);
             }
             Ok(Err(e)) => {
-                if e.is_connect() {
+                let connect = e.is_connect();
+                if connect {
                     route.balancer.mark_down(index, s.down);
                 }
                 tracing::debug!(route = %s.name, target = %target.authority, error = %e, "target failed");
                 let reason = format!("target {} failed: {}", target.authority, error_chain(&e));
                 last = refusal(StatusCode::BAD_GATEWAY, &reason);
+                if !connect {
+                    // It may have been sent: only a failed connection is tried again.
+                    return last;
+                }
             }
             Err(_) => {
                 let ms = s.request_timeout.as_millis();
@@ -330,7 +369,8 @@ pub(crate) fn upstream_request(
     *req.method_mut() = head.method.clone();
     *req.uri_mut() = uri;
     *req.headers_mut() = head.headers.clone();
-    headers::to_target(req.headers_mut(), s, target, client);
+    let authority = head.uri.authority().map(|a| a.as_str());
+    headers::to_target(req.headers_mut(), s, target, client, authority);
     Ok(req)
 }
 
@@ -366,7 +406,13 @@ pub(crate) fn from_target(response: Response<Incoming>) -> Response<ProxyBody> {
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
 }
 
-fn captured_request(head: &hyper::http::request::Parts, now_ms: u64) -> Captured {
+/// The request as captured: headers less the route's `remove_headers` (a cookie the
+/// primary must not get is not stored nor replayed either).
+fn captured_request(
+    head: &hyper::http::request::Parts,
+    s: &RouteSettings,
+    now_ms: u64,
+) -> Captured {
     Captured {
         method: head.method.as_str().to_string(),
         uri: head
@@ -377,6 +423,7 @@ fn captured_request(head: &hyper::http::request::Parts, now_ms: u64) -> Captured
         headers: head
             .headers
             .iter()
+            .filter(|(k, _)| !s.remove_headers.iter().any(|r| r == k.as_str()))
             .filter_map(|(k, v)| {
                 v.to_str()
                     .ok()

@@ -43,11 +43,17 @@ pub fn to_target(
     route: &RouteSettings,
     target: &Target,
     client: SocketAddr,
+    authority: Option<&str>,
 ) {
-    let original_host = headers.get(HOST).cloned();
+    // An HTTP/2 client names the host in the URI's authority, not in `Host`.
+    let original_host = headers
+        .get(HOST)
+        .cloned()
+        .or_else(|| authority.and_then(|a| HeaderValue::from_str(a).ok()));
     remove_hop_by_hop(headers);
+    join_cookies(headers);
     let ip = client.ip().to_string();
-    let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+    let forwarded_for = match joined(headers, "x-forwarded-for") {
         Some(prior) => format!("{prior}, {ip}"),
         None => ip.clone(),
     };
@@ -72,7 +78,7 @@ pub fn to_target(
     {
         element.push_str(&format!(";host=\"{h}\""));
     }
-    let forwarded = match headers.get("forwarded").and_then(|v| v.to_str().ok()) {
+    let forwarded = match joined(headers, "forwarded") {
         Some(prior) => format!("{prior}, {element}"),
         None => element,
     };
@@ -90,6 +96,31 @@ pub fn to_target(
     };
     if let Some(h) = host {
         headers.insert(HOST, h);
+    }
+}
+
+/// Every value of a header, joined by `, ` (a list header sent several times).
+fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
+}
+
+/// HTTP/2 clients may send `cookie` as several fields; an HTTP/1.1 target needs one,
+/// joined by `; ` (RFC 9113 8.2.3).
+fn join_cookies(headers: &mut HeaderMap) {
+    let values: Vec<&str> = headers
+        .get_all("cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if values.len() > 1 {
+        if let Ok(v) = HeaderValue::from_str(&values.join("; ")) {
+            headers.insert("cookie", v);
+        }
     }
 }
 

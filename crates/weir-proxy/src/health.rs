@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::BodyExt;
 use hyper::{Request, Uri};
 use tokio::sync::watch;
 
@@ -40,7 +39,7 @@ pub async fn run(proxy: Arc<Proxy>, index: usize, mut shutdown: watch::Receiver<
             let healthy = match tokio::time::timeout(within, route.client.request(req)).await {
                 Ok(Ok(r)) => {
                     let ok = r.status().is_success();
-                    let _ = tokio::time::timeout(within, r.into_body().collect()).await;
+                    crate::shadow::drain(r.into_body(), within).await;
                     ok
                 }
                 _ => false,

@@ -70,23 +70,31 @@ pub fn start(store: weir::Store, settings: ProxySettings) -> anyhow::Result<Prox
         }
     }
     let mut addrs = Vec::new();
+    let mut serving = Vec::new();
     for (name, listener) in listeners {
         addrs.push((name.clone(), listener.local_addr()?));
         tracing::info!(listener = %name, addr = %listener.local_addr()?, "proxy listening");
-        runtime.spawn(server::serve(
+        serving.push(runtime.spawn(server::serve(
             listener,
             name.into(),
             Arc::clone(&proxy),
             Arc::clone(&settings),
             shutdown_rx.clone(),
-        ));
+        )));
     }
     let mut done = shutdown_rx.clone();
+    let draining = Arc::clone(&proxy);
     let thread = std::thread::Builder::new()
         .name("weir-proxy-main".into())
         .spawn(move || {
             runtime.block_on(async move {
                 let _ = done.wait_for(|stop| *stop).await;
+                // Listeners drain their requests (within their own grace), then the
+                // captures of the last requests are appended.
+                for s in serving {
+                    let _ = s.await;
+                }
+                draining.captures_settled(STOP_GRACE).await;
             });
             runtime.shutdown_timeout(STOP_GRACE);
         })
@@ -126,7 +134,7 @@ async fn setup(
         } else {
             let name = capture_queue(&r.name);
             let s = store.clone();
-            let queue = tokio::task::spawn_blocking(move || s.queue(&name))
+            let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&s, &name))
                 .await?
                 .with_context(|| format!("opening the capture queue of route {}", r.name))?;
             for (shadow, reader) in shadow::start(&queue, r, shutdown)? {
@@ -143,7 +151,24 @@ async fn setup(
             settings: r.clone(),
         });
     }
-    Ok((Proxy { routes, store }, shadows, listeners))
+    let proxy = Proxy {
+        routes,
+        store,
+        captures_in_flight: Default::default(),
+    };
+    Ok((proxy, shadows, listeners))
+}
+
+/// Opens a capture queue with no lease timeout: a replay waits for a shadow as long
+/// as it takes, and a lease ending under it would replay the request twice.
+fn capture_queue_opened(store: &weir::Store, name: &str) -> weir::Result<weir::Queue> {
+    let queue = store.queue(name)?;
+    let mut config = queue.config();
+    if config.open_timeout.is_some() {
+        config.open_timeout = None;
+        queue.set_config(config);
+    }
+    Ok(queue)
 }
 
 impl ProxyHandle {

@@ -18,6 +18,10 @@ use crate::forward::{handle, Proxy};
 
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// HTTP/2 clients are pinged this often, and closed when a ping is not answered in
+/// time: a dead HTTP/2 connection does not hold a slot for ever.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
+const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn serve(
     listener: TcpListener,
@@ -47,7 +51,7 @@ pub async fn serve(
         };
         while connections.try_join_next().is_some() {}
         let _ = stream.set_nodelay(true);
-        let (proxy, name, settings, mut stop) = (
+        let (proxy, name, settings, stop) = (
             Arc::clone(&proxy),
             Arc::clone(&name),
             Arc::clone(&settings),
@@ -55,29 +59,7 @@ pub async fn serve(
         );
         connections.spawn(async move {
             let _slot = slot;
-            let service = service_fn(move |req| {
-                let (proxy, name) = (Arc::clone(&proxy), Arc::clone(&name));
-                async move { Ok::<_, std::convert::Infallible>(handle(proxy, name, client, req).await) }
-            });
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(settings.header_timeout)
-                .max_buf_size(settings.header_bytes_max.max(8192));
-            builder.http2().max_header_list_size(u32::try_from(settings.header_bytes_max).unwrap_or(u32::MAX));
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                _ = stop.changed() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "proxy connection ended with an error");
-            }
+            serve_connection(stream, client, proxy, name, settings, stop).await;
         });
     }
     drop(listener);
@@ -86,5 +68,44 @@ pub async fn serve(
     });
     if drained.await.is_err() {
         connections.abort_all();
+    }
+}
+
+/// One client connection: HTTP/1.1 or h2c, until it closes or the proxy stops.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    client: std::net::SocketAddr,
+    proxy: Arc<Proxy>,
+    name: Arc<str>,
+    settings: Arc<ProxySettings>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service = service_fn(move |req| {
+        let (proxy, name) = (Arc::clone(&proxy), Arc::clone(&name));
+        async move { Ok::<_, std::convert::Infallible>(handle(proxy, name, client, req).await) }
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_timeout)
+        .max_buf_size(settings.header_bytes_max.max(8192));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(H2_KEEP_ALIVE))
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        .max_header_list_size(u32::try_from(settings.header_bytes_max).unwrap_or(u32::MAX));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "proxy connection ended with an error");
     }
 }

@@ -78,6 +78,19 @@ pub fn start(
             })
         })
         .collect();
+    let wanted: Vec<&str> = if route.sequential {
+        vec![SEQUENTIAL_READER]
+    } else {
+        route.shadows.iter().map(|s| s.name.as_str()).collect()
+    };
+    // A shadow removed (or a change of mode) leaves a reader nobody reads, which
+    // would keep every capture on disk: it goes.
+    for old in queue.reader_names() {
+        if !wanted.contains(&old.as_str()) {
+            tracing::info!(queue = queue.name(), reader = %old, "deleting the reader of a shadow no longer configured");
+            queue.delete_reader(&old)?;
+        }
+    }
     let mut readers = Vec::new();
     if route.sequential {
         queue.reader(SEQUENTIAL_READER)?;
@@ -224,6 +237,25 @@ async fn replay_all(
     true
 }
 
+/// Bytes of a shadow's answer read before it is dropped (the answer is not used;
+/// reading a little lets a small one end cleanly and keep its connection).
+const DRAIN_BYTES_MAX: usize = 64 * 1024;
+
+/// Reads and discards an answer's body, at most [`DRAIN_BYTES_MAX`] bytes and
+/// `within`: a huge or endless answer is dropped, never held in memory.
+pub async fn drain(mut body: hyper::body::Incoming, within: Duration) {
+    let read = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_BYTES_MAX {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(within, read).await;
+}
+
 /// Whether the request of sequence number `seq` is in a `percent` sample.
 fn sampled(seq: u64, percent: f64) -> bool {
     if percent >= 100.0 {
@@ -280,8 +312,7 @@ async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>)
                 let status = response.status().as_u16();
                 let class = usize::from(status / 100).clamp(1, 5) - 1;
                 s.counters.status[class].fetch_add(1, Relaxed);
-                let _ =
-                    tokio::time::timeout(s.settings.timeout, response.into_body().collect()).await;
+                drain(response.into_body(), s.settings.timeout).await;
                 return Outcome::Answered(status);
             }
             Ok(Err(e)) if e.is_connect() => {

@@ -45,6 +45,8 @@ pub async fn forward(
     drop(body);
     let client_side = head.extensions.remove::<OnUpgrade>();
     headers::remove_hop_by_hop(&mut head.headers);
+    // The body (if any) is not forwarded: neither is its length.
+    head.headers.remove(hyper::header::CONTENT_LENGTH);
     let (index, target) = route.balancer.pick();
     let mut outgoing = match upstream_request(&head, s, target, client, empty()) {
         Ok(r) => r,

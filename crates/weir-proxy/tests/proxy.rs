@@ -575,3 +575,62 @@ async fn an_active_health_check_takes_a_sick_target_out_and_back() {
     assert!(well.got.lock().iter().any(|g| g.1 == "/health"));
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_and_http2_bodies_reach_the_primary_and_the_shadow() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (primary, p_addr, _t1) = start_echo("primary", "127.0.0.1:0").await;
+    let (shadow, s_addr, _t2) = start_echo("shadow", "127.0.0.1:0").await;
+    let cfg = format!(
+        "{}[[routes]]\nname = \"api\"\ntargets = [\"http://{p_addr}\"]\n[[routes.shadows]]\nname = \"s\"\nurl = \"http://{s_addr}\"\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let proxy_addr = p.base.trim_start_matches("http://").to_string();
+    // HTTP/1.1, chunked: no length header at all.
+    let mut raw = tokio::net::TcpStream::connect(&proxy_addr).await.unwrap();
+    raw.write_all(b"POST /chunked HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    raw.read_to_end(&mut answer).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // HTTP/2 over cleartext (prior knowledge).
+    let stream = tokio::net::TcpStream::connect(&proxy_addr).await.unwrap();
+    let (mut h2, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let uri = format!("http://{proxy_addr}/h2");
+    let req = hyper::Request::post(uri)
+        .body(http_body_util::Full::new(Bytes::from_static(b"over h2")))
+        .unwrap();
+    let resp = h2.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let bodies = |e: &Echo| -> Vec<(String, String)> {
+        e.got
+            .lock()
+            .iter()
+            .map(|g| (g.1.clone(), String::from_utf8_lossy(&g.3).to_string()))
+            .collect()
+    };
+    let want = vec![
+        ("/chunked".to_string(), "hello world".to_string()),
+        ("/h2".to_string(), "over h2".to_string()),
+    ];
+    assert_eq!(bodies(&primary), want);
+    let until = Instant::now() + Duration::from_secs(10);
+    while shadow.got.lock().len() < 2 {
+        assert!(Instant::now() < until);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut got = bodies(&shadow);
+    got.sort();
+    assert_eq!(got, want);
+    p.stop().await;
+}

@@ -325,16 +325,23 @@ pub fn store_options(file: &FileConfig) -> anyhow::Result<StoreOptions> {
             .then(literal(b).cmp(&literal(a)))
             .then(a.cmp(b))
     });
-    let config_for = if sections.is_empty() {
+    let config_for = if sections.is_empty() && defaults.open_timeout.is_none() {
         None
     } else {
         let defaults = defaults.clone();
         let f: weir::ConfigFn = Arc::new(move |name: &str| {
-            sections
+            let mut config = sections
                 .iter()
                 .find(|(pattern, _)| glob_match(pattern.as_bytes(), name.as_bytes()))
                 .map(|(_, config)| config.clone())
-                .unwrap_or_else(|| defaults.clone())
+                .unwrap_or_else(|| defaults.clone());
+            // The bus's and the proxy's workers hold a lease while a receiver or a
+            // shadow is down, for as long as it takes: a lease timeout would deliver
+            // the item twice. Their queues never get one.
+            if name.starts_with("bus:") || name.starts_with("proxy:capture:") {
+                config.open_timeout = None;
+            }
+            config
         });
         Some(f)
     };
