@@ -22,6 +22,7 @@ use indicatif::ProgressBar;
 
 use crate::bus_http::{start_receiver, Conn, Record};
 use crate::report::{f, mib, Report, Row};
+use crate::sys::{free_addr, wait_listening};
 use crate::target::{Binaries, Kind, Target};
 
 const ROOT_KEY: &str = "weir-bench-root-key";
@@ -63,22 +64,6 @@ impl Drop for Bare {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_addr() -> Result<SocketAddr> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?)
-}
-
-fn wait_listening(addr: SocketAddr, what: &str) -> Result<()> {
-    let until = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if Instant::now() > until {
-            bail!("{what} is not listening on {addr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 fn start_servers(bins: &Binaries) -> Result<Servers> {

@@ -11,12 +11,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use indicatif::ProgressBar;
 
 use crate::proxy_http::{closed_loop, open_loop, Load};
 use crate::report::{f, mib, Report, Row};
+use crate::sys::{free_addr, wait_listening};
 use crate::target::{Binaries, Kind, Target};
 
 pub struct ProxyParams {
@@ -35,21 +36,6 @@ impl Drop for Proc {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_addr() -> Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-fn wait_listening(addr: SocketAddr, what: &str) -> Result<()> {
-    let until = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if Instant::now() > until {
-            bail!("{what} is not listening on {addr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 /// Starts `weir-bench SUBCOMMAND ADDR` (the helper servers).

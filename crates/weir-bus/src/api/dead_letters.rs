@@ -31,6 +31,16 @@ fn queue(bus: &Bus, token: &str) -> ApiResult<weir::Queue> {
         .map_err(|e| ApiError::engine("opening the dead-letter queue", &e))
 }
 
+/// Dead letters waiting: the items of the queue's reader.
+fn waiting(queue: &weir::Queue) -> u64 {
+    queue
+        .stats()
+        .readers
+        .iter()
+        .find(|r| r.name.is_empty())
+        .map_or(0, |r| r.items)
+}
+
 /// `GET /subscriber/dead_letters?limit=N`: `{"count": N, "events": [...]}`, the
 /// oldest `limit` (default 100, at most 1,000) dead letters not yet re-driven.
 pub async fn list(
@@ -49,12 +59,7 @@ pub async fn list(
     };
     let queue = queue(&bus, &token)?;
     let listed = tokio::task::spawn_blocking(move || -> weir::Result<(u64, Vec<Box<RawValue>>)> {
-        let count = queue
-            .stats()
-            .readers
-            .iter()
-            .find(|r| r.name.is_empty())
-            .map_or(0, |r| r.items);
+        let count = waiting(&queue);
         let mut events = Vec::new();
         for item in queue.iter()? {
             if events.len() >= limit {
@@ -87,12 +92,7 @@ pub async fn redrive(
     let (_, next) = queue
         .seq_bounds()
         .map_err(|e| ApiError::engine("reading the dead-letter queue", &e))?;
-    let count = queue
-        .stats()
-        .readers
-        .iter()
-        .find(|r| r.name.is_empty())
-        .map_or(0, |r| r.items);
+    let count = waiting(&queue);
     bus.change(|meta| {
         let s = meta
             .subscribers
