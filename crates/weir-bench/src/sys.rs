@@ -161,6 +161,23 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// A loopback address nobody listens on right now.
+pub fn free_addr() -> anyhow::Result<std::net::SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Waits (up to 20 s) until something accepts connections on `addr`.
+pub fn wait_listening(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<()> {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        if std::time::Instant::now() > until {
+            anyhow::bail!("{what} is not listening on {addr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,21 +209,4 @@ mod tests {
     fn own_rss_is_readable() {
         assert!(self_rss_bytes().unwrap() > 0);
     }
-}
-
-/// A loopback address nobody listens on right now.
-pub fn free_addr() -> anyhow::Result<std::net::SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-/// Waits (up to 20 s) until something accepts connections on `addr`.
-pub fn wait_listening(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<()> {
-    let until = std::time::Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        if std::time::Instant::now() > until {
-            anyhow::bail!("{what} is not listening on {addr}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
