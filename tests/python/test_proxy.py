@@ -167,3 +167,59 @@ def test_refusals_carry_a_reason(servers, proxy):
     primary.close()  # the primary is gone
     status, _, reason = p.request("GET", "/anything", b"")
     assert status == 502 and "failed" in reason
+
+
+def test_weir_proxy_runs_the_proxy_alone_and_stops_on_sigterm(servers, server_bin, tmp_path):
+    """`weir proxy --config FILE`: no memcache port, the proxy only; SIGTERM stops it
+    with its captures on disk, replayed by the next run."""
+    import subprocess
+
+    primary = servers()
+    shadow_port = harness.free_port()  # down during the first run
+    port = harness.free_port()
+    config = tmp_path / "proxy.toml"
+    config.write_text(
+        "[[proxy.listen]]\n"
+        'name = "main"\n'
+        f'addr = "{harness.HOST}:{port}"\n'
+        "[[proxy.routes]]\n"
+        'name = "api"\n'
+        f'targets = ["http://{harness.HOST}:{primary.port}"]\n'
+        "[[proxy.routes.shadows]]\n"
+        'name = "later"\n'
+        f'url = "http://{harness.HOST}:{shadow_port}"\n'
+    )
+    argv = [str(server_bin), "proxy", "--config", str(config), "--data-dir", str(tmp_path / "data")]
+
+    def run():
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                c = http.client.HTTPConnection(harness.HOST, port, timeout=2)
+                c.request("GET", "/ready")
+                c.getresponse().read()
+                c.close()
+                return proc
+            except OSError:
+                time.sleep(0.05)
+        proc.kill()
+        raise AssertionError("weir proxy did not start: " + proc.stderr.read().decode())
+
+    proc = run()
+    try:
+        for i in range(5):
+            c = http.client.HTTPConnection(harness.HOST, port, timeout=5)
+            c.request("POST", f"/p/{i}", body=f"b{i}".encode())
+            r = c.getresponse()
+            assert (r.status, r.read()) == (200, b"Hello world!")
+            c.close()
+        proc.send_signal(15)
+        assert proc.wait(timeout=15) == 0, proc.stderr.read().decode()
+        shadow = servers(shadow_port)
+        proc = run()
+        wait_for(lambda: len([p for p in shadow.paths() if p.startswith("/p/")]) >= 5)
+        assert sorted(p for p in shadow.paths() if p.startswith("/p/")) == [f"/p/{i}" for i in range(5)]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -31,6 +31,23 @@ struct Cli {
 enum Command {
     /// Run the queue server until SIGTERM, SIGINT or an enabled `shutdown` command.
     Serve(ServeArgs),
+    /// Run only the HTTP proxy of the config file's `[proxy]` section (docs/proxy.md):
+    /// no memcache port, no bus, no HTTP metrics port; until SIGTERM or SIGINT.
+    Proxy(ProxyArgs),
+}
+
+#[derive(clap::Args)]
+struct ProxyArgs {
+    /// TOML config file with a `[proxy]` section (queue settings apply to its capture
+    /// queues).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Data directory for the capture queues [default: the file's, else ./data]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Log level or tracing filter [default: info]
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -71,6 +88,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Proxy(args) => proxy_only(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -96,13 +114,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         bus_listen: args.bus_listen,
     };
     let settings = config::resolve(&file, &overrides)?;
-    let filter = tracing_subscriber::EnvFilter::try_new(&settings.log_level)
-        .with_context(|| format!("bad log level {:?}", settings.log_level))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_logging(&settings.log_level)?;
     raise_open_files_limit();
     // The accept loop, HTTP and the first event loop; `server::run` starts the others.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -114,6 +126,58 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Tasks still running (a client stuck in a write) must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+fn init_logging(level: &str) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .with_context(|| format!("bad log level {level:?}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    Ok(())
+}
+
+/// `weir proxy`: the proxy alone on the data directory, until SIGTERM or SIGINT; then
+/// it stops (requests in flight finish, replays in flight come again later) and the
+/// store closes.
+fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
+    let file = config::read_file(&args.config)?;
+    let overrides = Overrides {
+        data_dir: args.data_dir,
+        log_level: args.log_level,
+        ..Overrides::default()
+    };
+    let settings = config::resolve(&file, &overrides)?;
+    let proxy = settings
+        .proxy
+        .clone()
+        .with_context(|| format!("{} has no [proxy] section", args.config.display()))?;
+    init_logging(&settings.log_level)?;
+    raise_open_files_limit();
+    let store = weir::Store::open_with(&settings.data_dir, settings.store.clone())
+        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
+    let handle = weir_proxy::start(store.clone(), proxy)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping the proxy"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping the proxy"),
+        }
+        anyhow::Ok(())
+    })?;
+    handle.stop();
+    drop(handle);
+    store.close().context("closing the store")?;
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// Raises the soft limit on open files to the hard limit: 8000 clients need 8000
