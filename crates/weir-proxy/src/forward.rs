@@ -310,7 +310,7 @@ async fn send(
             Err(reason) => return refusal(StatusCode::BAD_REQUEST, &reason),
         };
         match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
-            Ok(Ok(response)) => return from_target(response),
+            Ok(Ok(response)) => return from_target(response, s.request_timeout),
             Ok(Err(_)) if out.too_large.as_ref().is_some_and(|t| t.load(Relaxed)) => {
                 return too_large(s);
             }
@@ -399,11 +399,12 @@ fn rewrite_query(query: Option<&str>, s: &RouteSettings) -> String {
     }
 }
 
-/// A target's answer, less hop-by-hop headers, its body streamed.
-pub(crate) fn from_target(response: Response<Incoming>) -> Response<ProxyBody> {
+/// A target's answer, less hop-by-hop headers, its body streamed; it fails (and the
+/// client's connection with it) when nothing comes for `idle`.
+pub(crate) fn from_target(response: Response<Incoming>, idle: Duration) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
-    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed())
+    Response::from_parts(parts, crate::idle::IdleBody::new(body, idle).boxed())
 }
 
 /// The request as captured: headers less the route's `remove_headers` (a cookie the

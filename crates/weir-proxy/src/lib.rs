@@ -19,6 +19,7 @@ pub mod config;
 mod forward;
 mod headers;
 mod health;
+mod idle;
 mod metrics;
 mod route;
 mod server;

@@ -77,7 +77,7 @@ pub async fn forward(
             }
         };
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return from_target(response);
+        return from_target(response, s.request_timeout);
     }
     let Some(client_side) = client_side else {
         return refusal(

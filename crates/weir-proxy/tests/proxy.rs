@@ -634,3 +634,42 @@ async fn chunked_and_http2_bodies_reach_the_primary_and_the_shadow() {
     assert_eq!(got, want);
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_stalls_mid_answer_does_not_hold_the_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A target that sends a head and 3 of 100 bytes, then nothing.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let t_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
+                    .await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            });
+        }
+    });
+    let cfg = format!("{}[[routes]]\nname = \"slow\"\ntargets = [\"http://{t_addr}\"]\nrequest_timeout_ms = 300\n", listen_toml());
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let mut raw = tokio::net::TcpStream::connect(p.base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    raw.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the connection was still held after 5 s");
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    p.stop().await;
+}
