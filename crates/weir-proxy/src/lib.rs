@@ -7,7 +7,7 @@
 //! The map: `config.rs` the `[proxy]` section, `route.rs` matching, `forward.rs`
 //! the request path, `headers.rs` what a target gets, `balance.rs` round-robin and
 //! passive health, `health.rs` active health checks, `capture.rs` the captured form and the body tee, `shadow.rs`
-//! replays, `upgrade.rs` WebSocket, `server.rs` the listeners, `metrics.rs` `/metrics`.
+//! replays, `upgrade.rs` WebSocket, `idle.rs` stalled answers, `server.rs` the listeners, `metrics.rs` `/metrics`.
 //!
 //! It uses the engine only through its public API (`Store`, `Queue`, `Reader`). It
 //! runs on a runtime of its own, beside the rest of the process: [`start`],
