@@ -19,6 +19,7 @@ pub const BODY_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024;
 pub const CAPTURE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
 pub const DOWN_MS_DEFAULT: u64 = 10_000;
 pub const HEALTH_INTERVAL_MS_DEFAULT: u64 = 5_000;
+pub const WEBSOCKET_IDLE_MS_DEFAULT: u64 = 300_000;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4_096;
 pub const HEADER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
@@ -100,6 +101,9 @@ pub struct RouteConfig {
     /// does.
     pub health_path: Option<String>,
     pub health_interval_ms: Option<u64>,
+    /// An upgraded (WebSocket) connection with no byte either way for this long is
+    /// closed.
+    pub websocket_idle_ms: Option<u64>,
     /// `concurrent` (each shadow on its own) or `sequential` (shadows in order, the
     /// next only after the previous answered).
     pub replay: Option<String>,
@@ -158,6 +162,7 @@ pub struct RouteSettings {
     pub remove_query: Vec<String>,
     pub health_path: Option<String>,
     pub health_interval: Duration,
+    pub websocket_idle: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
 }
@@ -333,6 +338,7 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
         remove_query: r.remove_query.clone(),
         health_path: r.health_path.clone(),
         health_interval: ms(r.health_interval_ms, HEALTH_INTERVAL_MS_DEFAULT),
+        websocket_idle: ms(r.websocket_idle_ms, WEBSOCKET_IDLE_MS_DEFAULT),
         sequential,
         shadows,
     })

@@ -2,8 +2,10 @@
 //! header goes to a target with both kept (they are hop-by-hop, removed from every
 //! other request); when the target answers `101 Switching Protocols`, the client's
 //! connection and the target's are joined and bytes are copied both ways until
-//! either side closes. Upgraded requests are not captured nor replayed, and not
-//! retried. HTTP/1.1 only (an HTTP/2 client cannot upgrade this way).
+//! either side closes, or until no byte has passed either way for the route's
+//! `websocket_idle_ms` (5 minutes by default). Upgraded requests are not captured
+//! nor replayed, and not retried. HTTP/1.1 only (an HTTP/2 client cannot upgrade
+//! this way).
 
 use std::net::SocketAddr;
 
@@ -12,6 +14,12 @@ use hyper::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
 use hyper::upgrade::OnUpgrade;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes a tunnel copies at a time, per direction.
+const PUMP_BUFFER_BYTES: usize = 16 * 1024;
 
 use crate::forward::{
     empty, error_chain, from_target, refusal, upstream_request, ProxyBody, RouteRt,
@@ -87,7 +95,7 @@ pub async fn forward(
     };
     let target_side = hyper::upgrade::on(&mut response);
     let accepted = response.headers().get(UPGRADE).cloned();
-    tokio::spawn(join(client_side, target_side));
+    tokio::spawn(join(client_side, target_side, s.websocket_idle));
     let (mut parts, _) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
     parts
@@ -101,14 +109,62 @@ pub async fn forward(
 
 /// Copies bytes both ways between the upgraded client and target connections until
 /// either side closes.
-async fn join(client_side: OnUpgrade, target_side: OnUpgrade) {
+async fn join(client_side: OnUpgrade, target_side: OnUpgrade, idle: Duration) {
     match tokio::join!(client_side, target_side) {
         (Ok(c), Ok(t)) => {
-            let (mut c, mut t) = (TokioIo::new(c), TokioIo::new(t));
-            if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut t).await {
-                tracing::debug!(error = %e, "upgraded connection ended with an error");
+            let (c, t) = (TokioIo::new(c), TokioIo::new(t));
+            let (c_read, c_write) = tokio::io::split(c);
+            let (t_read, t_write) = tokio::io::split(t);
+            let start = Instant::now();
+            let last = Arc::new(AtomicU64::new(0));
+            let up = pump(c_read, t_write, Arc::clone(&last), start);
+            let down = pump(t_read, c_write, Arc::clone(&last), start);
+            let watchdog = async {
+                loop {
+                    tokio::time::sleep(idle / 4).await;
+                    let quiet = start
+                        .elapsed()
+                        .saturating_sub(Duration::from_millis(last.load(Relaxed)));
+                    if quiet >= idle {
+                        tracing::debug!(
+                            idle_ms = idle.as_millis() as u64,
+                            "upgraded connection idle: closed"
+                        );
+                        return;
+                    }
+                }
+            };
+            // Both directions ending, or the idle watchdog, ends the tunnel.
+            tokio::select! {
+                _ = async { tokio::join!(up, down) } => {}
+                _ = watchdog => {}
             }
         }
         (c, t) => tracing::debug!(client = ?c.err(), target = ?t.err(), "upgrade failed"),
     }
+}
+
+/// Copies one direction, noting the time of each read (ms since `start`) in `last`;
+/// ends at end of stream or an error, shutting the writing side down.
+async fn pump<R, W>(mut from: R, mut to: W, last: Arc<AtomicU64>, start: Instant)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; PUMP_BUFFER_BYTES];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        last.store(
+            u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+            Relaxed,
+        );
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }

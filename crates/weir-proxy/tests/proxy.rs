@@ -520,7 +520,7 @@ async fn websockets_pass_through() {
         let _ = axum::serve(listener, app).await;
     });
     let cfg = format!(
-        "{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\n",
+        "{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\nwebsocket_idle_ms = 400\n",
         listen_toml()
     );
     let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
@@ -536,7 +536,21 @@ async fn websockets_pass_through() {
         let got = ws.next().await.unwrap().unwrap();
         assert_eq!(got.into_text().unwrap().as_str(), format!("echo: hi {i}"));
     }
-    ws.close(None).await.unwrap();
+    // Quiet for longer than websocket_idle_ms: the proxy closes the tunnel.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let _ = ws
+        .send(tokio_tungstenite::tungstenite::Message::Text("late".into()))
+        .await;
+    let after = tokio::time::timeout(Duration::from_secs(3), ws.next())
+        .await
+        .expect("the tunnel ends, it does not hang");
+    assert!(
+        !matches!(
+            after,
+            Some(Ok(tokio_tungstenite::tungstenite::Message::Text(_)))
+        ),
+        "{after:?}"
+    );
     // A plain request on the same proxy still works.
     assert_eq!(p.send("GET", "/ws", &[], vec![]).await.status, 400);
     p.stop().await;
