@@ -10,7 +10,6 @@
 //! resident memory as 10k to 1M events queue for a subscriber whose receiver is down.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +21,7 @@ use indicatif::ProgressBar;
 
 use crate::bus_http::{start_receiver, Conn, Record};
 use crate::report::{f, mib, Report, Row};
-use crate::sys::{free_addr, wait_listening};
+use crate::sys::{free_addr, helper, wait_listening, Proc};
 use crate::target::{Binaries, Kind, Target};
 
 const ROOT_KEY: &str = "weir-bench-root-key";
@@ -49,21 +48,9 @@ pub struct BusParams {
 struct Servers {
     weir: Target,
     bus: SocketAddr,
-    bare: Bare,
+    /// The bare reference server, and where it listens.
+    bare: (Proc, SocketAddr),
     _config: tempfile::NamedTempFile,
-}
-
-/// The bare reference server process, killed on drop.
-struct Bare {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Bare {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start_servers(bins: &Binaries) -> Result<Servers> {
@@ -87,15 +74,7 @@ fn start_servers(bins: &Binaries) -> Result<Servers> {
     ]);
     let weir = Target::spawn(Kind::Weir, &bins)?;
     wait_listening(bus, "weir's bus")?;
-    let addr = free_addr()?;
-    let exe = std::env::current_exe().context("finding weir-bench's own path")?;
-    let child = Command::new(exe)
-        .args(["bare-http", &addr.to_string()])
-        .stdin(Stdio::null())
-        .spawn()
-        .context("starting the bare HTTP server")?;
-    let bare = Bare { child, addr };
-    wait_listening(addr, "the bare HTTP server")?;
+    let bare = helper("bare-http")?;
     Ok(Servers {
         weir,
         bus,
@@ -275,7 +254,7 @@ async fn ingest(s: &Servers, publisher: &str, p: &BusParams) -> Result<Report> {
             let (addr, name) = if weir_turn {
                 (s.bus, "weir")
             } else {
-                (s.bare.addr, "bare-http")
+                (s.bare.1, "bare-http")
             };
             let rec = weir_turn.then(|| Arc::clone(&record));
             let took = flood(
@@ -315,7 +294,7 @@ async fn serial(s: &Servers, publisher: &str, p: &BusParams) -> Result<Report> {
         "bus: a serial sender's publish latency (one keep-alive connection)",
     );
     let mut p50s = Vec::new();
-    for (addr, name) in [(s.bare.addr, "bare-http"), (s.bus, "weir")] {
+    for (addr, name) in [(s.bare.1, "bare-http"), (s.bus, "weir")] {
         let mut conn = Conn::open(addr, publisher).await?;
         let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         for i in 0..p.serial_events {

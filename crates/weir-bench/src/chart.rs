@@ -62,6 +62,7 @@ fn load_font(explicit: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// What to plot from a report.
+#[derive(Clone, Copy)]
 pub struct ChartSpec<'a> {
     /// File stem in the output directory.
     pub file: &'a str,

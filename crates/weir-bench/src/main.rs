@@ -921,35 +921,31 @@ fn run_bus(
 ) -> Result<()> {
     progress.steps.reset();
     let reports = runtime.block_on(bus::run(p, &binaries(common), &progress.steps))?;
-    for report in &reports {
-        let charts: Vec<ChartSpec> = match report.bench {
-            "bus-latency" => vec![ChartSpec {
-                file: "bus-latency",
-                title: "bus: delivery latency, publish to receipt",
-                x_label: "scenario",
-                y_label: "milliseconds (log)",
-                x_key: "scenario",
-                y_key: "ms",
-                y_div: 1.0,
-                series_key: "percentile",
-                log_y: true,
-            }],
-            "bus-rss" => vec![ChartSpec {
-                file: "bus-rss",
-                title: "bus: weir's RSS with events queued for a receiver that is down",
-                x_label: "events queued",
-                y_label: "RSS (MiB)",
-                x_key: "queued",
-                y_key: "rss_bytes",
-                y_div: 1024.0 * 1024.0,
-                series_key: "target",
-                log_y: false,
-            }],
-            _ => Vec::new(),
-        };
-        emit(common, report, &charts, failures)?;
-    }
-    Ok(())
+    let charts = [
+        ChartSpec {
+            file: "bus-latency",
+            title: "bus: delivery latency, publish to receipt",
+            x_label: "scenario",
+            y_label: "milliseconds (log)",
+            x_key: "scenario",
+            y_key: "ms",
+            y_div: 1.0,
+            series_key: "percentile",
+            log_y: true,
+        },
+        ChartSpec {
+            file: "bus-rss",
+            title: "bus: weir's RSS with events queued for a receiver that is down",
+            x_label: "events queued",
+            y_label: "RSS (MiB)",
+            x_key: "queued",
+            y_key: "rss_bytes",
+            y_div: 1024.0 * 1024.0,
+            series_key: "target",
+            log_y: false,
+        },
+    ];
+    emit_all(common, &reports, &charts, failures)
 }
 
 fn run_proxy(
@@ -961,33 +957,48 @@ fn run_proxy(
 ) -> Result<()> {
     progress.steps.reset();
     let reports = runtime.block_on(proxy::run(p, &binaries(common), &progress.steps))?;
-    for report in &reports {
-        let charts: Vec<ChartSpec> = match report.bench {
-            "proxy-latency" => vec![ChartSpec {
-                file: "proxy-latency",
-                title: "proxy: p99 latency, open loop (rocky's suites)",
-                x_label: "suite",
-                y_label: "p99 milliseconds (log)",
-                x_key: "suite",
-                y_key: "p99_ms",
-                y_div: 1.0,
-                series_key: "target",
-                log_y: true,
-            }],
-            "proxy-rss" => vec![ChartSpec {
-                file: "proxy-rss",
-                title: "proxy: weir's RSS at 100 req/s, shadows never answering",
-                x_label: "seconds",
-                y_label: "RSS (MiB)",
-                x_key: "second",
-                y_key: "rss_bytes",
-                y_div: 1024.0 * 1024.0,
-                series_key: "target",
-                log_y: false,
-            }],
-            _ => Vec::new(),
-        };
-        emit(common, report, &charts, failures)?;
+    let charts = [
+        ChartSpec {
+            file: "proxy-latency",
+            title: "proxy: p99 latency, open loop (rocky's suites)",
+            x_label: "suite",
+            y_label: "p99 milliseconds (log)",
+            x_key: "suite",
+            y_key: "p99_ms",
+            y_div: 1.0,
+            series_key: "target",
+            log_y: true,
+        },
+        ChartSpec {
+            file: "proxy-rss",
+            title: "proxy: weir's RSS at 100 req/s, shadows never answering",
+            x_label: "seconds",
+            y_label: "RSS (MiB)",
+            x_key: "second",
+            y_key: "rss_bytes",
+            y_div: 1024.0 * 1024.0,
+            series_key: "target",
+            log_y: false,
+        },
+    ];
+    emit_all(common, &reports, &charts, failures)
+}
+
+/// Emits each report with the charts named after it (a chart's file is its
+/// report's bench).
+fn emit_all(
+    common: &Common,
+    reports: &[Report],
+    charts: &[ChartSpec],
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    for report in reports {
+        let mine: Vec<ChartSpec> = charts
+            .iter()
+            .filter(|c| c.file == report.bench)
+            .copied()
+            .collect();
+        emit(common, report, &mine, failures)?;
     }
     Ok(())
 }

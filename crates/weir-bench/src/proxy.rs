@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -17,7 +17,7 @@ use indicatif::ProgressBar;
 
 use crate::proxy_http::{closed_loop, open_loop, Load};
 use crate::report::{f, mib, Report, Row};
-use crate::sys::{free_addr, wait_listening};
+use crate::sys::{free_addr, helper, wait_listening, Proc};
 use crate::target::{Binaries, Kind, Target};
 
 pub struct ProxyParams {
@@ -26,29 +26,6 @@ pub struct ProxyParams {
     pub throughput_connections: usize,
     pub soak_seconds: f64,
     pub nginx: Option<PathBuf>,
-}
-
-/// A child process, killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `weir-bench SUBCOMMAND ADDR` (the helper servers).
-fn helper(sub: &str) -> Result<(Proc, SocketAddr)> {
-    let addr = free_addr()?;
-    let exe = std::env::current_exe()?;
-    let child = Command::new(exe)
-        .args([sub, &addr.to_string()])
-        .stdin(Stdio::null())
-        .spawn()?;
-    let p = Proc(child);
-    wait_listening(addr, sub)?;
-    Ok((p, addr))
 }
 
 /// Everything under test: the targets, weir's two listeners, nginx's two servers.

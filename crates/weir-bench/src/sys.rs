@@ -178,6 +178,33 @@ pub fn wait_listening(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<
     Ok(())
 }
 
+/// A child process, killed on drop.
+pub struct Proc(pub std::process::Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `weir-bench SUBCOMMAND ADDR` (a suite's helper server: the bare HTTP
+/// reference, the proxy's primary and shadows) on a free port, and waits until it
+/// accepts.
+pub fn helper(sub: &str) -> anyhow::Result<(Proc, std::net::SocketAddr)> {
+    use anyhow::Context;
+    let addr = free_addr()?;
+    let exe = std::env::current_exe().context("finding weir-bench's own path")?;
+    let child = std::process::Command::new(exe)
+        .args([sub, &addr.to_string()])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting weir-bench {sub}"))?;
+    let p = Proc(child);
+    wait_listening(addr, sub)?;
+    Ok((p, addr))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
