@@ -4,7 +4,9 @@
 //!
 //! A captured request is one item of the route's queue `proxy:capture:ROUTE`: a
 //! 4-byte big-endian length, that many bytes of JSON (method, path and query,
-//! headers, time), then the body as it came. Each shadow is a reader of the queue.
+//! headers, time, and for a route that diffs, the primary's status and headers),
+//! then the request's body as it came, then the primary's answer's body (its length
+//! is in the JSON). Each shadow is a reader of the queue.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -30,6 +32,24 @@ pub struct Captured {
     pub at_ms: u64,
     #[serde(skip)]
     pub body: Bytes,
+    /// The primary's answer, kept when a shadow of the route diffs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<CapturedResponse>,
+}
+
+/// The primary's answer to a captured request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapturedResponse {
+    pub status: u16,
+    /// Headers less the hop-by-hop ones; values that are not UTF-8 are left out.
+    pub headers: Vec<(String, String)>,
+    /// False when the body was over `capture_bytes_max` or broke off: `body` is
+    /// then empty and not compared.
+    pub body_whole: bool,
+    /// The body's length in the item (it follows the request's body).
+    pub body_len: u64,
+    #[serde(skip)]
+    pub body: Bytes,
 }
 
 /// Header JSON longer than this is refused when decoding (a damaged item).
@@ -38,10 +58,12 @@ const HEAD_BYTES_MAX: usize = 1024 * 1024;
 impl Captured {
     pub fn encode(&self) -> Vec<u8> {
         let head = serde_json::to_vec(self).unwrap_or_default();
-        let mut out = Vec::with_capacity(4 + head.len() + self.body.len());
+        let answer = self.response.as_ref().map_or(&[][..], |r| &r.body[..]);
+        let mut out = Vec::with_capacity(4 + head.len() + self.body.len() + answer.len());
         out.extend_from_slice(&(head.len() as u32).to_be_bytes());
         out.extend_from_slice(&head);
         out.extend_from_slice(&self.body);
+        out.extend_from_slice(answer);
         out
     }
 
@@ -55,7 +77,16 @@ impl Captured {
         }
         let mut c: Captured = serde_json::from_slice(&item[4..4 + len])
             .map_err(|e| format!("a captured request's head: {e}"))?;
-        c.body = item.slice(4 + len..);
+        let bodies = item.slice(4 + len..);
+        let answer_len = c.response.as_ref().map_or(0, |r| r.body_len);
+        let split = usize::try_from(answer_len)
+            .ok()
+            .and_then(|n| bodies.len().checked_sub(n))
+            .ok_or("a captured request with a bad answer length")?;
+        c.body = bodies.slice(..split);
+        if let Some(r) = &mut c.response {
+            r.body = bodies.slice(split..);
+        }
         Ok(c)
     }
 }
@@ -206,9 +237,30 @@ mod tests {
             headers: vec![("content-type".into(), "text/plain".into())],
             at_ms: 5,
             body: Bytes::from_static(b"hello\x00\xff"),
+            response: None,
         };
         let item = Bytes::from(c.encode());
         assert_eq!(Captured::decode(&item).unwrap(), c);
+        let mut with_answer = c.clone();
+        with_answer.response = Some(CapturedResponse {
+            status: 201,
+            headers: vec![("x".into(), "y".into())],
+            body_whole: true,
+            body_len: 3,
+            body: Bytes::from_static(b"abc"),
+        });
+        let item = Bytes::from(with_answer.encode());
+        assert_eq!(Captured::decode(&item).unwrap(), with_answer);
+        // An answer length past the item's end is refused, not sliced out of bounds.
+        let mut head = serde_json::to_vec(&with_answer).unwrap();
+        let text = String::from_utf8(head.clone())
+            .unwrap()
+            .replace("\"body_len\":3", "\"body_len\":99");
+        head = text.into_bytes();
+        let mut bad = (head.len() as u32).to_be_bytes().to_vec();
+        bad.extend_from_slice(&head);
+        bad.extend_from_slice(b"hello");
+        assert!(Captured::decode(&Bytes::from(bad)).is_err());
         assert!(Captured::decode(&Bytes::from_static(b"\x00\x00")).is_err());
         assert!(Captured::decode(&Bytes::from_static(b"\x00\x00\x01\x00{}")).is_err());
         assert!(Captured::decode(&Bytes::from_static(b"\x00\x00\x00\x02{x")).is_err());

@@ -433,6 +433,7 @@ fn captured_request(
             .collect(),
         at_ms: now_ms,
         body: Bytes::new(),
+        response: None,
     }
 }
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
-pub use crate::capture::Captured;
+pub use crate::capture::{Captured, CapturedResponse};
 pub use crate::config::{ProxyConfig, ProxySettings};
 pub use crate::forward::{capture_queue, ERROR_HEADER};
 pub use crate::shadow::REPLAY_HEADER;
