@@ -28,6 +28,22 @@ pub const SHADOW_RETRIES_DEFAULT: u32 = 2;
 pub const SHADOW_CONCURRENCY_DEFAULT: usize = 4;
 /// Shadows per route: each is a reader of the route's capture queue.
 pub const SHADOWS_MAX: usize = 16;
+/// Headers left out of response diffs unless `diff_ignore_headers` says otherwise:
+/// they differ between any two servers, or with the body, which is compared itself.
+pub const DIFF_IGNORE_HEADERS_DEFAULT: &[&str] = &[
+    "date",
+    "server",
+    "content-length",
+    "age",
+    "expires",
+    "last-modified",
+    "etag",
+    "set-cookie",
+    "x-request-id",
+    "x-weir-replay",
+];
+/// Entries in `diff_ignore_headers` and `diff_ignore_fields`, each.
+pub const DIFF_IGNORE_MAX: usize = 256;
 
 /// `[proxy]` as written.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -109,6 +125,16 @@ pub struct RouteConfig {
     pub replay: Option<String>,
     #[serde(default)]
     pub shadows: Vec<ShadowConfig>,
+    /// A second instance of the primary's version: each request a diffing shadow
+    /// replays also goes here, and what differs between the primary's answer and
+    /// this one is learned as noise, not reported.
+    pub reference: Option<String>,
+    /// Response headers not compared (replaces the default list).
+    pub diff_ignore_headers: Option<Vec<String>>,
+    /// Fields not compared: `status`, `header.NAME`, `body`, `body.a.b` (`*` for
+    /// any array index); a field ignores everything under it.
+    #[serde(default)]
+    pub diff_ignore_fields: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -126,6 +152,10 @@ pub struct ShadowConfig {
     pub timeout_ms: Option<u64>,
     /// Attempts after the first when a replay times out or breaks.
     pub retries: Option<u32>,
+    /// Compare the shadow's answers with the primary's (the primary's answer is then
+    /// captured with the request).
+    #[serde(default)]
+    pub diff: bool,
 }
 
 /// Everything resolved and checked.
@@ -165,6 +195,23 @@ pub struct RouteSettings {
     pub websocket_idle: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
+    pub diff: DiffSettings,
+}
+
+/// How a route's diffing shadows compare answers.
+#[derive(Clone, Debug, Default)]
+pub struct DiffSettings {
+    pub reference: Option<Target>,
+    /// Lower-case header names.
+    pub ignore_headers: Vec<String>,
+    pub ignore_fields: Vec<String>,
+}
+
+impl RouteSettings {
+    /// Whether some shadow compares answers (so the primary's answer is captured).
+    pub fn diffs(&self) -> bool {
+        self.shadows.iter().any(|s| s.diff)
+    }
 }
 
 /// A target's base: scheme, authority and a path prefix.
@@ -183,6 +230,7 @@ pub struct ShadowSettings {
     pub concurrency: usize,
     pub timeout: Duration,
     pub retries: u32,
+    pub diff: bool,
 }
 
 impl ProxyConfig {
@@ -296,6 +344,7 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
     }
     let sequential = replay_mode(r)?;
     let shadows = resolve_shadows(r)?;
+    let diff = resolve_diff(r, &shadows)?;
     let ms = |v: Option<u64>, d: u64| Duration::from_millis(v.unwrap_or(d).max(1));
     Ok(RouteSettings {
         name: r.name.clone(),
@@ -341,6 +390,49 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
         websocket_idle: ms(r.websocket_idle_ms, WEBSOCKET_IDLE_MS_DEFAULT),
         sequential,
         shadows,
+        diff,
+    })
+}
+
+/// `reference`, `diff_ignore_headers` and `diff_ignore_fields`, checked.
+fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSettings, String> {
+    let key = |k: &str| format!("proxy route {} {k}", r.name);
+    let reference = r
+        .reference
+        .as_deref()
+        .map(|u| parse_target(&key("reference"), u))
+        .transpose()?;
+    if reference.is_some() && !shadows.iter().any(|s| s.diff) {
+        return Err(format!(
+            "{}: only used by a shadow with diff = true",
+            key("reference")
+        ));
+    }
+    let ignore_headers: Vec<String> = match &r.diff_ignore_headers {
+        Some(list) => list.iter().map(|h| h.to_ascii_lowercase()).collect(),
+        None => DIFF_IGNORE_HEADERS_DEFAULT
+            .iter()
+            .map(|h| h.to_string())
+            .collect(),
+    };
+    if ignore_headers.len() > DIFF_IGNORE_MAX || r.diff_ignore_fields.len() > DIFF_IGNORE_MAX {
+        return Err(format!(
+            "{}: at most {DIFF_IGNORE_MAX} entries each",
+            key("diff_ignore_headers / diff_ignore_fields")
+        ));
+    }
+    if let Some(bad) = r.diff_ignore_fields.iter().find(|f| {
+        !(*f == "status" || *f == "body" || f.starts_with("header.") || f.starts_with("body."))
+    }) {
+        return Err(format!(
+            "{} {bad:?}: status, body, header.NAME or body.PATH",
+            key("diff_ignore_fields")
+        ));
+    }
+    Ok(DiffSettings {
+        reference,
+        ignore_headers,
+        ignore_fields: r.diff_ignore_fields.clone(),
     })
 }
 
@@ -398,6 +490,7 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
                 s.timeout_ms.unwrap_or(SHADOW_TIMEOUT_MS_DEFAULT).max(1),
             ),
             retries: s.retries.unwrap_or(SHADOW_RETRIES_DEFAULT).min(RETRIES_MAX),
+            diff: s.diff,
         });
     }
     Ok(shadows)
@@ -451,9 +544,22 @@ mod tests {
         let mut bad = c.clone();
         bad.routes[0].replay = Some("random".into());
         assert!(bad.resolve().unwrap_err().contains("replay"));
-        let mut bad = c;
+        let mut bad = c.clone();
         bad.routes[0].name = "Bad Name".into();
         assert!(bad.resolve().unwrap_err().contains("routes.name"));
+        // A reference needs a diffing shadow; ignored fields are named by kind.
+        let mut bad = c.clone();
+        bad.routes[0].reference = Some("http://127.0.0.1:9200".into());
+        assert!(bad.resolve().unwrap_err().contains("reference"));
+        bad.routes[0].shadows[0].diff = true;
+        let s = bad.resolve().unwrap();
+        assert!(s.routes[0].diffs());
+        assert!(s.routes[0]
+            .diff
+            .ignore_headers
+            .contains(&"date".to_string()));
+        bad.routes[0].diff_ignore_fields = vec!["cookie".into()];
+        assert!(bad.resolve().unwrap_err().contains("diff_ignore_fields"));
     }
 
     fn toml_like(text: &str) -> ProxyConfig {

@@ -7,9 +7,11 @@
 //! 413 over `body_bytes_max`, 502 when no target answers, 504 when the target does
 //! not answer within `request_timeout_ms`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,7 +25,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::balance::Balancer;
-use crate::capture::{BodyEnd, BoxError, Captured, TeeBody};
+use crate::capture::{BodyEnd, BoxError, Captured, CapturedResponse, TeeBody};
 use crate::config::{RouteSettings, Target};
 use crate::headers;
 use crate::metrics::RouteCounters;
@@ -31,6 +33,13 @@ use crate::route::{matches, Pattern};
 
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
 pub type HttpClient = Client<HttpConnector, ProxyBody>;
+
+/// A request with a larger body (or a streamed one) goes on a connection that is
+/// not used again. A target that answers without reading a large body closes the
+/// connection once it has drained it (hyper's server does so past 64 KiB), and a
+/// pooled connection closing under the next request would fail that request: a
+/// new connection for such a request is cheap next to its body.
+pub const POOLED_BODY_BYTES_MAX: usize = 32 * 1024;
 
 /// The header that says why the proxy answered instead of a target.
 pub const ERROR_HEADER: &str = "x-weir-proxy-error";
@@ -199,9 +208,59 @@ async fn forward(
     // Continue` to the client when the body is first read.
     head.headers.remove(hyper::header::EXPECT);
     match outgoing_body(proxy, route, &head, declared, body).await {
-        Ok(out) => send(route, &head, client, out).await,
+        Ok((out, pending)) => {
+            let (response, from_target) = send(route, &head, client, out).await;
+            match pending {
+                Some(p) => capture(route, p, response, from_target).await,
+                None => response,
+            }
+        }
         Err(refused) => refused,
     }
+}
+
+/// A capture waiting for its request's body (and, for a route that diffs, the
+/// primary's answer).
+struct Pending {
+    queue: weir::Queue,
+    captured: Captured,
+    end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
+    in_flight: InFlight,
+}
+
+/// Starts the append of a capture of a route that diffs: the primary's answer
+/// (status, headers and, as it streams to the client, its body up to
+/// `capture_bytes_max`) goes with it; an answer the proxy made itself does not.
+async fn capture(
+    route: &RouteRt,
+    p: Pending,
+    response: Response<ProxyBody>,
+    from_target: bool,
+) -> Response<ProxyBody> {
+    if !from_target {
+        start_capture(route, p, None).await;
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let head = CapturedResponse {
+        status: parts.status.as_u16(),
+        headers: crate::differ::header_pairs(&parts.headers),
+        body_whole: false,
+        body_len: 0,
+        body: Bytes::new(),
+    };
+    use http_body::Body as _;
+    let (body, answer_end) = if body.is_end_stream() {
+        // hyper may never poll an empty body: it is whole as it is.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _ = tx.send(BodyEnd::Complete(Bytes::new()));
+        (body, rx)
+    } else {
+        let (tee, _, end) = TeeBody::new(body, Some(route.settings.capture_bytes_max), u64::MAX);
+        (tee.boxed(), end)
+    };
+    start_capture(route, p, Some((head, answer_end))).await;
+    Response::from_parts(parts, body)
 }
 
 fn too_large(s: &RouteSettings) -> Response<ProxyBody> {
@@ -229,7 +288,7 @@ async fn outgoing_body(
     head: &hyper::http::request::Parts,
     declared: Option<u64>,
     body: Incoming,
-) -> Result<Outgoing, Response<ProxyBody>> {
+) -> Result<(Outgoing, Option<Pending>), Response<ProxyBody>> {
     let s = &route.settings;
     let captured = route.capture.as_ref().map(|q| {
         (
@@ -268,26 +327,49 @@ async fn outgoing_body(
             out.too_large = Some(too_large);
         }
     }
-    if let Some((queue, captured)) = captured {
-        let counters = Arc::clone(&route.counters.shared);
-        let in_flight = InFlight::new(&proxy.captures_in_flight);
-        tokio::spawn(async move {
-            store_capture(queue, captured, end, counters).await;
-            drop(in_flight);
-        });
+    let pending = captured.map(|(queue, captured)| Pending {
+        queue,
+        captured,
+        end,
+        in_flight: InFlight::new(&proxy.captures_in_flight),
+    });
+    match pending {
+        // The primary's answer is not needed: the capture starts now, so that
+        // captures keep the order their requests came in (as well as tasks can).
+        Some(p) if !s.diffs() => {
+            start_capture(route, p, None).await;
+            Ok((out, None))
+        }
+        pending => Ok((out, pending)),
     }
-    Ok(out)
+}
+
+/// Starts a capture: polled once here, where a request whose body has passed is
+/// appended at once (the engine takes the item before its first wait), so that
+/// captures keep the order of their requests; the rest (a body still coming, the
+/// wait for durability) goes on in a task of its own. The client never waits for it.
+async fn start_capture(route: &RouteRt, p: Pending, answer: Option<AnswerPart>) {
+    let counters = Arc::clone(&route.counters.shared);
+    let mut task = Box::pin(async move {
+        store_capture(p.queue, p.captured, p.end, answer, counters).await;
+        drop(p.in_flight);
+    });
+    let first = std::future::poll_fn(|cx| Poll::Ready(task.as_mut().poll(cx))).await;
+    if first.is_pending() {
+        tokio::spawn(task);
+    }
 }
 
 /// Sends to the route's targets in turn: again (after `retry_backoff_ms`, to the
 /// next target) for an idempotent request whose body can be sent again, when a
-/// target could not be reached or did not answer in time.
+/// target could not be reached or did not answer in time. True with a target's
+/// answer, false with one the proxy made.
 async fn send(
     route: &RouteRt,
     head: &hyper::http::request::Parts,
     client: SocketAddr,
     mut out: Outgoing,
-) -> Response<ProxyBody> {
+) -> (Response<ProxyBody>, bool) {
     let s = &route.settings;
     let attempts = if out.stream.is_none() && idempotent(&head.method) {
         1 + s.retries
@@ -295,6 +377,10 @@ async fn send(
         1
     };
     let mut last = refusal(StatusCode::BAD_GATEWAY, "no target answered");
+    let close_after = out
+        .whole
+        .as_ref()
+        .map_or(out.stream.is_some(), |b| b.len() > POOLED_BODY_BYTES_MAX);
     for attempt in 0..attempts {
         if attempt > 0 {
             tokio::time::sleep(s.retry_backoff * attempt).await;
@@ -305,14 +391,19 @@ async fn send(
             (None, Some(stream)) => stream,
             (None, None) => empty(),
         };
-        let outgoing = match upstream_request(head, s, target, client, body) {
+        let mut outgoing = match upstream_request(head, s, target, client, body) {
             Ok(r) => r,
-            Err(reason) => return refusal(StatusCode::BAD_REQUEST, &reason),
+            Err(reason) => return (refusal(StatusCode::BAD_REQUEST, &reason), false),
         };
+        if close_after {
+            outgoing
+                .headers_mut()
+                .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
-            Ok(Ok(response)) => return from_target(response, s.request_timeout),
+            Ok(Ok(response)) => return (from_target(response, s.request_timeout), true),
             Ok(Err(_)) if out.too_large.as_ref().is_some_and(|t| t.load(Relaxed)) => {
-                return too_large(s);
+                return (too_large(s), false);
             }
             Ok(Err(e)) => {
                 let connect = e.is_connect();
@@ -324,7 +415,7 @@ async fn send(
                 last = refusal(StatusCode::BAD_GATEWAY, &reason);
                 if !connect {
                     // It may have been sent: only a failed connection is tried again.
-                    return last;
+                    return (last, false);
                 }
             }
             Err(_) => {
@@ -334,7 +425,7 @@ async fn send(
             }
         }
     }
-    last
+    (last, false)
 }
 
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -437,11 +528,17 @@ fn captured_request(
     }
 }
 
-/// Appends a captured request once its body has passed (at once when it has none).
+/// The primary's answer's head and how its body ended.
+type AnswerPart = (CapturedResponse, tokio::sync::oneshot::Receiver<BodyEnd>);
+
+/// Appends a captured request once its body has passed (at once when it has none),
+/// and with `answer`, once the primary's answer's body has passed too (an answer
+/// cut short is kept without its body, which is then not compared).
 async fn store_capture(
     queue: weir::Queue,
     mut captured: Captured,
     end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
+    answer: Option<AnswerPart>,
     counters: Arc<crate::metrics::CaptureCounters>,
 ) {
     if let Some(end) = end {
@@ -456,6 +553,14 @@ async fn store_capture(
                 return;
             }
         }
+    }
+    if let Some((mut head, end)) = answer {
+        if let Ok(BodyEnd::Complete(body)) = end.await {
+            head.body_whole = true;
+            head.body_len = body.len() as u64;
+            head.body = body;
+        }
+        captured.response = Some(head);
     }
     match queue
         .append_async(captured.encode(), weir::AppendOptions::default())

@@ -16,6 +16,8 @@
 mod balance;
 mod capture;
 pub mod config;
+mod diff;
+mod differ;
 mod forward;
 mod headers;
 mod health;
@@ -35,6 +37,8 @@ use tokio::sync::watch;
 
 pub use crate::capture::{Captured, CapturedResponse};
 pub use crate::config::{ProxyConfig, ProxySettings};
+pub use crate::diff::{FieldStats, Kind as DiffKind, Sample as DiffSample, ShadowDiffStats};
+pub use crate::differ::{RouteReport, ShadowReport};
 pub use crate::forward::{capture_queue, ERROR_HEADER};
 pub use crate::shadow::REPLAY_HEADER;
 
@@ -202,6 +206,30 @@ impl ProxyHandle {
             })
             .collect();
         metrics::render(&routes, &rows, out);
+        metrics::render_diffs(&self.diff_report(), out);
+    }
+
+    /// What the diffing shadows found, route by route (routes without one are left
+    /// out): the figures `/proxy/diffs` and `weir diff report` show.
+    pub fn diff_report(&self) -> Vec<differ::RouteReport> {
+        let mut report: Vec<differ::RouteReport> = Vec::new();
+        for (s, _, _) in &self.shadows {
+            let Some(d) = &s.diff else { continue };
+            let shadow = differ::ShadowReport {
+                shadow: s.settings.name.clone(),
+                stats: d.stats.lock().clone(),
+            };
+            match report.iter_mut().find(|r| r.route == s.route) {
+                Some(r) => r.shadows.push(shadow),
+                None => report.push(differ::RouteReport {
+                    route: s.route.clone(),
+                    reference: d.route.has_reference(),
+                    noise_fields: d.route.noise.lock().fields(),
+                    shadows: vec![shadow],
+                }),
+            }
+        }
+        report
     }
 
     /// Stops listening and replaying, and waits: requests in flight get 2 s,

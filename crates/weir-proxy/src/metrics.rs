@@ -1,6 +1,7 @@
 //! The proxy's figures on weir's `/metrics`: per route, requests and answers by
 //! status class and what was captured; per shadow, replays done, given up, and the
-//! backlog (read from the engine at scrape time).
+//! backlog (read from the engine at scrape time); per diffing shadow, answers
+//! compared and the fields that differed.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -174,5 +175,89 @@ fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
                 value(r)
             );
         }
+    }
+}
+
+/// A label value with `\\`, `"` and newlines escaped, as the text format wants.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The diffing series: comparisons by outcome, differences by field and kind, and
+/// the noise fields learned per route.
+pub fn render_diffs(report: &[crate::differ::RouteReport], out: &mut String) {
+    if report.is_empty() {
+        return;
+    }
+    head(
+        out,
+        "weir_proxy_diff_compared_total",
+        "Shadow answers compared with the primary's, by outcome.",
+        "counter",
+    );
+    for r in report {
+        for s in &r.shadows {
+            let t = &s.stats;
+            for (outcome, n) in [
+                ("same", t.same),
+                ("different", t.different),
+                ("noise", t.noise_only),
+                ("skipped", t.skipped),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "weir_proxy_diff_compared_total{{route=\"{}\",shadow=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    r.route, s.shadow
+                );
+            }
+        }
+    }
+    head(
+        out,
+        "weir_proxy_diffs_total",
+        "Compared answers that differed in a field (not noise), by field and kind.",
+        "counter",
+    );
+    for r in report {
+        for s in &r.shadows {
+            for (field, kinds) in &s.stats.fields {
+                for (kind, f) in kinds {
+                    let _ = writeln!(
+                        out,
+                        "weir_proxy_diffs_total{{route=\"{}\",shadow=\"{}\",field=\"{}\",kind=\"{}\"}} {}",
+                        r.route,
+                        s.shadow,
+                        label(field),
+                        kind.as_str(),
+                        f.count
+                    );
+                }
+            }
+        }
+    }
+    head(
+        out,
+        "weir_proxy_diff_noise_fields",
+        "Fields learned as noise from the reference, per route.",
+        "gauge",
+    );
+    for r in report {
+        let _ = writeln!(
+            out,
+            "weir_proxy_diff_noise_fields{{route=\"{}\"}} {}",
+            r.route,
+            r.noise_fields.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(super::label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 }

@@ -2,7 +2,8 @@
 //! knowledge) on the same port. Limits: `connections_max` per listener (one more is
 //! closed as soon as it is accepted), `header_bytes_max` for a request head (over it
 //! hyper answers 431), `header_timeout_ms` to send a head. On stop, each connection
-//! finishes its request in flight; after 2 s the rest are dropped.
+//! finishes its request in flight; after 2 s the rest are dropped. A connection
+//! upgraded to a tunnel (WebSocket) keeps its slot until the tunnel ends.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::config::ProxySettings;
 use crate::forward::{handle, Proxy};
@@ -22,6 +23,14 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// time: a dead HTTP/2 connection does not hold a slot for ever.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A client connection's place in `connections_max`, shared by the connection and,
+/// through its requests' extensions, by a tunnel an upgrade makes of it: the place
+/// is given back when both have ended.
+#[derive(Clone)]
+pub struct ConnectionSlot {
+    _permit: Arc<OwnedSemaphorePermit>,
+}
 
 pub async fn serve(
     listener: TcpListener,
@@ -57,9 +66,11 @@ pub async fn serve(
             Arc::clone(&settings),
             shutdown.clone(),
         );
+        let slot = ConnectionSlot {
+            _permit: Arc::new(slot),
+        };
         connections.spawn(async move {
-            let _slot = slot;
-            serve_connection(stream, client, proxy, name, settings, stop).await;
+            serve_connection(stream, client, proxy, name, settings, stop, slot).await;
         });
     }
     drop(listener);
@@ -79,9 +90,11 @@ async fn serve_connection(
     name: Arc<str>,
     settings: Arc<ProxySettings>,
     mut stop: watch::Receiver<bool>,
+    slot: ConnectionSlot,
 ) {
-    let service = service_fn(move |req| {
+    let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let (proxy, name) = (Arc::clone(&proxy), Arc::clone(&name));
+        req.extensions_mut().insert(slot.clone());
         async move { Ok::<_, std::convert::Infallible>(handle(proxy, name, client, req).await) }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -14,6 +14,9 @@
 //! With `replay = "sequential"` one reader replays each request to the shadows in
 //! their order, the next only after the previous answered below 500, stopping at
 //! the first failure (rocky's `replaySequentially`).
+//!
+//! A shadow with `diff = true` has its answers read and compared with the
+//! primary's (`differ.rs`).
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -27,7 +30,8 @@ use tokio::time::Instant;
 use weir::TakeMode;
 
 use crate::capture::Captured;
-use crate::config::{RouteSettings, ShadowSettings};
+use crate::config::{RouteSettings, ShadowSettings, Target};
+use crate::differ::{RouteDiff, ShadowDiff};
 use crate::forward::{http_client, HttpClient};
 use crate::metrics::ShadowCounters;
 
@@ -48,6 +52,8 @@ pub struct ShadowRt {
     pub settings: ShadowSettings,
     pub client: HttpClient,
     pub counters: ShadowCounters,
+    /// Present when the shadow's answers are compared with the primary's.
+    pub diff: Option<ShadowDiff>,
 }
 
 /// One replaying reader: a shadow (concurrent mode), or the route's shadows in
@@ -66,6 +72,7 @@ pub fn start(
     route: &RouteSettings,
     shutdown: &watch::Receiver<bool>,
 ) -> weir::Result<Vec<(Arc<ShadowRt>, String)>> {
+    let route_diff = route.diffs().then(|| Arc::new(RouteDiff::new(route)));
     let shadows: Vec<Arc<ShadowRt>> = route
         .shadows
         .iter()
@@ -75,6 +82,10 @@ pub fn start(
                 settings: s.clone(),
                 client: http_client(CONNECT_TIMEOUT),
                 counters: ShadowCounters::default(),
+                diff: route_diff.as_ref().filter(|_| s.diff).map(|d| ShadowDiff {
+                    route: Arc::clone(d),
+                    stats: Default::default(),
+                }),
             })
         })
         .collect();
@@ -269,8 +280,13 @@ fn sampled(seq: u64, percent: f64) -> bool {
     ((x % 10_000) as f64) < percent * 100.0
 }
 
-fn request_for(s: &ShadowRt, c: &Captured) -> Option<Request<crate::forward::ProxyBody>> {
-    let t = &s.settings.target;
+/// The request a captured one becomes for `t`: the captured method, path, headers
+/// and body, `Host` set to the target's, and `x-weir-replay: TAG`.
+pub(crate) fn request_for(
+    t: &Target,
+    tag: &str,
+    c: &Captured,
+) -> Option<Request<crate::forward::ProxyBody>> {
     let uri: Uri = format!("http://{}{}{}", t.authority, t.base_path, c.uri)
         .parse()
         .ok()?;
@@ -291,10 +307,7 @@ fn request_for(s: &ShadowRt, c: &Captured) -> Option<Request<crate::forward::Pro
         }
     }
     headers.insert(HOST, HeaderValue::from_str(&t.authority).ok()?);
-    headers.insert(
-        REPLAY_HEADER,
-        HeaderValue::from_str(&format!("{}/{}", s.route, s.settings.name)).ok()?,
-    );
+    headers.insert(REPLAY_HEADER, HeaderValue::from_str(tag).ok()?);
     Some(req)
 }
 
@@ -302,8 +315,9 @@ fn request_for(s: &ShadowRt, c: &Captured) -> Option<Request<crate::forward::Pro
 async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>) -> Outcome {
     let mut attempts = 0u32;
     let mut down_pause = DOWN_PAUSE_FIRST;
+    let tag = format!("{}/{}", s.route, s.settings.name);
     loop {
-        let Some(req) = request_for(s, c) else {
+        let Some(req) = request_for(&s.settings.target, &tag, c) else {
             s.counters.failed.fetch_add(1, Relaxed);
             return Outcome::GaveUp;
         };
@@ -312,7 +326,18 @@ async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>)
                 let status = response.status().as_u16();
                 let class = usize::from(status / 100).clamp(1, 5) - 1;
                 s.counters.status[class].fetch_add(1, Relaxed);
-                drain(response.into_body(), s.settings.timeout).await;
+                match &s.diff {
+                    Some(d) => {
+                        let answer = crate::differ::read(
+                            response,
+                            d.route.body_bytes_max,
+                            s.settings.timeout,
+                        )
+                        .await;
+                        d.judge(c, &answer).await;
+                    }
+                    None => drain(response.into_body(), s.settings.timeout).await,
+                }
                 return Outcome::Answered(status);
             }
             Ok(Err(e)) if e.is_connect() => {

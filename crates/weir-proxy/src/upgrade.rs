@@ -52,6 +52,7 @@ pub async fn forward(
     let (mut head, body) = req.into_parts();
     drop(body);
     let client_side = head.extensions.remove::<OnUpgrade>();
+    let slot = head.extensions.remove::<crate::server::ConnectionSlot>();
     headers::remove_hop_by_hop(&mut head.headers);
     // The body (if any) is not forwarded: neither is its length.
     head.headers.remove(hyper::header::CONTENT_LENGTH);
@@ -95,7 +96,11 @@ pub async fn forward(
     };
     let target_side = hyper::upgrade::on(&mut response);
     let accepted = response.headers().get(UPGRADE).cloned();
-    tokio::spawn(join(client_side, target_side, s.websocket_idle));
+    let idle = s.websocket_idle;
+    tokio::spawn(async move {
+        join(client_side, target_side, idle).await;
+        drop(slot);
+    });
     let (mut parts, _) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
     parts

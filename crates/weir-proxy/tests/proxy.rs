@@ -408,12 +408,15 @@ async fn sequential_replay_stops_at_the_first_failure() {
     );
     let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
     assert_eq!(p.send("GET", "/a", &[], vec![]).await.status, 200);
-    first.status.store(0, SeqCst);
     let until = Instant::now() + Duration::from_secs(10);
     while first.got.lock().is_empty() {
         assert!(Instant::now() < until);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The first shadow has answered /a with 500 (or is about to): only then does
+    // it start answering 200.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.status.store(0, SeqCst);
     assert_eq!(p.send("GET", "/b", &[], vec![]).await.status, 200);
     while second.got.lock().is_empty() {
         assert!(Instant::now() < until);
@@ -496,10 +499,9 @@ async fn an_oversize_head_is_refused_and_the_proxy_goes_on() {
     p.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn websockets_pass_through() {
+/// A WebSocket echo server: each text message comes back as `echo: TEXT`.
+async fn start_ws_echo() -> SocketAddr {
     use axum::extract::ws::{Message, WebSocketUpgrade};
-    use futures_util::{SinkExt, StreamExt};
     let app = axum::Router::new().route(
         "/ws",
         axum::routing::get(|ws: WebSocketUpgrade| async move {
@@ -519,6 +521,13 @@ async fn websockets_pass_through() {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_pass_through() {
+    use futures_util::{SinkExt, StreamExt};
+    let addr = start_ws_echo().await;
     let cfg = format!(
         "{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\nwebsocket_idle_ms = 400\n",
         listen_toml()
@@ -685,5 +694,142 @@ async fn a_target_that_stalls_mid_answer_does_not_hold_the_client() {
         "{:?}",
         started.elapsed()
     );
+    p.stop().await;
+}
+
+/// A versioned JSON service: `price` is its version's, `ts` differs on every answer.
+async fn start_priced(price: u64) -> (SocketAddr, Arc<AtomicUsize>) {
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let app = axum::Router::new().fallback(move |req: Request| {
+        let count = Arc::clone(&count);
+        async move {
+            let n = count.fetch_add(1, SeqCst);
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+                + n as u128;
+            let body = json!({"path": req.uri().path(), "price": price, "ts": ts.to_string(), "tags": ["a", "b"]});
+            ([("content-type", "application/json")], body.to_string())
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (addr, served)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diffs_report_the_changed_field_and_learn_noise_from_the_reference() {
+    let (primary, _) = start_priced(10).await;
+    let (reference, reference_served) = start_priced(10).await;
+    let (candidate, _) = start_priced(11).await;
+    let (same, _) = start_priced(10).await;
+    let cfg = format!(
+        "{}[[routes]]\nname = \"api\"\ntargets = [\"http://{primary}\"]\n\
+         reference = \"http://{reference}\"\n\
+         [[routes.shadows]]\nname = \"candidate\"\nurl = \"http://{candidate}\"\ndiff = true\n\
+         [[routes.shadows]]\nname = \"same\"\nurl = \"http://{same}\"\ndiff = true\n\
+         [[routes.shadows]]\nname = \"plain\"\nurl = \"http://{same}\"\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    for i in 0..10 {
+        let a = p.send("GET", &format!("/items/{i}"), &[], vec![]).await;
+        assert_eq!(a.status, 200);
+        let body: Value = serde_json::from_slice(&a.body).unwrap();
+        assert_eq!(body["price"], 10, "the client gets the primary's answer");
+    }
+    let handle = p.handle.as_ref().unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        let r = handle.diff_report();
+        let compared: u64 = r[0].shadows.iter().map(|s| s.stats.compared).sum();
+        if compared == 20 {
+            break r;
+        }
+        assert!(Instant::now() < until, "{r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(report.len(), 1);
+    let r = &report[0];
+    assert!(r.reference);
+    assert_eq!(r.noise_fields, vec!["body.ts".to_string()]);
+    assert_eq!(r.shadows.len(), 2, "the plain shadow does not diff");
+    let candidate = r.shadows.iter().find(|s| s.shadow == "candidate").unwrap();
+    assert_eq!(candidate.stats.different, 10);
+    let fields: Vec<&String> = candidate.stats.fields.keys().collect();
+    assert_eq!(fields, vec!["body.price"], "exactly the changed field");
+    let changed = &candidate.stats.fields["body.price"][&weir_proxy::DiffKind::Changed];
+    assert_eq!(changed.count, 10);
+    let sample = changed.samples.back().unwrap();
+    assert_eq!(
+        (sample.primary.as_str(), sample.shadow.as_str()),
+        ("10", "11")
+    );
+    assert!(sample.uri.starts_with("/items/"));
+    let same = r.shadows.iter().find(|s| s.shadow == "same").unwrap();
+    assert_eq!((same.stats.different, same.stats.noise_only), (0, 10));
+    assert!(same.stats.fields.is_empty());
+    // The reference is asked only about answers that differed: all 20 here (ts).
+    assert_eq!(reference_served.load(SeqCst), 20);
+    let m = p.metrics();
+    assert!(m.contains(
+        "weir_proxy_diffs_total{route=\"api\",shadow=\"candidate\",field=\"body.price\",kind=\"changed\"} 10"
+    ), "{m}");
+    assert!(m.contains(
+        "weir_proxy_diff_compared_total{route=\"api\",shadow=\"same\",outcome=\"noise\"} 10"
+    ));
+    assert!(m.contains("weir_proxy_diff_noise_fields{route=\"api\"} 1"));
+    p.stop().await;
+}
+
+/// Whether the proxy serves a fresh connection (false: closed at once, over
+/// `connections_max`).
+async fn served(base: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut c) = tokio::net::TcpStream::connect(base.trim_start_matches("http://")).await else {
+        return false;
+    };
+    if c.write_all(b"GET /x HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await,
+        Ok(Ok(n)) if n > 0
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgraded_connections_keep_their_place_in_connections_max() {
+    let addr = start_ws_echo().await;
+    let cfg = format!(
+        "connections_max = 2\n{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\n",
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let url = format!("{}/ws", p.base.replace("http://", "ws://"));
+    let (first, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let (second, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    // Both tunnels are up (their HTTP connections are over): no place is left.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!served(&p.base).await, "a third connection is refused");
+    drop(first);
+    let until = Instant::now() + Duration::from_secs(5);
+    while !served(&p.base).await {
+        assert!(
+            Instant::now() < until,
+            "the closed tunnel gave its place back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(second);
     p.stop().await;
 }

@@ -1,0 +1,193 @@
+//! Diffing as it runs: a diffing shadow's answer is read (up to the route's
+//! `capture_bytes_max`), compared with the primary's answer captured with the
+//! request (`diff.rs`), and, when it differs and the route has a `reference`, the
+//! same request goes to the reference so that what differs between the primary and
+//! the reference is learned as noise before the comparison is counted.
+//!
+//! The reference is asked only when a shadow's answer differs: an answer that is
+//! the same needs no noise to explain it, and the reference gets no load from it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::Response;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::capture::Captured;
+use crate::config::{DiffSettings, RouteSettings, Target};
+use crate::diff::{compare, About, Answer, Noise, ShadowDiffStats};
+use crate::forward::{http_client, HttpClient};
+
+const REFERENCE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A route's diffing: its settings, its reference and the noise learned.
+pub struct RouteDiff {
+    pub route: String,
+    pub settings: DiffSettings,
+    pub body_bytes_max: u64,
+    /// Waits for the reference's answer.
+    pub timeout: Duration,
+    reference: Option<(Target, HttpClient)>,
+    pub noise: Mutex<Noise>,
+}
+
+impl RouteDiff {
+    pub fn new(route: &RouteSettings) -> RouteDiff {
+        RouteDiff {
+            route: route.name.clone(),
+            settings: route.diff.clone(),
+            body_bytes_max: route.capture_bytes_max,
+            timeout: route.request_timeout,
+            reference: route
+                .diff
+                .reference
+                .clone()
+                .map(|t| (t, http_client(REFERENCE_CONNECT_TIMEOUT))),
+            noise: Mutex::new(Noise::default()),
+        }
+    }
+
+    pub fn has_reference(&self) -> bool {
+        self.reference.is_some()
+    }
+}
+
+/// One diffing shadow's figures.
+pub struct ShadowDiff {
+    pub route: Arc<RouteDiff>,
+    pub stats: Mutex<ShadowDiffStats>,
+}
+
+/// An answer read for comparison.
+pub struct Read {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub whole: bool,
+}
+
+impl Read {
+    fn answer(&self) -> Answer<'_> {
+        Answer {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+            body_whole: self.whole,
+        }
+    }
+}
+
+/// Headers as text, less hop-by-hop ones and values that are not UTF-8.
+pub fn header_pairs(headers: &hyper::HeaderMap) -> Vec<(String, String)> {
+    let mut headers = headers.clone();
+    crate::headers::remove_hop_by_hop(&mut headers);
+    headers
+        .iter()
+        .filter_map(|(k, v)| {
+            v.to_str()
+                .ok()
+                .map(|v| (k.as_str().to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// Reads an answer: its body up to `max` bytes within `within` (past either, the
+/// body is not whole and is not compared).
+pub async fn read(response: Response<Incoming>, max: u64, within: Duration) -> Read {
+    let (parts, mut body) = response.into_parts();
+    let mut buf = BytesMut::new();
+    let mut whole = false;
+    let reading = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Some(data) = frame.data_ref() {
+                if (buf.len() + data.len()) as u64 > max {
+                    return false;
+                }
+                buf.extend_from_slice(data);
+            }
+        }
+        true
+    };
+    if let Ok(done) = tokio::time::timeout(within, reading).await {
+        whole = done;
+    }
+    if !whole {
+        buf.clear();
+    }
+    Read {
+        status: parts.status.as_u16(),
+        headers: header_pairs(&parts.headers),
+        body: buf.freeze(),
+        whole,
+    }
+}
+
+impl ShadowDiff {
+    /// Compares the shadow's answer to a captured request with the primary's, and
+    /// counts it.
+    pub async fn judge(&self, c: &Captured, shadow: &Read) {
+        let Some(primary) = &c.response else {
+            self.stats.lock().skipped += 1;
+            return;
+        };
+        let primary = Answer {
+            status: primary.status,
+            headers: &primary.headers,
+            body: &primary.body,
+            body_whole: primary.body_whole,
+        };
+        let route = &self.route;
+        let found = compare(&primary, &shadow.answer(), &route.settings);
+        if !found.is_empty() {
+            if let Some(reference) = self.ask_reference(c).await {
+                let noise = compare(&primary, &reference.answer(), &route.settings);
+                route.noise.lock().learn(&noise);
+            }
+        }
+        let about = About {
+            at_ms: c.at_ms,
+            method: &c.method,
+            uri: &c.uri,
+        };
+        let noise = route.noise.lock();
+        self.stats.lock().record(&found, &noise, &about);
+    }
+
+    /// The reference's answer to the same request; `None` when there is no
+    /// reference or it did not answer (nothing is learned then).
+    async fn ask_reference(&self, c: &Captured) -> Option<Read> {
+        let route = &self.route;
+        let (target, client) = route.reference.as_ref()?;
+        let tag = format!("{}/reference", route.route);
+        let req = crate::shadow::request_for(target, &tag, c)?;
+        match tokio::time::timeout(route.timeout, client.request(req)).await {
+            Ok(Ok(response)) => Some(read(response, route.body_bytes_max, route.timeout).await),
+            Ok(Err(e)) => {
+                tracing::debug!(route = %route.route, error = %e, "the reference did not answer");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// The diff report of one route, as `/proxy/diffs` and `weir diff report` show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RouteReport {
+    pub route: String,
+    pub reference: bool,
+    pub noise_fields: Vec<String>,
+    pub shadows: Vec<ShadowReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ShadowReport {
+    pub shadow: String,
+    #[serde(flatten)]
+    pub stats: ShadowDiffStats,
+}
