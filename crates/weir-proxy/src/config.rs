@@ -125,6 +125,11 @@ pub struct RouteConfig {
     pub replay: Option<String>,
     #[serde(default)]
     pub shadows: Vec<ShadowConfig>,
+    /// Capture every request (even with no shadow) and keep it for `weir capture
+    /// export` and `weir replay`: a reader `record` that nothing consumes holds the
+    /// captures until the queue's own limits drop the oldest.
+    #[serde(default)]
+    pub record: bool,
     /// A second instance of the primary's version: each request a diffing shadow
     /// replays also goes here, and what differs between the primary's answer and
     /// this one is learned as noise, not reported.
@@ -195,6 +200,8 @@ pub struct RouteSettings {
     pub websocket_idle: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
+    /// Keep every capture (the `record` reader) for export and replay.
+    pub record: bool,
     pub diff: DiffSettings,
 }
 
@@ -390,6 +397,7 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
         websocket_idle: ms(r.websocket_idle_ms, WEBSOCKET_IDLE_MS_DEFAULT),
         sequential,
         shadows,
+        record: r.record,
         diff,
     })
 }

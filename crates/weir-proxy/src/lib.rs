@@ -7,7 +7,10 @@
 //! The map: `config.rs` the `[proxy]` section, `route.rs` matching, `forward.rs`
 //! the request path, `headers.rs` what a target gets, `balance.rs` round-robin and
 //! passive health, `health.rs` active health checks, `capture.rs` the captured form and the body tee, `shadow.rs`
-//! replays, `upgrade.rs` WebSocket, `idle.rs` stalled answers, `server.rs` the listeners, `metrics.rs` `/metrics`.
+//! replays, `record.rs` routes that keep their captures, `capture_file.rs` captures
+//! as JSON lines (export, import), `replay.rs` replays to any URL (`weir replay`),
+//! `upgrade.rs` WebSocket, `idle.rs` stalled answers, `server.rs` the listeners,
+//! `metrics.rs` `/metrics`.
 //!
 //! It uses the engine only through its public API (`Store`, `Queue`, `Reader`). It
 //! runs on a runtime of its own, beside the rest of the process: [`start`],
@@ -15,6 +18,7 @@
 
 mod balance;
 mod capture;
+pub mod capture_file;
 pub mod config;
 mod diff;
 mod differ;
@@ -23,6 +27,8 @@ mod headers;
 mod health;
 mod idle;
 mod metrics;
+mod record;
+pub mod replay;
 mod route;
 mod server;
 mod shadow;
@@ -40,6 +46,7 @@ pub use crate::config::{ProxyConfig, ProxySettings};
 pub use crate::diff::{FieldStats, Kind as DiffKind, Sample as DiffSample, ShadowDiffStats};
 pub use crate::differ::{RouteReport, ShadowReport};
 pub use crate::forward::{capture_queue, ERROR_HEADER};
+pub use crate::record::RECORD_READER;
 pub use crate::shadow::REPLAY_HEADER;
 
 use crate::forward::{http_client, Proxy, RouteRt};
@@ -134,19 +141,7 @@ async fn setup(
     let mut routes = Vec::new();
     let mut shadows = Vec::new();
     for r in &settings.routes {
-        let capture = if r.shadows.is_empty() {
-            None
-        } else {
-            let name = capture_queue(&r.name);
-            let s = store.clone();
-            let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&s, &name))
-                .await?
-                .with_context(|| format!("opening the capture queue of route {}", r.name))?;
-            for (shadow, reader) in shadow::start(&queue, r, shutdown)? {
-                shadows.push((shadow, reader, queue.clone()));
-            }
-            Some(queue)
-        };
+        let capture = route_capture(&store, r, shutdown, &mut shadows).await?;
         routes.push(RouteRt {
             pattern: route::Pattern::new(&r.path),
             client: http_client(r.connect_timeout),
@@ -162,6 +157,35 @@ async fn setup(
         captures_in_flight: Default::default(),
     };
     Ok((proxy, shadows, listeners))
+}
+
+/// The capture queue of a route with shadows or `record`, its readers set up and its
+/// shadows started; `None` for a route with neither (whose queue, if it has one,
+/// loses the `record` reader of an earlier recording).
+async fn route_capture(
+    store: &weir::Store,
+    r: &config::RouteSettings,
+    shutdown: &watch::Receiver<bool>,
+    shadows: &mut Vec<(Arc<ShadowRt>, String, weir::Queue)>,
+) -> anyhow::Result<Option<weir::Queue>> {
+    let name = capture_queue(&r.name);
+    let s = store.clone();
+    if r.shadows.is_empty() && !r.record {
+        tokio::task::spawn_blocking(move || record::forget(&s, &name))
+            .await?
+            .with_context(|| format!("the capture queue of route {}", r.name))?;
+        return Ok(None);
+    }
+    let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&s, &name))
+        .await?
+        .with_context(|| format!("opening the capture queue of route {}", r.name))?;
+    record::prepare(&queue, r)?;
+    if !r.shadows.is_empty() {
+        for (shadow, reader) in shadow::start(&queue, r, shutdown)? {
+            shadows.push((shadow, reader, queue.clone()));
+        }
+    }
+    Ok(Some(queue))
 }
 
 /// Opens a capture queue with no lease timeout: a replay waits for a shadow as long
