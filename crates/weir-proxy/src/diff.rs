@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::DiffSettings;
@@ -46,7 +46,7 @@ pub struct Answer<'a> {
     pub body_whole: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// Both have it, with different values.
@@ -296,7 +296,7 @@ impl Noise {
 }
 
 /// A difference as the report shows it, with the request it came from.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sample {
     pub at_ms: u64,
     pub method: String,
@@ -307,14 +307,14 @@ pub struct Sample {
 }
 
 /// Counts and samples of one (field, kind).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct FieldStats {
     pub count: u64,
     pub samples: VecDeque<Sample>,
 }
 
 /// What one shadow's comparisons found.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ShadowDiffStats {
     /// Answers compared.
     pub compared: u64,

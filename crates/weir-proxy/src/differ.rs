@@ -15,7 +15,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::Response;
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::capture::Captured;
 use crate::config::{DiffSettings, RouteSettings, Target};
@@ -177,7 +177,7 @@ impl ShadowDiff {
 }
 
 /// The diff report of one route, as `/proxy/diffs` and `weir diff report` show it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RouteReport {
     pub route: String,
     pub reference: bool,
@@ -185,9 +185,124 @@ pub struct RouteReport {
     pub shadows: Vec<ShadowReport>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ShadowReport {
     pub shadow: String,
     #[serde(flatten)]
     pub stats: ShadowDiffStats,
+}
+
+/// The report as text, for `weir diff report`: per route and shadow, the outcomes,
+/// then each field that differed with its counts and latest sample.
+pub fn report_text(report: &[RouteReport]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if report.is_empty() {
+        out.push_str("no route has a shadow with diff = true\n");
+    }
+    for r in report {
+        let reference = if r.reference {
+            format!("{} noise fields learned", r.noise_fields.len())
+        } else {
+            "no reference".to_string()
+        };
+        let _ = writeln!(out, "route {} ({reference})", r.route);
+        for n in &r.noise_fields {
+            let _ = writeln!(out, "  noise: {n}");
+        }
+        for s in &r.shadows {
+            let t = &s.stats;
+            let _ = writeln!(
+                out,
+                "  shadow {}: {} compared, {} same, {} different, {} noise only, {} skipped",
+                s.shadow, t.compared, t.same, t.different, t.noise_only, t.skipped
+            );
+            for (field, kinds) in &t.fields {
+                for (kind, f) in kinds {
+                    let _ = writeln!(out, "    {field} {}: {}", kind.as_str(), f.count);
+                    if let Some(x) = f.samples.back() {
+                        let _ = writeln!(
+                            out,
+                            "      e.g. {} {} at {}: primary {} / shadow {}",
+                            x.method, x.uri, x.path, x.primary, x.shadow
+                        );
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diff::{Difference, Kind};
+
+    #[test]
+    fn the_text_report_names_fields_counts_and_a_sample() {
+        assert!(report_text(&[]).contains("no route"));
+        let mut stats = ShadowDiffStats::default();
+        let about = About {
+            at_ms: 1,
+            method: "GET",
+            uri: "/items/1",
+        };
+        let d = Difference {
+            field: "body.price".into(),
+            path: "body.price".into(),
+            kind: Kind::Changed,
+            primary: "10".into(),
+            other: "11".into(),
+        };
+        stats.record(&[d], &Noise::default(), &about);
+        let text = report_text(&[RouteReport {
+            route: "api".into(),
+            reference: true,
+            noise_fields: vec!["body.ts".into()],
+            shadows: vec![ShadowReport {
+                shadow: "candidate".into(),
+                stats,
+            }],
+        }]);
+        assert!(
+            text.contains("route api (1 noise fields learned)"),
+            "{text}"
+        );
+        assert!(text.contains("noise: body.ts"));
+        assert!(text.contains("1 compared, 0 same, 1 different"));
+        assert!(text.contains("body.price changed: 1"));
+        assert!(text.contains("GET /items/1 at body.price: primary 10 / shadow 11"));
+    }
+
+    #[test]
+    fn the_report_round_trips_through_json() {
+        let mut stats = ShadowDiffStats::default();
+        let d = Difference {
+            field: "header.x".into(),
+            path: "header.x".into(),
+            kind: Kind::Missing,
+            primary: "a".into(),
+            other: String::new(),
+        };
+        let about = About {
+            at_ms: 5,
+            method: "POST",
+            uri: "/",
+        };
+        stats.record(&[d], &Noise::default(), &about);
+        let report = vec![RouteReport {
+            route: "api".into(),
+            reference: false,
+            noise_fields: vec![],
+            shadows: vec![ShadowReport {
+                shadow: "s".into(),
+                stats,
+            }],
+        }];
+        let json = serde_json::to_string(&report).unwrap();
+        assert!(json.contains("\"missing\""), "{json}");
+        let back: Vec<RouteReport> = serde_json::from_str(&json).unwrap();
+        assert_eq!(report_text(&back), report_text(&report));
+    }
 }

@@ -44,7 +44,7 @@ use tokio::sync::watch;
 pub use crate::capture::{Captured, CapturedResponse};
 pub use crate::config::{ProxyConfig, ProxySettings};
 pub use crate::diff::{FieldStats, Kind as DiffKind, Sample as DiffSample, ShadowDiffStats};
-pub use crate::differ::{RouteReport, ShadowReport};
+pub use crate::differ::{report_text as diff_report_text, RouteReport, ShadowReport};
 pub use crate::forward::{capture_queue, ERROR_HEADER};
 pub use crate::record::RECORD_READER;
 pub use crate::shadow::REPLAY_HEADER;

@@ -89,13 +89,16 @@ pub fn start(
             })
         })
         .collect();
-    let wanted: Vec<&str> = if route.sequential {
+    let mut wanted: Vec<&str> = if route.sequential {
         vec![SEQUENTIAL_READER]
     } else {
         route.shadows.iter().map(|s| s.name.as_str()).collect()
     };
+    if route.record {
+        wanted.push(crate::record::RECORD_READER);
+    }
     // A shadow removed (or a change of mode) leaves a reader nobody reads, which
-    // would keep every capture on disk: it goes.
+    // would keep every capture on disk: it goes (the recording's reader stays).
     for old in queue.reader_names() {
         if !wanted.contains(&old.as_str()) {
             tracing::info!(queue = queue.name(), reader = %old, "deleting the reader of a shadow no longer configured");

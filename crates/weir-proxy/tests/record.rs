@@ -287,7 +287,6 @@ async fn removing_record_deletes_its_reader_and_a_new_shadow_starts_at_the_end()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs shadow.rs's shadow::start to keep the `record` reader (it deletes every reader not a shadow's)"]
 async fn a_recording_route_with_shadows_keeps_its_captures_across_restarts() {
     let (_primary, addr) = start_target(false).await;
     let (_shadow, shadow_addr) = start_target(false).await;
