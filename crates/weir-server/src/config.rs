@@ -46,6 +46,11 @@ pub const GET_KEYS_MAX_MAX: usize = 65_536;
 pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 256;
 /// Time an HTTP client has to send its whole request head.
 pub const HTTP_HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
+/// The environment variable the admin key may come from (the file's `admin_key` wins).
+pub const ADMIN_KEY_ENV: &str = "WEIR_ADMIN_KEY";
+/// Bounds on the admin key's length: it guards captured requests' credentials.
+pub const ADMIN_KEY_BYTES_MIN: usize = 16;
+pub const ADMIN_KEY_BYTES_MAX: usize = 256;
 
 /// The file as written; every key optional.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -84,6 +89,9 @@ pub struct ServerSection {
     pub flush_all_reply: Option<String>,
     pub http_max_connections: Option<usize>,
     pub http_header_timeout_ms: Option<u64>,
+    /// Turns on the HTTP port's admin endpoints (`/captures/...`), which then want
+    /// `Authorization: Bearer KEY`.
+    pub admin_key: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -149,6 +157,8 @@ pub struct Settings {
     pub http_max_connections: usize,
     /// Time an HTTP client has to send its request head; then it is closed.
     pub http_header_timeout_ms: u64,
+    /// The HTTP port's admin endpoints are off without it.
+    pub admin_key: Option<AdminKey>,
     pub limits: Limits,
     pub store: StoreOptions,
     /// The event bus's settings when it is enabled.
@@ -233,6 +243,7 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
         shutdown_grace_ms: s.shutdown_grace_ms.unwrap_or(SHUTDOWN_GRACE_MS_DEFAULT),
         http_max_connections,
         http_header_timeout_ms,
+        admin_key: resolve_admin_key(s)?,
         limits,
         store: store_options(file)?,
         bus: resolve_bus(file, overrides)?,
@@ -260,6 +271,42 @@ fn resolve_bus(
         .resolve(overrides.bus_listen.as_deref(), env_key)
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok(Some(settings))
+}
+
+/// A secret that never shows in logs or `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminKey(String);
+
+impl AdminKey {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for AdminKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminKey(..)")
+    }
+}
+
+/// `admin_key`, else `WEIR_ADMIN_KEY`, checked: 16 to 256 visible ASCII characters
+/// (it travels in a header).
+fn resolve_admin_key(s: &ServerSection) -> anyhow::Result<Option<AdminKey>> {
+    let key = s
+        .admin_key
+        .clone()
+        .or_else(|| std::env::var(ADMIN_KEY_ENV).ok().filter(|v| !v.is_empty()));
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    if !(ADMIN_KEY_BYTES_MIN..=ADMIN_KEY_BYTES_MAX).contains(&key.len())
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        bail!(
+            "admin_key (or {ADMIN_KEY_ENV}) must be {ADMIN_KEY_BYTES_MIN} to {ADMIN_KEY_BYTES_MAX} visible ASCII characters, no spaces"
+        );
+    }
+    Ok(Some(AdminKey(key)))
 }
 
 /// The reloadable limits of `[server]`.
@@ -529,6 +576,8 @@ mod tests {
             "[server]\nline_bytes_max = 10",
             "[server]\nmax_open_reads = 0",
             "[server]\nmax_queues = 0",
+            "[server]\nadmin_key = \"short\"",
+            "[server]\nadmin_key = \"sixteen chars with spaces\"",
         ] {
             let parsed: Result<FileConfig, _> = toml::from_str(bad);
             let resolved = parsed
@@ -536,6 +585,16 @@ mod tests {
                 .and_then(|f| resolve(&f, &Overrides::default()));
             assert!(resolved.is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_admin_key_is_checked_and_never_shown() {
+        let file: FileConfig =
+            toml::from_str("[server]\nadmin_key = \"0123456789abcdef-xyz\"").unwrap();
+        let settings = resolve(&file, &Overrides::default()).unwrap();
+        let key = settings.admin_key.as_ref().unwrap();
+        assert_eq!(key.expose(), "0123456789abcdef-xyz");
+        assert!(!format!("{settings:?}").contains("0123456789abcdef"));
     }
 
     #[test]

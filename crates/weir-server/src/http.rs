@@ -1,6 +1,7 @@
 //! HTTP beside the memcache port: `/health` for load balancers and `/metrics` in
 //! Prometheus's text format, rendered at scrape time from the front door's counters
-//! and the engine's stats (see `metrics.rs`).
+//! and the engine's stats (see `metrics.rs`); with an admin key, the capture
+//! endpoints of `captures.rs`.
 //!
 //! Its own accept loop rather than `axum::serve`, for two limits: at most
 //! `http_max_connections` connections at once (one more is closed as soon as it is
@@ -44,6 +45,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .merge(crate::captures::routes())
         .with_state(Arc::clone(&shared));
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut connections = tokio::task::JoinSet::new();
@@ -81,6 +83,25 @@ pub async fn serve(
     // Told to close (see `serve_connection`); a request in flight gets its answer.
     while connections.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Binds `http_listen` and serves there until shutdown, on a task of its own: the
+/// HTTP port of `weir proxy --http-listen` (`weir serve` binds it with its other
+/// ports, in `server.rs`).
+pub async fn spawn(
+    shared: Arc<Shared>,
+) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
+    use anyhow::Context;
+    let addr = shared.settings.http_listen.clone();
+    let listener = TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("listening on {addr} (HTTP)"))?;
+    tracing::info!(http = %listener.local_addr()?, "listening");
+    let limits = HttpLimits {
+        max_connections: shared.settings.http_max_connections,
+        header_timeout: Duration::from_millis(shared.settings.http_header_timeout_ms),
+    };
+    Ok(tokio::spawn(serve(listener, shared, limits)))
 }
 
 async fn serve_connection(

@@ -10,8 +10,12 @@
 //! [`cmd`] has one file per command, [`leases`] and [`handles`] are per-connection
 //! state, [`queue_limit`] caps how many queues clients create, [`server`] accepts and
 //! enforces limits, [`shutdown`] passes the stop signal
-//! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters.
+//! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters,
+//! [`captures`] serves capture queues over HTTP, [`capture_cli`] runs `weir capture
+//! export/import` and [`replay_cli`] `weir replay`.
 
+pub mod capture_cli;
+pub mod captures;
 pub mod cmd;
 pub mod config;
 pub mod connection;
@@ -22,6 +26,7 @@ pub mod leases;
 pub mod metrics;
 pub mod parse;
 pub mod queues;
+pub mod replay_cli;
 pub mod reply;
 pub mod request;
 pub mod server;

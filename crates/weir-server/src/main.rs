@@ -6,11 +6,14 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use weir_server::capture_cli::{self, CaptureCommand};
 use weir_server::config::{self, FileConfig, Overrides};
+use weir_server::replay_cli::{self, ReplayArgs};
 
 #[derive(Parser)]
 #[command(
@@ -32,8 +35,17 @@ enum Command {
     /// Run the queue server until SIGTERM, SIGINT or an enabled `shutdown` command.
     Serve(ServeArgs),
     /// Run only the HTTP proxy of the config file's `[proxy]` section (docs/proxy.md):
-    /// no memcache port, no bus, no HTTP metrics port; until SIGTERM or SIGINT.
+    /// no memcache port, no bus, no HTTP port unless --http-listen; until SIGTERM or
+    /// SIGINT.
     Proxy(ProxyArgs),
+    /// Move a proxy route's captures to and from a JSON-lines file (docs/proxy.md).
+    Capture {
+        #[command(subcommand)]
+        command: CaptureCommand,
+    },
+    /// Send captured requests, from a capture queue or a file, to any URL at a chosen
+    /// pace (docs/proxy.md).
+    Replay(ReplayArgs),
 }
 
 #[derive(clap::Args)]
@@ -48,6 +60,10 @@ struct ProxyArgs {
     /// Log level or tracing filter [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
+    /// Serve /health, /metrics and the capture endpoints on this address too
+    /// [default: no HTTP port]
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -89,6 +105,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Proxy(args) => proxy_only(args),
+        Command::Capture {
+            command: CaptureCommand::Export(args),
+        } => capture_cli::export(&args),
+        Command::Capture {
+            command: CaptureCommand::Import(args),
+        } => capture_cli::import(&args),
+        Command::Replay(args) => replay_cli::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -141,12 +164,13 @@ fn init_logging(level: &str) -> anyhow::Result<()> {
 
 /// `weir proxy`: the proxy alone on the data directory, until SIGTERM or SIGINT; then
 /// it stops (requests in flight finish, replays in flight come again later) and the
-/// store closes.
+/// store closes. With `--http-listen`, the HTTP port runs too.
 fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
     let file = config::read_file(&args.config)?;
     let overrides = Overrides {
         data_dir: args.data_dir,
         log_level: args.log_level,
+        http_listen: args.http_listen.clone(),
         ..Overrides::default()
     };
     let settings = config::resolve(&file, &overrides)?;
@@ -163,7 +187,12 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    let shared = weir_server::shared::Shared::for_proxy(settings, store.clone(), handle);
     runtime.block_on(async {
+        let http = match &args.http_listen {
+            Some(_) => Some(weir_server::http::spawn(Arc::clone(&shared)).await?),
+            None => None,
+        };
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
@@ -171,10 +200,16 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
             _ = term.recv() => tracing::info!("SIGTERM: stopping the proxy"),
             _ = int.recv() => tracing::info!("SIGINT: stopping the proxy"),
         }
+        shared.begin_shutdown();
+        if let Some(http) = http {
+            let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+        }
         anyhow::Ok(())
     })?;
-    handle.stop();
-    drop(handle);
+    if let Some(proxy) = &shared.proxy {
+        proxy.stop();
+    }
+    drop(shared);
     store.close().context("closing the store")?;
     tracing::info!("stopped");
     Ok(())

@@ -41,6 +41,28 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// What `weir proxy --http-listen` shares with its HTTP port: the proxy, the store
+    /// and the settings; no memcache port (its series stay at zero) and no bus.
+    pub fn for_proxy(
+        settings: Settings,
+        store: weir::Store,
+        proxy: weir_proxy::ProxyHandle,
+    ) -> std::sync::Arc<Shared> {
+        std::sync::Arc::new(Shared {
+            queues: QueueOpener::new(store.clone()),
+            files_open_max: settings.store.files_open_max,
+            limits: RuntimeLimits::new(settings.limits),
+            metrics: Metrics::new(1),
+            config_path: None,
+            shutdown: Shutdown::default(),
+            started: Instant::now(),
+            bus: None,
+            proxy: Some(proxy),
+            settings,
+            store,
+        })
+    }
+
     /// Starts the graceful shutdown. The store is told first, so that no item a
     /// closing connection gives back reaches another connection of this process:
     /// it is delivered again after the restart (see `weir::Store::begin_shutdown`).

@@ -1,0 +1,309 @@
+//! The HTTP port's capture endpoints, what `weir capture export/import` and `weir
+//! replay --server` talk to while weir runs (the data directory is locked then, so
+//! the command line cannot open it):
+//!
+//! - `GET /captures/{queue}?since=MS&limit=N` streams the kept captures of a capture
+//!   queue as JSON lines (`weir_proxy::capture_file`), without consuming anything:
+//!   those received at or after `since` (Unix ms), at most `limit`. An export that
+//!   fails midway (an I/O error, a shutdown) breaks the response off, so a client
+//!   never takes a partial export for a whole one.
+//! - `POST /captures/{queue}` appends the captures of a JSON-lines body, checked
+//!   first: a bad line is a 400 that names it, and then nothing is appended; a good
+//!   body is appended in one batch, all or nothing. The queue is created if needed.
+//!
+//! Captures hold what clients sent, cookies and tokens included, so the endpoints are
+//! off (403, saying why) unless an admin key is set (`[server] admin_key` or
+//! `WEIR_ADMIN_KEY`), and then want `Authorization: Bearer KEY` (401 otherwise; the
+//! key is compared in time that does not depend on the guess). Only queues named
+//! `proxy:capture:*` are served. Limits: a body of at most [`IMPORT_BYTES_MAX`]
+//! (413), read within [`IMPORT_BODY_TIMEOUT`] (408), lines of at most
+//! `capture_file::LINE_BYTES_MAX`; one import at a time (the others wait their
+//! turn); [`EXPORTS_MAX`] exports at once (503 past it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use http_body_util::{BodyExt, Limited};
+use serde_json::json;
+use tokio::sync::{mpsc, Semaphore};
+use weir_proxy::capture_file::{self, LineError, LINE_BYTES_MAX};
+
+use crate::shared::Shared;
+
+/// The queues these endpoints serve: the proxy's capture queues.
+pub const CAPTURE_QUEUE_PREFIX: &str = "proxy:capture:";
+/// Largest import body: `weir capture import` sends a file in pieces under it.
+pub const IMPORT_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Time an import body has to arrive whole.
+pub const IMPORT_BODY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Exports running at once.
+pub const EXPORTS_MAX: usize = 4;
+/// Lines an export reads ahead of a slow client.
+const EXPORT_LINES_AHEAD: usize = 16;
+
+static IMPORTS: Semaphore = Semaphore::const_new(1);
+static EXPORTS: Semaphore = Semaphore::const_new(EXPORTS_MAX);
+
+/// The endpoints, to merge into the HTTP port's router.
+pub fn routes() -> Router<Arc<Shared>> {
+    Router::new().route("/captures/{queue}", get(export).post(import))
+}
+
+/// A refusal: a status and a JSON body that says why.
+struct Refusal {
+    status: StatusCode,
+    body: serde_json::Value,
+    /// Set on 401s.
+    challenge: bool,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(self.body)).into_response();
+        if self.challenge {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        r
+    }
+}
+
+fn refuse(status: StatusCode, reason: &str) -> Refusal {
+    Refusal {
+        status,
+        body: json!({ "error": reason }),
+        challenge: false,
+    }
+}
+
+/// The admin key's check: 403 when none is set, 401 without the right one.
+fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(key) = &shared.settings.admin_key else {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "the capture endpoints are off: no admin key is set ([server] admin_key or WEIR_ADMIN_KEY)",
+        ));
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let reason = match given {
+        Some(token) if same_secret(token.as_bytes(), key.expose().as_bytes()) => return Ok(()),
+        Some(_) => "wrong admin key",
+        None => "the admin key is needed: Authorization: Bearer KEY",
+    };
+    Err(Refusal {
+        challenge: true,
+        ..refuse(StatusCode::UNAUTHORIZED, reason)
+    })
+}
+
+/// Compares a guess with the key in a time that depends on the key's length only.
+fn same_secret(given: &[u8], key: &[u8]) -> bool {
+    let mut diff = given.len() ^ key.len();
+    for (i, k) in key.iter().enumerate() {
+        diff |= usize::from(given.get(i).copied().unwrap_or(0) ^ k);
+    }
+    diff == 0
+}
+
+fn check_queue(queue: &str) -> Result<(), Refusal> {
+    let ok = queue
+        .strip_prefix(CAPTURE_QUEUE_PREFIX)
+        .is_some_and(|route| !route.is_empty())
+        && weir::validate_queue_name(queue).is_ok();
+    if ok {
+        Ok(())
+    } else {
+        Err(refuse(
+            StatusCode::NOT_FOUND,
+            &format!("only capture queues ({CAPTURE_QUEUE_PREFIX}ROUTE) are served, not {queue:?}"),
+        ))
+    }
+}
+
+fn engine_error(e: &weir::Error) -> Refusal {
+    use weir::ErrorKind as K;
+    let status = match e.kind() {
+        K::InvalidName | K::InvalidArgument => StatusCode::BAD_REQUEST,
+        K::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        K::Full | K::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
+        K::Closed | K::TooManyQueues => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    refuse(status, &e.to_string())
+}
+
+/// `since` and `limit` from an export's query.
+fn export_params(query: Option<&str>) -> Result<(Option<u64>, Option<u64>), String> {
+    let (mut since, mut limit) = (None, None);
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = value
+            .parse::<u64>()
+            .map_err(|_| format!("{key}: a whole number, not {value:?}"))?;
+        match key {
+            "since" => since = Some(number),
+            "limit" if number > 0 => limit = Some(number),
+            "limit" => return Err("limit: at least 1".into()),
+            _ => return Err(format!("unknown parameter {key:?} (since, limit)")),
+        }
+    }
+    Ok((since, limit))
+}
+
+async fn export(
+    State(shared): State<Arc<Shared>>,
+    Path(queue): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    authorize(&shared, &headers)?;
+    check_queue(&queue)?;
+    let (since, limit) =
+        export_params(query.as_deref()).map_err(|r| refuse(StatusCode::BAD_REQUEST, &r))?;
+    let permit = EXPORTS.try_acquire().map_err(|_| {
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("{EXPORTS_MAX} exports are running; try again when one is done"),
+        )
+    })?;
+    let store = shared.store.clone();
+    let name = queue.clone();
+    let q = tokio::task::spawn_blocking(move || store.existing_queue(&name))
+        .await
+        .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the export failed"))?
+        .map_err(|e| engine_error(&e))?
+        .ok_or_else(|| refuse(StatusCode::NOT_FOUND, &format!("no queue {queue}")))?;
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(EXPORT_LINES_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut stopped = false;
+        let result = capture_file::export(&q, since, limit, |line| {
+            stopped = shared.shutdown.is_triggered();
+            !stopped && tx.blocking_send(Ok(Bytes::from(line))).is_ok()
+        });
+        let failure = match result {
+            Err(e) => Some(e.to_string()),
+            Ok(_) if stopped => Some("weir is stopping".to_string()),
+            Ok(_) => None,
+        };
+        if let Some(reason) = failure {
+            tracing::warn!(queue = q.name(), "export broken off: {reason}");
+            let _ = tx.blocking_send(Err(std::io::Error::other(reason)));
+        }
+    });
+    let lines = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|line| (line, rx))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
+}
+
+async fn import(
+    State(shared): State<Arc<Shared>>,
+    Path(queue): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Refusal> {
+    authorize(&shared, &headers)?;
+    check_queue(&queue)?;
+    let _turn = IMPORTS
+        .acquire()
+        .await
+        .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "imports are closed"))?;
+    let text = read_body(body).await?;
+    let store = shared.store.clone();
+    let (n, first) = tokio::task::spawn_blocking(move || {
+        let items = capture_file::items_of(&text, LINE_BYTES_MAX).map_err(bad_line)?;
+        if items.is_empty() {
+            return Ok((0, None));
+        }
+        let q = store.queue(&queue).map_err(|e| engine_error(&e))?;
+        let first = capture_file::append(&q, &items).map_err(|e| engine_error(&e))?;
+        Ok((items.len(), first))
+    })
+    .await
+    .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the import failed"))??;
+    Ok(Json(json!({ "imported": n, "first_seq": first })).into_response())
+}
+
+/// An import's body, whole, within the size and time limits.
+async fn read_body(body: Body) -> Result<Bytes, Refusal> {
+    let over = || {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("a body over the limit of {IMPORT_BYTES_MAX} bytes: send the captures in several requests (weir capture import does)"),
+        )
+    };
+    // A declared length says it before a byte is read.
+    if axum::body::HttpBody::size_hint(&body).lower() > IMPORT_BYTES_MAX as u64 {
+        return Err(over());
+    }
+    let read = Limited::new(body, IMPORT_BYTES_MAX).collect();
+    match tokio::time::timeout(IMPORT_BODY_TIMEOUT, read).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(over()),
+        Ok(Err(_)) => Err(refuse(StatusCode::BAD_REQUEST, "the body broke off")),
+        Err(_) => Err(refuse(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the body did not arrive within {} s",
+                IMPORT_BODY_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+fn bad_line(e: LineError) -> Refusal {
+    let reason = format!("{e}; nothing was imported");
+    Refusal {
+        status: StatusCode::BAD_REQUEST,
+        body: json!({ "error": reason, "line": e.line }),
+        challenge: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!same_secret(b"0123456789abcdeX", b"0123456789abcdef"));
+        assert!(!same_secret(b"0123456789abcde", b"0123456789abcdef"));
+        assert!(!same_secret(b"0123456789abcdef0", b"0123456789abcdef"));
+        assert!(!same_secret(b"", b"0123456789abcdef"));
+    }
+
+    #[test]
+    fn only_capture_queues_and_known_parameters() {
+        assert!(check_queue("proxy:capture:api").is_ok());
+        for bad in ["proxy:capture:", "jobs", "bus:topic:x", "proxy:capture:a/b"] {
+            assert!(check_queue(bad).is_err(), "{bad}");
+        }
+        assert_eq!(export_params(None).unwrap(), (None, None));
+        assert_eq!(
+            export_params(Some("since=5&limit=2")).unwrap(),
+            (Some(5), Some(2))
+        );
+        for bad in ["since=x", "limit=0", "limit=-1", "other=1", "since"] {
+            assert!(export_params(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
