@@ -73,6 +73,7 @@ mod tests {
 
     fn t(a: &str) -> Target {
         Target {
+            https: false,
             authority: a.into(),
             base_path: String::new(),
         }

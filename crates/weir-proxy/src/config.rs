@@ -4,6 +4,8 @@
 //! naming the key.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -61,6 +63,9 @@ pub struct ProxyConfig {
     pub header_timeout_ms: Option<u64>,
     /// Threads of the proxy's own runtime (default: the CPU count).
     pub threads: Option<usize>,
+    /// A PEM file of CA certificates trusted for `https://` targets, besides the
+    /// built-in Mozilla roots.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -172,6 +177,7 @@ pub struct ProxySettings {
     pub header_bytes_max: usize,
     pub header_timeout: Duration,
     pub threads: usize,
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -200,6 +206,8 @@ pub struct RouteSettings {
     pub websocket_idle: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
+    /// TLS to the route's `https://` targets, shadows and reference.
+    pub tls: Arc<rustls::ClientConfig>,
     /// Keep every capture (the `record` reader) for export and replay.
     pub record: bool,
     pub diff: DiffSettings,
@@ -224,8 +232,21 @@ impl RouteSettings {
 /// A target's base: scheme, authority and a path prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
+    /// `https://` (TLS) rather than `http://`.
+    pub https: bool,
     pub authority: String,
     pub base_path: String,
+}
+
+impl Target {
+    /// The URL of a path (and query) on the target: under its base path.
+    pub fn url(&self, path_and_query: &str) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!(
+            "{scheme}://{}{}{path_and_query}",
+            self.authority, self.base_path
+        )
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -248,9 +269,10 @@ impl ProxyConfig {
         for l in &self.listen {
             check_name("proxy.listen.name", &l.name)?;
         }
+        let tls = crate::tls::client_config(self.tls_ca_file.as_deref())?;
         let mut routes = Vec::with_capacity(self.routes.len());
         for r in &self.routes {
-            let route = resolve_route(r)?;
+            let route = resolve_route(r, &tls)?;
             if let Some(list) = &route.listen {
                 if let Some(bad) = list
                     .iter()
@@ -294,6 +316,7 @@ impl ProxyConfig {
                 self.threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             )?,
+            tls,
         })
     }
 }
@@ -311,11 +334,17 @@ fn check_name(key: &str, name: &str) -> Result<(), String> {
     }
 }
 
-/// `http://host:port/base`: only plain `http` targets (TLS to targets is not built yet).
+/// `http://host:port/base` or `https://host:port/base`.
 pub fn parse_target(key: &str, url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{key} {url:?}: an http:// URL is needed"))?;
+    let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
+            return Err(format!(
+                "{key} {url:?}: an http:// or https:// URL is needed"
+            ))
+        }
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
@@ -329,22 +358,19 @@ pub fn parse_target(key: &str, url: &str) -> Result<Target, String> {
         .parse::<hyper::http::uri::Authority>()
         .map_err(|e| format!("{key} {url:?}: {e}"))?;
     Ok(Target {
+        https,
         authority: authority.to_string(),
         base_path: path.trim_end_matches('/').to_string(),
     })
 }
 
-fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
+fn resolve_route(
+    r: &RouteConfig,
+    tls: &Arc<rustls::ClientConfig>,
+) -> Result<RouteSettings, String> {
     check_name("proxy.routes.name", &r.name)?;
     let key = |k: &str| format!("proxy route {} {k}", r.name);
-    if r.targets.is_empty() {
-        return Err(format!("{}: at least one target", key("targets")));
-    }
-    let targets = r
-        .targets
-        .iter()
-        .map(|t| parse_target(&key("targets"), t))
-        .collect::<Result<Vec<_>, _>>()?;
+    let targets = resolve_targets(r)?;
     let path = r.path.clone().unwrap_or_else(|| "/*".to_string());
     if !path.starts_with('/') {
         return Err(format!("{} {path:?}: a pattern starts with /", key("path")));
@@ -399,6 +425,7 @@ fn resolve_route(r: &RouteConfig) -> Result<RouteSettings, String> {
         shadows,
         record: r.record,
         diff,
+        tls: Arc::clone(tls),
     })
 }
 
@@ -442,6 +469,15 @@ fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSetti
         ignore_headers,
         ignore_fields: r.diff_ignore_fields.clone(),
     })
+}
+
+/// A route's targets: at least one, each a URL `parse_target` takes.
+fn resolve_targets(r: &RouteConfig) -> Result<Vec<Target>, String> {
+    let key = format!("proxy route {} targets", r.name);
+    if r.targets.is_empty() {
+        return Err(format!("{key}: at least one target"));
+    }
+    r.targets.iter().map(|t| parse_target(&key, t)).collect()
 }
 
 /// `replay`: false for concurrent (the default), true for sequential.
@@ -516,8 +552,10 @@ mod tests {
             ("127.0.0.1:9000", "/base")
         );
         assert_eq!(parse_target("k", "http://svc").unwrap().base_path, "");
+        let t = parse_target("k", "https://svc:8443/v1").unwrap();
+        assert!(t.https);
+        assert_eq!(t.url("/a?b"), "https://svc:8443/v1/a?b");
         for bad in [
-            "https://a",
             "ftp://a",
             "http://",
             "http://u:p@a",

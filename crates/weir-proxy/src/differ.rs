@@ -46,7 +46,7 @@ impl RouteDiff {
                 .diff
                 .reference
                 .clone()
-                .map(|t| (t, http_client(REFERENCE_CONNECT_TIMEOUT))),
+                .map(|t| (t, http_client(REFERENCE_CONNECT_TIMEOUT, &route.tls))),
             noise: Mutex::new(Noise::default()),
         }
     }

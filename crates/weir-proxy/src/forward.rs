@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST};
 use hyper::{Request, Response, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -32,7 +33,7 @@ use crate::metrics::RouteCounters;
 use crate::route::{matches, Pattern};
 
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
-pub type HttpClient = Client<HttpConnector, ProxyBody>;
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
 
 /// A request with a larger body (or a streamed one) goes on a connection that is
 /// not used again. A target that answers without reading a large body closes the
@@ -88,11 +89,18 @@ impl Drop for InFlight {
     }
 }
 
-/// A client for targets: pooled keep-alive connections, `connect_timeout`.
-pub fn http_client(connect_timeout: Duration) -> HttpClient {
+/// A client for targets: pooled keep-alive connections, `connect_timeout`,
+/// `http://` in the clear and `https://` over TLS with `tls`.
+pub fn http_client(connect_timeout: Duration, tls: &Arc<rustls::ClientConfig>) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(connect_timeout));
     connector.set_nodelay(true);
+    connector.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config((**tls).clone())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(connector);
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .build(connector)
@@ -450,12 +458,10 @@ pub(crate) fn upstream_request(
 ) -> Result<Request<ProxyBody>, String> {
     let path = head.uri.path();
     let query = rewrite_query(head.uri.query(), s);
-    let uri: Uri = format!(
-        "http://{}{}{}{}",
-        target.authority, target.base_path, path, query
-    )
-    .parse()
-    .map_err(|e| format!("bad request target: {e}"))?;
+    let uri: Uri = target
+        .url(&format!("{path}{query}"))
+        .parse()
+        .map_err(|e| format!("bad request target: {e}"))?;
     let mut req = Request::new(body);
     *req.method_mut() = head.method.clone();
     *req.uri_mut() = uri;

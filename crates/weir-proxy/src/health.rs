@@ -30,8 +30,7 @@ pub async fn run(proxy: Arc<Proxy>, index: usize, mut shutdown: watch::Receiver<
             _ = shutdown.changed() => return,
         }
         for (i, target) in route.balancer.targets().enumerate() {
-            let uri: Result<Uri, _> =
-                format!("http://{}{}{}", target.authority, target.base_path, path).parse();
+            let uri: Result<Uri, _> = target.url(&path).parse();
             let Ok(uri) = uri else { continue };
             let mut req = Request::new(empty());
             *req.uri_mut() = uri;

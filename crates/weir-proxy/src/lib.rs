@@ -32,6 +32,7 @@ pub mod replay;
 mod route;
 mod server;
 mod shadow;
+mod tls;
 mod upgrade;
 
 use std::net::SocketAddr;
@@ -144,7 +145,7 @@ async fn setup(
         let capture = route_capture(&store, r, shutdown, &mut shadows).await?;
         routes.push(RouteRt {
             pattern: route::Pattern::new(&r.path),
-            client: http_client(r.connect_timeout),
+            client: http_client(r.connect_timeout, &r.tls),
             balancer: balance::Balancer::new(&r.targets),
             capture,
             counters: Default::default(),

@@ -18,17 +18,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::header::{HeaderName, HeaderValue, HOST};
-use hyper::{Request, Uri};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
 use crate::capture::Captured;
 use crate::config::{parse_target, Target};
-use crate::forward::{error_chain, http_client, HttpClient, ProxyBody};
-use crate::shadow::REPLAY_HEADER;
+use crate::forward::{error_chain, http_client, HttpClient};
 
 /// The `x-weir-replay` header's value on requests `weir replay` sends.
 pub const REPLAY_TAG: &str = "replay";
@@ -56,10 +52,12 @@ pub struct ReplayOptions {
     pub concurrency: usize,
     /// For each request: connecting and the answer's head, then reading its body.
     pub timeout: Duration,
+    /// TLS to an `https://` target (the built-in roots).
+    pub tls: Arc<rustls::ClientConfig>,
 }
 
 impl ReplayOptions {
-    /// Checks the options: an `http://host:port/base` URL, a positive finite rate or
+    /// Checks the options: an `http://` or `https://host:port/base` URL, a positive finite rate or
     /// speed, 1 to [`CONCURRENCY_MAX`] in flight, a timeout of at least 1 ms.
     pub fn new(
         url: &str,
@@ -88,6 +86,7 @@ impl ReplayOptions {
             pace,
             concurrency,
             timeout,
+            tls: crate::tls::client_config(None)?,
         })
     }
 }
@@ -112,7 +111,7 @@ pub async fn replay(
     mut source: mpsc::Receiver<Captured>,
     options: &ReplayOptions,
 ) -> ReplaySummary {
-    let client = http_client(options.timeout);
+    let client = http_client(options.timeout, &options.tls);
     let slots = Arc::new(Semaphore::new(options.concurrency));
     let summary = Arc::new(Mutex::new(ReplaySummary::default()));
     let started = Instant::now();
@@ -178,7 +177,8 @@ async fn send_one(
     options: &ReplayOptions,
     c: &Captured,
 ) -> Result<u16, String> {
-    let req = request_for(&options.target, c).ok_or("the capture does not make a valid request")?;
+    let req = crate::shadow::request_for(&options.target, REPLAY_TAG, c)
+        .ok_or("the capture does not make a valid request")?;
     match tokio::time::timeout(options.timeout, client.request(req)).await {
         Ok(Ok(response)) => {
             let status = response.status().as_u16();
@@ -193,29 +193,6 @@ async fn send_one(
     }
 }
 
-/// The request a capture becomes: as a shadow's replay, tagged `replay`.
-fn request_for(t: &Target, c: &Captured) -> Option<Request<ProxyBody>> {
-    let uri: Uri = format!("http://{}{}{}", t.authority, t.base_path, c.uri)
-        .parse()
-        .ok()?;
-    let body = Full::new(c.body.clone()).map_err(|never| match never {});
-    let mut req = Request::new(body.boxed());
-    *req.method_mut() = c.method.parse().ok()?;
-    *req.uri_mut() = uri;
-    let headers = req.headers_mut();
-    for (k, v) in &c.headers {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::from_bytes(k.as_bytes()),
-            HeaderValue::from_str(v),
-        ) {
-            headers.append(k, v);
-        }
-    }
-    headers.insert(HOST, HeaderValue::from_str(&t.authority).ok()?);
-    headers.insert(REPLAY_HEADER, HeaderValue::from_static(REPLAY_TAG));
-    Some(req)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,8 +201,9 @@ mod tests {
     fn options_are_checked() {
         let ms = Duration::from_millis(10);
         assert!(ReplayOptions::new("http://127.0.0.1:1/base", Pace::Unpaced, 4, ms).is_ok());
+        assert!(ReplayOptions::new("https://a", Pace::Unpaced, 1, ms).is_ok());
         for (url, pace, n, t) in [
-            ("https://a", Pace::Unpaced, 1, ms),
+            ("ftp://a", Pace::Unpaced, 1, ms),
             ("http://a", Pace::Rate(0.0), 1, ms),
             ("http://a", Pace::Rate(f64::NAN), 1, ms),
             ("http://a", Pace::Speed(-1.0), 1, ms),

@@ -80,7 +80,7 @@ pub fn start(
             Arc::new(ShadowRt {
                 route: route.name.clone(),
                 settings: s.clone(),
-                client: http_client(CONNECT_TIMEOUT),
+                client: http_client(CONNECT_TIMEOUT, &route.tls),
                 counters: ShadowCounters::default(),
                 diff: route_diff.as_ref().filter(|_| s.diff).map(|d| ShadowDiff {
                     route: Arc::clone(d),
@@ -290,9 +290,7 @@ pub(crate) fn request_for(
     tag: &str,
     c: &Captured,
 ) -> Option<Request<crate::forward::ProxyBody>> {
-    let uri: Uri = format!("http://{}{}{}", t.authority, t.base_path, c.uri)
-        .parse()
-        .ok()?;
+    let uri: Uri = t.url(&c.uri).parse().ok()?;
     let mut req = Request::new(
         Full::new(c.body.clone())
             .map_err(|never| match never {})

@@ -833,3 +833,112 @@ async fn upgraded_connections_keep_their_place_in_connections_max() {
     drop(second);
     p.stop().await;
 }
+
+/// A CA and a certificate it signed for `localhost`: (CA PEM, leaf DER, key DER).
+fn tls_material() -> (String, Vec<u8>, Vec<u8>) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".into()])
+        .unwrap()
+        .signed_by(&key, &ca_cert, &ca_key)
+        .unwrap();
+    (ca_cert.pem(), leaf.der().to_vec(), key.serialize_der())
+}
+
+/// An HTTPS server answering `tls NAME PATH`, recording the paths it got.
+async fn start_tls_server(
+    name: &'static str,
+    leaf: Vec<u8>,
+    key: Vec<u8>,
+) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(leaf)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&got);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, seen) = (acceptor.clone(), Arc::clone(&seen));
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let seen = Arc::clone(&seen);
+                        async move {
+                            seen.lock().push(req.uri().path().to_string());
+                            let text = format!("tls {name} {}", req.uri().path());
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                http_body_util::Full::new(Bytes::from(text)),
+                            ))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_targets_and_shadows_are_reached_over_tls_and_an_unknown_ca_is_refused() {
+    let (ca_pem, leaf, key) = tls_material();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, &ca_pem).unwrap();
+    let (primary, _) = start_tls_server("primary", leaf.clone(), key.clone()).await;
+    let (shadow, shadow_got) = start_tls_server("shadow", leaf, key).await;
+    let routes = format!(
+        "[[routes]]\nname = \"secure\"\npath = \"/secure/*\"\ntargets = [\"https://localhost:{}\"]\n\
+         [[routes.shadows]]\nname = \"s\"\nurl = \"https://localhost:{}\"\n",
+        primary.port(),
+        shadow.port()
+    );
+    let cfg = format!(
+        "tls_ca_file = {:?}\n{}{routes}",
+        ca_file.to_str().unwrap(),
+        listen_toml()
+    );
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let a = p.send("GET", "/secure/a", &[], vec![]).await;
+    assert_eq!(
+        (a.status, &a.body[..]),
+        (200, &b"tls primary /secure/a"[..])
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while shadow_got.lock().is_empty() {
+        assert!(Instant::now() < until, "the shadow got its replay over TLS");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(shadow_got.lock()[0], "/secure/a");
+    p.stop().await;
+    // Without the CA file the certificate is not trusted: 502 with the reason.
+    let cfg = format!("{}{routes}", listen_toml());
+    let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
+    let a = p.send("GET", "/secure/b", &[], vec![]).await;
+    assert_eq!(a.status, 502);
+    let reason = a.headers["x-weir-proxy-error"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(reason.contains("certificate"), "{reason}");
+    p.stop().await;
+}
