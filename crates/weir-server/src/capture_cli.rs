@@ -204,7 +204,7 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
-fn http_client() -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
     reqwest::Client::builder()
         .connect_timeout(SERVER_CONNECT_TIMEOUT)
         .read_timeout(SERVER_READ_TIMEOUT)
@@ -217,7 +217,7 @@ fn captures_url(base: &str, queue: &str) -> String {
 }
 
 /// An answer that is not 2xx, as an error carrying weir's reason.
-async fn checked(response: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+pub(crate) async fn checked(response: reqwest::Response) -> anyhow::Result<reqwest::Response> {
     let status = response.status();
     if status.is_success() {
         return Ok(response);

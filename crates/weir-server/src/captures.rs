@@ -10,8 +10,11 @@
 //! - `POST /captures/{queue}` appends the captures of a JSON-lines body, checked
 //!   first: a bad line is a 400 that names it, and then nothing is appended; a good
 //!   body is appended in one batch, all or nothing. The queue is created if needed.
+//! - `GET /proxy/diffs`: what the proxy's diffing shadows found (JSON, see
+//!   `weir_proxy::RouteReport`), for `weir diff report`; 404 when no proxy runs.
 //!
-//! Captures hold what clients sent, cookies and tokens included, so the endpoints are
+//! Captures hold what clients sent, cookies and tokens included (and diff samples,
+//! pieces of answers), so the endpoints are
 //! off (403, saying why) unless an admin key is set (`[server] admin_key` or
 //! `WEIR_ADMIN_KEY`), and then want `Authorization: Bearer KEY` (401 otherwise; the
 //! key is compared in time that does not depend on the guess). Only queues named
@@ -52,7 +55,20 @@ static EXPORTS: Semaphore = Semaphore::const_new(EXPORTS_MAX);
 
 /// The endpoints, to merge into the HTTP port's router.
 pub fn routes() -> Router<Arc<Shared>> {
-    Router::new().route("/captures/{queue}", get(export).post(import))
+    Router::new()
+        .route("/captures/{queue}", get(export).post(import))
+        .route("/proxy/diffs", get(diffs))
+}
+
+/// `GET /proxy/diffs`: the diff report of the running proxy.
+async fn diffs(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = authorize(&shared, &headers) {
+        return refused.into_response();
+    }
+    match &shared.proxy {
+        Some(proxy) => Json(proxy.diff_report()).into_response(),
+        None => refuse(StatusCode::NOT_FOUND, "no proxy runs in this weir").into_response(),
+    }
 }
 
 /// A refusal: a status and a JSON body that says why.

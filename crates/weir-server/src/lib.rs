@@ -19,6 +19,7 @@ pub mod captures;
 pub mod cmd;
 pub mod config;
 pub mod connection;
+pub mod diff_cli;
 pub mod handles;
 pub mod http;
 pub mod inbound;

@@ -13,6 +13,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use weir_server::capture_cli::{self, CaptureCommand};
 use weir_server::config::{self, FileConfig, Overrides};
+use weir_server::diff_cli::{self, DiffCommand};
 use weir_server::replay_cli::{self, ReplayArgs};
 
 #[derive(Parser)]
@@ -46,6 +47,11 @@ enum Command {
     /// Send captured requests, from a capture queue or a file, to any URL at a chosen
     /// pace (docs/proxy.md).
     Replay(ReplayArgs),
+    /// What the proxy's diffing shadows found, from a running weir (docs/proxy.md).
+    Diff {
+        #[command(subcommand)]
+        command: DiffCommand,
+    },
 }
 
 #[derive(clap::Args)]
@@ -112,6 +118,9 @@ fn main() -> ExitCode {
             command: CaptureCommand::Import(args),
         } => capture_cli::import(&args),
         Command::Replay(args) => replay_cli::run(&args),
+        Command::Diff {
+            command: DiffCommand::Report(args),
+        } => diff_cli::report(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,52 @@
+//! `weir diff report`: what the proxy's diffing shadows found, fetched from a running
+//! weir's HTTP port (`GET /proxy/diffs`, which wants the admin key) and printed as
+//! text (or as the JSON itself with `--json`). The figures live in the running
+//! proxy's memory, so there is no `--data-dir` form.
+
+use anyhow::Context;
+
+use crate::capture_cli::{checked, http_client, runtime, via, Location, Via};
+
+#[derive(clap::Subcommand)]
+pub enum DiffCommand {
+    /// Print what each diffing shadow's comparisons found: outcomes, the fields that
+    /// differed with their counts and latest sample, the noise learned.
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub at: Location,
+    /// Print the JSON weir sent rather than text
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
+    let Via::Server { url, key } = via(&args.at)? else {
+        anyhow::bail!("the diff figures live in the running proxy: use --server URL");
+    };
+    let endpoint = format!("{}/proxy/diffs", url.trim_end_matches('/'));
+    let text = runtime()?.block_on(async {
+        let response = http_client()?
+            .get(&endpoint)
+            .bearer_auth(&key)
+            .send()
+            .await
+            .with_context(|| format!("asking {endpoint}"))?;
+        checked(response)
+            .await?
+            .text()
+            .await
+            .with_context(|| format!("reading {endpoint}"))
+    })?;
+    if args.json {
+        println!("{text}");
+        return Ok(());
+    }
+    let report: Vec<weir_proxy::RouteReport> =
+        serde_json::from_str(&text).with_context(|| format!("{endpoint} sent no diff report"))?;
+    print!("{}", weir_proxy::diff_report_text(&report));
+    Ok(())
+}
