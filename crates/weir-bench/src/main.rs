@@ -409,6 +409,10 @@ struct ProxyArgs {
     /// Seconds of the memory run at 100 req/s [300; quick: 5].
     #[arg(long, value_name = "S")]
     proxy_soak_seconds: Option<f64>,
+    /// Rounds of the replay-cost step: forward GET 100/s without and with replay to
+    /// the 2 silent shadows, and direct, in rotating order [5; quick: 1].
+    #[arg(long, value_name = "N")]
+    proxy_rounds: Option<usize>,
     /// The nginx binary for the reference (default: on PATH; none: no reference).
     #[arg(long, value_name = "PATH")]
     nginx_bin: Option<PathBuf>,
@@ -442,6 +446,10 @@ impl ProxyArgs {
             throughput_seconds: pick(self.proxy_throughput_seconds, 10.0, 2.0),
             throughput_connections: self.proxy_connections.max(1),
             soak_seconds: pick(self.proxy_soak_seconds, 300.0, 5.0),
+            rounds: self
+                .proxy_rounds
+                .unwrap_or(if quick { 1 } else { 5 })
+                .max(1),
             nginx,
         }
     }

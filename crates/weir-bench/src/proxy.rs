@@ -25,6 +25,8 @@ pub struct ProxyParams {
     pub throughput_seconds: f64,
     pub throughput_connections: usize,
     pub soak_seconds: f64,
+    /// Rounds of the replay-cost step.
+    pub rounds: usize,
     pub nginx: Option<PathBuf>,
 }
 
@@ -179,7 +181,7 @@ fn row(suite: &str, target: &str, l: &Load) -> Row {
 }
 
 pub async fn run(p: &ProxyParams, bins: &Binaries, steps: &ProgressBar) -> Result<Vec<Report>> {
-    steps.set_length(6);
+    steps.set_length(7);
     let b = start(bins, p.nginx.as_ref())?;
     let mut latency = Report::new(
         "proxy-latency",
@@ -211,13 +213,65 @@ pub async fn run(p: &ProxyParams, bins: &Binaries, steps: &ProgressBar) -> Resul
         steps.inc(1);
     }
     notes(&mut latency);
+    steps.set_message("replay cost, rounds in rotating order".to_string());
+    let cost = replay_cost(&b, p).await?;
+    steps.inc(1);
     steps.set_message("throughput, 64 connections".to_string());
     let throughput = throughput(&b, p).await?;
     steps.inc(1);
     steps.set_message("memory over time".to_string());
     let rss = soak(&b, p).await?;
     steps.inc(1);
-    Ok(vec![latency, throughput, rss])
+    Ok(vec![latency, cost, throughput, rss])
+}
+
+/// What replay to the silent shadows costs a client: forward GET at 100/s through
+/// weir's route without shadows, through its route with them, and to the primary
+/// directly, `rounds` times in rotating order (a single 10 s run's p99 is its tenth
+/// worst request, and this machine's drift between runs is larger than the effect);
+/// the medians of the rounds' p99s are compared.
+async fn replay_cost(b: &Bench, p: &ProxyParams) -> Result<Report> {
+    let mut r = Report::new(
+        "proxy-replay-cost",
+        format!(
+            "proxy: forward GET 100/s p99 without and with replay to 2 silent shadows, {} rounds in rotating order",
+            p.rounds
+        ),
+    );
+    let contenders = [
+        ("weir", b.weir_plain),
+        ("weir+replay", b.weir_mirror),
+        ("direct", b.primary),
+    ];
+    let mut p99s: [Vec<f64>; 3] = Default::default();
+    for round in 0..p.rounds {
+        for k in 0..contenders.len() {
+            let i = (round + k) % contenders.len();
+            let (name, addr) = contenders[i];
+            let url = format!("http://{addr}/bench");
+            let l = open_loop(&url, "GET", Bytes::new(), 100.0, p.seconds).await?;
+            p99s[i].push(l.ms(0.99));
+            r.rows.push(
+                Row::new()
+                    .with("round", round as u64 + 1)
+                    .with("target", name)
+                    .with("ok", l.ok)
+                    .with("p50_ms", f(l.ms(0.5), 3))
+                    .with("p99_ms", f(l.ms(0.99), 3)),
+            );
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let [mut plain, mut replay, mut direct] = p99s;
+    let (plain, replay, direct) = (median(&mut plain), median(&mut replay), median(&mut direct));
+    r.notes.push(format!(
+        "median p99: weir {plain:.3} ms, weir with replay {replay:.3} ms ({:+.1}%, goal <= +5%), direct {direct:.3} ms",
+        100.0 * (replay / plain - 1.0)
+    ));
+    Ok(r)
 }
 
 /// The goals, from the rows.

@@ -97,6 +97,32 @@ async fn one(
     matches!(tokio::time::timeout(timeout, call).await, Ok(Some(true)))
 }
 
+/// The schedule of an open loop: `total` times from `start`, `rate` per second, each
+/// handed over when it comes. tokio's timers fire on a 1 ms wheel (a request would
+/// leave up to a millisecond late, and that lateness would be counted as the target's
+/// latency), so a thread of its own sleeps to each time with the kernel's
+/// high-resolution timers (tens of microseconds late at most).
+fn on_schedule(
+    start: std::time::Instant,
+    rate: f64,
+    total: u64,
+) -> tokio::sync::mpsc::UnboundedReceiver<std::time::Instant> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for i in 0..total {
+            let at = start + Duration::from_secs_f64(i as f64 / rate);
+            let now = std::time::Instant::now();
+            if at > now {
+                std::thread::sleep(at - now);
+            }
+            if tx.send(at).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Open loop: `rate` requests per second for `seconds`, each sent at its time.
 pub async fn open_loop(
     url: &str,
@@ -115,8 +141,9 @@ pub async fn open_loop(
     let ok = Arc::new(AtomicU64::new(0));
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..total {
-        let at = start + Duration::from_secs_f64(i as f64 / rate);
+    let mut due = on_schedule(start.into_std(), rate, total);
+    while let Some(at) = due.recv().await {
+        let at = tokio::time::Instant::from_std(at);
         let (client, url, method, body, hist, ok) = (
             client.clone(),
             url.to_string(),
@@ -126,7 +153,6 @@ pub async fn open_loop(
             Arc::clone(&ok),
         );
         tasks.spawn(async move {
-            tokio::time::sleep_until(at).await;
             let good = one(&client, &url, &method, &body, Duration::from_secs(30)).await;
             let us = u64::try_from(at.elapsed().as_micros())
                 .unwrap_or(u64::MAX)

@@ -274,6 +274,12 @@ fn proxy_quick_forwards_and_replays() {
         assert_eq!(num(r, "ok"), num(r, "sent"), "every request answered: {r}");
     }
     assert_eq!(rows_of(&latency, "direct").len(), 1);
+    let cost = load_data(out.path(), "proxy-replay-cost");
+    for target in ["weir", "weir+replay", "direct"] {
+        let rows = rows_of(&cost, target);
+        assert_eq!(rows.len(), 1, "one round of {target}");
+        assert!(num(rows[0], "ok") > 0, "{target} answered");
+    }
     let throughput = load_data(out.path(), "proxy-throughput");
     assert!(num(rows_of(&throughput, "weir")[0], "ok") > 0);
     let rss = load(out.path(), "proxy-rss");
