@@ -57,7 +57,23 @@ const HEAD_BYTES_MAX: usize = 1024 * 1024;
 
 impl Captured {
     pub fn encode(&self) -> Vec<u8> {
-        let head = serde_json::to_vec(self).unwrap_or_default();
+        // The answer's length in the head is its body's, whatever the field says:
+        // `decode` splits the two bodies by it.
+        let fixed;
+        let this = match &self.response {
+            Some(r) if r.body_len != r.body.len() as u64 => {
+                fixed = Captured {
+                    response: Some(CapturedResponse {
+                        body_len: r.body.len() as u64,
+                        ..r.clone()
+                    }),
+                    ..self.clone()
+                };
+                &fixed
+            }
+            _ => self,
+        };
+        let head = serde_json::to_vec(this).unwrap_or_default();
         let answer = self.response.as_ref().map_or(&[][..], |r| &r.body[..]);
         let mut out = Vec::with_capacity(4 + head.len() + self.body.len() + answer.len());
         out.extend_from_slice(&(head.len() as u32).to_be_bytes());
@@ -251,6 +267,13 @@ mod tests {
         });
         let item = Bytes::from(with_answer.encode());
         assert_eq!(Captured::decode(&item).unwrap(), with_answer);
+        // A wrong length in the field is not trusted: the body's own is written.
+        let mut wrong = with_answer.clone();
+        if let Some(r) = &mut wrong.response {
+            r.body_len = 1;
+        }
+        let back = Captured::decode(&Bytes::from(wrong.encode())).unwrap();
+        assert_eq!(back, with_answer);
         // An answer length past the item's end is refused, not sliced out of bounds.
         let mut head = serde_json::to_vec(&with_answer).unwrap();
         let text = String::from_utf8(head.clone())

@@ -464,10 +464,19 @@ fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSetti
             key("diff_ignore_fields")
         ));
     }
+    // Header fields are compared by their lower-case names.
+    let ignore_fields = r
+        .diff_ignore_fields
+        .iter()
+        .map(|f| match f.strip_prefix("header.") {
+            Some(name) => format!("header.{}", name.to_ascii_lowercase()),
+            None => f.clone(),
+        })
+        .collect();
     Ok(DiffSettings {
         reference,
         ignore_headers,
-        ignore_fields: r.diff_ignore_fields.clone(),
+        ignore_fields,
     })
 }
 
@@ -604,6 +613,9 @@ mod tests {
             .diff
             .ignore_headers
             .contains(&"date".to_string()));
+        bad.routes[0].diff_ignore_fields = vec!["header.X-Trace".into()];
+        let s = bad.resolve().unwrap();
+        assert_eq!(s.routes[0].diff.ignore_fields, vec!["header.x-trace"]);
         bad.routes[0].diff_ignore_fields = vec!["cookie".into()];
         assert!(bad.resolve().unwrap_err().contains("diff_ignore_fields"));
     }

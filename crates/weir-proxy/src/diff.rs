@@ -264,6 +264,11 @@ fn compare_json(a: &Value, b: &Value, field: &str, path: &str, depth: usize, out
     }
 }
 
+fn learnable(d: &Difference) -> bool {
+    let element = matches!(d.kind, Kind::Missing | Kind::Extra) && d.field.ends_with(".*");
+    d.field != "status" && d.field != "body" && !element
+}
+
 /// The fields learned as noise for a route.
 #[derive(Default)]
 pub struct Noise {
@@ -271,9 +276,12 @@ pub struct Noise {
 }
 
 impl Noise {
-    /// Learns the fields of differences between the primary and the reference.
+    /// Learns the fields of differences between the primary and the reference,
+    /// less those that would hide too much: the status, a body compared as a whole,
+    /// and array elements one side has and the other has not (a list that grew
+    /// between the two calls says nothing about its elements' fields).
     pub fn learn(&mut self, differences: &[Difference]) {
-        for d in differences {
+        for d in differences.iter().filter(|d| learnable(d)) {
             if self.fields.len() >= NOISE_FIELDS_MAX {
                 return;
             }
@@ -543,6 +551,22 @@ mod tests {
             other: String::new(),
         }]);
         assert!(parent.covers("body.meta.id") && !parent.covers("body.metadata"));
+        // What would hide too much is not learned.
+        let mut careful = Noise::default();
+        let d = |field: &str, kind| Difference {
+            field: field.into(),
+            path: field.into(),
+            kind,
+            primary: String::new(),
+            other: String::new(),
+        };
+        careful.learn(&[
+            d("status", Kind::Changed),
+            d("body", Kind::Changed),
+            d("body.items.*", Kind::Extra),
+            d("body.items.*.id", Kind::Changed),
+        ]);
+        assert_eq!(careful.fields(), vec!["body.items.*.id"]);
     }
 
     #[test]

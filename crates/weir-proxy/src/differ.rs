@@ -4,8 +4,9 @@
 //! same request goes to the reference so that what differs between the primary and
 //! the reference is learned as noise before the comparison is counted.
 //!
-//! The reference is asked only when a shadow's answer differs: an answer that is
-//! the same needs no noise to explain it, and the reference gets no load from it.
+//! The reference is asked only when a shadow's answer differs in a field not yet
+//! known as noise: an answer that is the same, or differs only in known noise, needs
+//! nothing more to explain it. Bodies are compared decoded (`gzip`, `deflate`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,14 +71,37 @@ pub struct Read {
     pub whole: bool,
 }
 
-impl Read {
-    fn answer(&self) -> Answer<'_> {
-        Answer {
-            status: self.status,
-            headers: &self.headers,
-            body: &self.body,
-            body_whole: self.whole,
-        }
+/// A body decoded for comparison, bodies grow past this when inflated and are then
+/// not compared (a small compressed body can inflate a thousandfold).
+const DECODED_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
+/// A body as compared: decoded from its `Content-Encoding` when that is `gzip` or
+/// `deflate` (so compressed JSON is compared field by field); `false` (not
+/// compared) for any other encoding, a body that does not decode, or one that was
+/// not whole.
+pub fn decoded(body: &Bytes, headers: &[(String, String)], whole: bool) -> (Bytes, bool) {
+    use std::io::Read as _;
+    if !whole {
+        return (Bytes::new(), false);
+    }
+    let encoding = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-encoding"))
+        .map(|(_, v)| v.trim().to_ascii_lowercase());
+    let mut out = Vec::new();
+    let read = match encoding.as_deref() {
+        None | Some("") | Some("identity") => return (body.clone(), true),
+        Some("gzip") | Some("x-gzip") => flate2::read::GzDecoder::new(&body[..])
+            .take(DECODED_BYTES_MAX + 1)
+            .read_to_end(&mut out),
+        Some("deflate") => flate2::read::ZlibDecoder::new(&body[..])
+            .take(DECODED_BYTES_MAX + 1)
+            .read_to_end(&mut out),
+        Some(_) => return (Bytes::new(), false),
+    };
+    match read {
+        Ok(n) if (n as u64) <= DECODED_BYTES_MAX => (Bytes::from(out), true),
+        _ => (Bytes::new(), false),
     }
 }
 
@@ -135,18 +159,46 @@ impl ShadowDiff {
             self.stats.lock().skipped += 1;
             return;
         };
+        let (primary_body, primary_whole) =
+            decoded(&primary.body, &primary.headers, primary.body_whole);
         let primary = Answer {
             status: primary.status,
             headers: &primary.headers,
-            body: &primary.body,
-            body_whole: primary.body_whole,
+            body: &primary_body,
+            body_whole: primary_whole,
         };
         let route = &self.route;
-        let found = compare(&primary, &shadow.answer(), &route.settings);
-        if !found.is_empty() {
+        let (shadow_body, shadow_whole) = decoded(&shadow.body, &shadow.headers, shadow.whole);
+        let found = compare(
+            &primary,
+            &Answer {
+                status: shadow.status,
+                headers: &shadow.headers,
+                body: &shadow_body,
+                body_whole: shadow_whole,
+            },
+            &route.settings,
+        );
+        let unexplained = {
+            let noise = route.noise.lock();
+            found.iter().any(|d| !noise.covers(&d.field))
+        };
+        if unexplained {
+            // A reference that answered with another status (an error, a limit) says
+            // nothing about which fields are noise: nothing is learned from it.
             if let Some(reference) = self.ask_reference(c).await {
-                let noise = compare(&primary, &reference.answer(), &route.settings);
-                route.noise.lock().learn(&noise);
+                if reference.status == primary.status {
+                    let (body, whole) =
+                        decoded(&reference.body, &reference.headers, reference.whole);
+                    let answer = Answer {
+                        status: reference.status,
+                        headers: &reference.headers,
+                        body: &body,
+                        body_whole: whole,
+                    };
+                    let noise = compare(&primary, &answer, &route.settings);
+                    route.noise.lock().learn(&noise);
+                }
             }
         }
         let about = About {
@@ -192,6 +244,19 @@ pub struct ShadowReport {
     pub stats: ShadowDiffStats,
 }
 
+/// Text from answers, safe for a terminal: control characters escaped.
+fn shown(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
 /// The report as text, for `weir diff report`: per route and shadow, the outcomes,
 /// then each field that differed with its counts and latest sample.
 pub fn report_text(report: &[RouteReport]) -> String {
@@ -219,12 +284,17 @@ pub fn report_text(report: &[RouteReport]) -> String {
             );
             for (field, kinds) in &t.fields {
                 for (kind, f) in kinds {
-                    let _ = writeln!(out, "    {field} {}: {}", kind.as_str(), f.count);
+                    let (field, kind) = (shown(field), kind.as_str());
+                    let _ = writeln!(out, "    {field} {kind}: {}", f.count);
                     if let Some(x) = f.samples.back() {
                         let _ = writeln!(
                             out,
                             "      e.g. {} {} at {}: primary {} / shadow {}",
-                            x.method, x.uri, x.path, x.primary, x.shadow
+                            shown(&x.method),
+                            shown(&x.uri),
+                            shown(&x.path),
+                            shown(&x.primary),
+                            shown(&x.shadow)
                         );
                     }
                 }
@@ -273,6 +343,28 @@ mod tests {
         assert!(text.contains("1 compared, 0 same, 1 different"));
         assert!(text.contains("body.price changed: 1"));
         assert!(text.contains("GET /items/1 at body.price: primary 10 / shadow 11"));
+        assert_eq!(shown("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+    }
+
+    #[test]
+    fn compressed_bodies_are_compared_decoded() {
+        use std::io::Write as _;
+        let json = br#"{"a": 1}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(json).unwrap();
+        let gz = Bytes::from(gz.finish().unwrap());
+        let h = |v: &str| vec![("content-encoding".to_string(), v.to_string())];
+        assert_eq!(
+            decoded(&gz, &h("gzip"), true),
+            (Bytes::from_static(json), true)
+        );
+        assert_eq!(decoded(&gz, &[], true), (gz.clone(), true));
+        assert!(
+            !decoded(&gz, &h("br"), true).1,
+            "not decodable here: not compared"
+        );
+        assert!(!decoded(&gz, &h("gzip"), false).1);
+        assert!(!decoded(&Bytes::from_static(b"junk"), &h("gzip"), true).1);
     }
 
     #[test]

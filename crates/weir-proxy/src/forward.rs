@@ -216,11 +216,14 @@ async fn forward(
     // Continue` to the client when the body is first read.
     head.headers.remove(hyper::header::EXPECT);
     match outgoing_body(proxy, route, &head, declared, body).await {
-        Ok((out, pending)) => {
+        Ok((out, answer_to)) => {
             let (response, from_target) = send(route, &head, client, out).await;
-            match pending {
-                Some(p) => capture(route, p, response, from_target).await,
-                None => response,
+            match answer_to {
+                Some(tx) if from_target => with_answer_captured(route, tx, response),
+                // An answer the proxy made itself is not captured; nor is any when
+                // the client goes away first (the sender is dropped with this
+                // future): the capture goes on without one.
+                _ => response,
             }
         }
         Err(refused) => refused,
@@ -236,19 +239,13 @@ struct Pending {
     in_flight: InFlight,
 }
 
-/// Starts the append of a capture of a route that diffs: the primary's answer
-/// (status, headers and, as it streams to the client, its body up to
-/// `capture_bytes_max`) goes with it; an answer the proxy made itself does not.
-async fn capture(
+/// Hands the capture of a route that diffs the primary's answer: status, headers
+/// and, as it streams to the client, its body up to `capture_bytes_max`.
+fn with_answer_captured(
     route: &RouteRt,
-    p: Pending,
+    answer_to: AnswerSender,
     response: Response<ProxyBody>,
-    from_target: bool,
 ) -> Response<ProxyBody> {
-    if !from_target {
-        start_capture(route, p, None).await;
-        return response;
-    }
     let (parts, body) = response.into_parts();
     let head = CapturedResponse {
         status: parts.status.as_u16(),
@@ -267,7 +264,7 @@ async fn capture(
         let (tee, _, end) = TeeBody::new(body, Some(route.settings.capture_bytes_max), u64::MAX);
         (tee.boxed(), end)
     };
-    start_capture(route, p, Some((head, answer_end))).await;
+    let _ = answer_to.send((head, answer_end));
     Response::from_parts(parts, body)
 }
 
@@ -296,7 +293,7 @@ async fn outgoing_body(
     head: &hyper::http::request::Parts,
     declared: Option<u64>,
     body: Incoming,
-) -> Result<(Outgoing, Option<Pending>), Response<ProxyBody>> {
+) -> Result<(Outgoing, Option<AnswerSender>), Response<ProxyBody>> {
     let s = &route.settings;
     let captured = route.capture.as_ref().map(|q| {
         (
@@ -341,22 +338,31 @@ async fn outgoing_body(
         end,
         in_flight: InFlight::new(&proxy.captures_in_flight),
     });
-    match pending {
-        // The primary's answer is not needed: the capture starts now, so that
-        // captures keep the order their requests came in (as well as tasks can).
-        Some(p) if !s.diffs() => {
-            start_capture(route, p, None).await;
-            Ok((out, None))
-        }
-        pending => Ok((out, pending)),
-    }
+    let Some(p) = pending else {
+        return Ok((out, None));
+    };
+    // The capture starts now, before the request is forwarded, so that captures keep
+    // the order their requests came in; a route that diffs hands it the primary's
+    // answer later.
+    let (answer_to, answer) = if s.diffs() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    start_capture(route, p, answer).await;
+    Ok((out, answer_to))
 }
 
 /// Starts a capture: polled once here, where a request whose body has passed is
 /// appended at once (the engine takes the item before its first wait), so that
 /// captures keep the order of their requests; the rest (a body still coming, the
 /// wait for durability) goes on in a task of its own. The client never waits for it.
-async fn start_capture(route: &RouteRt, p: Pending, answer: Option<AnswerPart>) {
+async fn start_capture(
+    route: &RouteRt,
+    p: Pending,
+    answer: Option<tokio::sync::oneshot::Receiver<AnswerPart>>,
+) {
     let counters = Arc::clone(&route.counters.shared);
     let mut task = Box::pin(async move {
         store_capture(p.queue, p.captured, p.end, answer, counters).await;
@@ -536,6 +542,8 @@ fn captured_request(
 
 /// The primary's answer's head and how its body ended.
 type AnswerPart = (CapturedResponse, tokio::sync::oneshot::Receiver<BodyEnd>);
+/// Where the request path hands a capture the primary's answer.
+type AnswerSender = tokio::sync::oneshot::Sender<AnswerPart>;
 
 /// Appends a captured request once its body has passed (at once when it has none),
 /// and with `answer`, once the primary's answer's body has passed too (an answer
@@ -544,7 +552,7 @@ async fn store_capture(
     queue: weir::Queue,
     mut captured: Captured,
     end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
-    answer: Option<AnswerPart>,
+    answer: Option<tokio::sync::oneshot::Receiver<AnswerPart>>,
     counters: Arc<crate::metrics::CaptureCounters>,
 ) {
     if let Some(end) = end {
@@ -560,7 +568,10 @@ async fn store_capture(
             }
         }
     }
-    if let Some((mut head, end)) = answer {
+    if let Some(Ok((mut head, end))) = match answer {
+        Some(rx) => Some(rx.await),
+        None => None,
+    } {
         if let Ok(BodyEnd::Complete(body)) = end.await {
             head.body_whole = true;
             head.body_len = body.len() as u64;

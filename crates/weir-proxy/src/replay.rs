@@ -89,6 +89,12 @@ impl ReplayOptions {
             tls: crate::tls::client_config(None)?,
         })
     }
+
+    /// Trusts the CA certificates of a PEM file too, for an `https://` target.
+    pub fn with_ca_file(mut self, ca_file: &std::path::Path) -> Result<ReplayOptions, String> {
+        self.tls = crate::tls::client_config(Some(ca_file))?;
+        Ok(self)
+    }
 }
 
 /// What a replay did.
@@ -150,6 +156,18 @@ pub async fn replay(
     s
 }
 
+/// A wait is capped at this: a capture file's times are not trusted.
+const WAIT_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// `seconds` after `start`, at most [`WAIT_MAX`] (no overflow, whatever the file
+/// or the flags say).
+fn later(start: Instant, seconds: f64) -> Instant {
+    let wait = Duration::try_from_secs_f64(seconds)
+        .unwrap_or(WAIT_MAX)
+        .min(WAIT_MAX);
+    start + wait
+}
+
 /// When the `index`-th capture (from 0) is due, if the pace says.
 fn due(
     pace: Pace,
@@ -160,13 +178,13 @@ fn due(
 ) -> Option<Instant> {
     match pace {
         Pace::Unpaced => None,
-        Pace::Rate(r) => Some(started + Duration::from_secs_f64(index as f64 / r)),
+        Pace::Rate(r) => Some(later(started, index as f64 / r)),
         Pace::Speed(x) => {
             // Captures are appended as their requests complete, so times can step
             // back a little: such a one is due at once.
             let first = *first_at.get_or_insert(at_ms);
             let gap_ms = at_ms.saturating_sub(first) as f64 / x;
-            Some(started + Duration::from_secs_f64(gap_ms / 1000.0))
+            Some(later(started, gap_ms / 1000.0))
         }
     }
 }
@@ -236,5 +254,13 @@ mod tests {
             Some(t0 + Duration::from_millis(500))
         );
         assert_eq!(due(Pace::Speed(2.0), t0, 2, &mut first, 9_000), Some(t0));
+        // A time from the far future, or a tiny speed or rate, waits at most a week
+        // (and does not overflow).
+        let far = due(Pace::Speed(1e-300), t0, 3, &mut first, u64::MAX);
+        assert_eq!(far, Some(t0 + WAIT_MAX));
+        assert_eq!(
+            due(Pace::Rate(1e-300), t0, 5, &mut None, 0),
+            Some(t0 + WAIT_MAX)
+        );
     }
 }

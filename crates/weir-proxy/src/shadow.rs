@@ -341,12 +341,22 @@ async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>)
                 }
                 return Outcome::Answered(status);
             }
-            Ok(Err(e)) if e.is_connect() => {
+            Ok(Err(e)) if e.is_connect() && !crate::tls::is_tls_failure(&e) => {
+                if down_pause == DOWN_PAUSE_FIRST {
+                    tracing::warn!(route = %s.route, shadow = %s.settings.name, error = %crate::forward::error_chain(&e), "the shadow is down; its replays wait");
+                }
                 let p = down_pause;
                 down_pause = (down_pause * 2).min(DOWN_PAUSE_MAX);
                 p
             }
-            Ok(Err(_)) | Err(_) => {
+            // A certificate or handshake refused is not a shadow down: waiting would
+            // not mend it. It fails, is counted, and says why.
+            other => {
+                if let Ok(Err(e)) = &other {
+                    if crate::tls::is_tls_failure(e) {
+                        tracing::warn!(route = %s.route, shadow = %s.settings.name, error = %crate::forward::error_chain(e), "TLS to the shadow failed");
+                    }
+                }
                 attempts += 1;
                 if attempts > s.settings.retries {
                     s.counters.failed.fetch_add(1, Relaxed);

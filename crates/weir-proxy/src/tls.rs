@@ -48,9 +48,47 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
     Ok(Arc::new(config))
 }
 
+/// Whether an error, or one of its sources, is TLS's: a handshake failed or a
+/// certificate was refused (as against a target that cannot be reached).
+pub fn is_tls_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    // An I/O error wrapping another (hyper-rustls wraps tokio-rustls's, which wraps
+    // rustls's) skips the wrapped one in `source()`: it is followed by `get_ref`.
+    let mut at = Some(e);
+    let mut steps = 0;
+    while let Some(err) = at {
+        if err.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        steps += 1;
+        if steps > 32 {
+            return false;
+        }
+        at = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tls_failures_are_told_from_others_through_wrapped_io_errors() {
+        use std::io::{Error, ErrorKind};
+        let rustls_error =
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = Error::other(Error::new(ErrorKind::InvalidData, rustls_error));
+        assert!(is_tls_failure(&wrapped));
+        let refused = Error::new(ErrorKind::ConnectionRefused, "refused");
+        assert!(!is_tls_failure(&refused));
+        assert!(!is_tls_failure(&Error::other(refused)));
+    }
 
     #[test]
     fn a_ca_file_is_read_and_bad_ones_are_named() {

@@ -61,6 +61,10 @@ pub struct ReplayArgs {
     /// Time each request has to be answered
     #[arg(long, value_name = "MS", default_value_t = REPLAY_TIMEOUT_MS_DEFAULT)]
     pub timeout_ms: u64,
+    /// A PEM file of CA certificates to trust for an https:// --to, besides the
+    /// built-in roots
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Where the captures come from, and which of them.
@@ -112,8 +116,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         (None, None) => Pace::Unpaced,
     };
     let timeout = Duration::from_millis(args.timeout_ms);
-    let options = ReplayOptions::new(&args.to, pace, args.concurrency, timeout)
+    let mut options = ReplayOptions::new(&args.to, pace, args.concurrency, timeout)
         .map_err(anyhow::Error::msg)?;
+    if let Some(ca_file) = &args.ca_file {
+        options = options.with_ca_file(ca_file).map_err(anyhow::Error::msg)?;
+    }
     let selection = Selection {
         since: args
             .since
