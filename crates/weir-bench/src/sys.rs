@@ -181,8 +181,25 @@ pub fn wait_listening(addr: std::net::SocketAddr, what: &str) -> anyhow::Result<
 /// A child process, killed on drop.
 pub struct Proc(pub std::process::Child);
 
+/// How long a process has to end on SIGTERM before it gets SIGKILL.
+const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Drop for Proc {
+    /// SIGTERM first, so that a server with processes of its own (nginx's master
+    /// and its workers) takes them down with it; SIGKILL after [`TERM_GRACE`].
     fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours; the
+            // child has not been waited for, so its pid still names it.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            let until = std::time::Instant::now() + TERM_GRACE;
+            while std::time::Instant::now() < until {
+                if let Ok(Some(_)) = self.0.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
