@@ -71,6 +71,27 @@ pub struct Read {
     pub whole: bool,
 }
 
+impl Read {
+    fn answer(&self) -> Answer<'_> {
+        Answer {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+            body_whole: self.whole,
+        }
+    }
+
+    /// The answer with its body as compared (see [`decoded`]).
+    fn decoded(self) -> Read {
+        let (body, whole) = decoded(&self.body, &self.headers, self.whole);
+        Read {
+            body,
+            whole,
+            ..self
+        }
+    }
+}
+
 /// A body decoded for comparison, bodies grow past this when inflated and are then
 /// not compared (a small compressed body can inflate a thousandfold).
 const DECODED_BYTES_MAX: u64 = 16 * 1024 * 1024;
@@ -154,29 +175,22 @@ pub async fn read(response: Response<Incoming>, max: u64, within: Duration) -> R
 impl ShadowDiff {
     /// Compares the shadow's answer to a captured request with the primary's, and
     /// counts it.
-    pub async fn judge(&self, c: &Captured, shadow: &Read) {
+    pub async fn judge(&self, c: &Captured, shadow: Read) {
         let Some(primary) = &c.response else {
             self.stats.lock().skipped += 1;
             return;
         };
-        let (primary_body, primary_whole) =
-            decoded(&primary.body, &primary.headers, primary.body_whole);
-        let primary = Answer {
+        let primary = Read {
             status: primary.status,
-            headers: &primary.headers,
-            body: &primary_body,
-            body_whole: primary_whole,
-        };
+            headers: primary.headers.clone(),
+            body: primary.body.clone(),
+            whole: primary.body_whole,
+        }
+        .decoded();
         let route = &self.route;
-        let (shadow_body, shadow_whole) = decoded(&shadow.body, &shadow.headers, shadow.whole);
         let found = compare(
-            &primary,
-            &Answer {
-                status: shadow.status,
-                headers: &shadow.headers,
-                body: &shadow_body,
-                body_whole: shadow_whole,
-            },
+            &primary.answer(),
+            &shadow.decoded().answer(),
             &route.settings,
         );
         let unexplained = {
@@ -188,15 +202,8 @@ impl ShadowDiff {
             // nothing about which fields are noise: nothing is learned from it.
             if let Some(reference) = self.ask_reference(c).await {
                 if reference.status == primary.status {
-                    let (body, whole) =
-                        decoded(&reference.body, &reference.headers, reference.whole);
-                    let answer = Answer {
-                        status: reference.status,
-                        headers: &reference.headers,
-                        body: &body,
-                        body_whole: whole,
-                    };
-                    let noise = compare(&primary, &answer, &route.settings);
+                    let reference = reference.decoded();
+                    let noise = compare(&primary.answer(), &reference.answer(), &route.settings);
                     route.noise.lock().learn(&noise);
                 }
             }

@@ -335,7 +335,7 @@ async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>)
                             s.settings.timeout,
                         )
                         .await;
-                        d.judge(c, &answer).await;
+                        d.judge(c, answer).await;
                     }
                     None => drain(response.into_body(), s.settings.timeout).await,
                 }
