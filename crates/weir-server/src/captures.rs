@@ -195,7 +195,7 @@ async fn export(
             &format!("{EXPORTS_MAX} exports are running; try again when one is done"),
         )
     })?;
-    let store = shared.store.clone();
+    let store = engine_store(&shared)?;
     let name = queue.clone();
     let q = tokio::task::spawn_blocking(move || store.existing_queue(&name))
         .await
@@ -243,7 +243,7 @@ async fn import(
         .await
         .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "imports are closed"))?;
     let text = read_body(body).await?;
-    let store = shared.store.clone();
+    let store = engine_store(&shared)?;
     let (n, first) = tokio::task::spawn_blocking(move || {
         let items = capture_file::items_of(&text, LINE_BYTES_MAX).map_err(bad_line)?;
         if items.is_empty() {
@@ -292,6 +292,17 @@ fn bad_line(e: LineError) -> Refusal {
         body: json!({ "error": reason, "line": e.line }),
         challenge: false,
     }
+}
+
+/// The embedded engine's store: captures are kept there (the config refuses the
+/// admin endpoints with another backend, so this is a backstop).
+fn engine_store(shared: &Shared) -> Result<weir::Store, Refusal> {
+    shared.backend.engine_store().cloned().ok_or_else(|| {
+        refuse(
+            StatusCode::NOT_IMPLEMENTED,
+            "captures need the embedded backend",
+        )
+    })
 }
 
 #[cfg(test)]

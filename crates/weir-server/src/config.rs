@@ -66,6 +66,26 @@ pub struct FileConfig {
     pub bus: Option<weir_bus::BusConfig>,
     /// The HTTP proxy; it runs when this section has listeners.
     pub proxy: Option<weir_proxy::ProxyConfig>,
+    /// Where the queues live: the embedded engine (default) or a JetStream cluster.
+    #[serde(default)]
+    pub backend: BackendSection,
+}
+
+/// `[backend]`: `kind = "embedded"` (default) or `"jetstream"` with
+/// `[backend.jetstream]`. Restart-only.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSection {
+    pub kind: Option<String>,
+    pub jetstream: Option<weir_backend::jetstream::JetStreamConfig>,
+}
+
+/// Where the queues live, resolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum BackendSettings {
+    #[default]
+    Embedded,
+    JetStream(Box<weir_backend::jetstream::JetStreamConfig>),
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -165,6 +185,9 @@ pub struct Settings {
     pub bus: Option<weir_bus::BusSettings>,
     /// The proxy's settings when it is configured.
     pub proxy: Option<weir_proxy::ProxySettings>,
+    pub backend: BackendSettings,
+    /// Settings the file gives that the chosen backend ignores: logged at start.
+    pub ignored: Vec<&'static str>,
 }
 
 /// Flags that override the file.
@@ -178,6 +201,12 @@ pub struct Overrides {
     pub max_connections: Option<usize>,
     /// Enables the event bus on this address.
     pub bus_listen: Option<String>,
+    /// `embedded` or `jetstream`.
+    pub backend: Option<String>,
+    /// JetStream servers, comma-separated.
+    pub nats_servers: Option<String>,
+    /// JetStream stream name; its subjects become `NAME.q.<queue>`.
+    pub nats_stream: Option<String>,
 }
 
 /// Reads and parses a config file.
@@ -251,7 +280,99 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
             Some(p) => Some(p.resolve().map_err(|e| anyhow::anyhow!(e))?),
             None => None,
         },
+        backend: resolve_backend(file, overrides)?,
+        ignored: ignored_settings(file, overrides),
     })
+}
+
+/// `[backend]` and its flags, checked against what the JetStream backend cannot do.
+fn resolve_backend(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<BackendSettings> {
+    let kind = overrides
+        .backend
+        .as_deref()
+        .or(file.backend.kind.as_deref())
+        .unwrap_or("embedded");
+    match kind {
+        "embedded" => return Ok(BackendSettings::Embedded),
+        "jetstream" => {}
+        other => bail!("backend kind must be \"embedded\" or \"jetstream\", not {other:?}"),
+    }
+    let mut js = file.backend.jetstream.clone().unwrap_or_default();
+    if let Some(servers) = &overrides.nats_servers {
+        js.servers = servers
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
+    if let Some(stream) = &overrides.nats_stream {
+        js.stream = stream.clone();
+        js.subject_prefix = format!("{stream}.q");
+    }
+    if overrides.bus_listen.is_some() {
+        bail!("the event bus runs on the embedded backend only (for now)");
+    }
+    check_jetstream(file, &js)?;
+    Ok(BackendSettings::JetStream(Box::new(js)))
+}
+
+/// What the JetStream backend refuses at start: settings it would silently ignore
+/// where ignoring them could lose or keep items the user did not expect.
+fn check_jetstream(
+    file: &FileConfig,
+    js: &weir_backend::jetstream::JetStreamConfig,
+) -> anyhow::Result<()> {
+    if js.servers.is_empty() {
+        bail!("[backend.jetstream] servers: at least one nats:// URL");
+    }
+    if !(1..=5).contains(&js.replicas) {
+        bail!(
+            "[backend.jetstream] replicas must be 1 to 5, not {}",
+            js.replicas
+        );
+    }
+    if file.bus.is_some() || file.proxy.is_some() {
+        bail!("the event bus and the proxy run on the embedded backend only (for now); remove [bus] / [proxy] or use kind = \"embedded\"");
+    }
+    if file.server.admin_key.is_some() {
+        bail!("admin_key turns on the capture endpoints, which need the embedded backend");
+    }
+    let sections = std::iter::once(&file.defaults).chain(file.queues.values());
+    for q in sections {
+        if q.expire_to.is_some() {
+            bail!("expire_to is not supported on the jetstream backend (the servers delete expired items themselves)");
+        }
+        if q.max_items.is_some() || q.max_bytes.is_some() || q.discard_old_when_full.is_some() {
+            bail!("max_items, max_bytes and discard_old_when_full are not supported on the jetstream backend; set limits on the stream");
+        }
+    }
+    Ok(())
+}
+
+/// Queue settings of the engine's files that a JetStream backend ignores: the
+/// cluster's own settings decide them.
+fn ignored_settings(file: &FileConfig, overrides: &Overrides) -> Vec<&'static str> {
+    let kind = overrides
+        .backend
+        .as_deref()
+        .or(file.backend.kind.as_deref());
+    if kind != Some("jetstream") {
+        return Vec::new();
+    }
+    let mut ignored = Vec::new();
+    for q in std::iter::once(&file.defaults).chain(file.queues.values()) {
+        for (key, set) in [
+            ("durability", q.durability.is_some()),
+            ("sync_interval_ms", q.sync_interval_ms.is_some()),
+            ("segment_size_bytes", q.segment_size_bytes.is_some()),
+        ] {
+            if set && !ignored.contains(&key) {
+                ignored.push(key);
+            }
+        }
+    }
+    ignored
 }
 
 /// The bus's settings when `[bus]` is in the file or `--bus-listen` was given; the

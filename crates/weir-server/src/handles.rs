@@ -12,12 +12,10 @@
 //!
 //! A handle on a queue deleted meanwhile answers `NotFound`; the caller then calls
 //! [`Handles::evict`] and asks again, which creates the queue afresh. A miss goes
-//! through [`QueueOpener`], which creates what is missing off the event loop (within
-//! the store's `max_queues`).
+//! to the [`Backend`], which creates what is missing without blocking the event loop
+//! (within `max_queues`).
 
-use weir::{Queue, Reader};
-
-use crate::queues::QueueOpener;
+use weir_backend::{Backend, Queue, Reader};
 
 /// Names compare length-first: the default reader's name is empty, and a zero-length
 /// `memcmp` costs ~150 ns on some machines (glibc's AVX-512 path).
@@ -53,7 +51,7 @@ fn names_hash(queue: &str, reader: Option<&str>) -> u64 {
 
 impl Handles {
     /// The queue `name`, created on first use (within `max_queues`).
-    pub async fn queue(&mut self, queues: &QueueOpener, name: &str) -> weir::Result<&Queue> {
+    pub async fn queue(&mut self, backend: &Backend, name: &str) -> weir_backend::Result<&Queue> {
         let hash = names_hash(name, None);
         let found = self
             .queues
@@ -62,7 +60,7 @@ impl Handles {
         let index = match found {
             Some(i) => i,
             None => {
-                let queue = queues.queue(name).await?;
+                let queue = backend.queue(name).await?;
                 if self.queues.len() == HANDLES_CACHED_MAX {
                     self.queues.remove(0);
                 }
@@ -76,10 +74,10 @@ impl Handles {
     /// The reader `reader` of queue `queue`, both created on first use.
     pub async fn reader(
         &mut self,
-        queues: &QueueOpener,
+        backend: &Backend,
         queue: &str,
         reader: &str,
-    ) -> weir::Result<&Reader> {
+    ) -> weir_backend::Result<&Reader> {
         let hash = names_hash(queue, Some(reader));
         let found = self.readers.iter().position(|(h, r)| {
             *h == hash && same_name(r.queue_name(), queue) && same_name(r.name(), reader)
@@ -87,8 +85,8 @@ impl Handles {
         let index = match found {
             Some(i) => i,
             None => {
-                let q = self.queue(queues, queue).await?.clone();
-                let handle = queues.reader(&q, reader).await?;
+                let q = self.queue(backend, queue).await?.clone();
+                let handle = backend.reader(&q, reader).await?;
                 if self.readers.len() == HANDLES_CACHED_MAX {
                     self.readers.remove(0);
                 }
@@ -97,6 +95,36 @@ impl Handles {
             }
         };
         Ok(&self.readers[index].1)
+    }
+
+    /// The reader a look without a wait takes from (see
+    /// `weir_backend::Backend::reader_to_look`): `None` when the backend has nothing to
+    /// take because the queue does not exist (JetStream does not create a queue for a
+    /// `get`). Cached as [`Handles::reader`] caches.
+    pub async fn reader_to_look(
+        &mut self,
+        backend: &Backend,
+        queue: &str,
+        reader: &str,
+    ) -> weir_backend::Result<Option<&Reader>> {
+        let hash = names_hash(queue, Some(reader));
+        let found = self.readers.iter().position(|(h, r)| {
+            *h == hash && same_name(r.queue_name(), queue) && same_name(r.name(), reader)
+        });
+        let index = match found {
+            Some(i) => i,
+            None => {
+                let Some(handle) = backend.reader_to_look(queue, reader).await? else {
+                    return Ok(None);
+                };
+                if self.readers.len() == HANDLES_CACHED_MAX {
+                    self.readers.remove(0);
+                }
+                self.readers.push((hash, handle));
+                self.readers.len() - 1
+            }
+        };
+        Ok(Some(&self.readers[index].1))
     }
 
     /// Forgets every handle on `queue`.
@@ -128,15 +156,20 @@ mod tests {
     async fn cache_hits_evicts_and_recreates() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let store = Store::open(dir.path())?;
-        let queues = QueueOpener::new(store.clone());
+        let queues = Backend::Embedded(weir_backend::Embedded::new(store.clone()));
         let mut handles = Handles::default();
         handles
             .queue(&queues, "a")
             .await?
-            .append(b"1", Default::default())?;
+            .append(b"1", Default::default())
+            .await?;
         // Same names, same handle: the reader sees the append made through the cache.
-        let taken = handles.reader(&queues, "a", "").await?.take()?;
-        assert_eq!(taken.map(|i| i.data.to_vec()), Some(b"1".to_vec()));
+        let taken = handles
+            .reader(&queues, "a", "")
+            .await?
+            .take(weir_backend::TakeMode::Take, std::time::Duration::ZERO)
+            .await?;
+        assert_eq!(taken.map(|t| t.item.data.to_vec()), Some(b"1".to_vec()));
         // More queues than the cache holds: the oldest is evicted and comes back.
         for i in 0..HANDLES_CACHED_MAX + 2 {
             let name = format!("q{i}");

@@ -10,7 +10,7 @@
 use crate::handles::same_name;
 use std::collections::VecDeque;
 
-use weir::{LeaseId, Reader};
+use weir_backend::{Lease, Reader};
 
 /// Most leases one connection may hold over all its readers: `max_open_reads` per
 /// reader bounds `get`, and `monitor` is capped by this.
@@ -23,7 +23,7 @@ pub struct TooManyLeases;
 struct Held {
     reader: Reader,
     /// Oldest first.
-    ids: VecDeque<LeaseId>,
+    ids: VecDeque<Lease>,
 }
 
 #[derive(Default)]
@@ -54,9 +54,9 @@ impl Leases {
     /// the lease is released at once (the item goes back) and `Err(TooManyLeases)`
     /// is returned for the caller to answer. Callers check the room first, so this is
     /// a backstop: a client must never be able to panic a connection.
-    pub fn push(&mut self, reader: &Reader, id: LeaseId) -> Result<(), TooManyLeases> {
+    pub fn push(&mut self, reader: &Reader, id: Lease) -> Result<(), TooManyLeases> {
         if self.count >= LEASES_PER_CONNECTION_MAX {
-            if let Err(e) = reader.release(id) {
+            if let Err(e) = reader.release(&id) {
                 tracing::debug!(queue = reader.queue_name(), error = %e, "releasing a lease");
             }
             return Err(TooManyLeases);
@@ -76,19 +76,19 @@ impl Leases {
     /// The oldest lease on `queue`/`reader`, still held: a `close` forgets it only once
     /// the engine confirmed it (see [`Leases::remove`]), so a confirm that fails leaves
     /// it to be released when the connection ends.
-    pub fn oldest(&self, queue: &str, reader: &str) -> Option<(Reader, LeaseId)> {
+    pub fn oldest(&self, queue: &str, reader: &str) -> Option<(Reader, Lease)> {
         let held = &self.held[self.position(queue, reader)?];
-        let id = *held.ids.front()?;
+        let id = held.ids.front()?.clone();
         Some((held.reader.clone(), id))
     }
 
     /// Forgets lease `id` on `queue`/`reader` (confirmed, or gone in the engine);
     /// false when it was not held.
-    pub fn remove(&mut self, queue: &str, reader: &str, id: LeaseId) -> bool {
+    pub fn remove(&mut self, queue: &str, reader: &str, id: &Lease) -> bool {
         let Some(i) = self.position(queue, reader) else {
             return false;
         };
-        let Some(at) = self.held[i].ids.iter().position(|&held| held == id) else {
+        let Some(at) = self.held[i].ids.iter().position(|held| held == id) else {
             return false;
         };
         self.held[i].ids.remove(at);
@@ -134,7 +134,7 @@ impl Leases {
 }
 
 fn release_all(held: &Held) {
-    for &id in &held.ids {
+    for id in &held.ids {
         // NotFound (queue deleted) and Closed (store shut down) leave nothing to do:
         // an unreleased lease comes back on restart anyway.
         if let Err(e) = held.reader.release(id) {
@@ -158,25 +158,30 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let store = weir::Store::open(dir.path())?;
         let queue = store.queue("q")?;
-        let reader = queue.reader("r")?;
+        let engine_reader = queue.reader("r")?;
+        let reader = Reader::Embedded(engine_reader.clone());
         let mut leases = Leases::default();
         let mut ids = Vec::new();
         for data in [b"a", b"b"] {
             queue.append(data, Default::default())?;
-            let lease = reader.take_leased()?.ok_or("an item")?;
-            leases.push(&reader, lease.id).map_err(|_| "room")?;
-            ids.push(lease.id);
+            let lease = engine_reader.take_leased()?.ok_or("an item")?;
+            let id = Lease::Embedded(lease.id);
+            leases.push(&reader, id.clone()).map_err(|_| "room")?;
+            ids.push(id);
         }
         // Looking at the oldest forgets nothing.
         let (_, oldest) = leases.oldest("q", "r").ok_or("held")?;
         assert_eq!(oldest, ids[0]);
         assert_eq!((leases.count("q", "r"), leases.total()), (2, 2));
         assert!(leases.oldest("q", "").is_none());
-        assert!(!leases.remove("q", "", ids[0]));
-        assert!(leases.remove("q", "r", ids[0]));
-        assert!(!leases.remove("q", "r", ids[0]));
-        assert_eq!(leases.oldest("q", "r").map(|(_, id)| id), Some(ids[1]));
-        assert!(leases.remove("q", "r", ids[1]));
+        assert!(!leases.remove("q", "", &ids[0]));
+        assert!(leases.remove("q", "r", &ids[0]));
+        assert!(!leases.remove("q", "r", &ids[0]));
+        assert_eq!(
+            leases.oldest("q", "r").map(|(_, id)| id),
+            Some(ids[1].clone())
+        );
+        assert!(leases.remove("q", "r", &ids[1]));
         assert_eq!((leases.count("q", "r"), leases.total()), (0, 0));
         assert!(leases.oldest("q", "r").is_none());
         Ok(())

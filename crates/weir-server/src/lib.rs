@@ -26,7 +26,6 @@ pub mod inbound;
 pub mod leases;
 pub mod metrics;
 pub mod parse;
-pub mod queues;
 pub mod replay_cli;
 pub mod reply;
 pub mod request;

@@ -104,6 +104,16 @@ struct ServeArgs {
     /// 127.0.0.1:22135]. Its root key comes from the file or WEIR_BUS_ROOT_KEY.
     #[arg(long, value_name = "ADDR")]
     bus_listen: Option<String>,
+    /// Where the queues live: embedded (this process's data directory) or jetstream
+    /// (a NATS JetStream cluster, docs/cluster.md) [default: the file's, else embedded]
+    #[arg(long, value_name = "KIND", env = "WEIR_BACKEND")]
+    backend: Option<String>,
+    /// JetStream servers, comma-separated nats:// URLs [default: the file's]
+    #[arg(long, value_name = "URLS", env = "WEIR_NATS_SERVERS")]
+    nats_servers: Option<String>,
+    /// JetStream stream NAME, with subjects NAME.q.<queue> [default: the file's, else WEIR]
+    #[arg(long, value_name = "NAME", env = "WEIR_NATS_STREAM")]
+    nats_stream: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -144,6 +154,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         threads: args.threads,
         max_connections: args.max_connections,
         bus_listen: args.bus_listen,
+        backend: args.backend,
+        nats_servers: args.nats_servers,
+        nats_stream: args.nats_stream,
     };
     let settings = config::resolve(&file, &overrides)?;
     init_logging(&settings.log_level)?;

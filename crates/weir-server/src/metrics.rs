@@ -16,8 +16,6 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use weir::Store;
-
 use crate::parse::CommandKind;
 
 /// Upper bounds of the latency histogram's buckets, in microseconds.
@@ -185,8 +183,9 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = base;
     }
 
-    /// The Prometheus text format of every counter, and of every queue and reader.
-    pub fn render(&self, store: &Store) -> String {
+    /// The Prometheus text format of every counter, and of every queue and reader
+    /// (`stats`: the backend's figures).
+    pub fn render(&self, stats: &[weir::QueueStats]) -> String {
         let mut out = String::with_capacity(4096);
         let single = |out: &mut String, name: &str, kind: &str, help: &str, value: u64| {
             let _ = writeln!(
@@ -249,7 +248,7 @@ impl Metrics {
             );
         }
         self.render_latency(&mut out);
-        self.render_queues(store, &mut out);
+        self.render_queues(stats, &mut out);
         out
     }
 
@@ -277,17 +276,16 @@ impl Metrics {
         );
     }
 
-    fn render_queues(&self, store: &Store, out: &mut String) {
-        let stats: Vec<weir::QueueStats> = store.queues().iter().map(|q| q.stats()).collect();
+    fn render_queues(&self, stats: &[weir::QueueStats], out: &mut String) {
         for (name, kind, help, get) in QUEUE_FIELDS {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for s in &stats {
+            for s in stats {
                 let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", s.name, get(s));
             }
         }
         for (name, kind, help, get) in READER_FIELDS {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for s in &stats {
+            for s in stats {
                 for r in &s.readers {
                     let _ = writeln!(
                         out,

@@ -27,12 +27,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use crate::cmd::{self, Ctx, Flow, Session};
-use crate::config::Settings;
+use crate::config::{BackendSettings, Settings};
 use crate::connection::Connection;
 use crate::inbound::Next;
 use crate::metrics::{LoopMetrics, Metrics};
 use crate::parse::{binary_error, CommandKind};
-use crate::queues::QueueOpener;
 use crate::reply;
 use crate::shared::{RuntimeLimits, Shared};
 use crate::shutdown::Shutdown;
@@ -67,22 +66,25 @@ async fn listen(addr: &str) -> io::Result<TcpListener> {
 /// Runs the server until it is shut down; returns once the store is closed.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let files_open_max = files_open_max(settings.max_connections);
-    let store = open_store(&settings, files_open_max).await?;
+    let backend = open_backend(&settings, files_open_max).await?;
     let listener = listen(&settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let http_listener = TcpListener::bind(&settings.http_listen)
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
-    let (bus, proxy) = (
-        start_bus(&settings, &store).await?,
-        start_proxy(&settings, &store).await?,
-    );
+    let (bus, proxy) = match backend.engine_store() {
+        Some(store) => (
+            start_bus(&settings, store).await?,
+            start_proxy(&settings, store).await?,
+        ),
+        // The config refuses [bus] and [proxy] with another backend.
+        None => (None, None),
+    };
     let shared = Arc::new(Shared {
-        queues: QueueOpener::new(store.clone()),
+        backend,
         files_open_max,
         settings: settings.clone(),
-        store,
         limits: RuntimeLimits::new(settings.limits),
         metrics: Metrics::new(settings.threads),
         config_path,
@@ -122,12 +124,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         _ => {}
     }
     stop_bus(&shared).await;
-    tracing::info!("closing the store");
-    let store = shared.store.clone();
-    tokio::task::spawn_blocking(move || store.close())
-        .await
-        .context("closing the store")?
-        .context("closing the store")?;
+    tracing::info!(backend = shared.backend.kind_name(), "closing the store");
+    shared.backend.close().await.context("closing the store")?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -201,15 +199,35 @@ async fn start_proxy(
     Ok(Some(handle))
 }
 
-/// Opens the store on the blocking pool (recovery reads the disk).
-async fn open_store(settings: &Settings, files_open_max: usize) -> anyhow::Result<weir::Store> {
-    let dir = settings.data_dir.clone();
+/// Opens the backend the settings name: the embedded store on the blocking pool
+/// (recovery reads the disk), or a connection to the JetStream cluster.
+async fn open_backend(
+    settings: &Settings,
+    files_open_max: usize,
+) -> anyhow::Result<weir_backend::Backend> {
     let mut options = settings.store.clone();
     options.files_open_max = files_open_max;
-    tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
+    if let BackendSettings::JetStream(js) = &settings.backend {
+        for key in &settings.ignored {
+            tracing::warn!(
+                key,
+                "ignored on the jetstream backend: the cluster's settings decide"
+            );
+        }
+        let servers = js.servers.join(",");
+        let backend = weir_backend::jetstream::JetStream::connect((**js).clone(), options)
+            .await
+            .with_context(|| format!("connecting to JetStream at {servers}"))?;
+        return Ok(weir_backend::Backend::JetStream(backend));
+    }
+    let dir = settings.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
         .await
         .context("opening the store")?
-        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))
+        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
+    Ok(weir_backend::Backend::Embedded(
+        weir_backend::Embedded::new(store),
+    ))
 }
 
 /// Descriptors the process keeps for other things than queue files and memcache

@@ -1,4 +1,4 @@
-//! What every connection shares: the store, the queue opener, the settings, the
+//! What every connection shares: the backend (where the queues live), the settings, the
 //! reloadable limits, the metrics and the shutdown signal. Its own module so that the
 //! commands (`cmd`) and the server loop (`server`) both use it without importing each
 //! other.
@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use crate::config::{Limits, Settings};
 use crate::metrics::Metrics;
 use crate::parse::ParseLimits;
-use crate::queues::QueueOpener;
 use crate::shutdown::Shutdown;
 
 /// Pending replies past this size are written before the next request of the same
@@ -19,10 +18,10 @@ pub const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
 
 /// What every connection shares.
 pub struct Shared {
-    pub store: weir::Store,
-    /// Where connections get queues and readers they have not cached, creating them
-    /// off the event loop (within the store's `max_queues`).
-    pub queues: QueueOpener,
+    /// Where the queues live; connections get the queues and readers they have not
+    /// cached from it, which creates them (within `max_queues`) without blocking an
+    /// event loop.
+    pub backend: weir_backend::Backend,
     /// The store's descriptor budget, derived at start (see `server::files_open_max`) and
     /// kept across reloads.
     pub files_open_max: usize,
@@ -49,7 +48,7 @@ impl Shared {
         proxy: weir_proxy::ProxyHandle,
     ) -> std::sync::Arc<Shared> {
         std::sync::Arc::new(Shared {
-            queues: QueueOpener::new(store.clone()),
+            backend: weir_backend::Backend::Embedded(weir_backend::Embedded::new(store)),
             files_open_max: settings.store.files_open_max,
             limits: RuntimeLimits::new(settings.limits),
             metrics: Metrics::new(1),
@@ -59,15 +58,14 @@ impl Shared {
             bus: None,
             proxy: Some(proxy),
             settings,
-            store,
         })
     }
 
-    /// Starts the graceful shutdown. The store is told first, so that no item a
+    /// Starts the graceful shutdown. The backend is told first, so that no item a
     /// closing connection gives back reaches another connection of this process:
     /// it is delivered again after the restart (see `weir::Store::begin_shutdown`).
     pub fn begin_shutdown(&self) {
-        self.store.begin_shutdown();
+        self.backend.begin_shutdown();
         self.shutdown.trigger();
     }
 }

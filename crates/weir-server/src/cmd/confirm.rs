@@ -2,7 +2,7 @@
 //! (or `QUEUE.READER`), as after `monitor`. Asking for more than are held confirms
 //! nothing and replies `CLIENT_ERROR`.
 
-use weir::ErrorKind;
+use weir_backend::Kind;
 
 use super::{put_engine_error, Ctx, Flow};
 use crate::reply;
@@ -18,17 +18,17 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, count: u64) -> Flow {
         let Some((reader, id)) = ctx.session.leases.oldest(key.queue, key.reader) else {
             break;
         };
-        match reader.confirm_async(id).await {
+        match reader.confirm(&id).await {
             // NotFound: timed out or deleted, nothing left to confirm.
             Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) if e.kind() == Kind::NotFound => {}
             Err(e) => {
                 // Still held: it goes back when the connection ends.
                 put_engine_error(ctx.out.replies(), &e);
                 return Flow::Continue;
             }
         }
-        ctx.session.leases.remove(key.queue, key.reader, id);
+        ctx.session.leases.remove(key.queue, key.reader, &id);
     }
     ctx.out.put(reply::END);
     Flow::Continue

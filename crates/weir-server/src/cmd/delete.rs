@@ -5,25 +5,19 @@
 //! xmemcached's Kestrel mode accepts nothing else (it closes the connection on
 //! `NOT_FOUND`), and a queue that is gone is what the client asked for either way.
 
-use super::{blocking, put_failure, Ctx, Flow};
+use super::{put_failure, Ctx, Flow};
 use crate::reply;
 use crate::request::ReadKey;
 
 pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow {
-    let store = ctx.shared.store.clone();
-    let queue = key.queue.to_owned();
+    let backend = &ctx.shared.backend;
     let result = if key.reader.is_empty() {
-        let r = blocking(move || store.delete_queue(&queue)).await;
+        let r = backend.delete_queue(key.queue).await;
         ctx.session.handles.evict(key.queue);
         ctx.session.leases.forget(key.queue, None);
         r
     } else {
-        let reader = key.reader.to_owned();
-        let r = blocking(move || match store.existing_queue(&queue)? {
-            Some(q) => q.delete_reader(&reader),
-            None => Ok(false),
-        })
-        .await;
+        let r = backend.delete_reader(key.queue, key.reader).await;
         ctx.session.handles.evict_reader(key.queue, key.reader);
         ctx.session.leases.forget(key.queue, Some(key.reader));
         r
@@ -31,7 +25,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow
     if !noreply {
         match result {
             Ok(_) => ctx.out.put(reply::DELETED),
-            Err(f) => put_failure(ctx.out.replies(), &f),
+            Err(e) => put_failure(ctx.out.replies(), &e.into()),
         }
     }
     Flow::Continue

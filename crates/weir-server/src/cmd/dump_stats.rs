@@ -26,13 +26,20 @@ fn open_block(out: &mut BytesMut, queue: &str, reader: &str) {
 
 /// Thousands of queues make a large reply: it is built on the blocking pool.
 pub async fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
-    let store = ctx.shared.store.clone();
     let wanted: Vec<String> = names
         .split(' ')
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
         .collect();
-    match blocking(move || Ok(blocks(&store, &wanted))).await {
+    let wanted = (!wanted.is_empty()).then_some(wanted);
+    let stats = match ctx.shared.backend.stats(wanted).await {
+        Ok(stats) => stats,
+        Err(e) => {
+            put_failure(ctx.out.replies(), &e.into());
+            return Flow::Continue;
+        }
+    };
+    match blocking(move || Ok(blocks(&stats))).await {
         Ok(bytes) => ctx.out.put(&bytes),
         Err(f) => {
             put_failure(ctx.out.replies(), &f);
@@ -43,20 +50,11 @@ pub async fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
     Flow::Continue
 }
 
-/// The blocks of the queues named (every queue when none is), in order.
-fn blocks(store: &weir::Store, wanted: &[String]) -> BytesMut {
-    let queues: Vec<weir::Queue> = if wanted.is_empty() {
-        store.queues()
-    } else {
-        wanted
-            .iter()
-            .filter_map(|name| store.existing_queue(name).ok().flatten())
-            .collect()
-    };
+/// The blocks of the queues' stats, in order.
+fn blocks(stats: &[weir_backend::QueueStats]) -> BytesMut {
     let mut out = BytesMut::new();
     let out = &mut out;
-    for q in queues {
-        let s = q.stats();
+    for s in stats {
         open_block(out, &s.name, "");
         field(out, "items", s.items);
         field(out, "bytes", s.bytes);

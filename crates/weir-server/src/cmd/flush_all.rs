@@ -5,25 +5,18 @@
 //! replied `Flushed all queues.`, which breaks them all, and is there for clients
 //! written against Kestrel with `flush_all_reply = "kestrel"`.
 
-use super::{blocking, put_failure, Ctx, Flow};
+use super::{put_failure, Ctx, Flow};
 use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
-    let store = ctx.shared.store.clone();
-    let result = blocking(move || {
-        for queue in store.queues() {
-            queue.flush()?;
-        }
-        Ok(())
-    })
-    .await;
+    let result = ctx.shared.backend.flush_all().await;
     if !noreply {
         match result {
             Ok(()) if ctx.shared.limits.flush_all_kestrel() => {
                 ctx.out.put(reply::FLUSHED_ALL_KESTREL)
             }
             Ok(()) => ctx.out.put(reply::OK),
-            Err(f) => put_failure(ctx.out.replies(), &f),
+            Err(e) => put_failure(ctx.out.replies(), &e.into()),
         }
     }
     Flow::Continue

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use weir::{ErrorKind, Reader, TakeMode, Taken};
+use weir_backend::{Kind, Reader, TakeMode, Taken};
 
 use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
 use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX};
@@ -24,14 +24,14 @@ use crate::reply;
 use crate::request::{GetKeys, ReadKey};
 
 enum KeyFailure {
-    Engine(weir::Error),
+    Engine(weir_backend::Error),
     /// A fixed reply in place of `END`.
     Refused(&'static [u8]),
     Gone,
 }
 
-impl From<weir::Error> for KeyFailure {
-    fn from(e: weir::Error) -> KeyFailure {
+impl From<weir_backend::Error> for KeyFailure {
+    fn from(e: weir_backend::Error) -> KeyFailure {
         KeyFailure::Engine(e)
     }
 }
@@ -147,13 +147,13 @@ async fn close_oldest(ctx: &mut Ctx<'_>, key: &ReadKey<'_>) -> Result<(), KeyFai
     let Some((reader, id)) = ctx.session.leases.oldest(key.queue, key.reader) else {
         return Ok(());
     };
-    match reader.confirm_async(id).await {
+    match reader.confirm(&id).await {
         // Unknown (timed out) or deleted: nothing left to confirm.
         Ok(_) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) if e.kind() == Kind::NotFound => {}
         Err(e) => return Err(KeyFailure::Engine(e)),
     }
-    ctx.session.leases.remove(key.queue, key.reader, id);
+    ctx.session.leases.remove(key.queue, key.reader, &id);
     Ok(())
 }
 
@@ -199,15 +199,20 @@ async fn look_now(
     mode: TakeMode,
     cas: bool,
 ) -> Result<(), KeyFailure> {
-    let queues = &ctx.shared.queues;
+    let backend = &ctx.shared.backend;
     let mut evicted = false;
     loop {
-        let reader = ctx
+        let Some(reader) = ctx
             .session
             .handles
-            .reader(queues, key.queue, key.reader)
-            .await?;
-        let result = reader.take_async(mode, Duration::ZERO).await;
+            .reader_to_look(backend, key.queue, key.reader)
+            .await?
+        else {
+            // No such queue (JetStream creates none for a look): nothing to take.
+            ctx.metrics.get_misses.add(1);
+            return Ok(());
+        };
+        let result = reader.take(mode, Duration::ZERO).await;
         if is_stale(&result) && !evicted {
             evicted = true;
             ctx.session.handles.evict(key.queue);
@@ -225,7 +230,7 @@ fn deliver(
     leases: &mut Leases,
     out: &mut BytesMut,
     reader: &Reader,
-    result: weir::Result<Option<Taken>>,
+    result: weir_backend::Result<Option<Taken>>,
     text: &str,
     cas: bool,
 ) -> Result<(), KeyFailure> {
@@ -291,12 +296,14 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let store = weir::Store::open(dir.path())?;
         let queue = store.queue("a")?;
-        let reader = queue.reader("")?;
+        let engine_reader = queue.reader("")?;
+        let reader = Reader::Embedded(engine_reader.clone());
         let mut leases = Leases::default();
         for _ in 0..LEASES_PER_CONNECTION_MAX {
             queue.append(b"x", Default::default())?;
-            let lease = reader.take_leased()?.ok_or("an item")?;
-            assert_eq!(leases.push(&reader, lease.id), Ok(()));
+            let lease = engine_reader.take_leased()?.ok_or("an item")?;
+            let id = weir_backend::Lease::Embedded(lease.id);
+            assert_eq!(leases.push(&reader, id), Ok(()));
         }
         let max = u64::MAX;
         assert_eq!(
@@ -315,10 +322,11 @@ mod tests {
         assert_eq!(check(&leases, "a/abort b/open c/open", max), Ok(()));
         // Past the cap, push refuses (no panic) and gives the item back.
         queue.append(b"y", Default::default())?;
-        let lease = reader.take_leased()?.ok_or("an item")?;
-        assert_eq!(leases.push(&reader, lease.id), Err(TooManyLeases));
+        let lease = engine_reader.take_leased()?.ok_or("an item")?;
+        let id = weir_backend::Lease::Embedded(lease.id);
+        assert_eq!(leases.push(&reader, id), Err(TooManyLeases));
         assert_eq!(leases.total(), LEASES_PER_CONNECTION_MAX);
-        let again = reader.take()?.map(|item| item.data.to_vec());
+        let again = engine_reader.take()?.map(|item| item.data.to_vec());
         assert_eq!(again, Some(b"y".to_vec()));
         Ok(())
     }

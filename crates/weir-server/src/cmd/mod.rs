@@ -24,7 +24,7 @@ pub mod version;
 use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
-use weir::{ErrorKind, Item, Reader, TakeMode, Taken};
+use weir_backend::{Item, Kind, Reader, TakeMode, Taken};
 
 use crate::connection::Outbound;
 use crate::handles::Handles;
@@ -94,13 +94,13 @@ pub async fn execute(request: Request<'_>, ctx: &mut Ctx<'_>) -> Flow {
 /// A failure that becomes a reply.
 #[derive(Debug)]
 pub enum Failure {
-    Engine(weir::Error),
+    Engine(weir_backend::Error),
     /// A blocking task died; should not happen.
     Internal(String),
 }
 
-impl From<weir::Error> for Failure {
-    fn from(e: weir::Error) -> Failure {
+impl From<weir_backend::Error> for Failure {
+    fn from(e: weir_backend::Error) -> Failure {
         Failure::Engine(e)
     }
 }
@@ -114,7 +114,7 @@ where
 {
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Failure::Engine(e)),
+        Ok(Err(e)) => Err(Failure::Engine(e.into())),
         Err(e) => Err(Failure::Internal(e.to_string())),
     }
 }
@@ -127,15 +127,25 @@ pub fn put_failure(out: &mut BytesMut, failure: &Failure) {
     }
 }
 
-pub fn put_engine_error(out: &mut BytesMut, e: &weir::Error) {
+pub fn put_engine_error(out: &mut BytesMut, e: &weir_backend::Error) {
     match e.kind() {
-        ErrorKind::TooLarge => out.put_slice(reply::TOO_LARGE),
-        ErrorKind::Full => out.put_slice(reply::NOT_STORED),
-        ErrorKind::InvalidName => out.put_slice(reply::BAD_QUEUE_NAME),
-        ErrorKind::InvalidArgument => out.put_slice(reply::INVALID_ARGUMENT),
-        ErrorKind::DiskFull => out.put_slice(reply::DISK_FULL),
-        ErrorKind::Closed => out.put_slice(reply::SHUTTING_DOWN),
-        ErrorKind::TooManyQueues => out.put_slice(reply::TOO_MANY_QUEUES),
+        Kind::TooLarge => out.put_slice(reply::TOO_LARGE),
+        Kind::Full => out.put_slice(reply::NOT_STORED),
+        Kind::InvalidName => out.put_slice(reply::BAD_QUEUE_NAME),
+        Kind::InvalidArgument => out.put_slice(reply::INVALID_ARGUMENT),
+        Kind::DiskFull => out.put_slice(reply::DISK_FULL),
+        Kind::Closed => out.put_slice(reply::SHUTTING_DOWN),
+        Kind::TooManyQueues => out.put_slice(reply::TOO_MANY_QUEUES),
+        // The server's failure, not the client's: SERVER_ERROR, and the connection
+        // stays open for the retry.
+        Kind::Unavailable => {
+            let text = e.to_string();
+            if text.starts_with(reply::UNAVAILABLE_PREFIX) {
+                put_server_error(out, &text);
+            } else {
+                put_server_error(out, &format!("{}: {text}", reply::UNAVAILABLE_PREFIX));
+            }
+        }
         _ => put_server_error(out, &e.to_string()),
     }
 }
@@ -194,7 +204,7 @@ pub fn put_value(out: &mut BytesMut, key: &str, item: &Item, cas: bool) {
 
 /// How a read that may wait ended.
 pub enum Waited {
-    Done(weir::Result<Option<Taken>>),
+    Done(weir_backend::Result<Option<Taken>>),
     /// The client went away during the wait; nothing was taken.
     Gone,
 }
@@ -204,7 +214,7 @@ pub enum Waited {
 /// shutdown (which ends the wait empty-handed).
 pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Duration) -> Waited {
     if wait.is_zero() {
-        return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
+        return Waited::Done(reader.take(mode, Duration::ZERO).await);
     }
     match ctx.out.write().await {
         Ok(n) => ctx.metrics.bytes_written.add(n as u64),
@@ -212,11 +222,11 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
     }
     let shutdown = &ctx.shared.shutdown;
     if shutdown.is_triggered() {
-        return Waited::Done(reader.take_async(mode, Duration::ZERO).await);
+        return Waited::Done(reader.take(mode, Duration::ZERO).await);
     }
     tokio::select! {
         biased;
-        taken = reader.take_async(mode, wait) => Waited::Done(taken),
+        taken = reader.take(mode, wait) => Waited::Done(taken),
         // A shutdown stops the socket's reads too (see `shutdown.rs`): that ends the
         // wait empty-handed, and the connection then closes.
         _ = ctx.out.until_closed() => if shutdown.is_triggered() {
@@ -229,17 +239,21 @@ pub async fn take(ctx: &mut Ctx<'_>, reader: &Reader, mode: TakeMode, wait: Dura
 
 /// A reader handle from the connection's cache, cloned so that it can be held while
 /// `ctx` is used (a wait); a plain look borrows from `ctx.session.handles` instead.
-pub async fn reader_handle(ctx: &mut Ctx<'_>, queue: &str, reader: &str) -> weir::Result<Reader> {
+pub async fn reader_handle(
+    ctx: &mut Ctx<'_>,
+    queue: &str,
+    reader: &str,
+) -> weir_backend::Result<Reader> {
     ctx.session
         .handles
-        .reader(&ctx.shared.queues, queue, reader)
+        .reader(&ctx.shared.backend, queue, reader)
         .await
         .cloned()
 }
 
 /// Whether an error means the handle went stale (its queue was deleted).
-pub fn is_stale(result: &weir::Result<Option<Taken>>) -> bool {
-    matches!(result, Err(e) if e.kind() == ErrorKind::NotFound)
+pub fn is_stale(result: &weir_backend::Result<Option<Taken>>) -> bool {
+    matches!(result, Err(e) if e.kind() == Kind::NotFound)
 }
 
 #[cfg(test)]

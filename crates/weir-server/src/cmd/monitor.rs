@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use weir::TakeMode;
+use weir_backend::TakeMode;
 
 use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
 use crate::leases::LEASES_PER_CONNECTION_MAX;

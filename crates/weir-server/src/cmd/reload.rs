@@ -10,18 +10,24 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
         ctx.out.put(reply::RELOADED);
         return Flow::Continue;
     };
-    let store = ctx.shared.store.clone();
     let files_open_max = ctx.shared.files_open_max;
-    let result = tokio::task::spawn_blocking(move || -> anyhow::Result<config::Limits> {
+    let parsed = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let file = config::read_file(&path)?;
         let limits = config::resolve_limits(&file.server)?;
         let mut options = config::store_options(&file)?;
         // Derived at start from restart-only settings: kept as it was.
         options.files_open_max = files_open_max;
-        store.set_options(options);
-        Ok(limits)
+        Ok((limits, options))
     })
     .await;
+    let result = match parsed {
+        Ok(Ok((limits, options))) => match ctx.shared.backend.set_options(options).await {
+            Ok(()) => Ok(Ok(limits)),
+            Err(e) => Ok(Err(anyhow::Error::new(e))),
+        },
+        Ok(Err(e)) => Ok(Err(e)),
+        Err(e) => Err(e),
+    };
     match result {
         Ok(Ok(limits)) => {
             ctx.shared.limits.set(limits);

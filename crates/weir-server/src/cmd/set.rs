@@ -4,7 +4,7 @@
 //! the item is fdatasync'ed. The reply is `STORED` only when every append returned;
 //! otherwise it is the reply of the first failure (`NOT_STORED` when full).
 
-use weir::{AppendOptions, ErrorKind};
+use weir_backend::{AppendOptions, Kind};
 
 use super::{put_engine_error, Ctx, Flow};
 use crate::reply;
@@ -23,7 +23,7 @@ pub async fn execute(
         expires_at_ms: if exptime == 0 {
             0
         } else {
-            expires_at_ms(exptime, ctx.shared.store.clock().now_ms())
+            expires_at_ms(exptime, ctx.shared.backend.now_ms())
         },
         sync: key.sync,
     };
@@ -49,22 +49,22 @@ async fn append(
     name: &str,
     data: &[u8],
     options: AppendOptions,
-) -> weir::Result<u64> {
-    let queues = &ctx.shared.queues;
+) -> weir_backend::Result<u64> {
+    let backend = &ctx.shared.backend;
     let result = ctx
         .session
         .handles
-        .queue(queues, name)
+        .queue(backend, name)
         .await?
-        .append_async(data, options)
+        .append(data, options)
         .await;
     match result {
         // Deleted since it was cached: the next use creates it afresh (within
         // `max_queues`).
-        Err(e) if e.kind() == ErrorKind::NotFound => {
+        Err(e) if e.kind() == Kind::NotFound => {
             ctx.session.handles.evict(name);
-            let queue = ctx.session.handles.queue(queues, name).await?;
-            queue.append_async(data, options).await
+            let queue = ctx.session.handles.queue(backend, name).await?;
+            queue.append(data, options).await
         }
         result => result,
     }

@@ -66,8 +66,15 @@ fn counters(m: &Metrics) -> StatsBaseline {
 
 pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let shared = ctx.shared;
-    let store = shared.store.clone();
-    let queues = match blocking(move || Ok(queue_lines(&store))).await {
+    let stats = match shared.backend.stats(None).await {
+        Ok(stats) => stats,
+        Err(e) => {
+            put_failure(ctx.out.replies(), &e.into());
+            return Flow::Continue;
+        }
+    };
+    // Thousands of queues make many lines: formatted on the blocking pool.
+    let queues = match blocking(move || Ok(queue_lines(&stats))).await {
         Ok(lines) => lines,
         Err(f) => {
             put_failure(ctx.out.replies(), &f);
@@ -79,7 +86,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
     let c = counters(m);
     stat(out, "pid", u64::from(std::process::id()));
     stat(out, "uptime", shared.started.elapsed().as_secs());
-    stat(out, "time", shared.store.clock().now_ms() / 1000);
+    stat(out, "time", shared.backend.now_ms() / 1000);
     stat_text(out, "version", concat!("weir-", env!("CARGO_PKG_VERSION")));
     stat(out, "curr_items", queues.items);
     stat(out, "total_items", queues.total_items);
@@ -106,7 +113,7 @@ struct QueueLines {
     lines: BytesMut,
 }
 
-fn queue_lines(store: &weir::Store) -> QueueLines {
+fn queue_lines(stats: &[weir_backend::QueueStats]) -> QueueLines {
     let mut all = QueueLines {
         items: 0,
         total_items: 0,
@@ -114,8 +121,7 @@ fn queue_lines(store: &weir::Store) -> QueueLines {
         lines: BytesMut::new(),
     };
     let out = &mut all.lines;
-    for queue in store.queues() {
-        let q = queue.stats();
+    for q in stats {
         all.items += q.items;
         all.total_items += q.total_items;
         all.bytes += q.bytes;
@@ -166,7 +172,7 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
         limits.request_timeout().as_millis() as u64,
     );
     stat(out, "wait_ms_max", limits.wait_ms_max());
-    stat(out, "max_queues", shared.store.queues_max() as u64);
+    stat(out, "max_queues", shared.backend.queues_max() as u64);
     stat(out, "queue_files_max", shared.files_open_max as u64);
     stat_text(
         out,

@@ -1,0 +1,218 @@
+//! The embedded backend: the weir engine in this process, the default.
+//!
+//! Handles are the engine's own (`weir::Queue`, `weir::Reader`); the hot calls in
+//! `lib.rs` forward to the engine's futures. What is here is what surrounds them:
+//! creating queues and readers without blocking an event loop, and the whole-store
+//! commands, which do file work and so run on tokio's blocking pool.
+//!
+//! A queue (or reader) that exists is a map lookup, done in place. One that does not
+//! is created, which is file work (a directory, a journal, a first segment, the reader
+//! list): that runs on the blocking pool, and at most [`CREATIONS_AT_ONCE`] run at a
+//! time, process-wide, so a client naming new queues as fast as it can neither stalls
+//! its event loop nor takes the blocking pool (and the disk) from everyone else. The
+//! cap on the number of queues (`max_queues`) is the engine's, checked under the
+//! store's map lock, so it is exact however many connections create at once.
+
+use tokio::sync::Semaphore;
+use weir::{Queue, QueueStats, Reader, Store, StoreOptions};
+
+use crate::error::{Error, Result};
+
+/// Queue and reader creations running at once: enough to overlap a few file
+/// systems' latencies, few enough that creation storms leave the blocking pool to
+/// fsync waits.
+pub const CREATIONS_AT_ONCE: usize = 4;
+
+pub struct Embedded {
+    store: Store,
+    creations: Semaphore,
+}
+
+impl Embedded {
+    pub fn new(store: Store) -> Embedded {
+        Embedded {
+            store,
+            creations: Semaphore::new(CREATIONS_AT_ONCE),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
+        Ok(self.store.existing_queue(name)?)
+    }
+
+    /// The queue `name`, created on first use.
+    pub async fn queue(&self, name: &str) -> Result<Queue> {
+        if let Some(queue) = self.store.existing_queue(name)? {
+            return Ok(queue);
+        }
+        let store = self.store.clone();
+        let name = name.to_owned();
+        self.off_loop(move || store.queue(&name)).await
+    }
+
+    /// The reader `name` of `queue`, created on first use.
+    pub async fn reader(&self, queue: &Queue, name: &str) -> Result<Reader> {
+        if queue.has_reader(name) {
+            return Ok(queue.reader(name)?);
+        }
+        let queue = queue.clone();
+        let name = name.to_owned();
+        self.off_loop(move || queue.reader(&name)).await
+    }
+
+    /// Runs a creation on the blocking pool, within [`CREATIONS_AT_ONCE`].
+    async fn off_loop<T: Send + 'static>(
+        &self,
+        create: impl FnOnce() -> weir::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        // The semaphore is never closed, so acquiring cannot fail; if it did, running
+        // without the bound is still correct.
+        let _permit = self.creations.acquire().await.ok();
+        blocking(create).await
+    }
+
+    pub async fn delete_queue(&self, queue: &str) -> Result<bool> {
+        let store = self.store.clone();
+        let queue = queue.to_owned();
+        blocking(move || store.delete_queue(&queue)).await
+    }
+
+    pub async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
+        let store = self.store.clone();
+        let (queue, reader) = (queue.to_owned(), reader.to_owned());
+        blocking(move || match store.existing_queue(&queue)? {
+            Some(q) => q.delete_reader(&reader),
+            None => Ok(false),
+        })
+        .await
+    }
+
+    /// `flush q` (every reader) or `flush q.r`; never creates either.
+    pub async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
+        let store = self.store.clone();
+        let queue = queue.to_owned();
+        let reader = reader.map(str::to_owned);
+        blocking(move || {
+            let Some(q) = store.existing_queue(&queue)? else {
+                return Ok(0);
+            };
+            match reader {
+                None => q.flush(),
+                Some(r) if q.has_reader(&r) => q.reader(&r)?.flush(),
+                Some(_) => Ok(0),
+            }
+        })
+        .await
+    }
+
+    pub async fn flush_all(&self) -> Result<()> {
+        let store = self.store.clone();
+        blocking(move || {
+            for queue in store.queues() {
+                queue.flush()?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Drops (or moves to `expire_to`) what has expired, in one queue or all.
+    pub async fn expire(&self, queue: Option<&str>) -> Result<u64> {
+        let store = self.store.clone();
+        let name = queue.map(str::to_owned);
+        blocking(move || {
+            let queues = match name {
+                Some(name) => store.existing_queue(&name)?.into_iter().collect(),
+                None => store.queues(),
+            };
+            let mut count = 0u64;
+            for q in queues {
+                count += q.expire()?;
+            }
+            Ok(count)
+        })
+        .await
+    }
+
+    /// The named queues' stats (every queue's when `None`), in the store's order;
+    /// names that are not queues are left out.
+    pub async fn stats(&self, names: Option<Vec<String>>) -> Result<Vec<QueueStats>> {
+        let store = self.store.clone();
+        blocking(move || {
+            let queues = match names {
+                None => store.queues(),
+                Some(names) => names
+                    .iter()
+                    .filter_map(|n| store.existing_queue(n).ok().flatten())
+                    .collect(),
+            };
+            Ok(queues.iter().map(Queue::stats).collect())
+        })
+        .await
+    }
+
+    pub async fn set_options(&self, options: StoreOptions) -> Result<()> {
+        let store = self.store.clone();
+        blocking(move || {
+            store.set_options(options);
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn close(&self) -> Result<()> {
+        let store = self.store.clone();
+        blocking(move || store.close()).await
+    }
+}
+
+/// Runs engine file work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> weir::Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => Ok(result?),
+        Err(e) => Err(Error::Engine(weir::Error::from_io(
+            "running on the blocking pool",
+            std::io::Error::other(e.to_string()),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Kind;
+
+    #[tokio::test]
+    async fn creates_on_first_use_within_the_cap(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open_with(
+            dir.path(),
+            StoreOptions {
+                queues_max: 2,
+                ..StoreOptions::default()
+            },
+        )?;
+        let backend = Embedded::new(store.clone());
+        let a = backend.queue("a").await?;
+        assert_eq!(backend.queue("a").await?.name(), "a");
+        let r = backend.reader(&a, "fan").await?;
+        assert_eq!((r.queue_name(), r.name()), ("a", "fan"));
+        assert_eq!(backend.reader(&a, "fan").await?.name(), "fan");
+        backend.queue("b").await?;
+        let e = backend.queue("c").await.err().ok_or("a third queue")?;
+        assert_eq!(e.kind(), Kind::TooManyQueues);
+        assert_eq!(
+            backend.queue("bad/name").await.err().map(|e| e.kind()),
+            Some(Kind::InvalidName)
+        );
+        assert_eq!(store.queue_names(), ["a", "b"]);
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! What a backend failure means to a front door.
+//!
+//! The door turns every failure into a reply (or an HTTP status) by its [`Kind`]
+//! alone, whichever backend it came from: the engine's kinds one for one, plus what
+//! only a networked backend can say (unreachable, not supported).
+
+use std::fmt;
+
+/// What a failure means to a front door: the reply it becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A queue or reader name outside `[A-Za-z0-9_:-]{1,100}`.
+    InvalidName,
+    /// An item larger than the queue (or the backend) accepts.
+    TooLarge,
+    /// The queue is full and refuses appends.
+    Full,
+    /// The queue or reader does not exist (or was deleted under this handle).
+    NotFound,
+    /// Another process holds the data directory.
+    Locked,
+    /// Storage is full; nothing was stored.
+    DiskFull,
+    /// Any other I/O failure of the engine.
+    Io,
+    /// The store was closed, or the backend is shutting down.
+    Closed,
+    /// A caller's argument is outside what the call accepts.
+    InvalidArgument,
+    /// Creating the queue (or reader) would pass the configured maximum.
+    TooManyQueues,
+    /// The backend cannot be reached, or has no leader, after the retries. Nothing is
+    /// known to have happened.
+    Unavailable,
+    /// This backend does not do that.
+    Unsupported,
+    /// Anything else the backend reported.
+    Other,
+}
+
+/// A backend failure: the engine's own error, or one of another backend.
+#[derive(Debug)]
+pub enum Error {
+    Engine(weir::Error),
+    Backend { kind: Kind, message: String },
+}
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Error {
+        Error::Backend {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        match self {
+            Error::Engine(e) => engine_kind(e.kind()),
+            Error::Backend { kind, .. } => *kind,
+        }
+    }
+}
+
+fn engine_kind(kind: weir::ErrorKind) -> Kind {
+    use weir::ErrorKind as E;
+    match kind {
+        E::InvalidName => Kind::InvalidName,
+        E::TooLarge => Kind::TooLarge,
+        E::Full => Kind::Full,
+        E::NotFound => Kind::NotFound,
+        E::Locked => Kind::Locked,
+        E::DiskFull => Kind::DiskFull,
+        E::Io | E::Corrupt => Kind::Io,
+        E::Closed => Kind::Closed,
+        E::InvalidArgument => Kind::InvalidArgument,
+        E::TooManyQueues => Kind::TooManyQueues,
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Engine(e) => e.fmt(f),
+            Error::Backend { message, .. } => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Engine(e) => Some(e),
+            Error::Backend { .. } => None,
+        }
+    }
+}
+
+impl From<weir::Error> for Error {
+    #[inline]
+    fn from(e: weir::Error) -> Error {
+        Error::Engine(e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,151 @@
+//! `delete`, `flush` and `flush_all` on the cluster.
+//!
+//! - `delete q` never loses an item a door acknowledged. Another door may still hold a
+//!   handle on `q` and `set` into it after the delete; had `q~` gone, interest
+//!   retention would drop that item the moment it was stored. So the named readers'
+//!   consumers are deleted, the subject is purged, and `q~` stays: the queue starts
+//!   again, empty, and still shows in `stats` (with 0 items).
+//! - `delete q.r` deletes the consumer `q~r` (what only it held goes with it).
+//! - `flush q` purges the subject (for every reader); `flush q.r` deletes `q~r` and
+//!   makes it again from the newest item on (`DeliverPolicy::New`): JetStream cannot
+//!   purge for one consumer.
+//! - `flush_all` purges the stream; queues and readers stay.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::errors::unavailable;
+use super::layout::consumer_name;
+use super::Inner;
+use crate::{Error, Kind, Result};
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Purged {
+    purged: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Deleted {
+    success: bool,
+}
+
+impl Inner {
+    pub(super) async fn delete_queue(&self, queue: &str) -> Result<bool> {
+        weir::validate_queue_name(queue)?;
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let prefix = consumer_name(queue, "");
+        let names = self.consumer_names(deadline).await?;
+        let existed = names.contains(&prefix);
+        for name in names
+            .iter()
+            .filter(|n| n.starts_with(&prefix) && **n != prefix)
+        {
+            self.delete_consumer(name, deadline).await?;
+        }
+        if let Some(q) = self.registry.get(queue) {
+            q.forget_named_readers();
+        }
+        self.purge(Some(queue), deadline).await?;
+        self.stats_cache.invalidate();
+        Ok(existed)
+    }
+
+    pub(super) async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
+        weir::validate_queue_name(queue)?;
+        weir::validate_reader_name(reader)?;
+        if reader.is_empty() {
+            return Err(Error::new(
+                Kind::InvalidArgument,
+                "the default reader goes with its queue: delete the queue",
+            ));
+        }
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let deleted = self
+            .delete_consumer(&consumer_name(queue, reader), deadline)
+            .await?;
+        if let Some(q) = self.registry.get(queue) {
+            q.forget_reader(reader);
+        }
+        self.stats_cache.invalidate();
+        Ok(deleted)
+    }
+
+    pub(super) async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
+        weir::validate_queue_name(queue)?;
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let flushed = match reader {
+            None => self.purge(Some(queue), deadline).await?,
+            Some(reader) => {
+                weir::validate_reader_name(reader)?;
+                self.restart_reader(queue, reader, deadline).await?
+            }
+        };
+        self.stats_cache.invalidate();
+        Ok(flushed)
+    }
+
+    pub(super) async fn flush_all(&self) -> Result<()> {
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        self.purge(None, deadline).await?;
+        self.stats_cache.invalidate();
+        Ok(())
+    }
+
+    /// `flush q.r`: the reader starts again after the newest item; how many items it
+    /// had not confirmed. 0 when it does not exist (it is not created).
+    async fn restart_reader(
+        &self,
+        queue: &str,
+        reader: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<u64> {
+        let name = consumer_name(queue, reader);
+        let info = match self.consumer_info(&name, deadline).await {
+            Ok(info) => info,
+            Err(e) if e.kind() == Kind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        self.delete_consumer(&name, deadline).await?;
+        let open_timeout = self.queue_config(queue).open_timeout;
+        let ack_wait = open_timeout.unwrap_or(self.lease_timeout());
+        self.create_consumer(queue, reader, ack_wait, true, deadline)
+            .await?;
+        Ok(info.num_pending + info.num_ack_pending)
+    }
+
+    /// Deletes a consumer; false when it did not exist.
+    async fn delete_consumer(&self, name: &str, deadline: tokio::time::Instant) -> Result<bool> {
+        let api = format!("CONSUMER.DELETE.{}.{name}", self.layout.stream);
+        match self.api.json::<Deleted>(&api, &json!({}), deadline).await {
+            Ok(d) => Ok(d.success),
+            Err(e) if e.kind() == Kind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Purges one queue's subject, or the whole stream; how many items went.
+    async fn purge(&self, queue: Option<&str>, deadline: tokio::time::Instant) -> Result<u64> {
+        let api = format!("STREAM.PURGE.{}", self.layout.stream);
+        let body = match queue {
+            Some(q) => json!({ "filter": self.layout.subject(q) }),
+            None => json!({}),
+        };
+        match self.api.json::<Purged>(&api, &body, deadline).await {
+            Ok(p) => Ok(p.purged),
+            Err(e) if e.kind() == Kind::NotFound => {
+                self.stream_lost();
+                Err(unavailable(format!(
+                    "stream {} is gone: {e}",
+                    self.layout.stream
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Requests to the cluster, with the retry rule every call shares.
+//!
+//! Everything weir asks JetStream is a core NATS request: the JetStream API
+//! (`$JS.API.…`, JSON in and out), a publish awaiting its PubAck, a pull
+//! (`CONSUMER.MSG.NEXT`), a double ack to a message's reply subject, a Direct Get.
+//! [`Api::send`] makes one attempt, bounded in time as a whole (the client's own
+//! request timeout does not cover a send that waits for room in its command channel
+//! while it reconnects). [`Backoff`] spaces the retries: 50 ms doubling to 1 s, until
+//! the call's deadline (`unavailable_retry_ms`). [`Api::json`] is the JetStream API on
+//! top: it retries what failed for the moment and maps the rest through
+//! [`super::errors`].
+//!
+//! The API is spoken directly (the request subjects and JSON bodies are NATS's
+//! documented wire API) rather than through async-nats' typed helpers, so that every
+//! call has the same retry loop and the same error mapping, and the replies are read
+//! leniently (`#[serde(default)]` structs of only the fields weir uses).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{Client, Message, Request, RequestErrorKind};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::errors::{unavailable, unexpected, ApiError};
+use super::metrics::Metrics;
+use crate::{Error, Kind, Result};
+
+/// The first pause between two attempts; it doubles up to [`BACKOFF_MAX`].
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+/// The longest pause: a request retried through a leader election reaches the new
+/// leader at most this long after it is elected (attempts fail fast meanwhile, with
+/// "no responders").
+const BACKOFF_MAX: Duration = Duration::from_millis(250);
+
+/// What one attempt got.
+pub(crate) enum Sent {
+    /// A reply (its status, if any, is the caller's to read).
+    Reply(Message),
+    /// Nobody listens on the subject: no leader (an election), no such consumer, no
+    /// stream for the subject.
+    NoResponders,
+    /// Timed out or not sent (disconnected): nothing is known.
+    Failed(String),
+    /// Refused by the client itself (too large, a bad subject): retrying cannot help.
+    Refused(Error),
+}
+
+/// Pauses between the attempts of one call, until its deadline.
+pub(crate) struct Backoff {
+    deadline: Instant,
+    delay: Duration,
+}
+
+impl Backoff {
+    pub fn new(deadline: Instant) -> Backoff {
+        Backoff {
+            deadline,
+            delay: BACKOFF_FIRST,
+        }
+    }
+
+    /// Sleeps before the next attempt; false when the deadline has passed.
+    pub async fn pause(&mut self, metrics: &Metrics) -> bool {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.delay.min(self.deadline - now)).await;
+        self.delay = (self.delay * 2).min(BACKOFF_MAX);
+        metrics.retried();
+        true
+    }
+}
+
+/// The client, with the timeouts of one attempt and of one call.
+#[derive(Clone)]
+pub(crate) struct Api {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    /// One attempt.
+    pub request_timeout: Duration,
+    /// One call, retries included.
+    pub retry_for: Duration,
+}
+
+/// `{"error": …}` or the reply proper.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Response<T> {
+    Err { error: ApiError },
+    Ok(T),
+}
+
+impl Api {
+    /// The deadline of a call starting now.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.retry_for
+    }
+
+    /// One attempt, within the request timeout and the call's deadline.
+    pub async fn send(&self, subject: String, request: Request, deadline: Instant) -> Sent {
+        let budget = deadline
+            .saturating_duration_since(Instant::now())
+            .min(self.request_timeout)
+            .max(Duration::from_millis(20));
+        let request = request.timeout(Some(budget));
+        let sent = self.client.send_request(subject, request);
+        match tokio::time::timeout(budget + Duration::from_millis(10), sent).await {
+            Err(_) => Sent::Failed(format!("no reply within {budget:?}")),
+            Ok(Ok(message)) => Sent::Reply(message),
+            Ok(Err(e)) => match e.kind() {
+                RequestErrorKind::NoResponders => Sent::NoResponders,
+                RequestErrorKind::MaxPayloadExceeded => {
+                    Sent::Refused(Error::new(Kind::TooLarge, format!("jetstream: {e}")))
+                }
+                RequestErrorKind::InvalidSubject => {
+                    Sent::Refused(Error::new(Kind::InvalidArgument, format!("jetstream: {e}")))
+                }
+                RequestErrorKind::TimedOut | RequestErrorKind::Other => Sent::Failed(e.to_string()),
+            },
+        }
+    }
+
+    /// Publishes without waiting for anything (acks, naks, progress), within a
+    /// bound: while the client reconnects its command channel may be full.
+    pub async fn publish(&self, subject: String, payload: &'static [u8]) -> bool {
+        let sent = self.client.publish(subject, Bytes::from_static(payload));
+        matches!(
+            tokio::time::timeout(self.request_timeout, sent).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// A JetStream API call (`api` without the `$JS.API.` prefix), retried through
+    /// failures of the moment until `deadline`.
+    pub async fn json<T: DeserializeOwned>(
+        &self,
+        api: &str,
+        body: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<T> {
+        self.json_or_api_error(api, body, deadline)
+            .await?
+            .map_err(|e| e.to_error())
+    }
+
+    /// [`Api::json`], with the API's own refusal apart, for callers that answer some
+    /// of its codes themselves.
+    pub async fn json_or_api_error<T: DeserializeOwned>(
+        &self,
+        api: &str,
+        body: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<std::result::Result<T, ApiError>> {
+        let subject = format!("$JS.API.{api}");
+        let payload = Bytes::from(body.to_string());
+        let mut backoff = Backoff::new(deadline);
+        loop {
+            let request = Request::new().payload(payload.clone());
+            let why = match self.send(subject.clone(), request, deadline).await {
+                Sent::Reply(message) => match parse::<T>(&message.payload)? {
+                    Response::Ok(value) => return Ok(Ok(value)),
+                    Response::Err { error } if error.is_transient() => error.description,
+                    Response::Err { error } => return Ok(Err(error)),
+                },
+                Sent::NoResponders => "no responders (is JetStream up, with a leader?)".to_owned(),
+                Sent::Failed(why) => why,
+                Sent::Refused(e) => return Err(e),
+            };
+            if !backoff.pause(&self.metrics).await {
+                return Err(unavailable(format!("{api}: {why}")));
+            }
+        }
+    }
+}
+
+/// A JSON reply, or its `error`.
+fn parse<T: DeserializeOwned>(payload: &[u8]) -> Result<Response<T>> {
+    serde_json::from_slice(payload).map_err(|e| {
+        let text = String::from_utf8_lossy(&payload[..payload.len().min(200)]).into_owned();
+        unexpected(format!("{e}: {text}"))
+    })
+}

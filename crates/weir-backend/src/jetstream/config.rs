@@ -1,0 +1,66 @@
+//! `[backend.jetstream]`: where the cluster is and how weir lays its queues out on it.
+
+use serde::Deserialize;
+
+/// The JetStream backend's settings; all restart-only.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct JetStreamConfig {
+    /// The cluster's client URLs (`nats://host:port`); at least one. Give them all:
+    /// the client reconnects to another when one goes down.
+    pub servers: Vec<String>,
+    /// A NATS credentials file (JWT + NKey).
+    pub credentials_file: Option<String>,
+    /// User name; the password is read from the environment variable `password_env`.
+    pub user: Option<String>,
+    pub password_env: Option<String>,
+    /// The environment variable holding a token.
+    pub token_env: Option<String>,
+    /// Replicas of the stream (and so of its consumers), 1 to 5.
+    pub replicas: usize,
+    /// The stream's name.
+    pub stream: String,
+    /// Queue `q` is the subject `<subject_prefix>.q`.
+    pub subject_prefix: String,
+    /// Consumers (queues × readers) the stream may hold. Set on the stream
+    /// explicitly: nats-server caps a stream at 1,000 by default.
+    pub max_consumers: u32,
+    /// How long a lease stays open when its front door stops renewing it (the
+    /// consumers' AckWait), for queues without `open_timeout_ms`. While the door
+    /// holds the lease it renews it every third of this; so this is how soon the
+    /// leases of a front door that was killed come back to the other doors.
+    pub lease_timeout_ms: u64,
+    /// Open leases per reader, all front doors together.
+    pub max_ack_pending: i64,
+    /// Blocked `get …/t=` per reader, all front doors together.
+    pub max_waiting: i64,
+    /// One JetStream API call.
+    pub request_timeout_ms: u64,
+    /// How long a `set` (or an ack) retries through a leader election before
+    /// answering that the backend is unavailable.
+    pub unavailable_retry_ms: u64,
+    /// How long `stats` and `/metrics` reuse one snapshot of the cluster's figures.
+    pub stats_cache_ms: u64,
+}
+
+impl Default for JetStreamConfig {
+    fn default() -> Self {
+        JetStreamConfig {
+            servers: vec!["nats://127.0.0.1:4222".to_owned()],
+            credentials_file: None,
+            user: None,
+            password_env: None,
+            token_env: None,
+            replicas: 3,
+            stream: "WEIR".to_owned(),
+            subject_prefix: "weir.q".to_owned(),
+            max_consumers: 10_000,
+            lease_timeout_ms: 5_000,
+            max_ack_pending: 20_000,
+            max_waiting: 4_096,
+            request_timeout_ms: 5_000,
+            unavailable_retry_ms: 10_000,
+            stats_cache_ms: 1_000,
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! A new queue's default reader must be known to the stream before its first item.
+//!
+//! The stream uses interest retention: its leader skips (never stores) a message on a
+//! subject no consumer of its own list matches, and still acknowledges it. Creating a
+//! consumer is acknowledged by the meta layer, and the stream's leader registers the
+//! consumer a moment later. A `set` in that moment would be `STORED` and gone: seen
+//! as the first items of a new queue lost when several connections created it at once.
+//!
+//! So when this door creates (or first meets) a queue's default reader, it publishes a
+//! probe (an empty message with the `Weir-Probe` header and a short TTL) to the queue's
+//! subject and asks the stream's leader for it by sequence. Found: the stream has the
+//! interest, and appends may go; the probe is deleted. Not found: it was skipped, or a reader already took
+//! it; the consumer's delivered position tells which (a delivered probe was stored).
+//! Skipped: wait a moment and probe again, until the call's deadline. Readers
+//! acknowledge and skip probes as they meet them. Cost: one publish and one or two
+//! lookups per queue and door, once.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::errors::{code, unavailable};
+use super::registry::QueueEntry;
+use super::Inner;
+use crate::Result;
+
+/// Marks a probe: readers acknowledge and skip it.
+pub(crate) const PROBE_HEADER: &str = "Weir-Probe";
+/// How long an unread probe stays in the stream.
+const PROBE_TTL: &str = "60s";
+const PROBE_PAUSE: Duration = Duration::from_millis(20);
+
+/// Whether a delivered message is a probe.
+pub(crate) fn is_probe(message: &async_nats::Message) -> bool {
+    message
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.get(PROBE_HEADER).is_some())
+}
+
+/// Returns once a message published to `queue` is stored (see the module doc).
+pub(super) async fn await_interest(
+    inner: &Inner,
+    queue: &QueueEntry,
+    consumer: &str,
+    deadline: Instant,
+) -> Result<()> {
+    loop {
+        let mut headers = HeaderMap::new();
+        let n = inner
+            .published
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        headers.insert("Nats-Msg-Id", format!("{}.{n}", inner.door_id));
+        headers.insert(PROBE_HEADER, "1");
+        headers.insert("Nats-TTL", PROBE_TTL);
+        let seq = super::queue::publish(inner, queue, headers, Bytes::new(), deadline).await?;
+        if stored(inner, seq, deadline).await? {
+            // Seen: removed again, so no reader and no count ever meets it (one that
+            // is not removed is skipped by readers and goes with its TTL).
+            let api = format!("STREAM.MSG.DELETE.{}", inner.layout.stream);
+            let body = json!({ "seq": seq, "no_erase": true });
+            let _ = inner
+                .api
+                .json_or_api_error::<serde_json::Value>(&api, &body, deadline)
+                .await;
+            return Ok(());
+        }
+        let info = inner.consumer_info(consumer, deadline).await?;
+        if info.delivered.stream_seq >= seq {
+            return Ok(());
+        }
+        if Instant::now() + PROBE_PAUSE >= deadline {
+            return Err(unavailable(format!(
+                "the stream does not register the reader {consumer} of queue {}",
+                queue.name
+            )));
+        }
+        tokio::time::sleep(PROBE_PAUSE).await;
+    }
+}
+
+/// Whether the stream's leader has message `seq`.
+async fn stored(inner: &Inner, seq: u64, deadline: Instant) -> Result<bool> {
+    let api = format!("STREAM.MSG.GET.{}", inner.layout.stream);
+    match inner
+        .api
+        .json_or_api_error::<serde_json::Value>(&api, &json!({ "seq": seq }), deadline)
+        .await?
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.err_code == code::NO_MESSAGE_FOUND => Ok(false),
+        Err(e) => Err(e.to_error()),
+    }
+}

@@ -1,0 +1,235 @@
+//! How weir lays its queues out on JetStream: names, subjects, and the stream's and
+//! consumers' configurations.
+//!
+//! One interest-retention stream holds every queue; queue `q` is the subject
+//! `<prefix>.q`, and each of its readers is a durable pull consumer `q~r` filtered on
+//! that subject (`q~` for the default reader). `~` is outside weir's name alphabet,
+//! so `q~r` splits back unambiguously; weir's names are subject- and consumer-safe
+//! as they are (`[A-Za-z0-9_:-]`). Interest retention keeps an item until every
+//! reader has confirmed it: Kestrel's fan-out, done by the server.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::config::JetStreamConfig;
+use crate::{Error, Kind, Result};
+
+/// The publishes JetStream remembers by `Nats-Msg-Id`: a `set` retried after a lost
+/// PubAck within this window is stored once.
+pub(crate) const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
+/// What separates a queue's name from its reader's in a consumer's name.
+pub(crate) const READER_MARK: char = '~';
+
+/// The stream's and the subjects' names.
+pub(crate) struct Layout {
+    pub stream: String,
+    pub prefix: String,
+}
+
+impl Layout {
+    /// Checks the names in `config` (restart-only settings, so a bad one stops weir).
+    pub fn new(config: &JetStreamConfig) -> Result<Layout> {
+        let bad = |what: &str, value: &str| {
+            Error::new(
+                Kind::InvalidArgument,
+                format!(
+                    "[backend.jetstream] {what} {value:?}: empty, or has '.', '*', '>', or a space"
+                ),
+            )
+        };
+        let token_ok = |s: &str| {
+            !s.is_empty()
+                && !s
+                    .chars()
+                    .any(|c| c == '*' || c == '>' || c.is_whitespace() || c == '/' || c == '\\')
+        };
+        if !token_ok(&config.stream) || config.stream.contains('.') {
+            return Err(bad("stream", &config.stream));
+        }
+        let prefix_ok = token_ok(&config.subject_prefix)
+            && config.subject_prefix.split('.').all(|t| !t.is_empty());
+        if !prefix_ok {
+            return Err(bad("subject_prefix", &config.subject_prefix));
+        }
+        Ok(Layout {
+            stream: config.stream.clone(),
+            prefix: config.subject_prefix.clone(),
+        })
+    }
+
+    pub fn subject(&self, queue: &str) -> String {
+        format!("{}.{queue}", self.prefix)
+    }
+
+    /// `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`: where pulls go.
+    pub fn next_subject(&self, consumer: &str) -> String {
+        format!("$JS.API.CONSUMER.MSG.NEXT.{}.{consumer}", self.stream)
+    }
+
+    /// The stream's configuration (create, or update when it differs).
+    pub fn stream_config(&self, config: &JetStreamConfig) -> Value {
+        json!({
+            "name": self.stream,
+            "subjects": [format!("{}.>", self.prefix)],
+            "retention": "interest",
+            "storage": "file",
+            "num_replicas": config.replicas,
+            "allow_direct": true,
+            "allow_msg_ttl": true,
+            "duplicate_window": nanos(DUPLICATE_WINDOW),
+            "max_consumers": config.max_consumers,
+            "max_msgs": -1,
+            "max_bytes": -1,
+            "max_age": 0,
+            "max_msg_size": -1,
+            "max_msgs_per_subject": -1,
+            "discard": "old",
+        })
+    }
+
+    /// The body of `CONSUMER.CREATE` for reader `reader` of `queue`: a durable pull
+    /// consumer that never gives up redelivering and never deletes itself (deleting a
+    /// consumer of an interest stream drops what only it held).
+    pub fn consumer_request(
+        &self,
+        config: &JetStreamConfig,
+        queue: &str,
+        reader: &str,
+        ack_wait: Duration,
+        from_now: bool,
+    ) -> Value {
+        let name = consumer_name(queue, reader);
+        json!({
+            "stream_name": self.stream,
+            "action": "create",
+            "config": {
+                "name": name,
+                "durable_name": name,
+                "filter_subject": self.subject(queue),
+                "ack_policy": "explicit",
+                "deliver_policy": if from_now { "new" } else { "all" },
+                "replay_policy": "instant",
+                "ack_wait": nanos(ack_wait),
+                "max_deliver": -1,
+                "max_ack_pending": config.max_ack_pending,
+                "max_waiting": config.max_waiting,
+                "metadata": {"weir.queue": queue, "weir.reader": reader},
+            },
+        })
+    }
+}
+
+/// `q~r`; `q~` for the default reader.
+pub(crate) fn consumer_name(queue: &str, reader: &str) -> String {
+    format!("{queue}{READER_MARK}{reader}")
+}
+
+/// `(queue, reader)` of a consumer weir made.
+pub(crate) fn split_consumer(name: &str) -> Option<(&str, &str)> {
+    let (queue, reader) = name.split_once(READER_MARK)?;
+    let ok = weir::validate_queue_name(queue).is_ok() && weir::validate_reader_name(reader).is_ok();
+    ok.then_some((queue, reader))
+}
+
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A consumer's state, as `CONSUMER.INFO`, `CONSUMER.CREATE` and `CONSUMER.LIST`
+/// give it (only what weir reads).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ConsumerInfo {
+    pub name: String,
+    pub config: ConsumerSettings,
+    pub delivered: Sequences,
+    pub ack_floor: Sequences,
+    pub num_ack_pending: u64,
+    pub num_waiting: u64,
+    pub num_pending: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ConsumerSettings {
+    /// Nanoseconds.
+    pub ack_wait: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct Sequences {
+    pub consumer_seq: u64,
+    pub stream_seq: u64,
+}
+
+/// What the ack subject of a delivered message says about it:
+/// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>`,
+/// or the newer form with `<domain>.<account hash>` after `$JS.ACK` and a token at the
+/// end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Delivery {
+    pub stream_seq: u64,
+    pub timestamp_ns: u64,
+}
+
+impl Delivery {
+    pub fn parse(reply: &str) -> Option<Delivery> {
+        let tokens: Vec<&str> = reply.split('.').collect();
+        if tokens.first() != Some(&"$JS") || tokens.get(1) != Some(&"ACK") {
+            return None;
+        }
+        let at = match tokens.len() {
+            9 => 2,
+            n if n >= 11 => 4,
+            _ => return None,
+        };
+        Some(Delivery {
+            stream_seq: tokens.get(at + 3)?.parse().ok()?,
+            timestamp_ns: tokens.get(at + 5)?.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(consumer_name("q", ""), "q~");
+        assert_eq!(split_consumer("q:x-1~r_2"), Some(("q:x-1", "r_2")));
+        assert_eq!(split_consumer("q~"), Some(("q", "")));
+        assert_eq!(split_consumer("other"), None);
+        assert_eq!(split_consumer("~r"), None);
+    }
+
+    #[test]
+    fn parses_ack_subjects() {
+        let v1 = "$JS.ACK.WEIR.q~.1.42.7.1700000000123456789.0";
+        assert_eq!(
+            Delivery::parse(v1),
+            Some(Delivery {
+                stream_seq: 42,
+                timestamp_ns: 1_700_000_000_123_456_789
+            })
+        );
+        let v2 = "$JS.ACK._.ACCHASH.WEIR.q~.1.42.7.1700000000123456789.0.tok";
+        assert_eq!(Delivery::parse(v2).map(|d| d.stream_seq), Some(42));
+        assert_eq!(Delivery::parse("_INBOX.x"), None);
+    }
+
+    #[test]
+    fn refuses_bad_layout_names() {
+        let mut config = JetStreamConfig::default();
+        assert!(Layout::new(&config).is_ok());
+        config.stream = "a.b".into();
+        assert!(Layout::new(&config).is_err());
+        config.stream = "S".into();
+        config.subject_prefix = "weir..q".into();
+        assert!(Layout::new(&config).is_err());
+    }
+}

@@ -1,0 +1,238 @@
+//! Open leases: keeping them alive while their connection holds them, and giving them
+//! back when it lets go.
+//!
+//! In JetStream a lease is a delivered, unacknowledged message; the consumer's AckWait
+//! is its timeout. For queues without `open_timeout`, AckWait is `lease_timeout_ms`
+//! (short: it is how soon the leases of a killed front door come back), and the
+//! keep-alive pump sends `+WPI` (work in progress: AckWait starts again) for every
+//! lease this door holds, every third of its AckWait. So a lease lives as long as the
+//! client connection that holds it, whatever the AckWait, and no longer than
+//! AckWait after its door died. Queues with `open_timeout` get it as AckWait and no
+//! keep-alive: the engine's timeout exactly.
+//!
+//! `Reader::release` must not await (it runs in `Drop`), so it hands `-NAK` to the
+//! nak pump through a channel. The channel is unbounded, but its producer is bounded:
+//! each lease is released at most once, and the leases a door holds are bounded by
+//! its own limits (`max_open_reads` per connection, connections) and by
+//! `max_ack_pending` per reader on the cluster. The keep-alive registry is bounded by
+//! [`KEPT_ALIVE_MAX`]; a lease past it is simply not renewed (it comes back after
+//! AckWait), with a warning.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::api::Api;
+
+/// Leases one door keeps alive at once (about 150 bytes each).
+pub(crate) const KEPT_ALIVE_MAX: usize = 262_144;
+
+/// How often the keep-alive pump looks for leases to renew, at most.
+const TICK_MAX: Duration = Duration::from_millis(500);
+const TICK_MIN: Duration = Duration::from_millis(20);
+
+struct Held {
+    next: Instant,
+    every: Duration,
+    /// Renewed by the pump (false: the queue's `open_timeout` is its AckWait).
+    renew: bool,
+}
+
+/// The leases this door keeps alive, and the way to the nak pump.
+pub(crate) struct Leases {
+    held: Mutex<HashMap<Arc<str>, Held>>,
+    naks: Mutex<Option<mpsc::UnboundedSender<Arc<str>>>>,
+    /// Releases queued and not yet handed to the client.
+    unsent: AtomicU64,
+    sent: Notify,
+    warned: AtomicBool,
+    /// How often the keep-alive pump looks.
+    pub tick: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Leases {
+    /// The registry, and the receiving end for [`nak_pump`].
+    pub fn new(lease_timeout: Duration) -> (Leases, mpsc::UnboundedReceiver<Arc<str>>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let leases = Leases {
+            held: Mutex::new(HashMap::new()),
+            naks: Mutex::new(Some(tx)),
+            unsent: AtomicU64::new(0),
+            sent: Notify::new(),
+            warned: AtomicBool::new(false),
+            tick: (lease_timeout / 6).clamp(TICK_MIN, TICK_MAX),
+        };
+        (leases, rx)
+    }
+
+    /// Remembers an open lease (its ack subject), and renews it every third of
+    /// `ack_wait` from now on when `renew`.
+    pub fn keep(&self, reply: Arc<str>, ack_wait: Duration, renew: bool) {
+        let every = (ack_wait / 3).max(TICK_MIN);
+        let mut held = lock(&self.held);
+        if held.len() >= KEPT_ALIVE_MAX {
+            drop(held);
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    max = KEPT_ALIVE_MAX,
+                    "jetstream: too many open leases to keep alive; the newest come back after AckWait"
+                );
+            }
+            return;
+        }
+        let next = Instant::now() + every;
+        held.insert(reply, Held { next, every, renew });
+    }
+
+    /// The stream sequences of the leases this door holds on `consumer` (what a peek
+    /// must not show).
+    pub fn leased_seqs(&self, consumer: &str) -> std::collections::HashSet<u64> {
+        let token = format!(".{consumer}.");
+        lock(&self.held)
+            .keys()
+            .filter(|reply| reply.contains(&token))
+            .filter_map(|reply| super::layout::Delivery::parse(reply))
+            .map(|d| d.stream_seq)
+            .collect()
+    }
+
+    pub fn forget(&self, reply: &str) {
+        lock(&self.held).remove(reply);
+    }
+
+    /// Queues `-NAK` for the lease; false once the backend is closed.
+    pub fn nak(&self, reply: Arc<str>) -> bool {
+        let naks = lock(&self.naks);
+        let Some(tx) = naks.as_ref() else {
+            return false;
+        };
+        self.unsent.fetch_add(1, Ordering::AcqRel);
+        let queued = tx.send(reply).is_ok();
+        if !queued {
+            self.unsent.fetch_sub(1, Ordering::AcqRel);
+        }
+        queued
+    }
+
+    /// Waits (up to `at_most`) until the releases queued so far are handed to the
+    /// client, so that a take after a release goes on the wire after its `-NAK` and
+    /// gets the released item first, as with the engine.
+    pub async fn released(&self, at_most: Duration) {
+        let until = Instant::now() + at_most;
+        loop {
+            let sent = self.sent.notified();
+            if self.unsent.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(until, sent).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn nak_sent(&self) {
+        self.unsent.fetch_sub(1, Ordering::AcqRel);
+        self.sent.notify_waiters();
+    }
+
+    /// Ends the nak pump once it has sent what is queued.
+    pub fn close(&self) {
+        lock(&self.naks).take();
+    }
+
+    /// The leases due for renewal now (their next renewal moved on).
+    fn due(&self) -> Vec<Arc<str>> {
+        let now = Instant::now();
+        let mut held = lock(&self.held);
+        let mut due = Vec::new();
+        for (reply, h) in held.iter_mut() {
+            if h.renew && h.next <= now {
+                h.next = now + h.every;
+                due.push(reply.clone());
+            }
+        }
+        due
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.held).len()
+    }
+}
+
+/// Sends `-NAK` for each released lease: JetStream redelivers it, ahead of newer items.
+/// Each is a request, and the pump waits for the consumer's reply (it answers once the
+/// message is queued for redelivery), so a take that waited for [`Leases::released`]
+/// gets the released item first, as with the engine. One that is not confirmed within
+/// a request timeout comes back after AckWait anyway.
+pub(crate) async fn nak_pump(
+    api: Api,
+    leases: Arc<Leases>,
+    mut released: mpsc::UnboundedReceiver<Arc<str>>,
+) {
+    while let Some(reply) = released.recv().await {
+        if !nak(&api, &reply).await {
+            tracing::debug!(%reply, "jetstream: a release was not confirmed; AckWait gives it back");
+        }
+        leases.nak_sent();
+    }
+}
+
+/// `-NAK` as a request: true once the consumer confirmed it.
+pub(crate) async fn nak(api: &Api, reply: &str) -> bool {
+    let request = async_nats::Request::new()
+        .payload(bytes::Bytes::from_static(b"-NAK"))
+        .inbox(api.client.new_inbox());
+    let deadline = Instant::now() + api.request_timeout;
+    matches!(
+        api.send(reply.to_owned(), request, deadline).await,
+        super::api::Sent::Reply(_)
+    )
+}
+
+/// Sends `+WPI` for each held lease every third of its AckWait, until the backend is
+/// dropped.
+pub(crate) async fn keepalive_pump(api: Api, leases: std::sync::Weak<Leases>) {
+    loop {
+        let Some(leases) = leases.upgrade() else {
+            return;
+        };
+        let tick = leases.tick;
+        let due = leases.due();
+        drop(leases);
+        for reply in due {
+            api.publish(reply.to_string(), b"+WPI").await;
+        }
+        tokio::time::sleep(tick).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keeps_forgets_and_closes() {
+        let (leases, mut rx) = Leases::new(Duration::from_millis(300));
+        leases.keep("a".into(), Duration::from_millis(60), true);
+        leases.keep("b".into(), Duration::from_secs(60), true);
+        assert!(leases.due().is_empty());
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(leases.due(), vec![Arc::<str>::from("a")]);
+        leases.forget("a");
+        assert_eq!(leases.len(), 1);
+        assert!(leases.nak("b".into()));
+        leases.close();
+        assert!(!leases.nak("c".into()));
+        assert_eq!(rx.recv().await.as_deref(), Some("b"));
+        assert_eq!(rx.recv().await, None);
+    }
+}

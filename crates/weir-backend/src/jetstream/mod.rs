@@ -1,0 +1,368 @@
+//! The JetStream backend: queues in a NATS JetStream cluster, so that several
+//! stateless front doors share them.
+//!
+//! One interest-retention stream holds every queue (a subject each); each reader is a
+//! durable pull consumer (see [`layout`]). A publish awaits its PubAck (stored on a
+//! quorum); a take is a one-message pull and, for a plain `get`, a double ack before
+//! the reply; a lease is a delivered, unacknowledged message that the door keeps
+//! alive while its connection holds it ([`leases`]). Failures of the moment (a leader
+//! election, a lost connection) are retried until `unavailable_retry_ms` and then
+//! answered as [`Kind::Unavailable`] ([`api`], [`errors`]).
+//!
+//! The handles ([`Queue`], [`Reader`]) are cheap clones of shared entries of the
+//! [`registry`], so that a door's handle cache works as with the engine.
+//!
+//! Differences from the engine, on purpose (see `docs/protocol.md`):
+//! - `delete q` keeps the queue's default-reader consumer: the queue is emptied and its
+//!   named readers deleted, but it still exists (with 0 items), so a `set` from a door
+//!   that still holds a handle on it lands in it instead of vanishing.
+//! - A plain take is at-least-once: a door that dies between the pull and its ack
+//!   leaves the item to come back after AckWait.
+//! - `peek` may miss an item awaiting redelivery after an abort.
+//! - `flush_expired` counts nothing: the server drops expired items itself (each item
+//!   carries a `Nats-TTL`), and a take skips one that expired before that.
+
+mod admin;
+mod api;
+mod config;
+mod connect;
+mod errors;
+mod interest;
+mod layout;
+mod leases;
+mod metrics;
+mod pull;
+mod queue;
+mod reader;
+mod registry;
+mod setup;
+mod stats;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_nats::connection::State;
+use bytes::Bytes;
+pub use config::JetStreamConfig;
+use tokio::sync::Semaphore;
+use weir::{AppendOptions, QueueConfig, QueueStats, StoreOptions, TakeMode};
+
+use self::api::Api;
+use self::connect::{LinkState, OwnedRuntime};
+use self::layout::Layout;
+use self::leases::Leases;
+use self::metrics::Op;
+use self::registry::{QueueEntry, ReaderEntry, Registry};
+use crate::{Error, Kind, Result, Taken};
+
+/// Queue and reader creations (consumer creations on the meta leader) running at
+/// once, per door: a client naming new queues as fast as it can does not flood the
+/// cluster's meta leader.
+const CREATIONS_AT_ONCE: usize = 4;
+
+/// A connection to the cluster, shared by every connection of the door.
+pub struct JetStream {
+    inner: Arc<Inner>,
+    runtime: Mutex<OwnedRuntime>,
+    nak_pump: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// What the handles share.
+pub(crate) struct Inner {
+    config: JetStreamConfig,
+    layout: Layout,
+    api: Api,
+    options: RwLock<StoreOptions>,
+    registry: Registry,
+    leases: Arc<Leases>,
+    link: Arc<LinkState>,
+    /// The stream is set up and the registry filled.
+    ready: AtomicBool,
+    setup_lock: tokio::sync::Mutex<()>,
+    creations: Semaphore,
+    shutting_down: AtomicBool,
+    /// Unique per door (and run): the prefix of its `Nats-Msg-Id`s.
+    door_id: String,
+    published: AtomicU64,
+    stats_cache: stats::Cache,
+    runtime: tokio::runtime::Handle,
+}
+
+/// A handle on one queue: cheap to clone.
+#[derive(Clone)]
+pub struct Queue {
+    entry: Arc<QueueEntry>,
+    inner: Arc<Inner>,
+}
+
+/// A handle on one reader of a queue: cheap to clone.
+#[derive(Clone)]
+pub struct Reader {
+    queue: Arc<QueueEntry>,
+    entry: Arc<ReaderEntry>,
+    inner: Arc<Inner>,
+}
+
+/// A delivered, not yet acknowledged message: its ack subject says which.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    reply: Arc<str>,
+    seq: u64,
+}
+
+impl Lease {
+    /// The item's stream sequence.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Inner {
+    fn queue_config(&self, name: &str) -> QueueConfig {
+        self.options
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .config(name)
+    }
+
+    fn is_up(&self) -> bool {
+        self.api.client.connection_state() == State::Connected
+    }
+
+    fn lease_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.lease_timeout_ms.max(1))
+    }
+}
+
+impl JetStream {
+    /// Connects (in the background when the cluster is unreachable: calls answer
+    /// `Unavailable` until it is there) and sets the stream up (create, or update when
+    /// its configuration differs; retried in the background, and before any call,
+    /// until it succeeds). Fails at once on settings that cannot work (names,
+    /// credentials) or a stream the cluster refuses to set up.
+    pub async fn connect(config: JetStreamConfig, options: StoreOptions) -> Result<JetStream> {
+        setup::connect(config, options).await
+    }
+
+    /// The queue if this door knows it exists; never waits on the network.
+    pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
+        weir::validate_queue_name(name)?;
+        Ok(self.inner.registry.get(name).map(|entry| Queue {
+            entry,
+            inner: self.inner.clone(),
+        }))
+    }
+
+    /// The queue, created (its default reader's consumer) on first use.
+    pub async fn queue(&self, name: &str) -> Result<Queue> {
+        let entry = self.inner.open_queue(name).await?;
+        Ok(Queue {
+            entry,
+            inner: self.inner.clone(),
+        })
+    }
+
+    /// The default reader of `queue` when the queue exists; never creates it (a `get`
+    /// of a queue nobody wrote to must not make a replicated consumer).
+    pub async fn existing_default_reader(&self, queue: &str) -> Result<Option<Reader>> {
+        let Some(entry) = self.inner.find_queue(queue).await? else {
+            return Ok(None);
+        };
+        let reader = self.inner.open_reader(&entry, "").await?;
+        Ok(Some(Reader {
+            queue: entry,
+            entry: reader,
+            inner: self.inner.clone(),
+        }))
+    }
+
+    /// The reader `name` of `queue` (its consumer created on first use).
+    pub async fn reader(&self, queue: &Queue, name: &str) -> Result<Reader> {
+        let entry = self.inner.open_reader(&queue.entry, name).await?;
+        Ok(Reader {
+            queue: queue.entry.clone(),
+            entry,
+            inner: self.inner.clone(),
+        })
+    }
+
+    /// Empties the queue and deletes its named readers; its default reader stays (see
+    /// the module doc). False when it did not exist.
+    pub async fn delete_queue(&self, queue: &str) -> Result<bool> {
+        let result = self.inner.delete_queue(queue).await;
+        self.inner.api.metrics.count(Op::Admin, &result);
+        result
+    }
+
+    pub async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
+        let result = self.inner.delete_reader(queue, reader).await;
+        self.inner.api.metrics.count(Op::Admin, &result);
+        result
+    }
+
+    /// `flush q` (every reader: the subject purged) or `flush q.r` (the reader starts
+    /// again after the newest item).
+    pub async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
+        let result = self.inner.flush(queue, reader).await;
+        self.inner.api.metrics.count(Op::Admin, &result);
+        result
+    }
+
+    pub async fn flush_all(&self) -> Result<()> {
+        let result = self.inner.flush_all().await;
+        self.inner.api.metrics.count(Op::Admin, &result);
+        result
+    }
+
+    /// The server drops expired items itself (`Nats-TTL`): nothing to do, 0.
+    pub async fn expire(&self, queue: Option<&str>) -> Result<u64> {
+        if let Some(name) = queue {
+            weir::validate_queue_name(name)?;
+        }
+        Ok(0)
+    }
+
+    /// The named queues' stats (all when `None`), sorted by name; from a snapshot at
+    /// most `stats_cache_ms` old.
+    pub async fn stats(&self, names: Option<Vec<String>>) -> Result<Vec<QueueStats>> {
+        let result = self.inner.stats(names).await;
+        self.inner.api.metrics.count(Op::Stats, &result);
+        result
+    }
+
+    /// `reload`: the queues' `max_age` (new items), `open_timeout` (new readers) and
+    /// `max_item_size_bytes`.
+    pub fn set_options(&self, options: StoreOptions) -> Result<()> {
+        for queue in self.inner.registry.all() {
+            queue.configure(&options.config(&queue.name));
+        }
+        *self
+            .inner
+            .options
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = options;
+        Ok(())
+    }
+
+    pub fn queues_max(&self) -> usize {
+        usize::MAX
+    }
+
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let c = &self.inner.config;
+        vec![
+            ("backend_servers", c.servers.join(",")),
+            ("backend_stream", c.stream.clone()),
+            ("backend_subject_prefix", c.subject_prefix.clone()),
+            ("backend_replicas", c.replicas.to_string()),
+            ("backend_max_consumers", c.max_consumers.to_string()),
+            ("backend_lease_timeout_ms", c.lease_timeout_ms.to_string()),
+            (
+                "backend_unavailable_retry_ms",
+                c.unavailable_retry_ms.to_string(),
+            ),
+        ]
+    }
+
+    pub fn render_metrics(&self, out: &mut String) {
+        let up = self.inner.is_up() && self.inner.ready.load(Ordering::Acquire);
+        self.inner.api.metrics.render(out, up);
+    }
+
+    /// A graceful shutdown has begun. Leases released from now on (the connections
+    /// closing) are still given back at once: other doors' clients get them, where
+    /// the embedded engine keeps them for after its restart. `close` sends what is
+    /// queued before the connection to the cluster ends.
+    pub fn begin_shutdown(&self) {
+        self.inner.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Sends the releases still queued, flushes and closes the connection, and stops
+    /// the backend's runtime.
+    pub async fn close(&self) -> Result<()> {
+        setup::close(self).await;
+        Ok(())
+    }
+}
+
+impl Drop for JetStream {
+    fn drop(&mut self) {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .shutdown();
+    }
+}
+
+impl Queue {
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+
+    /// Publishes one item and waits for the cluster's PubAck; returns its stream
+    /// sequence (0 for an item already expired, which is not published).
+    pub async fn append(&self, data: Bytes, options: AppendOptions) -> Result<u64> {
+        let result = queue::append(&self.inner, &self.entry, data, options).await;
+        self.inner.api.metrics.count(Op::Append, &result);
+        // This door changed the figures: its next `stats` shows it (read your writes).
+        self.inner.stats_cache.invalidate();
+        result
+    }
+}
+
+impl Reader {
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+
+    pub fn queue_name(&self) -> &str {
+        &self.queue.name
+    }
+
+    /// Take, lease or peek, waiting up to `wait` (ZERO: one look). Dropping the future
+    /// while it waits takes nothing: a message delivered to the abandoned pull is
+    /// given back at once.
+    pub async fn take(&self, mode: TakeMode, wait: Duration) -> Result<Option<Taken>> {
+        let op = match mode {
+            TakeMode::Take => Op::Take,
+            TakeMode::Lease => Op::Lease,
+            TakeMode::Peek => Op::Peek,
+        };
+        let result = match mode {
+            TakeMode::Peek => self.peek().await,
+            _ => self.take_or_lease(mode, wait).await,
+        };
+        self.inner.api.metrics.count(op, &result);
+        if !matches!(op, Op::Peek) {
+            self.inner.stats_cache.invalidate();
+        }
+        if matches!(&result, Err(e) if e.kind() == Kind::NotFound) {
+            self.queue.forget_reader(&self.entry.name);
+        }
+        result
+    }
+
+    /// Acknowledges the lease (and waits for the cluster to record it).
+    pub async fn confirm(&self, lease: &Lease) -> Result<bool> {
+        self.inner.leases.forget(&lease.reply);
+        let result = self.ack(&lease.reply).await;
+        self.inner.api.metrics.count(Op::Confirm, &result);
+        self.inner.stats_cache.invalidate();
+        result
+    }
+
+    /// Gives the leased item back, ahead of newer ones (`-NAK`, sent by the nak pump).
+    /// Never blocks or awaits.
+    pub fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.leases.forget(&lease.reply);
+        let result = if self.inner.leases.nak(lease.reply.clone()) {
+            Ok(true)
+        } else {
+            Err(Error::new(Kind::Closed, "the jetstream backend is closed"))
+        };
+        self.inner.api.metrics.count(Op::Release, &result);
+        self.inner.stats_cache.invalidate();
+        result
+    }
+}

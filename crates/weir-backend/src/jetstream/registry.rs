@@ -1,0 +1,190 @@
+//! The queues and readers this front door knows exist, so that finding one is a map
+//! lookup (`existing_queue` must never wait on the network), and what it keeps per
+//! queue: the queue's settings as the config gives them, and this door's own
+//! counters (JetStream has no per-subject totals).
+//!
+//! A queue exists on the cluster when its default reader's consumer `q~` does. The
+//! registry is filled from the stream's consumer list when the stream is first set
+//! up, then as queues and readers are used or created; another door's new queue is
+//! learnt when this door first names it (creating `q~` again is idempotent). Its
+//! size is bounded by the stream's consumers (`max_consumers`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use weir::QueueConfig;
+
+use super::layout::{consumer_name, Layout};
+
+/// One queue.
+pub(crate) struct QueueEntry {
+    pub name: Arc<str>,
+    pub subject: Arc<str>,
+    /// `max_age` in ms; 0 for none.
+    max_age_ms: AtomicU64,
+    /// `open_timeout` in ms; 0 for none.
+    open_timeout_ms: AtomicU64,
+    max_item_size: AtomicU64,
+    /// Items this door appended since it started (`total_items`).
+    pub appended: AtomicU64,
+    /// When this door last appended (Unix ms), for read-your-writes (see
+    /// `reader::REPLICA_LAG`).
+    pub appended_at_ms: AtomicU64,
+    /// The stream sequence of this door's latest append (read-your-writes).
+    pub appended_seq: AtomicU64,
+    readers: Mutex<HashMap<Arc<str>, Arc<ReaderEntry>>>,
+}
+
+/// One reader of a queue.
+pub(crate) struct ReaderEntry {
+    pub name: Arc<str>,
+    pub consumer: Arc<str>,
+    /// `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`.
+    pub next_subject: Arc<str>,
+    /// The consumer's AckWait in ms, as the server reported it.
+    ack_wait_ms: AtomicU64,
+    /// Items this door skipped because they had expired.
+    pub expired: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn ms(d: Option<Duration>) -> u64 {
+    d.map_or(0, |d| {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    })
+}
+
+impl QueueEntry {
+    pub fn new(name: &str, layout: &Layout, config: &QueueConfig) -> QueueEntry {
+        let entry = QueueEntry {
+            name: name.into(),
+            subject: layout.subject(name).into(),
+            max_age_ms: AtomicU64::new(0),
+            open_timeout_ms: AtomicU64::new(0),
+            max_item_size: AtomicU64::new(u64::MAX),
+            appended: AtomicU64::new(0),
+            appended_at_ms: AtomicU64::new(0),
+            appended_seq: AtomicU64::new(0),
+            readers: Mutex::new(HashMap::new()),
+        };
+        entry.configure(config);
+        entry
+    }
+
+    /// The queue's settings from the config (at creation and at `reload`).
+    pub fn configure(&self, config: &QueueConfig) {
+        self.max_age_ms.store(ms(config.max_age), Ordering::Relaxed);
+        self.open_timeout_ms
+            .store(ms(config.open_timeout), Ordering::Relaxed);
+        self.max_item_size
+            .store(config.max_item_size_bytes, Ordering::Relaxed);
+    }
+
+    pub fn max_age_ms(&self) -> u64 {
+        self.max_age_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn open_timeout(&self) -> Option<Duration> {
+        match self.open_timeout_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    pub fn max_item_size(&self) -> u64 {
+        self.max_item_size.load(Ordering::Relaxed)
+    }
+
+    pub fn reader(&self, name: &str) -> Option<Arc<ReaderEntry>> {
+        lock(&self.readers).get(name).cloned()
+    }
+
+    /// Records that the reader's consumer exists, with its AckWait.
+    pub fn add_reader(&self, layout: &Layout, name: &str, ack_wait: Duration) -> Arc<ReaderEntry> {
+        let mut readers = lock(&self.readers);
+        if let Some(r) = readers.get(name) {
+            r.set_ack_wait(ack_wait);
+            return r.clone();
+        }
+        let consumer = consumer_name(&self.name, name);
+        let entry = Arc::new(ReaderEntry {
+            name: name.into(),
+            next_subject: layout.next_subject(&consumer).into(),
+            consumer: consumer.into(),
+            ack_wait_ms: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+        });
+        entry.set_ack_wait(ack_wait);
+        readers.insert(entry.name.clone(), entry.clone());
+        entry
+    }
+
+    pub fn forget_reader(&self, name: &str) {
+        lock(&self.readers).remove(name);
+    }
+
+    /// Forgets every reader but the default one.
+    pub fn forget_named_readers(&self) {
+        lock(&self.readers).retain(|name, _| name.is_empty());
+    }
+
+    /// Items skipped as expired, per reader name.
+    pub fn expired_counts(&self) -> Vec<(Arc<str>, u64)> {
+        lock(&self.readers)
+            .values()
+            .map(|r| (r.name.clone(), r.expired.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+impl ReaderEntry {
+    pub fn ack_wait(&self) -> Duration {
+        Duration::from_millis(self.ack_wait_ms.load(Ordering::Relaxed))
+    }
+
+    fn set_ack_wait(&self, d: Duration) {
+        self.ack_wait_ms.store(ms(Some(d)), Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    queues: Mutex<HashMap<Arc<str>, Arc<QueueEntry>>>,
+}
+
+impl Registry {
+    pub fn get(&self, name: &str) -> Option<Arc<QueueEntry>> {
+        lock(&self.queues).get(name).cloned()
+    }
+
+    /// The entry of `name`, made if new (its consumer `q~` exists).
+    pub fn add(
+        &self,
+        name: &str,
+        layout: &Layout,
+        config: impl FnOnce() -> QueueConfig,
+    ) -> Arc<QueueEntry> {
+        if let Some(q) = self.get(name) {
+            return q;
+        }
+        let config = config();
+        let mut queues = lock(&self.queues);
+        queues
+            .entry(name.into())
+            .or_insert_with(|| Arc::new(QueueEntry::new(name, layout, &config)))
+            .clone()
+    }
+
+    pub fn forget_all(&self) {
+        lock(&self.queues).clear();
+    }
+
+    pub fn all(&self) -> Vec<Arc<QueueEntry>> {
+        lock(&self.queues).values().cloned().collect()
+    }
+}

@@ -1,0 +1,405 @@
+//! Bringing the backend up and down, and making what a queue needs on the cluster:
+//! the stream, and a consumer per reader.
+//!
+//! The stream is created (or updated, when its configuration differs) on the first
+//! successful contact: at connect when the cluster answers, otherwise by a background
+//! task that retries every [`SETUP_RETRY`], and in any case before any call uses it
+//! ([`Inner::ready`]: one setup at a time). Weir so comes up while the cluster is
+//! down and answers `backend unavailable` until it is there.
+//!
+//! Interest retention drops a publish to a subject no consumer is interested in, so a
+//! queue's default reader `q~` is created before the queue is handed out. Creation
+//! is idempotent across doors: a create of a consumer that exists (with this or
+//! another configuration, e.g. after a `flush q.r`) is taken as success.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use weir::StoreOptions;
+
+use super::api::Api;
+use super::config::JetStreamConfig;
+use super::connect::{self, LinkState, OwnedRuntime};
+use super::errors::{code, unavailable};
+use super::layout::{consumer_name, split_consumer, ConsumerInfo, Layout};
+use super::leases::{self, Leases};
+use super::metrics::Metrics;
+use super::registry::{QueueEntry, ReaderEntry, Registry};
+use super::{stats, Inner, JetStream, CREATIONS_AT_ONCE};
+use crate::{Error, Kind, Result};
+
+/// How often the background task tries to set the stream up while it cannot.
+const SETUP_RETRY: Duration = Duration::from_secs(2);
+
+/// How long `close` waits for queued releases to be sent.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> Result<JetStream> {
+    let layout = Layout::new(&config)?;
+    let addrs = connect::server_addrs(&config)?;
+    let runtime = OwnedRuntime::new()?;
+    let handle = runtime
+        .handle()
+        .ok_or_else(|| Error::new(Kind::Other, "jetstream: its runtime is gone"))?;
+    let metrics = Arc::new(Metrics::default());
+    let link = Arc::new(LinkState::default());
+    let connect_options = connect::options(&config, metrics.clone(), link.clone()).await?;
+    let client = handle
+        .spawn(async move { connect_options.connect(addrs).await })
+        .await
+        .map_err(|e| Error::new(Kind::Other, format!("jetstream: connecting: {e}")))?
+        .map_err(|e| Error::new(Kind::Unavailable, format!("backend unavailable: {e}")))?;
+    let api = Api {
+        client,
+        metrics,
+        request_timeout: Duration::from_millis(config.request_timeout_ms.max(1)),
+        retry_for: Duration::from_millis(config.unavailable_retry_ms),
+    };
+    let (leases, released) = Leases::new(Duration::from_millis(config.lease_timeout_ms.max(1)));
+    let leases = Arc::new(leases);
+    let inner = Arc::new(Inner {
+        layout,
+        api: api.clone(),
+        options: RwLock::new(options),
+        registry: Registry::default(),
+        leases: leases.clone(),
+        link,
+        ready: AtomicBool::new(false),
+        setup_lock: tokio::sync::Mutex::new(()),
+        creations: Semaphore::new(CREATIONS_AT_ONCE),
+        shutting_down: AtomicBool::new(false),
+        door_id: door_id(),
+        published: AtomicU64::new(0),
+        stats_cache: stats::Cache::default(),
+        runtime: handle.clone(),
+        config,
+    });
+    let nak_pump = handle.spawn(leases::nak_pump(api.clone(), leases.clone(), released));
+    handle.spawn(leases::keepalive_pump(api, Arc::downgrade(&leases)));
+    let js = JetStream {
+        inner,
+        runtime: Mutex::new(runtime),
+        nak_pump: Mutex::new(Some(nak_pump)),
+    };
+    first_setup(&js).await?;
+    Ok(js)
+}
+
+/// Sets the stream up now if the cluster answers; otherwise leaves it to a background
+/// task (and to the first call). A refusal (say, a stream of the same name that
+/// cannot be updated to this layout) fails the start.
+async fn first_setup(js: &JetStream) -> Result<()> {
+    let inner = &js.inner;
+    let deadline = Instant::now() + inner.api.request_timeout;
+    match inner.ready(deadline).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == Kind::Unavailable => {
+            tracing::warn!(
+                "jetstream: {e}; weir answers `backend unavailable` until the cluster is reachable"
+            );
+            let weak = Arc::downgrade(inner);
+            inner.runtime.spawn(async move {
+                loop {
+                    tokio::time::sleep(SETUP_RETRY).await;
+                    let Some(inner) = weak.upgrade() else { return };
+                    let deadline = Instant::now() + inner.api.request_timeout;
+                    match inner.ready(deadline).await {
+                        Ok(()) => return,
+                        Err(e) if e.kind() == Kind::Unavailable => {}
+                        Err(e) => tracing::error!("jetstream: setting the stream up: {e}"),
+                    }
+                }
+            });
+            Ok(())
+        }
+        Err(e) => {
+            close(js).await;
+            Err(e)
+        }
+    }
+}
+
+pub(super) async fn close(js: &JetStream) {
+    let inner = &js.inner;
+    inner.leases.close();
+    let pump = js
+        .nak_pump
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take();
+    if let Some(pump) = pump {
+        let _ = tokio::time::timeout(CLOSE_WAIT, pump).await;
+    }
+    let client = inner.api.client.clone();
+    let _ = tokio::time::timeout(CLOSE_WAIT, client.flush()).await;
+    let _ = tokio::time::timeout(CLOSE_WAIT, client.drain()).await;
+    js.runtime
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .shutdown();
+}
+
+/// Unique per process and start: pid and the start time.
+fn door_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("weir-{:x}-{:x}", std::process::id(), nanos)
+}
+
+/// A page of `CONSUMER.NAMES`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct NamesPage {
+    total: usize,
+    consumers: Vec<String>,
+}
+
+impl Inner {
+    /// Makes sure the stream is set up (and the registry filled) before a call uses it.
+    pub(super) async fn ready(&self, deadline: Instant) -> Result<()> {
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _setup = tokio::time::timeout_at(deadline, self.setup_lock.lock())
+            .await
+            .map_err(|_| unavailable("the stream is being set up"))?;
+        if self.ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.ensure_stream(deadline).await.map_err(|e| {
+            if e.kind() == Kind::Unavailable && !self.is_up() {
+                let problem = self.link.last_problem();
+                unavailable(format!("not connected to NATS ({problem}); {e}"))
+            } else {
+                e
+            }
+        })?;
+        self.learn_consumers(deadline).await?;
+        self.ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The stream is gone (deleted by hand): set it up again before the next call.
+    pub(super) fn stream_lost(&self) {
+        self.ready.store(false, Ordering::Release);
+    }
+
+    async fn ensure_stream(&self, deadline: Instant) -> Result<()> {
+        let stream = &self.layout.stream;
+        let config = self.layout.stream_config(&self.config);
+        let created = self
+            .api
+            .json_or_api_error::<serde_json::Value>(
+                &format!("STREAM.CREATE.{stream}"),
+                &config,
+                deadline,
+            )
+            .await?;
+        match created {
+            Ok(_) => Ok(()),
+            Err(e) if e.err_code == code::STREAM_NAME_IN_USE => {
+                tracing::info!(stream, "jetstream: updating the stream's configuration");
+                let updated = self
+                    .api
+                    .json::<serde_json::Value>(
+                        &format!("STREAM.UPDATE.{stream}"),
+                        &config,
+                        deadline,
+                    )
+                    .await;
+                updated.map(drop).map_err(|e| {
+                    Error::new(
+                        e.kind(),
+                        format!(
+                            "stream {stream} exists and cannot be updated to weir's layout: {e}"
+                        ),
+                    )
+                })
+            }
+            Err(e) => Err(Error::new(
+                e.to_error().kind(),
+                format!("creating stream {stream}: {}", e.to_error()),
+            )),
+        }
+    }
+
+    /// Every consumer of the stream, by name.
+    pub(super) async fn consumer_names(&self, deadline: Instant) -> Result<Vec<String>> {
+        let api = format!("CONSUMER.NAMES.{}", self.layout.stream);
+        let mut names = Vec::new();
+        loop {
+            let page: NamesPage = self
+                .api
+                .json(&api, &json!({ "offset": names.len() }), deadline)
+                .await?;
+            let got = page.consumers.len();
+            names.extend(page.consumers);
+            if got == 0 || names.len() >= page.total {
+                return Ok(names);
+            }
+        }
+    }
+
+    /// Fills the registry from the stream's consumers.
+    async fn learn_consumers(&self, deadline: Instant) -> Result<()> {
+        let names = self.consumer_names(deadline).await?;
+        let lease_timeout = self.lease_timeout();
+        let parsed: Vec<(&str, &str)> = names.iter().filter_map(|n| split_consumer(n)).collect();
+        for (queue, _) in parsed.iter().filter(|(_, r)| r.is_empty()) {
+            self.registry
+                .add(queue, &self.layout, || self.queue_config(queue));
+        }
+        for (queue, reader) in parsed {
+            if let Some(q) = self.registry.get(queue) {
+                let ack_wait = q.open_timeout().unwrap_or(lease_timeout);
+                q.add_reader(&self.layout, reader, ack_wait);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn open_queue(&self, name: &str) -> Result<Arc<QueueEntry>> {
+        weir::validate_queue_name(name)?;
+        if let Some(q) = self.registry.get(name) {
+            return Ok(q);
+        }
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let config = self.queue_config(name);
+        let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
+        let info = self
+            .create_consumer(name, "", ack_wait, false, deadline)
+            .await?;
+        // Registered (and so usable by this door's other connections) only once the
+        // stream stores what is appended to it.
+        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
+        let consumer = super::layout::consumer_name(name, "");
+        super::interest::await_interest(self, &probing, &consumer, deadline).await?;
+        let entry = self.registry.add(name, &self.layout, || config);
+        entry.add_reader(&self.layout, "", ack_wait_of(&info, ack_wait));
+        Ok(entry)
+    }
+
+    /// The queue if it exists on the cluster (its default reader's consumer does),
+    /// learnt into the registry; never creates.
+    pub(super) async fn find_queue(&self, name: &str) -> Result<Option<Arc<QueueEntry>>> {
+        weir::validate_queue_name(name)?;
+        if let Some(q) = self.registry.get(name) {
+            return Ok(Some(q));
+        }
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let consumer = super::layout::consumer_name(name, "");
+        let info = match self.consumer_info(&consumer, deadline).await {
+            Ok(info) => info,
+            Err(e) if e.kind() == Kind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let config = self.queue_config(name);
+        let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
+        // Registered, this door's appends go straight to it: the consumer may have
+        // been created a moment ago at another door, so the stream must be seen to
+        // store for it first (see `interest.rs`).
+        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
+        super::interest::await_interest(self, &probing, &consumer, deadline).await?;
+        let entry = self.registry.add(name, &self.layout, || config);
+        entry.add_reader(&self.layout, "", ack_wait_of(&info, ack_wait));
+        Ok(Some(entry))
+    }
+
+    pub(super) async fn open_reader(
+        &self,
+        queue: &Arc<QueueEntry>,
+        name: &str,
+    ) -> Result<Arc<ReaderEntry>> {
+        weir::validate_reader_name(name)?;
+        if let Some(r) = queue.reader(name) {
+            return Ok(r);
+        }
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let ack_wait = queue.open_timeout().unwrap_or(self.lease_timeout());
+        let info = self
+            .create_consumer(&queue.name, name, ack_wait, false, deadline)
+            .await?;
+        Ok(queue.add_reader(&self.layout, name, ack_wait_of(&info, ack_wait)))
+    }
+
+    /// Creates reader `reader`'s consumer, or finds it exists; its state.
+    pub(super) async fn create_consumer(
+        &self,
+        queue: &str,
+        reader: &str,
+        ack_wait: Duration,
+        from_now: bool,
+        deadline: Instant,
+    ) -> Result<ConsumerInfo> {
+        let _permit = tokio::time::timeout_at(deadline, self.creations.acquire())
+            .await
+            .map_err(|_| unavailable("too many queues being created at once"))?;
+        let name = consumer_name(queue, reader);
+        let stream = &self.layout.stream;
+        let body = self
+            .layout
+            .consumer_request(&self.config, queue, reader, ack_wait, from_now);
+        let created = self
+            .api
+            .json_or_api_error::<ConsumerInfo>(
+                &format!("CONSUMER.CREATE.{stream}.{name}"),
+                &body,
+                deadline,
+            )
+            .await?;
+        match created {
+            Ok(info) => Ok(info),
+            Err(e)
+                if matches!(
+                    e.err_code,
+                    code::CONSUMER_EXISTS | code::CONSUMER_NAME_EXISTS
+                ) =>
+            {
+                self.consumer_info(&name, deadline).await
+            }
+            Err(e) => {
+                if e.err_code == code::STREAM_NOT_FOUND {
+                    self.stream_lost();
+                }
+                Err(e.to_error())
+            }
+        }
+    }
+
+    pub(super) async fn consumer_info(
+        &self,
+        consumer: &str,
+        deadline: Instant,
+    ) -> Result<ConsumerInfo> {
+        let api = format!("CONSUMER.INFO.{}.{consumer}", self.layout.stream);
+        self.api.json(&api, &json!({}), deadline).await
+    }
+
+    /// Whether the consumer is known to be gone (after a pull or an ack found nobody
+    /// listening: either it is gone, or it has no leader for the moment).
+    pub(super) async fn consumer_gone(&self, consumer: &str, deadline: Instant) -> Result<bool> {
+        match self.consumer_info(consumer, deadline).await {
+            Ok(_) => Ok(false),
+            Err(e) if e.kind() == Kind::NotFound => Ok(true),
+            Err(e) if e.kind() == Kind::Unavailable => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The consumer's AckWait as the server has it (`wanted` when it did not say).
+fn ack_wait_of(info: &ConsumerInfo, wanted: Duration) -> Duration {
+    match info.config.ack_wait {
+        0 => wanted,
+        ns => Duration::from_nanos(ns),
+    }
+}

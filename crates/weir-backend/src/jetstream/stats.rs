@@ -1,0 +1,193 @@
+//! `stats`, `dump_stats` and the `/metrics` queue series from the cluster's figures.
+//!
+//! Two paged requests make a snapshot of every queue: the stream's message count per
+//! subject (`STREAM.INFO` with a subjects filter), and every consumer's state
+//! (`CONSUMER.LIST`). A queue is a consumer `q~`; its `items` are its subject's
+//! messages (interest retention keeps a message for the most-behind reader, as the
+//! engine does). Per reader: `items` = pending + leased, `open_leases` = leased,
+//! `waiters` = waiting pulls (all doors), `taken` = the consumer's delivered sequence,
+//! `confirmed` = its ack floor (both since the consumer was made). `total_items` and
+//! `expired` are this door's own counters; `bytes`, `disk_bytes`, `age_ms`,
+//! `discarded` and `corrupt_records` are 0: JetStream does not give them per subject
+//! (or not cheaply).
+//!
+//! The snapshot is reused for `stats_cache_ms` unless this door changed something
+//! since (an append, a take, a confirm, a release, a delete or flush: a door reads
+//! its own writes), and one door makes at most one at a time, so a storm of `stats`
+//! or scrapes cannot hammer the meta leader: they wait for the one in flight.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+use weir::{QueueStats, ReaderStats};
+
+use super::layout::{split_consumer, ConsumerInfo};
+use super::Inner;
+use crate::Result;
+
+/// The last snapshot, and whether a change made it stale.
+#[derive(Default)]
+pub(crate) struct Cache {
+    snapshot: tokio::sync::Mutex<Option<(Instant, Arc<Vec<QueueStats>>)>>,
+    stale: AtomicBool,
+}
+
+impl Cache {
+    /// This door changed something (`delete`, `flush`): the next `stats` asks again.
+    pub fn invalidate(&self) {
+        self.stale.store(true, Ordering::Release);
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StreamPage {
+    total: usize,
+    state: StreamState,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StreamState {
+    subjects: HashMap<String, u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ConsumerPage {
+    total: usize,
+    consumers: Vec<ConsumerInfo>,
+}
+
+impl Inner {
+    pub(super) async fn stats(&self, names: Option<Vec<String>>) -> Result<Vec<QueueStats>> {
+        let all = self.snapshot().await?;
+        Ok(match names {
+            None => all.as_ref().clone(),
+            Some(names) => all
+                .iter()
+                .filter(|q| names.contains(&q.name))
+                .cloned()
+                .collect(),
+        })
+    }
+
+    async fn snapshot(&self) -> Result<Arc<Vec<QueueStats>>> {
+        let deadline = self.api.deadline();
+        self.ready(deadline).await?;
+        let max_age = Duration::from_millis(self.config.stats_cache_ms);
+        let mut cached = self.stats_cache.snapshot.lock().await;
+        let stale = self.stats_cache.stale.swap(false, Ordering::AcqRel);
+        if let Some((at, snapshot)) = cached.as_ref() {
+            if !stale && at.elapsed() < max_age {
+                return Ok(snapshot.clone());
+            }
+        }
+        let fresh = Arc::new(self.gather(deadline).await?);
+        *cached = Some((Instant::now(), fresh.clone()));
+        Ok(fresh)
+    }
+
+    async fn gather(&self, deadline: Instant) -> Result<Vec<QueueStats>> {
+        let counts = self.subject_counts(deadline).await?;
+        let consumers = self.consumer_list(deadline).await?;
+        let mut queues: BTreeMap<String, QueueStats> = BTreeMap::new();
+        for (queue, _) in consumers
+            .iter()
+            .filter_map(|c| split_consumer(&c.name))
+            .filter(|(_, r)| r.is_empty())
+        {
+            let items = counts
+                .get(&self.layout.subject(queue))
+                .copied()
+                .unwrap_or(0);
+            queues.insert(
+                queue.to_owned(),
+                QueueStats {
+                    name: queue.to_owned(),
+                    items,
+                    ..QueueStats::default()
+                },
+            );
+        }
+        for c in &consumers {
+            let Some((queue, reader)) = split_consumer(&c.name) else {
+                continue;
+            };
+            if let Some(q) = queues.get_mut(queue) {
+                q.open_leases += c.num_ack_pending;
+                q.waiters += c.num_waiting;
+                q.readers.push(reader_stats(reader, c));
+            }
+        }
+        for q in queues.values_mut() {
+            self.add_door_counters(q);
+        }
+        Ok(queues.into_values().collect())
+    }
+
+    /// This door's counters, and the queue in its registry (learnt from the listing).
+    fn add_door_counters(&self, q: &mut QueueStats) {
+        q.readers.sort_by(|a, b| a.name.cmp(&b.name));
+        let entry = self
+            .registry
+            .add(&q.name, &self.layout, || self.queue_config(&q.name));
+        q.total_items = entry.appended.load(Ordering::Relaxed);
+        for (reader, expired) in entry.expired_counts() {
+            if let Some(r) = q.readers.iter_mut().find(|r| *r.name == *reader) {
+                r.expired = expired;
+                q.expired += expired;
+            }
+        }
+    }
+
+    /// Messages per subject of the stream.
+    async fn subject_counts(&self, deadline: Instant) -> Result<HashMap<String, u64>> {
+        let api = format!("STREAM.INFO.{}", self.layout.stream);
+        let filter = format!("{}.>", self.layout.prefix);
+        let mut counts = HashMap::new();
+        loop {
+            let body = json!({"subjects_filter": filter, "offset": counts.len()});
+            let page: StreamPage = self.api.json(&api, &body, deadline).await?;
+            let got = page.state.subjects.len();
+            counts.extend(page.state.subjects);
+            if got == 0 || counts.len() >= page.total {
+                return Ok(counts);
+            }
+        }
+    }
+
+    /// Every consumer's state.
+    async fn consumer_list(&self, deadline: Instant) -> Result<Vec<ConsumerInfo>> {
+        let api = format!("CONSUMER.LIST.{}", self.layout.stream);
+        let mut all = Vec::new();
+        loop {
+            let page: ConsumerPage = self
+                .api
+                .json(&api, &json!({"offset": all.len()}), deadline)
+                .await?;
+            let got = page.consumers.len();
+            all.extend(page.consumers);
+            if got == 0 || all.len() >= page.total {
+                return Ok(all);
+            }
+        }
+    }
+}
+
+fn reader_stats(name: &str, c: &ConsumerInfo) -> ReaderStats {
+    ReaderStats {
+        name: name.to_owned(),
+        items: c.num_pending + c.num_ack_pending,
+        taken: c.delivered.consumer_seq,
+        confirmed: c.ack_floor.consumer_seq,
+        open_leases: c.num_ack_pending,
+        waiters: c.num_waiting,
+        ..ReaderStats::default()
+    }
+}

@@ -1,0 +1,323 @@
+//! Where weir's front doors keep their queues: one interface, two homes.
+//!
+//! A front door (the memcache server now; the bus and the proxy's captures later)
+//! names queues and readers, appends, takes, leases, confirms and releases, and runs
+//! the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`]. Each
+//! is an enum over the two implementations:
+//!
+//! - [`Embedded`]: the weir engine in this process, the default. Its arms call the
+//!   engine's own futures in place: no allocation, no virtual call, and a future the
+//!   size of the engine's (each method is one `match` the branch predictor learns).
+//! - [`jetstream::JetStream`]: a NATS JetStream cluster, so that several stateless
+//!   front doors share the queues. Its arms box their futures, so the engine's path
+//!   does not carry the network client's (much larger) state machines: one allocation
+//!   per request, against a network round trip.
+//!
+//! An enum rather than a trait object or a generic door: `dyn` needs boxed futures on
+//! every call (the embedded path included), and a door generic over a trait doubles
+//! its compiled code and threads a type parameter through every command for no
+//! measured gain (see `docs/architecture.md`, "Backends").
+
+pub mod embedded;
+mod error;
+pub mod jetstream;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+pub use embedded::Embedded;
+pub use error::{Error, Kind, Result};
+pub use weir::{AppendOptions, Item, LeaseId, QueueStats, ReaderStats, StoreOptions, TakeMode};
+
+/// Where the queues live.
+pub enum Backend {
+    Embedded(Embedded),
+    JetStream(jetstream::JetStream),
+}
+
+/// A handle on one queue: cheap to clone, cached by connections.
+#[derive(Clone)]
+pub enum Queue {
+    Embedded(weir::Queue),
+    JetStream(jetstream::Queue),
+}
+
+/// A handle on one reader of a queue: cheap to clone, cached by connections.
+#[derive(Clone)]
+pub enum Reader {
+    Embedded(weir::Reader),
+    JetStream(jetstream::Reader),
+}
+
+/// What `open` hands out and `close`/`abort` give back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lease {
+    Embedded(LeaseId),
+    JetStream(jetstream::Lease),
+}
+
+/// What a take returns: the item, and its lease when taken with [`TakeMode::Lease`].
+#[derive(Clone, Debug)]
+pub struct Taken {
+    pub item: Item,
+    pub lease: Option<Lease>,
+}
+
+impl Backend {
+    /// "embedded" or "jetstream", for `stats settings` and logs.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Backend::Embedded(_) => "embedded",
+            Backend::JetStream(_) => "jetstream",
+        }
+    }
+
+    /// The engine's store when the queues are in this process: for what is not on this
+    /// interface yet (the bus, the proxy's captures).
+    pub fn engine_store(&self) -> Option<&weir::Store> {
+        match self {
+            Backend::Embedded(e) => Some(e.store()),
+            Backend::JetStream(_) => None,
+        }
+    }
+
+    /// The queue if it exists; never creates, never waits on I/O.
+    pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
+        match self {
+            Backend::Embedded(e) => Ok(e.existing_queue(name)?.map(Queue::Embedded)),
+            Backend::JetStream(j) => Ok(j.existing_queue(name)?.map(Queue::JetStream)),
+        }
+    }
+
+    /// The queue `name`, created on first use (within `max_queues`).
+    pub async fn queue(&self, name: &str) -> Result<Queue> {
+        match self {
+            Backend::Embedded(e) => Ok(Queue::Embedded(e.queue(name).await?)),
+            Backend::JetStream(j) => Ok(Queue::JetStream(Box::pin(j.queue(name)).await?)),
+        }
+    }
+
+    /// The reader `name` of `queue`, created on first use.
+    pub async fn reader(&self, queue: &Queue, name: &str) -> Result<Reader> {
+        match (self, queue) {
+            (Backend::Embedded(e), Queue::Embedded(q)) => {
+                Ok(Reader::Embedded(e.reader(q, name).await?))
+            }
+            (Backend::JetStream(j), Queue::JetStream(q)) => {
+                Ok(Reader::JetStream(Box::pin(j.reader(q, name)).await?))
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// The reader a look without a wait (`get q`, `q/open`, `q/peek`) takes from;
+    /// `None` when there is nothing to take because the queue does not exist. The
+    /// embedded engine creates the queue and reader (Kestrel does); JetStream creates
+    /// named readers (a fan-out reader exists from its first `get q+r`) but not a
+    /// queue for a `get` of its default reader: a consumer is a replicated Raft group,
+    /// and a `get` of a name nobody writes to must not leave one behind.
+    pub async fn reader_to_look(&self, queue: &str, reader: &str) -> Result<Option<Reader>> {
+        match self {
+            Backend::Embedded(e) => {
+                let q = e.queue(queue).await?;
+                Ok(Some(Reader::Embedded(e.reader(&q, reader).await?)))
+            }
+            Backend::JetStream(j) if reader.is_empty() => {
+                Ok(Box::pin(j.existing_default_reader(queue))
+                    .await?
+                    .map(Reader::JetStream))
+            }
+            Backend::JetStream(j) => {
+                let q = Box::pin(j.queue(queue)).await?;
+                Ok(Some(Reader::JetStream(
+                    Box::pin(j.reader(&q, reader)).await?,
+                )))
+            }
+        }
+    }
+
+    /// `delete q`: the queue, its items and readers; false when it did not exist.
+    pub async fn delete_queue(&self, queue: &str) -> Result<bool> {
+        match self {
+            Backend::Embedded(e) => e.delete_queue(queue).await,
+            Backend::JetStream(j) => Box::pin(j.delete_queue(queue)).await,
+        }
+    }
+
+    /// `delete q.r`: one reader, its position and leases.
+    pub async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
+        match self {
+            Backend::Embedded(e) => e.delete_reader(queue, reader).await,
+            Backend::JetStream(j) => Box::pin(j.delete_reader(queue, reader)).await,
+        }
+    }
+
+    /// `flush q` (reader `None`: for every reader) or `flush q.r`; never creates.
+    pub async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
+        match self {
+            Backend::Embedded(e) => e.flush(queue, reader).await,
+            Backend::JetStream(j) => Box::pin(j.flush(queue, reader)).await,
+        }
+    }
+
+    /// `flush_all`: every item of every queue; queues and readers stay.
+    pub async fn flush_all(&self) -> Result<()> {
+        match self {
+            Backend::Embedded(e) => e.flush_all().await,
+            Backend::JetStream(j) => Box::pin(j.flush_all()).await,
+        }
+    }
+
+    /// `flush_expired q` / `flush_all_expired` (`None`): how many were dropped or moved.
+    pub async fn expire(&self, queue: Option<&str>) -> Result<u64> {
+        match self {
+            Backend::Embedded(e) => e.expire(queue).await,
+            Backend::JetStream(j) => Box::pin(j.expire(queue)).await,
+        }
+    }
+
+    /// The named queues' stats (every queue's when `None`); names that are not
+    /// queues are left out.
+    pub async fn stats(&self, names: Option<Vec<String>>) -> Result<Vec<QueueStats>> {
+        match self {
+            Backend::Embedded(e) => e.stats(names).await,
+            Backend::JetStream(j) => Box::pin(j.stats(names)).await,
+        }
+    }
+
+    /// `reload`: the config file's queue settings.
+    pub async fn set_options(&self, options: StoreOptions) -> Result<()> {
+        match self {
+            Backend::Embedded(e) => e.set_options(options).await,
+            Backend::JetStream(j) => j.set_options(options),
+        }
+    }
+
+    /// Unix milliseconds, as the backend counts expiry.
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Backend::Embedded(e) => e.store().clock().now_ms(),
+            Backend::JetStream(_) => weir::Clock::system().now_ms(),
+        }
+    }
+
+    /// The most queues it creates (`usize::MAX`: no limit).
+    pub fn queues_max(&self) -> usize {
+        match self {
+            Backend::Embedded(e) => e.store().queues_max(),
+            Backend::JetStream(j) => j.queues_max(),
+        }
+    }
+
+    /// The backend's own `stats settings` lines (embedded: none; the door prints the
+    /// data directory itself).
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Backend::Embedded(_) => Vec::new(),
+            Backend::JetStream(j) => j.settings(),
+        }
+    }
+
+    /// The backend's own `/metrics` series (embedded: none).
+    pub fn render_metrics(&self, out: &mut String) {
+        match self {
+            Backend::Embedded(_) => {}
+            Backend::JetStream(j) => j.render_metrics(out),
+        }
+    }
+
+    /// A graceful shutdown has begun: what a closing connection gives back is not
+    /// handed to another connection of this process (see
+    /// `weir::Store::begin_shutdown`).
+    pub fn begin_shutdown(&self) {
+        match self {
+            Backend::Embedded(e) => e.store().begin_shutdown(),
+            Backend::JetStream(j) => j.begin_shutdown(),
+        }
+    }
+
+    pub async fn close(&self) -> Result<()> {
+        match self {
+            Backend::Embedded(e) => e.close().await,
+            Backend::JetStream(j) => Box::pin(j.close()).await,
+        }
+    }
+}
+
+impl Queue {
+    #[inline]
+    pub fn name(&self) -> &str {
+        match self {
+            Queue::Embedded(q) => q.name(),
+            Queue::JetStream(q) => q.name(),
+        }
+    }
+
+    /// Appends one item; returns its sequence number. `data` is borrowed from the
+    /// caller's buffer and copied before anything waits.
+    #[inline]
+    pub async fn append(&self, data: &[u8], options: AppendOptions) -> Result<u64> {
+        match self {
+            Queue::Embedded(q) => Ok(q.append_async(data, options).await?),
+            Queue::JetStream(q) => Box::pin(q.append(Bytes::copy_from_slice(data), options)).await,
+        }
+    }
+}
+
+impl Reader {
+    #[inline]
+    pub fn name(&self) -> &str {
+        match self {
+            Reader::Embedded(r) => r.name(),
+            Reader::JetStream(r) => r.name(),
+        }
+    }
+
+    #[inline]
+    pub fn queue_name(&self) -> &str {
+        match self {
+            Reader::Embedded(r) => r.queue_name(),
+            Reader::JetStream(r) => r.queue_name(),
+        }
+    }
+
+    /// Take, lease or peek, waiting up to `wait` for an item (ZERO: one look).
+    /// Dropping the future while it waits takes nothing.
+    #[inline]
+    pub async fn take(&self, mode: TakeMode, wait: Duration) -> Result<Option<Taken>> {
+        match self {
+            Reader::Embedded(r) => Ok(r.take_async(mode, wait).await?.map(|t| Taken {
+                item: t.item,
+                lease: t.lease.map(Lease::Embedded),
+            })),
+            Reader::JetStream(r) => Box::pin(r.take(mode, wait)).await,
+        }
+    }
+
+    /// Confirms a lease: the item is gone for this reader. False when the lease was
+    /// not open (timed out, or the reader was flushed).
+    #[inline]
+    pub async fn confirm(&self, lease: &Lease) -> Result<bool> {
+        match (self, lease) {
+            (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.confirm_async(*id).await?),
+            (Reader::JetStream(r), Lease::JetStream(l)) => Box::pin(r.confirm(l)).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    /// Gives a leased item back, ahead of newer ones. Never blocks and never awaits:
+    /// it is called from `Drop` when a connection ends.
+    pub fn release(&self, lease: &Lease) -> Result<bool> {
+        match (self, lease) {
+            (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.release(*id)?),
+            (Reader::JetStream(r), Lease::JetStream(l)) => r.release(l),
+            _ => Err(mismatch()),
+        }
+    }
+}
+
+/// A handle of one backend given to another: a bug in the door, answered as an error
+/// rather than a panic.
+fn mismatch() -> Error {
+    Error::new(Kind::InvalidArgument, "a handle of another backend")
+}

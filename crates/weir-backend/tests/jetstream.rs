@@ -1,0 +1,829 @@
+//! The JetStream backend against a real cluster.
+//!
+//! The cluster's URLs come from `WEIR_TEST_NATS_URLS` (comma-separated; e.g.
+//! `scripts/nats-cluster start /tmp/js 24222` then
+//! `WEIR_TEST_NATS_URLS=$(scripts/nats-cluster urls /tmp/js)`). Without it each test
+//! says it is skipped and passes, unless `WEIR_SUITE_STRICT=1`, where it fails. Each
+//! test has a stream and subject prefix of its own, deleted when the test ends
+//! (failed or not).
+
+use std::error::Error as StdError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use weir::{AppendOptions, QueueConfig, StoreOptions, TakeMode};
+use weir_backend::jetstream::{JetStream, JetStreamConfig, Queue, Reader};
+use weir_backend::{Kind, Lease, Taken};
+
+type TestResult = std::result::Result<(), Box<dyn StdError>>;
+
+/// A stream of the test's own on the cluster, deleted on drop.
+struct Cluster {
+    urls: Vec<String>,
+    stream: String,
+    prefix: String,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+impl Cluster {
+    /// The cluster, or None (the test is skipped) when none is configured.
+    fn new(test: &str) -> Option<Cluster> {
+        let urls = match std::env::var("WEIR_TEST_NATS_URLS") {
+            Ok(urls) if !urls.trim().is_empty() => urls,
+            // Built only with the `cluster-tests` feature, which asks for a cluster.
+            _ => panic!(
+                "{test}: WEIR_TEST_NATS_URLS is not set (scripts/nats-cluster start DIR; scripts/nats-cluster urls DIR)"
+            ),
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let id = format!(
+            "{:x}{:x}{}",
+            std::process::id(),
+            nanos,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        Some(Cluster {
+            urls: urls.split(',').map(|s| s.trim().to_owned()).collect(),
+            stream: format!("WEIRT_{id}"),
+            prefix: format!("weirt.{id}"),
+        })
+    }
+
+    fn config(&self) -> JetStreamConfig {
+        JetStreamConfig {
+            servers: self.urls.clone(),
+            stream: self.stream.clone(),
+            subject_prefix: self.prefix.clone(),
+            replicas: 3,
+            lease_timeout_ms: 1500,
+            unavailable_retry_ms: 5000,
+            stats_cache_ms: 0,
+            ..JetStreamConfig::default()
+        }
+    }
+
+    async fn door(&self) -> std::result::Result<JetStream, weir_backend::Error> {
+        JetStream::connect(self.config(), StoreOptions::default()).await
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let urls = self.urls.clone();
+        let subject = format!("$JS.API.STREAM.DELETE.{}", self.stream);
+        // Off any test runtime: a runtime of its own, on a thread of its own.
+        let deleted = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                let addrs: Vec<async_nats::ServerAddr> =
+                    urls.iter().filter_map(|u| u.parse().ok()).collect();
+                let client = async_nats::connect(addrs).await.ok()?;
+                client.request(subject, Bytes::new()).await.ok()
+            })
+        })
+        .join();
+        if !matches!(deleted, Ok(Some(_))) {
+            eprintln!("could not delete stream {}", self.stream);
+        }
+    }
+}
+
+macro_rules! cluster {
+    ($name:expr) => {
+        match Cluster::new($name) {
+            Some(c) => c,
+            None => return Ok(()),
+        }
+    };
+}
+
+async fn set(q: &Queue, data: &str) -> std::result::Result<u64, weir_backend::Error> {
+    q.append(
+        Bytes::copy_from_slice(data.as_bytes()),
+        AppendOptions::default(),
+    )
+    .await
+}
+
+async fn take(
+    r: &Reader,
+    mode: TakeMode,
+) -> std::result::Result<Option<Taken>, weir_backend::Error> {
+    r.take(mode, Duration::ZERO).await
+}
+
+fn data(t: &Option<Taken>) -> Option<String> {
+    t.as_ref()
+        .map(|t| String::from_utf8_lossy(&t.item.data).into_owned())
+}
+
+fn lease(
+    t: &Option<Taken>,
+) -> std::result::Result<weir_backend::jetstream::Lease, Box<dyn StdError>> {
+    match t.as_ref().and_then(|t| t.lease.clone()) {
+        Some(Lease::JetStream(l)) => Ok(l),
+        _ => Err("no jetstream lease".into()),
+    }
+}
+
+/// Compiled, never called: the futures the door spawns must be `Send`.
+#[allow(dead_code)]
+fn futures_are_send(js: &JetStream, q: &Queue, r: &Reader, l: &weir_backend::jetstream::Lease) {
+    fn send<T: Send>(_: T) {}
+    send(JetStream::connect(
+        JetStreamConfig::default(),
+        StoreOptions::default(),
+    ));
+    send(js.queue("q"));
+    send(js.reader(q, "r"));
+    send(js.delete_queue("q"));
+    send(js.delete_reader("q", "r"));
+    send(js.flush("q", None));
+    send(js.flush_all());
+    send(js.stats(None));
+    send(js.close());
+    send(q.append(Bytes::new(), AppendOptions::default()));
+    send(r.take(TakeMode::Take, Duration::ZERO));
+    send(r.confirm(l));
+}
+
+#[tokio::test]
+async fn set_and_take_in_order() -> TestResult {
+    let c = cluster!("set_and_take_in_order");
+    let js = c.door().await?;
+    let q = js.queue("orders").await?;
+    let r = js.reader(&q, "").await?;
+    let s1 = set(&q, "one").await?;
+    let options = AppendOptions {
+        flags: 7,
+        ..AppendOptions::default()
+    };
+    let s2 = q.append(Bytes::from_static(b"two"), options).await?;
+    assert!(s2 > s1);
+    let first = take(&r, TakeMode::Take).await?;
+    assert_eq!(data(&first), Some("one".into()));
+    assert_eq!(first.as_ref().map(|t| t.item.seq), Some(s1));
+    assert!(first
+        .as_ref()
+        .is_some_and(|t| t.lease.is_none() && t.item.enqueued_at_ms > 0));
+    let second = take(&r, TakeMode::Take).await?;
+    assert_eq!(
+        second.as_ref().map(|t| (t.item.flags, t.item.seq)),
+        Some((7, s2))
+    );
+    assert!(take(&r, TakeMode::Take).await?.is_none());
+    assert_eq!(
+        js.queue("bad.name").await.err().map(|e| e.kind()),
+        Some(Kind::InvalidName)
+    );
+    assert!(js.existing_queue("orders")?.is_some());
+    assert!(js.existing_queue("nope")?.is_none());
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn open_close_and_abort() -> TestResult {
+    let c = cluster!("open_close_and_abort");
+    let js = c.door().await?;
+    let q = js.queue("work").await?;
+    let r = js.reader(&q, "").await?;
+    for item in ["a", "b", "c"] {
+        set(&q, item).await?;
+    }
+    let a = take(&r, TakeMode::Lease).await?;
+    assert_eq!(data(&a), Some("a".into()));
+    assert!(r.confirm(&lease(&a)?).await?);
+    let b = take(&r, TakeMode::Lease).await?;
+    assert_eq!(data(&b), Some("b".into()));
+    assert!(r.release(&lease(&b)?)?);
+    // Given back ahead of c.
+    let again = r.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+    assert_eq!(data(&again), Some("b".into()));
+    assert!(r.confirm(&lease(&again)?).await?);
+    let last = take(&r, TakeMode::Take).await?;
+    assert_eq!(data(&last), Some("c".into()));
+    assert!(take(&r, TakeMode::Take).await?.is_none());
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plain_take_is_confirmed() -> TestResult {
+    let c = cluster!("a_plain_take_is_confirmed");
+    let js = c.door().await?;
+    let q = js.queue("t").await?;
+    let r = js.reader(&q, "").await?;
+    set(&q, "x").await?;
+    assert_eq!(data(&take(&r, TakeMode::Take).await?), Some("x".into()));
+    // Past the lease timeout: nothing comes back.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(take(&r, TakeMode::Take).await?.is_none());
+    let stats = js.stats(Some(vec!["t".into()])).await?;
+    assert_eq!(
+        stats.first().map(|s| (s.items, s.open_leases)),
+        Some((0, 0))
+    );
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn peek_does_not_take() -> TestResult {
+    let c = cluster!("peek_does_not_take");
+    let js = c.door().await?;
+    let q = js.queue("p").await?;
+    let r = js.reader(&q, "").await?;
+    assert!(take(&r, TakeMode::Peek).await?.is_none());
+    let seq = q
+        .append(
+            Bytes::from_static(b"first"),
+            AppendOptions {
+                flags: 3,
+                ..AppendOptions::default()
+            },
+        )
+        .await?;
+    set(&q, "second").await?;
+    let peeked = take(&r, TakeMode::Peek).await?;
+    assert_eq!(data(&peeked), Some("first".into()));
+    assert_eq!(
+        peeked.as_ref().map(|t| (t.item.seq, t.item.flags)),
+        Some((seq, 3))
+    );
+    // A peek reads the stream, not a delivery: no lease, no enqueue time.
+    assert!(peeked.as_ref().is_some_and(|t| t.lease.is_none()));
+    assert_eq!(data(&take(&r, TakeMode::Peek).await?), Some("first".into()));
+    assert_eq!(data(&take(&r, TakeMode::Take).await?), Some("first".into()));
+    assert_eq!(
+        data(&take(&r, TakeMode::Peek).await?),
+        Some("second".into())
+    );
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn waits_for_an_item_and_times_out() -> TestResult {
+    let c = cluster!("waits_for_an_item_and_times_out");
+    let js = c.door().await?;
+    let q = js.queue("w").await?;
+    let r = js.reader(&q, "").await?;
+    let started = Instant::now();
+    assert!(r
+        .take(TakeMode::Take, Duration::from_millis(500))
+        .await?
+        .is_none());
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    let producer = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            set(&q, "late").await
+        })
+    };
+    let started = Instant::now();
+    let got = r.take(TakeMode::Lease, Duration::from_secs(5)).await?;
+    assert_eq!(data(&got), Some("late".into()));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    producer.await??;
+    assert!(r.confirm(&lease(&got)?).await?);
+    // A wait dropped while waiting takes nothing: the item still comes.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(200),
+        r.take(TakeMode::Take, Duration::from_secs(2)),
+    );
+    assert!(dropped.await.is_err());
+    set(&q, "after").await?;
+    let after = r.take(TakeMode::Take, Duration::from_secs(4)).await?;
+    assert_eq!(data(&after), Some("after".into()));
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_readers_each_see_every_item() -> TestResult {
+    let c = cluster!("two_readers_each_see_every_item");
+    let js = c.door().await?;
+    let q = js.queue("fan").await?;
+    let a = js.reader(&q, "a").await?;
+    let b = js.reader(&q, "b").await?;
+    assert_eq!((a.queue_name(), a.name()), ("fan", "a"));
+    for item in ["1", "2", "3"] {
+        set(&q, item).await?;
+    }
+    for reader in [&a, &b] {
+        for want in ["1", "2", "3"] {
+            assert_eq!(
+                data(&take(reader, TakeMode::Take).await?),
+                Some(want.into())
+            );
+        }
+        assert!(take(reader, TakeMode::Take).await?.is_none());
+    }
+    // The default reader still has them all.
+    let d = js.reader(&q, "").await?;
+    assert_eq!(data(&take(&d, TakeMode::Take).await?), Some("1".into()));
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_queue_loses_no_acknowledged_item() -> TestResult {
+    let c = cluster!("delete_queue_loses_no_acknowledged_item");
+    let js = c.door().await?;
+    let other = c.door().await?;
+    let q = js.queue("d").await?;
+    let stale = other.queue("d").await?;
+    js.reader(&q, "r").await?;
+    set(&q, "1").await?;
+    set(&q, "2").await?;
+    assert!(js.delete_queue("d").await?);
+    assert!(!js.delete_queue("never").await?);
+    let r = js.reader(&q, "").await?;
+    assert!(take(&r, TakeMode::Take).await?.is_none());
+    // The other door's handle still works: its item is not lost.
+    set(&stale, "after").await?;
+    assert_eq!(data(&take(&r, TakeMode::Take).await?), Some("after".into()));
+    // The stream drops an acknowledged item a moment after the ack.
+    let mut d = None;
+    for _ in 0..40 {
+        let stats = js.stats(None).await?;
+        d = stats.into_iter().find(|s| s.name == "d");
+        if d.as_ref().is_some_and(|d| d.items == 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let d = d.ok_or("queue d in stats")?;
+    assert_eq!(d.items, 0);
+    assert_eq!(
+        d.readers
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>(),
+        [""]
+    );
+    js.close().await?;
+    other.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_reader() -> TestResult {
+    let c = cluster!("delete_reader");
+    let js = c.door().await?;
+    let q = js.queue("dr").await?;
+    let r = js.reader(&q, "r").await?;
+    set(&q, "x").await?;
+    assert!(js.delete_reader("dr", "r").await?);
+    assert!(!js.delete_reader("dr", "r").await?);
+    assert_eq!(
+        take(&r, TakeMode::Take).await.err().map(|e| e.kind()),
+        Some(Kind::NotFound)
+    );
+    let d = js.reader(&q, "").await?;
+    assert_eq!(data(&take(&d, TakeMode::Take).await?), Some("x".into()));
+    // Named again, it is a new reader.
+    let again = js.reader(&q, "r").await?;
+    assert!(take(&again, TakeMode::Take).await?.is_none());
+    assert_eq!(
+        js.delete_reader("dr", "").await.err().map(|e| e.kind()),
+        Some(Kind::InvalidArgument)
+    );
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn flushes() -> TestResult {
+    let c = cluster!("flushes");
+    let js = c.door().await?;
+    let q = js.queue("f").await?;
+    let other = js.queue("g").await?;
+    let d = js.reader(&q, "").await?;
+    let r = js.reader(&q, "r").await?;
+    set(&q, "1").await?;
+    set(&q, "2").await?;
+    // The count is the consumer leader's view, which may trail the stream a moment.
+    assert!((1..=2).contains(&js.flush("f", Some("r")).await?));
+    assert!(take(&r, TakeMode::Take).await?.is_none());
+    assert_eq!(data(&take(&d, TakeMode::Peek).await?), Some("1".into()));
+    set(&q, "3").await?;
+    assert_eq!(data(&take(&r, TakeMode::Take).await?), Some("3".into()));
+    assert_eq!(js.flush("f", Some("nobody")).await?, 0);
+    assert_eq!(js.flush("f", None).await?, 3);
+    assert!(take(&d, TakeMode::Take).await?.is_none());
+    set(&q, "4").await?;
+    set(&other, "5").await?;
+    js.flush_all().await?;
+    assert!(take(&d, TakeMode::Take).await?.is_none());
+    let g = js.reader(&other, "").await?;
+    assert!(take(&g, TakeMode::Take).await?.is_none());
+    set(&q, "6").await?;
+    assert_eq!(data(&take(&d, TakeMode::Take).await?), Some("6".into()));
+    assert_eq!(js.expire(None).await?, 0);
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn expired_items_are_not_delivered() -> TestResult {
+    let c = cluster!("expired_items_are_not_delivered");
+    let js = c.door().await?;
+    let q = js.queue("e").await?;
+    let r = js.reader(&q, "").await?;
+    let now = weir::Clock::system().now_ms();
+    let past = AppendOptions {
+        expires_at_ms: now - 1,
+        ..AppendOptions::default()
+    };
+    assert_eq!(q.append(Bytes::from_static(b"old"), past).await?, 0);
+    assert!(take(&r, TakeMode::Take).await?.is_none());
+    let soon = AppendOptions {
+        expires_at_ms: now + 1000,
+        ..AppendOptions::default()
+    };
+    q.append(Bytes::from_static(b"soon"), soon).await?;
+    set(&q, "stays").await?;
+    assert_eq!(data(&take(&r, TakeMode::Peek).await?), Some("soon".into()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(data(&take(&r, TakeMode::Peek).await?), Some("stays".into()));
+    let got = take(&r, TakeMode::Take).await?;
+    assert_eq!(data(&got), Some("stays".into()));
+    let stats = js.stats(Some(vec!["e".into()])).await?;
+    let e = stats.first().ok_or("stats of e")?;
+    // The server's TTL may have deleted "soon" before the take skipped it.
+    assert_eq!(e.total_items, 3);
+    assert!(e.expired <= 1);
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn too_large_items_are_refused() -> TestResult {
+    let c = cluster!("too_large_items_are_refused");
+    let options = StoreOptions {
+        defaults: QueueConfig {
+            max_item_size_bytes: 100,
+            ..QueueConfig::default()
+        },
+        ..StoreOptions::default()
+    };
+    let js = JetStream::connect(c.config(), options).await?;
+    let q = js.queue("big").await?;
+    let refused = q
+        .append(Bytes::from(vec![b'x'; 101]), AppendOptions::default())
+        .await;
+    assert_eq!(refused.err().map(|e| e.kind()), Some(Kind::TooLarge));
+    assert!(
+        q.append(Bytes::from(vec![b'x'; 100]), AppendOptions::default())
+            .await?
+            > 0
+    );
+    // Past the server's max_payload (1 MiB by default; scripts/nats-cluster sets 8 MB).
+    let unlimited = StoreOptions {
+        defaults: QueueConfig {
+            max_item_size_bytes: u64::MAX,
+            ..QueueConfig::default()
+        },
+        ..StoreOptions::default()
+    };
+    js.set_options(unlimited)?;
+    let huge = q
+        .append(Bytes::from(vec![b'x'; 9 << 20]), AppendOptions::default())
+        .await;
+    assert_eq!(huge.err().map(|e| e.kind()), Some(Kind::TooLarge));
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn stats_fields() -> TestResult {
+    let c = cluster!("stats_fields");
+    let js = c.door().await?;
+    let q = js.queue("s").await?;
+    js.queue("a-first").await?;
+    let d = js.reader(&q, "").await?;
+    let r = js.reader(&q, "r").await?;
+    for item in ["1", "2", "3"] {
+        set(&q, item).await?;
+    }
+    take(&d, TakeMode::Take).await?;
+    let leased = take(&d, TakeMode::Lease).await?;
+    let stats = js.stats(None).await?;
+    assert_eq!(
+        stats.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["a-first", "s"]
+    );
+    let s = &stats[1];
+    assert_eq!(
+        (s.items, s.total_items, s.open_leases, s.bytes),
+        (3, 3, 1, 0)
+    );
+    let names: Vec<&str> = s.readers.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["", "r"]);
+    let default = &s.readers[0];
+    assert_eq!(
+        (
+            default.items,
+            default.taken,
+            default.confirmed,
+            default.open_leases
+        ),
+        (2, 2, 1, 1)
+    );
+    // A consumer's pending count may trail the stream for a moment.
+    let mut pending = s.readers[1].items;
+    for _ in 0..40 {
+        if pending == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let again = js.stats(Some(vec!["s".into()])).await?;
+        pending = again
+            .first()
+            .and_then(|q| q.readers.get(1))
+            .map_or(0, |r| r.items);
+    }
+    assert_eq!((pending, s.readers[1].taken), (3, 0));
+    assert!(d.confirm(&lease(&leased)?).await?);
+    take(&r, TakeMode::Take).await?;
+    // The stream removes a message every reader acknowledged a moment after the ack.
+    let mut only = js.stats(Some(vec!["s".into(), "nope".into()])).await?;
+    for _ in 0..40 {
+        if only
+            .first()
+            .is_some_and(|q| (q.items, q.open_leases) == (2, 0))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        only = js.stats(Some(vec!["s".into(), "nope".into()])).await?;
+    }
+    assert_eq!(only.len(), 1);
+    assert_eq!((only[0].items, only[0].open_leases), (2, 0));
+    let mut metrics = String::new();
+    js.render_metrics(&mut metrics);
+    assert!(metrics.contains("weir_backend_up 1"), "{metrics}");
+    assert!(metrics.contains("weir_backend_requests_total{op=\"append\",result=\"ok\"} 3"));
+    assert!(js
+        .settings()
+        .iter()
+        .any(|(k, v)| *k == "backend_stream" && *v == c.stream));
+    js.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_second_door_shares_the_queues() -> TestResult {
+    let c = cluster!("a_second_door_shares_the_queues");
+    let a = c.door().await?;
+    let qa = a.queue("shared").await?;
+    set(&qa, "from a").await?;
+    let b = c.door().await?;
+    // Learnt at connect, from the consumers.
+    let qb = b.existing_queue("shared")?.ok_or("b knows the queue")?;
+    let rb = b.reader(&qb, "").await?;
+    assert_eq!(
+        data(&take(&rb, TakeMode::Take).await?),
+        Some("from a".into())
+    );
+    set(&qb, "from b").await?;
+    let ra = a.reader(&qa, "").await?;
+    assert_eq!(
+        data(&take(&ra, TakeMode::Take).await?),
+        Some("from b".into())
+    );
+    a.close().await?;
+    b.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_released_lease_comes_back_at_once() -> TestResult {
+    let c = cluster!("a_released_lease_comes_back_at_once");
+    let a = c.door().await?;
+    let b = c.door().await?;
+    let qa = a.queue("rel").await?;
+    let ra = a.reader(&qa, "").await?;
+    set(&qa, "held").await?;
+    let held = take(&ra, TakeMode::Lease).await?;
+    // The connection ends: its leases go back, then the door goes.
+    assert!(ra.release(&lease(&held)?)?);
+    a.close().await?;
+    let qb = b.queue("rel").await?;
+    let rb = b.reader(&qb, "").await?;
+    let started = Instant::now();
+    let got = rb.take(TakeMode::Take, Duration::from_secs(1)).await?;
+    assert_eq!(data(&got), Some("held".into()));
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+    b.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn leases_live_while_held_and_come_back_after_their_door_died() -> TestResult {
+    let c = cluster!("leases_live_while_held_and_come_back_after_their_door_died");
+    let a = c.door().await?;
+    let b = c.door().await?;
+    let qa = a.queue("ka").await?;
+    let ra = a.reader(&qa, "").await?;
+    set(&qa, "kept").await?;
+    let held = take(&ra, TakeMode::Lease).await?;
+    assert!(held.is_some());
+    let qb = b.queue("ka").await?;
+    let rb = b.reader(&qb, "").await?;
+    // Kept alive past the 1.5 s lease timeout.
+    assert!(rb
+        .take(TakeMode::Take, Duration::from_millis(2500))
+        .await?
+        .is_none());
+    // The door vanishes without releasing (no close, no release).
+    drop(ra);
+    drop(qa);
+    drop(a);
+    let started = Instant::now();
+    let got = rb.take(TakeMode::Take, Duration::from_secs(5)).await?;
+    assert_eq!(data(&got), Some("kept".into()));
+    assert!(
+        started.elapsed() < Duration::from_millis(3500),
+        "{:?}",
+        started.elapsed()
+    );
+    b.close().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn unreachable_cluster_is_unavailable_not_a_hang() -> TestResult {
+    let c = cluster!("unreachable_cluster_is_unavailable_not_a_hang");
+    let config = JetStreamConfig {
+        servers: vec!["nats://127.0.0.1:1".into()],
+        unavailable_retry_ms: 1000,
+        request_timeout_ms: 500,
+        ..c.config()
+    };
+    let started = Instant::now();
+    let js = JetStream::connect(config, StoreOptions::default()).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let e = js.queue("q").await.err().ok_or("an error")?;
+    assert_eq!(e.kind(), Kind::Unavailable, "{e}");
+    assert!(e.to_string().starts_with("backend unavailable"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let started = Instant::now();
+    assert_eq!(
+        js.stats(None).await.err().map(|e| e.kind()),
+        Some(Kind::Unavailable)
+    );
+    assert_eq!(
+        js.flush_all().await.err().map(|e| e.kind()),
+        Some(Kind::Unavailable)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut metrics = String::new();
+    js.render_metrics(&mut metrics);
+    assert!(metrics.contains("weir_backend_up 0"));
+    js.close().await?;
+    Ok(())
+}
+
+/// Throughput of append, then lease + confirm, from 10 and 100 tasks on one door.
+/// `cargo test -p weir-backend --release --test jetstream -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn throughput() -> TestResult {
+    let c = cluster!("throughput");
+    let js = std::sync::Arc::new(c.door().await?);
+    for tasks in [10usize, 100] {
+        let name = format!("bench{tasks}");
+        let q = js.queue(&name).await?;
+        let r = js.reader(&q, "").await?;
+        let per_task = 3000 / tasks;
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let q = q.clone();
+            handles.push(tokio::spawn(async move {
+                for _ in 0..per_task {
+                    q.append(Bytes::from_static(&[b'x'; 64]), AppendOptions::default())
+                        .await?;
+                }
+                Ok::<_, weir_backend::Error>(())
+            }));
+        }
+        for h in handles {
+            h.await??;
+        }
+        let appended = (per_task * tasks) as f64 / started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let r = r.clone();
+            handles.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while let Some(t) = r.take(TakeMode::Lease, Duration::ZERO).await? {
+                    if let Some(Lease::JetStream(l)) = t.lease {
+                        r.confirm(&l).await?;
+                    }
+                    n += 1;
+                }
+                Ok::<_, weir_backend::Error>(n)
+            }));
+        }
+        let mut taken = 0;
+        for h in handles {
+            taken += h.await??;
+        }
+        let leased = taken as f64 / started.elapsed().as_secs_f64();
+        eprintln!(
+            "{tasks} tasks: append {appended:.0}/s; lease+confirm {leased:.0}/s ({taken} items)"
+        );
+    }
+    no_wait_pulls(&c).await?;
+    js.close().await?;
+    Ok(())
+}
+
+/// An empty queue's no-wait pull, three ways: a request with its own inbox (what the
+/// backend does), through the shared reply subscription, and async-nats' `fetch()`.
+async fn no_wait_pulls(c: &Cluster) -> TestResult {
+    use futures_util::StreamExt;
+    let js = c.door().await?;
+    js.queue("nowait").await?;
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    let subject = format!("$JS.API.CONSUMER.MSG.NEXT.{}.nowait~", c.stream);
+    let body = r#"{"batch":1,"no_wait":true}"#;
+    let n = 500;
+    for own_inbox in [true, false] {
+        let started = Instant::now();
+        for _ in 0..n {
+            let mut request = async_nats::Request::new().payload(body.into());
+            if own_inbox {
+                request = request.inbox(client.new_inbox());
+            }
+            let _ = client.send_request(subject.clone(), request).await;
+        }
+        let per = started.elapsed() / n;
+        eprintln!(
+            "no-wait pull, {}: {per:?} each",
+            if own_inbox {
+                "own inbox"
+            } else {
+                "shared inbox"
+            }
+        );
+    }
+    let ctx = async_nats::jetstream::new(client);
+    let stream = ctx.get_stream(&c.stream).await?;
+    let consumer: async_nats::jetstream::consumer::PullConsumer = stream
+        .get_consumer("nowait~")
+        .await
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    for _ in 0..n {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(1)
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?;
+        while batch.next().await.is_some() {}
+    }
+    eprintln!("no-wait pull, fetch(): {:?} each", started.elapsed() / n);
+    js.close().await?;
+    Ok(())
+}
