@@ -22,6 +22,21 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if harness.on_jetstream():
+        if not harness.NATS_URLS:
+            raise pytest.UsageError("WEIR_TEST_BACKEND=jetstream needs WEIR_TEST_NATS_URLS")
+        # Deselected, not skipped: what cannot apply to a cluster (the data
+        # directory's files, a full disk, the bus and the proxy) says why where it is
+        # marked; the rest of the suite runs as on the embedded engine.
+        kept = [i for i in items if "embedded_only" not in i.keywords]
+        dropped = [i for i in items if "embedded_only" in i.keywords]
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    else:
+        # The cluster's own tests run in the JetStream pass of scripts/test.
+        dropped = [i for i in items if "jetstream_only" in i.keywords]
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if "jetstream_only" not in i.keywords]
     if harness.is_memcached(harness.weir_bin()):
         if os.environ.get("WEIR_SUITE_STRICT") == "1":
             raise pytest.UsageError(

@@ -25,6 +25,68 @@ HOST = "127.0.0.1"
 START_TIMEOUT_S = 20.0
 
 
+# The backend under test: "embedded" (default) or "jetstream", with the cluster's
+# client URLs in WEIR_TEST_NATS_URLS (scripts/test starts a 3-node cluster for that run).
+BACKEND = os.environ.get("WEIR_TEST_BACKEND", "embedded")
+NATS_URLS = os.environ.get("WEIR_TEST_NATS_URLS", "")
+
+
+def on_jetstream() -> bool:
+    return BACKEND == "jetstream"
+
+
+# weir's default `lease_timeout_ms` on JetStream: how long the leases of a killed
+# weir (which cannot give them back) take to come back (docs/cluster.md, "Leases").
+JETSTREAM_LEASE_TIMEOUT_S = 5.0
+
+
+def after_kill9_restart() -> None:
+    """On the embedded engine a killed server's leases are back once it restarts; on
+    JetStream they come back after the lease timeout: wait that out."""
+    if on_jetstream():
+        time.sleep(JETSTREAM_LEASE_TIMEOUT_S + 1.0)
+
+
+def jetstream_call(work):
+    """Runs `await work(js)` against the test cluster with nats-py (a JetStream
+    context); bounded to 30 s."""
+    import asyncio
+
+    import nats
+
+    async def main():
+        nc = await nats.connect(servers=NATS_URLS.split(","), connect_timeout=5, max_reconnect_attempts=5)
+        try:
+            return await work(nc.jetstream(timeout=10))
+        finally:
+            await nc.close()
+
+    return asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def delete_stream(stream: str) -> None:
+    """Removes a test's JetStream stream (and its consumers)."""
+    import nats.js.errors
+
+    async def work(js):
+        try:
+            await js.delete_stream(stream)
+        except nats.js.errors.NotFoundError:
+            pass
+
+    jetstream_call(work)
+
+
+def stream_leader(stream: str) -> str:
+    """The name of the node leading `stream` ("n1".."n3" on scripts/nats-cluster)."""
+
+    async def work(js):
+        info = await js.stream_info(stream)
+        return info.cluster.leader
+
+    return jetstream_call(work)
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -88,6 +150,10 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self._log = None
         self.starts = 0
+        # On JetStream each server object has a stream of its own, kept across its
+        # restarts (as a data dir is) and removed by stop(). Two servers that must
+        # share queues (two front doors) set the same name.
+        self.stream = f"WT{os.getpid()}_{self.port}" if on_jetstream() and kind == "weir" else None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -120,6 +186,10 @@ class ServerProcess:
         self._log.flush()
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
+        if self.stream is not None:
+            env["WEIR_BACKEND"] = "jetstream"
+            env["WEIR_NATS_SERVERS"] = NATS_URLS
+            env["WEIR_NATS_STREAM"] = self.stream
         self.proc = subprocess.Popen(
             self.argv(),
             stdin=subprocess.DEVNULL,
@@ -192,6 +262,8 @@ class ServerProcess:
                 pass
         self._close_log()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.stream is not None and not getattr(self, "shares_stream", False):
+            delete_stream(self.stream)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -19,7 +19,10 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.weir_only
+pytestmark = [
+    pytest.mark.embedded_only(reason="the proxy runs on the embedded engine only"),
+    pytest.mark.weir_only,
+]
 
 KEY = "test-admin-key-0123456789"
 

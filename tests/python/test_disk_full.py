@@ -22,7 +22,10 @@ import pytest
 
 from harness import Conn
 
-pytestmark = pytest.mark.weir_only
+pytestmark = [
+    pytest.mark.embedded_only(reason="fills the data directory's file system; a cluster's storage is the servers'"),
+    pytest.mark.weir_only,
+]
 
 FS_BYTES = 64 * 1024 * 1024
 ITEM_BYTES = 64 * 1024

@@ -12,7 +12,10 @@ import pytest
 
 from harness import Conn
 
-pytestmark = pytest.mark.weir_only
+pytestmark = [
+    pytest.mark.embedded_only(reason="exact max_queues and thousands of queues: on JetStream each queue is a replicated consumer (docs/cluster.md, capacity)"),
+    pytest.mark.weir_only,
+]
 
 
 def weir_with(make_server, *flags: str, config: str | None = None):

@@ -13,7 +13,10 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.weir_only
+pytestmark = [
+    pytest.mark.embedded_only(reason="the proxy keeps its captures in the embedded engine (weir refuses [proxy] with jetstream)"),
+    pytest.mark.weir_only,
+]
 
 
 class Server:

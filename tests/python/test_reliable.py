@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness import Conn, Writer, check_acked_survived, drain, value_reply, wait_for
+from harness import Conn, Writer, after_kill9_restart, check_acked_survived, drain, value_reply, wait_for
 
 pytestmark = pytest.mark.weir_only
 
@@ -97,6 +97,7 @@ def test_kill9_leases_come_back_confirmed_do_not(make_server):
     for conn in conns:
         conn.close()
     srv.start()  # same data dir, same port
+    after_kill9_restart()
 
     got = drain(srv.addr, "kq", limit=50)
     # Released leases come back ahead of newer items; confirmed ones never.
@@ -117,6 +118,7 @@ def test_kill9_reader_positions_survive(make_server):
         take_open(c, b"fr.b/open", b"f0")
         assert srv.kill9() == -signal.SIGKILL
     srv.start()
+    after_kill9_restart()
     assert drain(srv.addr, "fr.a", limit=20) == [b"f3", b"f4", b"f5"]
     assert drain(srv.addr, "fr.b", limit=20) == [b"f%d" % i for i in range(6)]
 

@@ -1,0 +1,311 @@
+"""weir front doors on a JetStream cluster (docs/cluster.md): what only a cluster can
+show. Two doors share queues and readers; a NATS node killed under load (the stream
+leader included) loses no STORED item and hands out no confirmed item again; a door
+killed with leases open gives them back; NATS unreachable gives `SERVER_ERROR backend
+unavailable`, and the door reconnects by itself.
+
+Run by scripts/test's JetStream pass (WEIR_TEST_BACKEND=jetstream, with the cluster's
+URLs in WEIR_TEST_NATS_URLS and its directory in WEIR_TEST_NATS_DIR); left out of the
+embedded pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+
+import pytest
+
+import harness
+from harness import Conn, free_port, value_reply, wait_for
+
+pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
+
+CLUSTER_SCRIPT = harness.REPO_ROOT / "scripts" / "nats-cluster"
+
+
+def cluster_dir() -> str:
+    d = os.environ.get("WEIR_TEST_NATS_DIR", "")
+    assert d, "WEIR_TEST_NATS_DIR: the cluster's directory (scripts/nats-cluster)"
+    return d
+
+
+def stream_leader(stream: str) -> int:
+    """The node number (1..3) leading `stream`."""
+    leader = harness.stream_leader(stream)
+    assert leader in ("n1", "n2", "n3"), f"unexpected leader name {leader!r}"
+    return int(leader[1])
+
+
+def cluster(*args: str) -> None:
+    subprocess.run([str(CLUSTER_SCRIPT), *args], check=True, timeout=60,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def door_pair(make_server):
+    """Two weir processes on one stream: two front doors sharing every queue."""
+    a = make_server()
+    b = make_server()
+    b.stream = a.stream
+    b.shares_stream = True
+    return a.start(), b.start()
+
+
+def test_two_doors_share_queues_and_readers(make_server):
+    a, b = door_pair(make_server)
+    with Conn(a.addr) as ca, Conn(b.addr) as cb:
+        # Fan-out readers exist before the items: each must see every item.
+        assert ca.get("jobs+audit") is None
+        for i in range(40):
+            assert (ca if i % 2 else cb).set("jobs", b"j%d" % i) == b"STORED\r\n"
+        # The default reader, drained through both doors: each item exactly once.
+        seen = []
+        for i in range(60):
+            got = (ca if i % 2 else cb).get("jobs")
+            if got is not None:
+                seen.append(got)
+        assert sorted(seen) == sorted(b"j%d" % i for i in range(40))
+        # The named reader, read through the other door, still has all of them.
+        audit = [cb.get("jobs+audit") for _ in range(40)]
+        assert audit == [b"j%d" % i for i in range(40)]
+        assert cb.get("jobs+audit") is None
+        # A lease taken at one door is invisible at the other until it is aborted.
+        assert ca.set("lq", b"x") == b"STORED\r\n"
+        ca.send(b"get lq/open\r\n")
+        ca.expect(value_reply(b"lq/open", 0, b"x"))
+        assert cb.get("lq") is None
+        ca.send(b"get lq/abort\r\n")
+        ca.expect(b"END\r\n")
+        assert wait_for(lambda: cb.get("lq") == b"x", 5.0), "aborted lease not redelivered"
+
+
+def test_closed_connection_gives_its_leases_back_at_once(make_server):
+    a, b = door_pair(make_server)
+    with Conn(b.addr) as other:
+        holder = Conn(a.addr)
+        assert holder.set("rq", b"held") == b"STORED\r\n"
+        holder.send(b"get rq/open\r\n")
+        holder.expect(value_reply(b"rq/open", 0, b"held"))
+        assert other.get("rq") is None
+        holder.close()
+        # Nak'd when the connection ends: back well before any lease timeout.
+        t0 = time.monotonic()
+        assert wait_for(lambda: other.get("rq") == b"held", 3.0), "lease not given back"
+        assert time.monotonic() - t0 < 3.0
+
+
+def test_killed_door_leases_come_back(make_server):
+    a, b = door_pair(make_server)
+    with Conn(a.addr) as holder:
+        for i in range(5):
+            assert holder.set("kq", b"k%d" % i) == b"STORED\r\n"
+        holder.send(b"get kq+w/open\r\n")
+        holder.expect(value_reply(b"kq+w/open", 0, b"k0"))
+        holder.send(b"get kq+w/close\r\n")
+        holder.expect(b"END\r\n")
+        holder.send(b"get kq+w/open\r\n")
+        holder.expect(value_reply(b"kq+w/open", 0, b"k1"))
+        a.kill9()
+    # The dead door renews nothing: its lease ends after the lease timeout (5 s by
+    # default) and another door's client gets the item; the confirmed k0 never
+    # comes back. The items nobody held come at once.
+    with Conn(b.addr) as c:
+        t0 = time.monotonic()
+        got = {}
+        while time.monotonic() - t0 < 15.0 and len(got) < 4:
+            value = c.get("kq+w")
+            if value is None:
+                time.sleep(0.1)
+            else:
+                got[value] = time.monotonic() - t0
+        assert sorted(got) == [b"k1", b"k2", b"k3", b"k4"], got
+        assert got[b"k1"] < 10.0, f"the dead door's lease came back after {got[b'k1']:.1f}s"
+        assert c.get("kq+w") is None
+
+
+class PatientWriter(threading.Thread):
+    """Sets `PREFIX-N` items one at a time until stopped, going on after a
+    `SERVER_ERROR` (a set the door could not get acknowledged through an election
+    is not counted as STORED)."""
+
+    def __init__(self, addr, queue: str, prefix: str):
+        super().__init__(daemon=True)
+        self.addr, self.queue, self.prefix = addr, queue.encode(), prefix
+        self.stop_event = threading.Event()
+        self.sent: list[bytes] = []
+        self.acked: list[bytes] = []
+        self.refused = 0
+        self.unexpected: list[bytes] = []
+
+    def run(self) -> None:
+        with Conn(self.addr, timeout_s=30.0) as conn:
+            i = 0
+            while not self.stop_event.is_set():
+                value = b"%s-%d" % (self.prefix.encode(), i)
+                i += 1
+                self.sent.append(value)
+                conn.send(b"set %s 0 0 %d\r\n%s\r\n" % (self.queue, len(value), value))
+                line = conn.read_line(30.0)
+                if line == b"STORED\r\n":
+                    self.acked.append(value)
+                    # A steady load the readers keep up with: the final drain stays short.
+                    time.sleep(0.02)
+                elif line.startswith(b"SERVER_ERROR backend unavailable"):
+                    self.refused += 1
+                else:
+                    self.unexpected.append(line)
+
+
+class Reader(threading.Thread):
+    """`get q/open` + `get q/close` in a loop, recording what was confirmed, and
+    failing if a confirmed item is ever handed out again."""
+
+    def __init__(self, addr, queue: str):
+        super().__init__(daemon=True)
+        self.addr, self.queue = addr, queue.encode()
+        self.stop_event = threading.Event()
+        self.confirmed: list[bytes] = []
+        self.errors: list[bytes] = []
+
+    def run(self) -> None:
+        conn = None
+        while not self.stop_event.is_set():
+            try:
+                if conn is None:
+                    conn = Conn(self.addr, timeout_s=15.0)
+                self.one(conn)
+            except (OSError, TimeoutError, ConnectionError, AssertionError) as e:
+                # AssertionError: a reply other than an item, e.g. `SERVER_ERROR
+                # backend unavailable` while a consumer leader is elected.
+                self.errors.append(repr(e).encode())
+                if conn is not None:
+                    conn.close()
+                conn = None
+                time.sleep(0.05)
+        if conn is not None:
+            conn.close()
+
+    def one(self, conn: Conn) -> None:
+        conn.send(b"get %s/open\r\n" % self.queue)
+        values = conn.read_values(15.0)
+        if not values:
+            time.sleep(0.01)
+            return
+        value = values[0][2]
+        conn.send(b"get %s/close\r\n" % self.queue)
+        line = conn.read_line(15.0)
+        if line == b"END\r\n":
+            self.confirmed.append(value)
+        else:
+            self.errors.append(line)
+            # Unconfirmed: it goes back when this connection ends.
+            conn.close()
+            raise ConnectionError("close refused")
+
+
+def drain_patiently(addr, key: str, timeout_s: float = 60.0) -> list[bytes]:
+    """Plain gets, one at a time, until one answers empty: a cluster settling after a
+    node's restart may take seconds over a request."""
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    with Conn(addr, timeout_s=20.0) as c:
+        while time.monotonic() < deadline:
+            value = c.get(key)
+            if value is None:
+                return out
+            out.append(value)
+    raise AssertionError(f"drain of {key} took over {timeout_s}s ({len(out)} items)")
+
+
+@pytest.mark.timeout(180)
+def test_nats_node_killed_under_load_loses_nothing(make_server):
+    """The stream leader, then a follower, then the new leader, killed with SIGKILL
+    under load, each restarted after 2 s."""
+    door = make_server().start()
+    d = cluster_dir()
+    writers = [PatientWriter(door.addr, "fo", f"w{i}") for i in range(4)]
+    readers = [Reader(door.addr, "fo") for _ in range(2)]
+    for t in (*writers, *readers):
+        t.start()
+    try:
+        for round_ in range(3):  # the leader, a follower, the (new) leader
+            time.sleep(1.5)
+            victim = stream_leader(door.stream)
+            if round_ == 1:
+                victim = victim % 3 + 1  # a follower this time
+            cluster("kill", d, str(victim))
+            time.sleep(2.0)
+            cluster("restart", d, str(victim))
+        time.sleep(2.0)
+    finally:
+        for t in (*writers, *readers):
+            t.stop_event.set()
+        for t in (*writers, *readers):
+            t.join(30)
+    unexpected = [line for w in writers for line in w.unexpected]
+    assert not unexpected, f"replies to set other than STORED or backend unavailable: {unexpected[:3]}"
+    confirmed = [v for r in readers for v in r.confirmed]
+    assert confirmed, f"the readers confirmed nothing: {[r.errors[:3] for r in readers]}"
+    assert len(confirmed) == len(set(confirmed)), "a confirmed item was delivered again"
+    rest = drain_patiently(door.addr, "fo")
+    again = set(confirmed) & set(rest)
+    assert not again, f"confirmed items delivered again: {sorted(again)[:3]}"
+    got = confirmed + rest
+    acked = {v for w in writers for v in w.acked}
+    assert acked, "no set was acknowledged"
+    missing = acked - set(got)
+    assert not missing, f"{len(missing)} STORED items lost, e.g. {sorted(missing)[:3]}"
+    # Nothing that was never sent came back.
+    sent = {v for w in writers for v in w.sent}
+    assert set(got) <= sent
+
+
+def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_path):
+    """A single-node JetStream of its own (replicas = 1): down at start, up, down
+    in operation, up again."""
+    port = free_port()
+    store = tmp_path / "js"
+    config = tmp_path / "weir.toml"
+    config.write_text(
+        "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\n"
+        f"servers = [\"nats://127.0.0.1:{port}\"]\nreplicas = 1\n"
+        "stream = \"SOLO\"\nsubject_prefix = \"solo.q\"\nunavailable_retry_ms = 1500\n"
+    )
+    door = make_server()
+    door.stream = None  # this door's backend is the config file's
+    base = door.argv
+    door.argv = lambda: base() + ["--config", str(config)]
+    nats_bin = harness.REPO_ROOT / ".tools" / "bin" / "nats-server"
+
+    def start_nats() -> subprocess.Popen:
+        p = subprocess.Popen([str(nats_bin), "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return p
+
+    nats = None
+    try:
+        door.start()  # NATS is not there: weir comes up anyway
+        with Conn(door.addr, timeout_s=20.0) as c:
+            reply = c.set("u", b"1")
+            assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply
+            nats = start_nats()
+            assert wait_for(lambda: c.set("u", b"2") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
+            assert c.get("u") == b"2"
+            nats.kill()
+            nats.wait(10)
+            reply = c.set("u", b"3")
+            assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply
+            nats = start_nats()
+            assert wait_for(lambda: c.set("u", b"4") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
+            # "3" was answered SERVER_ERROR: its outcome is unknown (the client may
+            # have sent it once reconnected), as with any timed-out write.
+            rest = [c.get("u") for _ in range(3)]
+            assert rest in ([b"4", None, None], [b"3", b"4", None]), rest
+    finally:
+        if nats is not None and nats.poll() is None:
+            nats.kill()
+            nats.wait(10)
+        shutil.rmtree(store, ignore_errors=True)
