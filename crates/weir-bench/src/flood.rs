@@ -6,6 +6,7 @@
 //! open before the clock starts; the clock runs from the first request to the last
 //! reply; a miss (`END` alone) counts as an operation, as in the seeds.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,13 +39,14 @@ pub struct FloodParams {
 }
 
 /// One step's outcome.
-struct StepResult {
-    ops: u64,
-    misses: u64,
-    elapsed: Duration,
-    cpu_s: f64,
-    /// The server's CPU seconds over the step, when its pid is known.
-    server_cpu_s: Option<f64>,
+pub(crate) struct StepResult {
+    pub ops: u64,
+    pub misses: u64,
+    pub elapsed: Duration,
+    pub cpu_s: f64,
+    /// The server's CPU seconds over the step (all servers', when the step ran over
+    /// several), when every pid is known.
+    pub server_cpu_s: Option<f64>,
 }
 
 /// A tiny xorshift generator: the queue choice must cost nothing next to a request.
@@ -61,26 +63,34 @@ impl XorShift {
     }
 }
 
-struct Requests {
+/// The prebuilt requests of a flood: a `set` and a `get` for each queue.
+pub(crate) struct Requests {
     sets: Vec<Vec<u8>>,
     gets: Vec<Vec<u8>>,
     item_bytes: usize,
+}
+
+impl Requests {
+    /// Requests for `db_bench0`..`db_bench{queues-1}`, items of `item_bytes`.
+    pub(crate) fn new(queues: usize, item_bytes: usize) -> Arc<Requests> {
+        let data = payload(item_bytes);
+        Arc::new(Requests {
+            sets: (0..queues)
+                .map(|i| set_request(&format!("db_bench{i}"), &data))
+                .collect(),
+            gets: (0..queues)
+                .map(|i| get_request(&format!("db_bench{i}")))
+                .collect(),
+            item_bytes,
+        })
+    }
 }
 
 pub async fn run(targets: &[Target], p: &FloodParams, bar: &ProgressBar) -> Result<Report> {
     if p.queues == 0 || p.connections.is_empty() {
         bail!("flood needs at least one queue and one connection count");
     }
-    let data = payload(p.item_bytes);
-    let requests = Arc::new(Requests {
-        sets: (0..p.queues)
-            .map(|i| set_request(&format!("db_bench{i}"), &data))
-            .collect(),
-        gets: (0..p.queues)
-            .map(|i| get_request(&format!("db_bench{i}")))
-            .collect(),
-        item_bytes: p.item_bytes,
-    });
+    let requests = Requests::new(p.queues, p.item_bytes);
     let mut report = Report::new(
         "flood",
         format!(
@@ -252,7 +262,7 @@ fn add_ratio_notes(report: &mut Report, targets: &[Target]) {
 }
 
 /// The median of `values` (the mean of the middle two for an even count).
-fn median(mut values: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut values: Vec<f64>) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
@@ -271,7 +281,21 @@ async fn step(
     sets: u64,
     requests: &Arc<Requests>,
 ) -> Result<StepResult> {
-    let connections = connect_all(target, conns).await?;
+    let pids: Vec<u32> = target.pid.into_iter().collect();
+    step_over(&[target.addr], &pids, conns, sets, requests).await
+}
+
+/// A flood step whose connections are dealt round-robin over `addrs` (several front
+/// doors of one queue store); `pids` are the servers whose CPU time is measured (all
+/// of them, or the figure is left out).
+pub(crate) async fn step_over(
+    addrs: &[SocketAddr],
+    pids: &[u32],
+    conns: usize,
+    sets: u64,
+    requests: &Arc<Requests>,
+) -> Result<StepResult> {
+    let connections = connect_all(addrs, conns).await?;
     let (go_tx, go_rx) = watch::channel(false);
     let base = sets / conns as u64;
     let extra = sets % conns as u64;
@@ -307,7 +331,7 @@ async fn step(
     }
     // Give every task the chance to park on the start signal.
     tokio::task::yield_now().await;
-    let server_cpu_start = target.pid.and_then(process_cpu_time);
+    let server_cpu_start = servers_cpu_time(pids);
     let cpu = CpuMeter::start();
     let start = Instant::now();
     go_tx.send(true).context("starting the step")?;
@@ -321,7 +345,7 @@ async fn step(
         misses += m;
     }
     let cpu_s = cpu.seconds();
-    let server_cpu_s = match (server_cpu_start, target.pid.and_then(process_cpu_time)) {
+    let server_cpu_s = match (server_cpu_start, servers_cpu_time(pids)) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
         _ => None,
     };
@@ -334,13 +358,26 @@ async fn step(
     })
 }
 
-/// Opens `conns` connections, a bounded number at a time.
-async fn connect_all(target: &Target, conns: usize) -> Result<Vec<Conn>> {
+/// The CPU time of all `pids` together; `None` when there are none or one is unreadable.
+fn servers_cpu_time(pids: &[u32]) -> Option<Duration> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter()
+        .map(|&p| process_cpu_time(p))
+        .sum::<Option<Duration>>()
+}
+
+/// Opens `conns` connections, dealt round-robin over `addrs`, a bounded number at a time.
+async fn connect_all(addrs: &[SocketAddr], conns: usize) -> Result<Vec<Conn>> {
+    if addrs.is_empty() {
+        bail!("a flood step needs at least one server address");
+    }
     let sem = Arc::new(Semaphore::new(CONNECTS_IN_FLIGHT_MAX));
     let mut tasks = JoinSet::new();
     for i in 0..conns {
         let sem = Arc::clone(&sem);
-        let addr = target.addr;
+        let addr = addrs[i % addrs.len()];
         tasks.spawn(async move {
             let _permit = sem.acquire().await.context("connect limiter closed")?;
             Conn::connect(addr, READ_BUFFER_BYTES)

@@ -3,7 +3,8 @@
 //!
 //! Subcommands: `flood`, `packing`, `packing-unpacking`, `mem-rss` (any memcache-protocol
 //! server, `--target NAME=HOST:PORT` or `--spawn weir|memcached`), `library` (the engine
-//! in-process) and `all`. Each prints a table per benchmark on stdout and leaves JSON,
+//! in-process), `all`, and `cluster` (weir front doors on a NATS JetStream cluster it
+//! starts, against `nats bench` on the same cluster). Each prints a table per benchmark on stdout and leaves JSON,
 //! CSV and a PNG chart in `--out DIR`. Every knob is a flag whose default is the seeds'
 //! value; `--quick` scales everything down for a smoke run.
 //!
@@ -14,9 +15,12 @@
 mod bus;
 mod bus_http;
 mod chart;
+mod cluster;
+mod failover;
 mod flood;
 mod library;
 mod mem_rss;
+mod nats;
 mod packing;
 mod proto;
 mod proxy;
@@ -136,6 +140,14 @@ enum Cmd {
         common: Common,
         #[command(flatten)]
         proxy: ProxyArgs,
+    },
+    /// weir front doors on a 3-node NATS JetStream cluster (started here) against
+    /// `nats bench`: flood, two doors, failover under load, RSS.
+    Cluster {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Internal: the proxy suite's primary (answers without reading the body).
     #[command(hide = true)]
@@ -456,6 +468,107 @@ impl ProxyArgs {
 }
 
 #[derive(Args, Clone)]
+struct ClusterArgs {
+    /// Flood connection counts [10,100,1000; quick: 10,100].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    cluster_connections: Option<Vec<usize>>,
+    /// Flood rounds per connection count, the order of weir, two doors and nats
+    /// rotating; medians reported [3; quick: 1].
+    #[arg(long, value_name = "N")]
+    cluster_rounds: Option<usize>,
+    /// Items per flood step, M: weir sets and gets M, nats publishes and fetches M
+    /// [10000 and at least 20 per connection; quick: 3000 and at least 20 per connection;
+    /// given: exactly this].
+    #[arg(long, value_name = "N")]
+    cluster_msgs: Option<u64>,
+    /// Queues of the weir flood [10].
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    cluster_queues: usize,
+    /// Item size, both sides [64].
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    cluster_item_bytes: usize,
+    /// Failover rounds (weir and raw NATS each) [3; quick: 1].
+    #[arg(long, value_name = "N")]
+    failover_rounds: Option<usize>,
+    /// Writers of the failover measurement (one write in flight each) [8].
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    failover_writers: usize,
+    /// Seconds of load before the kill [2; quick: 1].
+    #[arg(long, value_name = "S")]
+    failover_load_seconds: Option<f64>,
+    /// Seconds after the kill without an ack before a round counts as no recovery [30].
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    failover_timeout_seconds: f64,
+    /// PubAck timeout of the raw NATS publishers, ms [250].
+    #[arg(long, value_name = "MS", default_value_t = 250)]
+    failover_nats_ack_timeout_ms: u64,
+    /// First client port of the cluster: clients BASE..+2, routes BASE+10..+12,
+    /// monitoring BASE+20..+22 [25222].
+    #[arg(long, value_name = "PORT", default_value_t = 25222)]
+    nats_base: u16,
+    /// Directory of the cluster (kept afterwards, with the servers' logs) [a temporary one].
+    #[arg(long, value_name = "DIR")]
+    nats_dir: Option<PathBuf>,
+    /// The weir repository, for scripts/nats-cluster and .tools/bin [found from the
+    /// current directory or the executable].
+    #[arg(long, value_name = "DIR")]
+    repo: Option<PathBuf>,
+    /// Skip the flood comparison.
+    #[arg(long)]
+    skip_flood: bool,
+    /// Skip the failover measurement.
+    #[arg(long)]
+    skip_failover: bool,
+    /// The spawned doors' backend: jetstream, or embedded (checks the bench alone).
+    #[arg(long, value_name = "KIND", default_value = "jetstream", hide = true)]
+    cluster_weir_backend: cluster::DoorBackend,
+}
+
+impl ClusterArgs {
+    fn resolve(&self, quick: bool) -> cluster::ClusterParams {
+        let pick = |v: Option<usize>, full: usize, small: usize| {
+            v.unwrap_or(if quick { small } else { full }).max(1)
+        };
+        cluster::ClusterParams {
+            connections: self.cluster_connections.clone().unwrap_or_else(|| {
+                if quick {
+                    vec![10, 100]
+                } else {
+                    vec![10, 100, 1000]
+                }
+            }),
+            rounds: pick(self.cluster_rounds, 3, 1),
+            msgs: self
+                .cluster_msgs
+                .unwrap_or(if quick { 3_000 } else { 10_000 })
+                .max(1),
+            msgs_per_conn: if self.cluster_msgs.is_some() { 0 } else { 20 },
+            queues: self.cluster_queues,
+            item_bytes: self.cluster_item_bytes,
+            failover_rounds: pick(self.failover_rounds, 3, 1),
+            failover_writers: self.failover_writers.max(1),
+            failover_load: std::time::Duration::from_secs_f64(
+                self.failover_load_seconds
+                    .unwrap_or(if quick { 1.0 } else { 2.0 })
+                    .max(0.1),
+            ),
+            failover_timeout: std::time::Duration::from_secs_f64(
+                self.failover_timeout_seconds.max(1.0),
+            ),
+            nats_ack_timeout: std::time::Duration::from_millis(
+                self.failover_nats_ack_timeout_ms.max(1),
+            ),
+            nats_base: self.nats_base,
+            nats_dir: self.nats_dir.clone(),
+            repo: self.repo.clone(),
+            backend: self.cluster_weir_backend,
+            skip_flood: self.skip_flood,
+            skip_failover: self.skip_failover,
+        }
+    }
+}
+
+#[derive(Args, Clone)]
 struct BusArgs {
     /// Events per ingestion round [200000; quick: 20000].
     #[arg(long, value_name = "N")]
@@ -602,6 +715,7 @@ fn main() {
     let cli = Cli::parse();
     if let Err(e) = real_main(cli) {
         target::kill_all_children();
+        nats::stop_all_clusters();
         eprintln!("weir-bench: error: {e:#}");
         std::process::exit(1);
     }
@@ -694,6 +808,13 @@ fn dispatch(
             runtime,
             &common,
             &bus.resolve(common.quick),
+            progress,
+            failures,
+        )?,
+        Cmd::Cluster { common, cluster } => run_cluster(
+            runtime,
+            &common,
+            &cluster.resolve(common.quick),
             progress,
             failures,
         )?,
@@ -798,6 +919,7 @@ fn start_runtime() -> Result<tokio::runtime::Runtime> {
         if tokio::signal::ctrl_c().await.is_ok() {
             eprintln!("weir-bench: interrupted; stopping spawned servers");
             target::kill_all_children();
+            nats::stop_all_clusters();
             std::process::exit(130);
         }
     });
@@ -990,6 +1112,30 @@ fn run_proxy(
         },
     ];
     emit_all(common, &reports, &charts, failures)
+}
+
+fn run_cluster(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    p: &cluster::ClusterParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    if !common.targets.is_empty() || !common.spawn.is_empty() {
+        bail!("cluster starts its own servers: --target and --spawn do not apply");
+    }
+    progress.steps.reset();
+    let out = runtime.block_on(cluster::run(p, &binaries(common), &progress.steps))?;
+    for report in &out.reports {
+        print_and_write(common, report)?;
+    }
+    for (report, spec) in &out.charts {
+        draw(common, report, std::slice::from_ref(spec), failures);
+    }
+    let md = common.out.join("cluster.md");
+    std::fs::write(&md, &out.markdown).with_context(|| format!("writing {}", md.display()))?;
+    failures.extend(out.failures);
+    Ok(())
 }
 
 /// Emits each report with the charts named after it (a chart's file is its

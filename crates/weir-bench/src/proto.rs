@@ -141,6 +141,23 @@ impl ReplyBuf {
         Ok(())
     }
 
+    /// Reads a `set` reply that may be a refusal: `STORED`, or a `SERVER_ERROR ...`
+    /// line (the server is up but could not store the item); anything else is an error.
+    pub async fn read_set_reply<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<SetReply> {
+        let (s, e) = self.line(r).await?;
+        let line = &self.buf[s..e];
+        if line == b"STORED" {
+            return Ok(SetReply::Stored);
+        }
+        if line.starts_with(b"SERVER_ERROR") {
+            return Ok(SetReply::ServerError(preview(line)));
+        }
+        bail!(
+            "set got {:?}, expected STORED or SERVER_ERROR",
+            preview(line)
+        )
+    }
+
     /// Reads a `get` reply for one key: `Some(len)` for an item, `None` for a miss.
     pub async fn read_get<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<Option<usize>> {
         let (s, e) = self.line(r).await?;
@@ -207,6 +224,14 @@ fn parse_value_line(line: &[u8]) -> Result<usize> {
     Ok(len)
 }
 
+/// The answer to a `set` when refusals are expected (a backend in a leader election).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetReply {
+    Stored,
+    /// The `SERVER_ERROR ...` line as sent.
+    ServerError(String),
+}
+
 /// One client connection.
 pub struct Conn {
     stream: TcpStream,
@@ -236,6 +261,15 @@ impl Conn {
             .await
             .context("sending set")?;
         self.replies.expect_stored(&mut self.stream).await
+    }
+
+    /// Sends a prebuilt `set` request; `STORED` or a `SERVER_ERROR` line.
+    pub async fn set_reply(&mut self, request: &[u8]) -> Result<SetReply> {
+        self.stream
+            .write_all(request)
+            .await
+            .context("sending set")?;
+        self.replies.read_set_reply(&mut self.stream).await
     }
 
     /// Sends a prebuilt `get` request; `Some(len)` for an item, `None` for a miss.
@@ -365,6 +399,18 @@ mod tests {
         assert!(parse_gets(b"END\n").await.is_err());
         // A closed connection mid-reply.
         assert!(parse_gets(b"VALUE q 0 5\r\nhel").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn parses_set_replies_and_refusals() {
+        let mut r: &[u8] = b"STORED\r\nSERVER_ERROR backend unavailable\r\nEND\r\n";
+        let mut b = ReplyBuf::with_capacity(16);
+        assert_eq!(b.read_set_reply(&mut r).await.unwrap(), SetReply::Stored);
+        assert_eq!(
+            b.read_set_reply(&mut r).await.unwrap(),
+            SetReply::ServerError("SERVER_ERROR backend unavailable".into())
+        );
+        assert!(b.read_set_reply(&mut r).await.is_err());
     }
 
     #[tokio::test]

@@ -236,6 +236,44 @@ impl Report {
         out
     }
 
+    /// The report as Markdown: a heading, a table (numbers right-aligned) and the
+    /// notes as a list.
+    pub fn markdown(&self) -> String {
+        let cols = self.columns();
+        let esc = |s: String| s.replace('|', "\\|");
+        let mut out = format!("### {}\n\n", self.title);
+        let _ = writeln!(out, "| {} |", cols.join(" | "));
+        let align: Vec<&str> = cols
+            .iter()
+            .map(|c| {
+                let numeric = self
+                    .rows
+                    .iter()
+                    .any(|r| matches!(r.get(c), Some(Cell::Int(_) | Cell::Float(..))));
+                if numeric {
+                    "---:"
+                } else {
+                    "---"
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {} |", align.join(" | "));
+        for row in &self.rows {
+            let cells: Vec<String> = cols
+                .iter()
+                .map(|c| esc(row.get(c).map_or_else(|| "-".to_string(), Cell::display)))
+                .collect();
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+        if !self.notes.is_empty() {
+            out.push('\n');
+            for note in &self.notes {
+                let _ = writeln!(out, "- {note}");
+            }
+        }
+        out
+    }
+
     /// Writes `BENCH.json` and `BENCH.csv` into `dir`.
     pub fn write_files(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -265,5 +303,9 @@ mod tests {
         assert!(t.contains("ops/s") && t.contains("1.5"));
         assert_eq!(r.to_csv(), "target,ops/s,rss\na,1.5,\n\"b,c\",,\n");
         assert_eq!(r.to_json()["rows"][0]["ops/s"], json!(1.5));
+        r.notes.push("a note".into());
+        let md = r.markdown();
+        assert!(md.contains("| target | ops/s | rss |\n| --- | ---: | --- |\n| a | 1.5 | - |"));
+        assert!(md.ends_with("- a note\n"));
     }
 }

@@ -285,3 +285,87 @@ fn proxy_quick_forwards_and_replays() {
     let rss = load(out.path(), "proxy-rss");
     assert_eq!(rows_of(&rss, "weir").len(), 11);
 }
+
+/// `cluster --quick` on its own 3-node NATS cluster, doors on the embedded engine
+/// (`WEIR_CLUSTER_BACKEND=jetstream` for the JetStream backend): every step measured,
+/// every file written. Skipped when the NATS tools are not installed
+/// (scripts/nats-install); client ports 26322..26324 (`WEIR_CLUSTER_BASE`).
+#[test]
+fn cluster_quick_measures_every_step() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let tools = std::env::var_os("WEIR_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join(".tools/bin"));
+    if !tools.join("nats-server").is_file() || !tools.join("nats").is_file() {
+        eprintln!(
+            "note: no nats-server/nats in {}: skipping (scripts/nats-install)",
+            tools.display()
+        );
+        return;
+    }
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_weir-bench"));
+    let Some(weir) = weir_binary(&bench) else {
+        panic!("the weir binary is not built beside weir-bench (cargo build -p weir-server) and WEIR_BIN is not set");
+    };
+    let backend = std::env::var("WEIR_CLUSTER_BACKEND").unwrap_or_else(|_| "embedded".into());
+    let base = std::env::var("WEIR_CLUSTER_BASE").unwrap_or_else(|_| "26322".into());
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(&bench)
+        .args([
+            "cluster",
+            "--quick",
+            "--cluster-connections",
+            "10",
+            "--cluster-msgs",
+            "300",
+        ])
+        .args(["--failover-load-seconds", "0.5", "--nats-base", &base])
+        .args(["--cluster-weir-backend", &backend, "--repo"])
+        .arg(&repo)
+        .arg("--weir-bin")
+        .arg(&weir)
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "weir-bench cluster --quick failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let flood = load_data(out.path(), "cluster-flood");
+    for target in ["weir", "weir-2doors", "nats"] {
+        let rows = rows_of(&flood, target);
+        assert_eq!(rows.len(), 1, "one {target} step");
+        assert!(
+            rows[0]["items/s"].as_f64().unwrap_or(0.0) > 0.0,
+            "{}",
+            rows[0]
+        );
+    }
+    let summary = load_data(out.path(), "cluster");
+    assert!(
+        summary["rows"][0]["weir/nats"].as_f64().is_some(),
+        "{summary}"
+    );
+    let failover = load_data(out.path(), "cluster-failover");
+    for writer in ["weir", "nats"] {
+        let rows: Vec<&Value> = failover["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["writer"] == writer)
+            .collect();
+        assert_eq!(rows.len(), 1, "one {writer} failover round");
+        assert!(
+            rows[0]["gap_s"].as_f64().unwrap_or(0.0) > 0.0,
+            "{}",
+            rows[0]
+        );
+    }
+    for file in ["cluster.md", "cluster-flood.png", "cluster-failover.png"] {
+        assert!(out.path().join(file).is_file(), "{file} written");
+    }
+}
