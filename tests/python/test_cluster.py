@@ -80,6 +80,12 @@ def test_two_doors_share_queues_and_readers(make_server):
         ca.send(b"get lq/abort\r\n")
         ca.expect(b"END\r\n")
         assert wait_for(lambda: cb.get("lq") == b"x", 5.0), "aborted lease not redelivered"
+        ca.send(b"stats settings\r\n")
+        settings = []
+        while (line := ca.read_line()) != b"END\r\n":
+            settings.append(line)
+        assert b"STAT backend jetstream\r\n" in settings
+        assert b"STAT backend_stream %s\r\n" % a.stream.encode() in settings
 
 
 def test_closed_connection_gives_its_leases_back_at_once(make_server):

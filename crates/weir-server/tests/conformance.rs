@@ -725,6 +725,7 @@ fn stats_settings_and_reset() {
     assert_eq!(settings["get_keys_max"], "1024");
     assert_eq!(settings["max_queues"], "10000");
     assert_eq!(settings["flush_all_reply"], "ok");
+    assert_eq!(settings["backend"], "embedded");
     // /metrics keeps counting across a reset: Prometheus counters only grow.
     let (_, metrics) = s.http_get("/metrics");
     assert!(metrics.contains("weir_get_hits_total 1"), "{metrics}");

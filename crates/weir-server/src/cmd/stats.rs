@@ -192,6 +192,11 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
             "ok"
         },
     );
+    // Where the queues live, and the backend's own restart-only settings.
+    stat_text(out, "backend", shared.backend.kind_name());
+    for (key, value) in shared.backend.settings() {
+        stat_text(out, key, &value);
+    }
     out.put_slice(reply::END);
     Flow::Continue
 }
