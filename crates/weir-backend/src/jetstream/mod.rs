@@ -12,13 +12,18 @@
 //! The handles ([`Queue`], [`Reader`]) are cheap clones of shared entries of the
 //! [`registry`], so that a door's handle cache works as with the engine.
 //!
-//! Differences from the engine, on purpose (see `docs/protocol.md`):
+//! Differences from the engine, on purpose (see `docs/cluster.md`):
 //! - `delete q` keeps the queue's default-reader consumer: the queue is emptied and its
 //!   named readers deleted, but it still exists (with 0 items), so a `set` from a door
 //!   that still holds a handle on it lands in it instead of vanishing.
 //! - A plain take is at-least-once: a door that dies between the pull and its ack
 //!   leaves the item to come back after AckWait.
-//! - `peek` may miss an item awaiting redelivery after an abort.
+//! - `peek` reads from the reader's ack floor, skipping this door's leases: it can show
+//!   an item leased at another door (see [`reader`]).
+//! - A `get` of a queue that does not exist creates nothing ([`JetStream::existing_default_reader`]).
+//! - Leases given back are redelivered in the order they were given back.
+//! - A new queue's first append waits until the stream stores for its default reader
+//!   ([`interest`]).
 //! - `flush_expired` counts nothing: the server drops expired items itself (each item
 //!   carries a `Nats-TTL`), and a take skips one that expired before that.
 

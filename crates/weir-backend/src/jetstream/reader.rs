@@ -170,15 +170,8 @@ impl Reader {
                     Pulled::Retry(why) => why,
                 },
                 Sent::NoResponders => {
-                    if !checked {
-                        checked = true;
-                        if self
-                            .inner
-                            .consumer_gone(&self.entry.consumer, deadline)
-                            .await?
-                        {
-                            return Err(not_found(format!("reader {}", self.entry.consumer)));
-                        }
+                    if self.gone_at_first_silence(&mut checked, deadline).await? {
+                        return Err(not_found(format!("reader {}", self.entry.consumer)));
                     }
                     "no responders (consumer leader election?)".to_owned()
                 }
@@ -194,6 +187,17 @@ impl Reader {
         }
     }
 
+    /// At a call's first "no responders": whether the consumer is gone, rather than
+    /// electing a leader (asked once per call; later silences are retried).
+    async fn gone_at_first_silence(&self, checked: &mut bool, deadline: Instant) -> Result<bool> {
+        if std::mem::replace(checked, true) {
+            return Ok(false);
+        }
+        self.inner
+            .consumer_gone(&self.entry.consumer, deadline)
+            .await
+    }
+
     /// Double ack: true once the consumer recorded it, false when the consumer is gone.
     pub(super) async fn ack(&self, reply: &str) -> Result<bool> {
         let api = &self.inner.api;
@@ -207,15 +211,8 @@ impl Reader {
             let why = match api.send(reply.to_owned(), request, deadline).await {
                 Sent::Reply(_) => return Ok(true),
                 Sent::NoResponders => {
-                    if !checked {
-                        checked = true;
-                        if self
-                            .inner
-                            .consumer_gone(&self.entry.consumer, deadline)
-                            .await?
-                        {
-                            return Ok(false);
-                        }
+                    if self.gone_at_first_silence(&mut checked, deadline).await? {
+                        return Ok(false);
                     }
                     "no responders (consumer leader election?)".to_owned()
                 }
@@ -227,6 +224,7 @@ impl Reader {
             }
         }
     }
+
     pub(super) async fn peek(&self) -> Result<Option<Taken>> {
         let inner = &self.inner;
         let deadline = inner.api.deadline();
