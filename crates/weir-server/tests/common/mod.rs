@@ -25,10 +25,48 @@ pub struct Server {
     log: Arc<Mutex<String>>,
 }
 
+/// With `WEIR_TEST_BACKEND=jetstream` (scripts/test's JetStream pass): the cluster's
+/// URLs and a stream for this data directory (kept across restarts on it, as the
+/// directory is; the whole cluster is discarded at the end of the run).
+pub fn jetstream_for(data_dir: &Path) -> Option<(String, String)> {
+    if std::env::var("WEIR_TEST_BACKEND").ok()? != "jetstream" {
+        return None;
+    }
+    let urls = std::env::var("WEIR_TEST_NATS_URLS").expect("WEIR_TEST_NATS_URLS");
+    // FNV-1a of the directory's path: stable, and distinct per test directory.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data_dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    Some((urls, format!("RT{h:016x}")))
+}
+
+/// Whether the servers of this run keep their queues on JetStream.
+pub fn on_jetstream() -> bool {
+    std::env::var("WEIR_TEST_BACKEND").is_ok_and(|b| b == "jetstream")
+}
+
+/// Whether this run is on JetStream; a test that needs the embedded engine returns
+/// early then, saying why (scripts/test runs it in the embedded pass).
+pub fn embedded_only(reason: &str) -> bool {
+    let on = on_jetstream();
+    if on {
+        eprintln!("embedded only, left out on JetStream: {reason}");
+    }
+    on
+}
+
 impl Server {
     /// Starts `weir serve` on `data_dir` with extra flags.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_weir"));
+        if let Some((urls, stream)) = jetstream_for(data_dir) {
+            command
+                .env("WEIR_BACKEND", "jetstream")
+                .env("WEIR_NATS_SERVERS", urls)
+                .env("WEIR_NATS_STREAM", stream);
+        }
+        let mut child = command
             .args([
                 "serve",
                 "--listen",
