@@ -244,7 +244,9 @@ def test_random_bytes_from_many_connections(server, probe):
         assert reply in replies, f"no {reply!r} among {len(replies)} reply bytes"
     assert server.alive()
     probe.check()
-    with Conn(server.addr) as c:
+    # On JetStream the fuzz's stores made a few hundred queues, each a replicated
+    # consumer, and `stats` pages through all of them on a loaded cluster: seconds.
+    with Conn(server.addr, timeout_s=30.0 if harness.on_jetstream() else 5.0) as c:
         c.send(b"stats\r\n")
         first = c.read_line()
         assert first.startswith(b"STAT "), first
