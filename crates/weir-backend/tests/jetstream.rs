@@ -600,14 +600,17 @@ async fn a_second_door_shares_the_queues() -> TestResult {
     // Learnt at connect, from the consumers.
     let qb = b.existing_queue("shared")?.ok_or("b knows the queue")?;
     let rb = b.reader(&qb, "").await?;
+    // Another door's write reaches a reader's consumer a moment after its PubAck
+    // (replication); a door reads only its own writes at once. So: a short wait.
+    let wait = Duration::from_secs(2);
     assert_eq!(
-        data(&take(&rb, TakeMode::Take).await?),
+        data(&rb.take(TakeMode::Take, wait).await?),
         Some("from a".into())
     );
     set(&qb, "from b").await?;
     let ra = a.reader(&qa, "").await?;
     assert_eq!(
-        data(&take(&ra, TakeMode::Take).await?),
+        data(&ra.take(TakeMode::Take, wait).await?),
         Some("from b".into())
     );
     a.close().await?;
