@@ -86,7 +86,6 @@ pub(crate) struct Inner {
     ready: AtomicBool,
     setup_lock: tokio::sync::Mutex<()>,
     creations: Semaphore,
-    shutting_down: AtomicBool,
     /// Unique per door (and run): the prefix of its `Nats-Msg-Id`s.
     door_id: String,
     published: AtomicU64,
@@ -279,9 +278,7 @@ impl JetStream {
     /// closing) are still given back at once: other doors' clients get them, where
     /// the embedded engine keeps them for after its restart. `close` sends what is
     /// queued before the connection to the cluster ends.
-    pub fn begin_shutdown(&self) {
-        self.inner.shutting_down.store(true, Ordering::Release);
-    }
+    pub fn begin_shutdown(&self) {}
 
     /// Sends the releases still queued, flushes and closes the connection, and stops
     /// the backend's runtime.

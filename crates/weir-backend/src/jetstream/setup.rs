@@ -72,7 +72,6 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         ready: AtomicBool::new(false),
         setup_lock: tokio::sync::Mutex::new(()),
         creations: Semaphore::new(CREATIONS_AT_ONCE),
-        shutting_down: AtomicBool::new(false),
         door_id: door_id(),
         published: AtomicU64::new(0),
         stats_cache: stats::Cache::default(),
