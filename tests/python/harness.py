@@ -65,14 +65,16 @@ def jetstream_call(work):
 
 
 def delete_stream(stream: str) -> None:
-    """Removes a test's JetStream stream (and its consumers)."""
+    """Removes a test's JetStream stream (and its consumers), and the stream its
+    doors keep their registrations and lease records in (`<stream>_DOORS`)."""
     import nats.js.errors
 
     async def work(js):
-        try:
-            await js.delete_stream(stream)
-        except nats.js.errors.NotFoundError:
-            pass
+        for name in (stream, stream + "_DOORS"):
+            try:
+                await js.delete_stream(name)
+            except nats.js.errors.NotFoundError:
+                pass
 
     jetstream_call(work)
 
@@ -154,6 +156,8 @@ class ServerProcess:
         # restarts (as a data dir is) and removed by stop(). Two servers that must
         # share queues (two front doors) set the same name.
         self.stream = f"WT{os.getpid()}_{self.port}" if on_jetstream() and kind == "weir" else None
+        # A config file for weir (TOML text), written into root at start when set.
+        self.config_toml: str | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -176,11 +180,13 @@ class ServerProcess:
             str(self.data_dir),
             "--log-level",
             os.environ.get("WEIR_TEST_LOG_LEVEL", "info"),
-        ]
+        ] + (["--config", str(self.root / "weir.toml")] if self.config_toml is not None else [])
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> "ServerProcess":
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
+        if self.config_toml is not None:
+            (self.root / "weir.toml").write_text(self.config_toml)
         self._log = open(self.log_path, "ab")
         self._log.write(f"\n===== start #{self.starts}: {' '.join(self.argv())}\n".encode())
         self._log.flush()

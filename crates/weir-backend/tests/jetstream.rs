@@ -75,6 +75,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let urls = self.urls.clone();
         let subject = format!("$JS.API.STREAM.DELETE.{}", self.stream);
+        let doors = format!("$JS.API.STREAM.DELETE.{}_DOORS", self.stream);
         // Off any test runtime: a runtime of its own, on a thread of its own.
         let deleted = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -85,6 +86,8 @@ impl Drop for Cluster {
                 let addrs: Vec<async_nats::ServerAddr> =
                     urls.iter().filter_map(|u| u.parse().ok()).collect();
                 let client = async_nats::connect(addrs).await.ok()?;
+                // The doors' stream (registrations, lease records) may not exist.
+                let _ = client.request(doors, Bytes::new()).await;
                 client.request(subject, Bytes::new()).await.ok()
             })
         })
@@ -675,6 +678,138 @@ async fn leases_live_while_held_and_come_back_after_their_door_died() -> TestRes
     );
     b.close().await?;
     Ok(())
+}
+
+#[tokio::test]
+async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
+    let c = cluster!("a_killed_doors_leases_come_back_at_once");
+    // A lease timeout far longer than the wait below: only the other door's -NAK
+    // can bring the item back in time.
+    let config = JetStreamConfig {
+        lease_timeout_ms: 30_000,
+        door_timeout_ms: 500,
+        ..c.config()
+    };
+    let a = JetStream::connect(config.clone(), StoreOptions::default()).await?;
+    let b = JetStream::connect(config, StoreOptions::default()).await?;
+    let qa = a.queue("kd").await?;
+    let ra = a.reader(&qa, "").await?;
+    for i in 0..3 {
+        set(&qa, &format!("i{i}")).await?;
+    }
+    // Both doors must have seen each other answer (their first pings).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let held = [
+        take(&ra, TakeMode::Lease).await?,
+        take(&ra, TakeMode::Lease).await?,
+    ];
+    assert_eq!(data(&held[0]), Some("i0".into()));
+    assert_eq!(data(&held[1]), Some("i1".into()));
+    // One lease ends as a client would end it: confirmed, never to come back.
+    if let Some(Lease::JetStream(lease)) = held[0].as_ref().and_then(|t| t.lease.clone()) {
+        assert!(ra.confirm(&lease).await?);
+    } else {
+        return Err("a lease".into());
+    }
+    let qb = b.queue("kd").await?;
+    let rb = b.reader(&qb, "").await?;
+    assert_eq!(data(&take(&rb, TakeMode::Take).await?), Some("i2".into()));
+    assert!(take(&rb, TakeMode::Take).await?.is_none());
+    // Door a is killed: no close, no release; its runtime and connection just end.
+    drop(held);
+    drop(ra);
+    drop(qa);
+    drop(a);
+    let started = Instant::now();
+    let got = rb.take(TakeMode::Take, Duration::from_secs(10)).await?;
+    assert_eq!(data(&got), Some("i1".into()));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "back after {:?}",
+        started.elapsed()
+    );
+    assert!(rb
+        .take(TakeMode::Take, Duration::from_millis(500))
+        .await?
+        .is_none());
+    b.close().await?;
+    Ok(())
+}
+
+/// The doors registered on the test's stream (`_weir.<stream>.rec.door.<key>`).
+async fn door_registrations(
+    client: &async_nats::Client,
+    stream: &str,
+) -> std::result::Result<Vec<String>, Box<dyn StdError>> {
+    let body = format!(r#"{{"subjects_filter":"_weir.{stream}.rec.door.>"}}"#);
+    let info = client
+        .request(format!("$JS.API.STREAM.INFO.{stream}_DOORS"), body.into())
+        .await?;
+    let info: serde_json::Value = serde_json::from_slice(&info.payload)?;
+    let subjects = info["state"]["subjects"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    Ok(subjects)
+}
+
+#[tokio::test]
+async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
+    let c = cluster!("a_door_taken_for_dead_gives_nothing_back_twice");
+    let config = JetStreamConfig {
+        door_timeout_ms: 300,
+        ..c.config()
+    };
+    let a = JetStream::connect(config, StoreOptions::default()).await?;
+    let qa = a.queue("cut").await?;
+    let ra = a.reader(&qa, "").await?;
+    set(&qa, "x").await?;
+    let lease = match take(&ra, TakeMode::Lease).await? {
+        Some(Taken {
+            lease: Some(lease), ..
+        }) => lease,
+        other => return Err(format!("a lease, not {other:?}").into()),
+    };
+    // Another door took this one for dead while it was cut off, and gave its leases
+    // back (here: the mark only, as the winning door writes it).
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    let registered = door_registrations(&client, &c.stream).await?;
+    assert_eq!(registered.len(), 1, "{registered:?}");
+    let ack = client
+        .request(registered[0].clone(), "dead by-the-test 0".into())
+        .await?;
+    assert!(!String::from_utf8_lossy(&ack.payload).contains("error"));
+    // The door sees the mark, registers again under a new key, and lets go of what
+    // it held: the release sends no -NAK (the item may be another client's now).
+    let until = Instant::now() + Duration::from_secs(5);
+    while door_registrations(&client, &c.stream).await?.len() < 2 {
+        assert!(Instant::now() < until, "the door did not register again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ra.release(lease_of(&lease)?)?);
+    assert!(ra
+        .take(TakeMode::Take, Duration::from_millis(300))
+        .await?
+        .is_none());
+    // Nor is it renewed: it comes back after the lease timeout (1.5 s), once.
+    let got = ra.take(TakeMode::Take, Duration::from_secs(5)).await?;
+    assert_eq!(data(&got), Some("x".into()));
+    assert!(ra
+        .take(TakeMode::Take, Duration::from_millis(300))
+        .await?
+        .is_none());
+    a.close().await?;
+    Ok(())
+}
+
+fn lease_of(
+    lease: &Lease,
+) -> std::result::Result<&weir_backend::jetstream::Lease, Box<dyn StdError>> {
+    match lease {
+        Lease::JetStream(lease) => Ok(lease),
+        _ => Err("a JetStream lease".into()),
+    }
 }
 
 #[tokio::test]

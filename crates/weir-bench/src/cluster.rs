@@ -228,6 +228,9 @@ impl Bench<'_> {
         if let Err(e) = self.admin.delete_stream(stream).await {
             eprintln!("weir-bench: {e:#}");
         }
+        // The doors' registrations and lease records (weir's streams only; absent
+        // for nats bench's).
+        let _ = self.admin.delete_stream(&format!("{stream}_DOORS")).await;
     }
 }
 

@@ -30,6 +30,11 @@ pub struct JetStreamConfig {
     /// holds the lease it renews it every third of this; so this is how soon the
     /// leases of a front door that was killed come back to the other doors.
     pub lease_timeout_ms: u64,
+    /// How long a front door may stay silent (its ping subscription gone from the
+    /// cluster) before the other doors take it for dead and give its open leases back
+    /// at once, rather than after `lease_timeout_ms`. 0 turns this off. Keep it well
+    /// under half of `lease_timeout_ms`, or the leases come back after AckWait anyway.
+    pub door_timeout_ms: u64,
     /// Open leases per reader, all front doors together.
     pub max_ack_pending: i64,
     /// Blocked `get …/t=` per reader, all front doors together.
@@ -56,6 +61,7 @@ impl Default for JetStreamConfig {
             subject_prefix: "weir.q".to_owned(),
             max_consumers: 10_000,
             lease_timeout_ms: 5_000,
+            door_timeout_ms: 1_000,
             max_ack_pending: 20_000,
             max_waiting: 4_096,
             request_timeout_ms: 5_000,

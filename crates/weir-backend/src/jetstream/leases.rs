@@ -3,7 +3,8 @@
 //!
 //! In JetStream a lease is a delivered, unacknowledged message; the consumer's AckWait
 //! is its timeout. For queues without `open_timeout`, AckWait is `lease_timeout_ms`
-//! (short: it is how soon the leases of a killed front door come back), and the
+//! (how soon the leases of a killed front door come back when no other door gives
+//! them back first, see [`super::doors`]), and the
 //! keep-alive pump sends `+WPI` (work in progress: AckWait starts again) for every
 //! lease this door holds, every third of its AckWait. So a lease lives as long as the
 //! client connection that holds it, whatever the AckWait, and no longer than
@@ -36,16 +37,35 @@ const TICK_MAX: Duration = Duration::from_millis(500);
 const TICK_MIN: Duration = Duration::from_millis(20);
 
 struct Held {
+    /// The lease's record in the doors' stream ([`super::doors`]), if stored.
+    record: Option<Arc<str>>,
     next: Instant,
     every: Duration,
     /// Renewed by the pump (false: the queue's `open_timeout` is its AckWait).
     renew: bool,
 }
 
+/// A lease's end, as the registry saw it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Forgot {
+    /// This door held it: its record (if any) is to be replaced by a tombstone.
+    Held(Option<Arc<str>>),
+    /// Other doors took this door for dead and gave it back already: it must not be
+    /// given back again (it may be another client's by now).
+    Lost,
+    /// Not kept (past [`KEPT_ALIVE_MAX`]).
+    Unknown,
+}
+
+/// A release for the nak pump: the ack subject, and the lease's record.
+pub(crate) type Release = (Arc<str>, Option<Arc<str>>);
+
 /// The leases this door keeps alive, and the way to the nak pump.
 pub(crate) struct Leases {
     held: Mutex<HashMap<Arc<str>, Held>>,
-    naks: Mutex<Option<mpsc::UnboundedSender<Arc<str>>>>,
+    /// Leases given back by other doors while this one was cut off (bounded as `held`).
+    lost: Mutex<std::collections::HashSet<Arc<str>>>,
+    naks: Mutex<Option<mpsc::UnboundedSender<Release>>>,
     /// Releases queued and not yet handed to the client.
     unsent: AtomicU64,
     sent: Notify,
@@ -60,10 +80,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Leases {
     /// The registry, and the receiving end for [`nak_pump`].
-    pub fn new(lease_timeout: Duration) -> (Leases, mpsc::UnboundedReceiver<Arc<str>>) {
+    pub fn new(lease_timeout: Duration) -> (Leases, mpsc::UnboundedReceiver<Release>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let leases = Leases {
             held: Mutex::new(HashMap::new()),
+            lost: Mutex::new(std::collections::HashSet::new()),
             naks: Mutex::new(Some(tx)),
             unsent: AtomicU64::new(0),
             sent: Notify::new(),
@@ -73,9 +94,9 @@ impl Leases {
         (leases, rx)
     }
 
-    /// Remembers an open lease (its ack subject), and renews it every third of
-    /// `ack_wait` from now on when `renew`.
-    pub fn keep(&self, reply: Arc<str>, ack_wait: Duration, renew: bool) {
+    /// Remembers an open lease (its ack subject, and its record), and renews it
+    /// every third of `ack_wait` from now on when `renew`.
+    pub fn keep(&self, reply: Arc<str>, ack_wait: Duration, renew: bool, record: Option<Arc<str>>) {
         let every = (ack_wait / 3).max(TICK_MIN);
         let mut held = lock(&self.held);
         if held.len() >= KEPT_ALIVE_MAX {
@@ -89,7 +110,15 @@ impl Leases {
             return;
         }
         let next = Instant::now() + every;
-        held.insert(reply, Held { next, every, renew });
+        held.insert(
+            reply,
+            Held {
+                record,
+                next,
+                every,
+                renew,
+            },
+        );
     }
 
     /// The stream sequences of the leases this door holds on `consumer` (what a peek
@@ -104,18 +133,41 @@ impl Leases {
             .collect()
     }
 
-    pub fn forget(&self, reply: &str) {
-        lock(&self.held).remove(reply);
+    /// The lease ended (confirmed or released): no more renewals.
+    pub fn forget(&self, reply: &str) -> Forgot {
+        if let Some(held) = lock(&self.held).remove(reply) {
+            return Forgot::Held(held.record);
+        }
+        if lock(&self.lost).remove(reply) {
+            return Forgot::Lost;
+        }
+        Forgot::Unknown
     }
 
-    /// Queues `-NAK` for the lease; false once the backend is closed.
-    pub fn nak(&self, reply: Arc<str>) -> bool {
+    /// Other doors gave every lease of this door back (they took it for dead): none
+    /// is renewed or given back again. How many.
+    pub fn lose_all(&self) -> usize {
+        let held: Vec<Arc<str>> = lock(&self.held).drain().map(|(reply, _)| reply).collect();
+        let n = held.len();
+        let mut lost = lock(&self.lost);
+        lost.extend(held);
+        if lost.len() > KEPT_ALIVE_MAX {
+            // Forgotten: their release sends a -NAK that finds them no longer pending
+            // at worst (or takes one back from its new holder: delivered once more).
+            lost.clear();
+        }
+        n
+    }
+
+    /// Queues `-NAK` for the lease (after a tombstone for its record); false once the
+    /// backend is closed.
+    pub fn nak(&self, reply: Arc<str>, record: Option<Arc<str>>) -> bool {
         let naks = lock(&self.naks);
         let Some(tx) = naks.as_ref() else {
             return false;
         };
         self.unsent.fetch_add(1, Ordering::AcqRel);
-        let queued = tx.send(reply).is_ok();
+        let queued = tx.send((reply, record)).is_ok();
         if !queued {
             self.unsent.fetch_sub(1, Ordering::AcqRel);
         }
@@ -176,9 +228,14 @@ impl Leases {
 pub(crate) async fn nak_pump(
     api: Api,
     leases: Arc<Leases>,
-    mut released: mpsc::UnboundedReceiver<Arc<str>>,
+    mut released: mpsc::UnboundedReceiver<Release>,
 ) {
-    while let Some(reply) = released.recv().await {
+    while let Some((reply, record)) = released.recv().await {
+        // The record first: a door killed between the two leaves the lease to
+        // AckWait, rather than to another door's -NAK after it went to a new holder.
+        if let Some(record) = record {
+            super::doors::tombstone(&api, &record).await;
+        }
         if !nak(&api, &reply).await {
             tracing::debug!(%reply, "jetstream: a release was not confirmed; AckWait gives it back");
         }
@@ -222,17 +279,45 @@ mod tests {
     #[tokio::test]
     async fn keeps_forgets_and_closes() {
         let (leases, mut rx) = Leases::new(Duration::from_millis(300));
-        leases.keep("a".into(), Duration::from_millis(60), true);
-        leases.keep("b".into(), Duration::from_secs(60), true);
+        leases.keep("a".into(), Duration::from_millis(60), true, None);
+        leases.keep(
+            "b".into(),
+            Duration::from_secs(60),
+            true,
+            Some("rec".into()),
+        );
         assert!(leases.due().is_empty());
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(leases.due(), vec![Arc::<str>::from("a")]);
-        leases.forget("a");
+        assert_eq!(leases.forget("a"), Forgot::Held(None));
+        assert_eq!(leases.forget("a"), Forgot::Unknown);
         assert_eq!(leases.len(), 1);
-        assert!(leases.nak("b".into()));
+        assert!(leases.nak("b".into(), Some("rec".into())));
         leases.close();
-        assert!(!leases.nak("c".into()));
-        assert_eq!(rx.recv().await.as_deref(), Some("b"));
+        assert!(!leases.nak("c".into(), None));
+        assert_eq!(
+            rx.recv().await,
+            Some((Arc::<str>::from("b"), Some(Arc::<str>::from("rec"))))
+        );
         assert_eq!(rx.recv().await, None);
+    }
+
+    #[test]
+    fn lost_leases_are_neither_renewed_nor_given_back() {
+        let (leases, _rx) = Leases::new(Duration::from_millis(300));
+        leases.keep(
+            "a".into(),
+            Duration::from_millis(30),
+            true,
+            Some("ra".into()),
+        );
+        leases.keep("b".into(), Duration::from_millis(30), true, None);
+        assert_eq!(leases.lose_all(), 2);
+        assert_eq!(leases.len(), 0);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(leases.due().is_empty());
+        assert_eq!(leases.forget("a"), Forgot::Lost);
+        assert_eq!(leases.forget("a"), Forgot::Unknown);
+        assert_eq!(leases.forget("b"), Forgot::Lost);
     }
 }

@@ -31,6 +31,7 @@ mod admin;
 mod api;
 mod config;
 mod connect;
+mod doors;
 mod errors;
 mod interest;
 mod layout;
@@ -81,6 +82,8 @@ pub(crate) struct Inner {
     options: RwLock<StoreOptions>,
     registry: Registry,
     leases: Arc<Leases>,
+    /// The other front doors ([`doors`]): who gives a killed door's leases back.
+    doors: Arc<doors::Doors>,
     link: Arc<LinkState>,
     /// The stream is set up and the registry filled.
     ready: AtomicBool,
@@ -262,6 +265,7 @@ impl JetStream {
             ("backend_replicas", c.replicas.to_string()),
             ("backend_max_consumers", c.max_consumers.to_string()),
             ("backend_lease_timeout_ms", c.lease_timeout_ms.to_string()),
+            ("backend_door_timeout_ms", c.door_timeout_ms.to_string()),
             (
                 "backend_unavailable_retry_ms",
                 c.unavailable_retry_ms.to_string(),
@@ -347,8 +351,13 @@ impl Reader {
 
     /// Acknowledges the lease (and waits for the cluster to record it).
     pub async fn confirm(&self, lease: &Lease) -> Result<bool> {
-        self.inner.leases.forget(&lease.reply);
+        let forgot = self.inner.leases.forget(&lease.reply);
         let result = self.ack(&lease.reply).await;
+        if let leases::Forgot::Held(Some(record)) = forgot {
+            // After the ack: a door killed between the two leaves a record whose
+            // -NAK finds the item no longer pending.
+            doors::tombstone(&self.inner.api, &record).await;
+        }
         self.inner.api.metrics.count(Op::Confirm, &result);
         self.inner.stats_cache.invalidate();
         result
@@ -357,8 +366,13 @@ impl Reader {
     /// Gives the leased item back, ahead of newer ones (`-NAK`, sent by the nak pump).
     /// Never blocks or awaits.
     pub fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.leases.forget(&lease.reply);
-        let result = if self.inner.leases.nak(lease.reply.clone()) {
+        let record = match self.inner.leases.forget(&lease.reply) {
+            leases::Forgot::Held(record) => record,
+            leases::Forgot::Unknown => None,
+            // Given back by other doors already (this door was taken for dead).
+            leases::Forgot::Lost => return Ok(true),
+        };
+        let result = if self.inner.leases.nak(lease.reply.clone(), record) {
             Ok(true)
         } else {
             Err(Error::new(Kind::Closed, "the jetstream backend is closed"))

@@ -107,20 +107,33 @@ impl Reader {
                 }
                 return Ok(Some(Taken { item, lease: None }));
             }
-            let renew = self.queue.open_timeout().is_none();
-            inner
-                .leases
-                .keep(reply.clone(), self.entry.ack_wait(), renew);
-            let lease = Lease {
-                reply,
-                seq: item.seq,
-            };
-            return Ok(Some(Taken {
-                item,
-                lease: Some(crate::Lease::JetStream(lease)),
-            }));
+            return Ok(Some(self.leased(item, reply).await));
         }
         Ok(None)
+    }
+
+    /// A pulled item handed out under a lease: kept alive (unless the queue sets
+    /// `open_timeout`), and recorded first so that another door gives it back at once
+    /// if this one is killed ([`super::doors`]).
+    async fn leased(&self, item: Item, reply: std::sync::Arc<str>) -> Taken {
+        let inner = &self.inner;
+        let renew = self.queue.open_timeout().is_none();
+        let ack_wait = self.entry.ack_wait();
+        let expires_at_ms = if renew {
+            0
+        } else {
+            now_ms().saturating_add(u64::try_from(ack_wait.as_millis()).unwrap_or(u64::MAX))
+        };
+        let record = inner.doors.record(&reply, expires_at_ms).await;
+        inner.leases.keep(reply.clone(), ack_wait, renew, record);
+        let lease = Lease {
+            reply,
+            seq: item.seq,
+        };
+        Taken {
+            item,
+            lease: Some(crate::Lease::JetStream(lease)),
+        }
     }
 
     /// Whether the reader's consumer has gone past this door's latest append to the

@@ -62,17 +62,26 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     };
     let (leases, released) = Leases::new(Duration::from_millis(config.lease_timeout_ms.max(1)));
     let leases = Arc::new(leases);
+    let door_id = door_id();
+    let doors = Arc::new(super::doors::Doors::new(
+        api.clone(),
+        leases.clone(),
+        &layout.stream,
+        &door_id,
+        &config,
+    ));
     let inner = Arc::new(Inner {
         layout,
         api: api.clone(),
         options: RwLock::new(options),
         registry: Registry::default(),
         leases: leases.clone(),
+        doors: doors.clone(),
         link,
         ready: AtomicBool::new(false),
         setup_lock: tokio::sync::Mutex::new(()),
         creations: Semaphore::new(CREATIONS_AT_ONCE),
-        door_id: door_id(),
+        door_id,
         published: AtomicU64::new(0),
         stats_cache: stats::Cache::default(),
         runtime: handle.clone(),
@@ -80,6 +89,7 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     });
     let nak_pump = handle.spawn(leases::nak_pump(api.clone(), leases.clone(), released));
     handle.spawn(leases::keepalive_pump(api, Arc::downgrade(&leases)));
+    handle.spawn(super::doors::Doors::run(Arc::downgrade(&doors)));
     let js = JetStream {
         inner,
         runtime: Mutex::new(runtime),
@@ -134,6 +144,8 @@ pub(super) async fn close(js: &JetStream) {
     if let Some(pump) = pump {
         let _ = tokio::time::timeout(CLOSE_WAIT, pump).await;
     }
+    let doors = inner.doors.clone();
+    let _ = tokio::time::timeout(CLOSE_WAIT, doors.close()).await;
     let client = inner.api.client.clone();
     let _ = tokio::time::timeout(CLOSE_WAIT, client.flush()).await;
     let _ = tokio::time::timeout(CLOSE_WAIT, client.drain()).await;

@@ -1,0 +1,558 @@
+//! Front doors that know each other, so that the open leases of a door that was
+//! killed come back to the other doors' clients at once, not after AckWait.
+//!
+//! JetStream knows no connections: a lease is a delivered message that nobody acked,
+//! and only AckWait ends it. A door that closes gives its leases back itself (a
+//! `-NAK` each); a door that is killed cannot. So each door leaves enough behind for
+//! another door to do it:
+//!
+//! - **A small stream of its own**, `<stream>_DOORS` (memory storage, one message per
+//!   subject, the stream's replicas): the door's registration
+//!   `_weir.<stream>.rec.door.<key>`, and a record per open lease,
+//!   `_weir.<stream>.rec.lease.<key>.<n>`, holding the lease's ack subject. The record
+//!   is stored (PubAck) before the item is handed to the client; when the lease ends,
+//!   a tombstone (empty, `Nats-TTL: 1s`) replaces it and then goes by itself.
+//! - **A ping subject**, `_weir.<stream>.ping.<key>`, that the door answers. The NATS
+//!   server drops a connection's subscriptions the moment the connection ends (a
+//!   killed process's socket is closed by its kernel), and a request to a subject
+//!   nobody subscribes to is answered "no responders" at once.
+//!
+//! Every door pings every registered door every quarter of `door_timeout_ms`. One
+//! that has had no responders for `door_timeout_ms` is dead: the first door to mark
+//! its registration dead (a publish that expects the registration's sequence, so
+//! exactly one door wins) sends `-NAK` for each of its recorded leases, and purges its
+//! records. Only a door that saw the dead one answer within half the lease timeout
+//! sends the Naks: a lease is renewed every third of its AckWait, so it is still the
+//! dead door's then, where a later `-NAK` could take back an item that AckWait
+//! already gave to someone else (JetStream's acks name the stream sequence, not the
+//! delivery).
+//!
+//! A door cut off from NATS for longer than `door_timeout_ms` is taken for dead too.
+//! When it is back it finds its registration marked dead: its leases were given to
+//! other doors, so it stops renewing them, does not give them back again when its
+//! clients abort (a confirm is still sent; the item is then delivered twice, never
+//! lost), and registers again under a new key (`<id>.<epoch>`).
+//!
+//! What this does not cover (AckWait does, as before): an item a door had pulled for
+//! a plain `get` and not yet acked; a lease whose record could not be stored in time
+//! (the doors' stream unavailable); a door killed while no other door runs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::{HeaderMap, Request};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::api::{Api, Sent};
+use super::errors::code;
+use super::leases::{self, Leases};
+use super::queue::now_ms;
+use crate::Result;
+
+/// Doors one door keeps track of; more are not pinged (with a warning).
+const DOORS_MAX: usize = 256;
+/// The doors' stream's size cap (about 150 bytes a record: 400,000 open leases).
+const STREAM_BYTES_MAX: i64 = 64 << 20;
+/// A tombstone's life: it replaces a lease's record, then goes.
+const TOMBSTONE_TTL: &str = "1s";
+/// A dead door's registration, marked dead, stays this long (so every door sees it
+/// was taken care of), then goes.
+const DEAD_TTL: &str = "60s";
+/// The longest a lease's record may hold up the lease: past it the lease goes out
+/// unrecorded (it then comes back after AckWait if its door is killed).
+const RECORD_WAIT_MAX: Duration = Duration::from_millis(500);
+/// A lease that expires by itself (`open_timeout`) this soon is not given back by
+/// another door: AckWait is about to.
+const EXPIRY_MARGIN_MS: u64 = 250;
+/// How often the door list is read, in pings.
+const LIST_EVERY: u32 = 4;
+/// Requests at once when a dead door's leases are given back.
+const NAKS_AT_ONCE: usize = 16;
+
+/// What one door knows of another.
+#[derive(Default)]
+struct Known {
+    /// When it last answered a ping.
+    alive_at: Option<Instant>,
+    /// Since when its pings have had no responders (without an answer since).
+    silent_since: Option<Instant>,
+    /// Claimed (by any door) or found gone: nothing more to do.
+    done: bool,
+}
+
+pub(crate) struct Doors {
+    api: Api,
+    leases: Arc<Leases>,
+    /// `<stream>_DOORS`.
+    stream: String,
+    /// `_weir.<stream>`.
+    prefix: String,
+    /// Unique per process and start.
+    id: String,
+    /// Bumped when this door finds itself taken for dead.
+    epoch: AtomicU64,
+    registered: AtomicBool,
+    /// The ping subscription is up (it survives reconnections).
+    answering: AtomicBool,
+    next: AtomicU64,
+    timeout: Duration,
+    lease_timeout: Duration,
+    replicas: usize,
+    warned: AtomicBool,
+}
+
+impl Doors {
+    pub fn new(
+        api: Api,
+        leases: Arc<Leases>,
+        stream: &str,
+        id: &str,
+        config: &super::JetStreamConfig,
+    ) -> Doors {
+        Doors {
+            api,
+            leases,
+            stream: format!("{stream}_DOORS"),
+            prefix: format!("_weir.{stream}"),
+            id: id.to_owned(),
+            epoch: AtomicU64::new(0),
+            registered: AtomicBool::new(false),
+            answering: AtomicBool::new(false),
+            next: AtomicU64::new(0),
+            timeout: Duration::from_millis(config.door_timeout_ms),
+            lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
+            replicas: config.replicas,
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        !self.timeout.is_zero()
+    }
+
+    /// `<id>.<epoch>`: this door's name in subjects.
+    fn key(&self) -> String {
+        format!("{}.{}", self.id, self.epoch.load(Ordering::Acquire))
+    }
+
+    fn door_subject(&self, key: &str) -> String {
+        format!("{}.rec.door.{key}", self.prefix)
+    }
+
+    fn leases_filter(&self, key: &str) -> String {
+        format!("{}.rec.lease.{key}.>", self.prefix)
+    }
+
+    /// Records an open lease (its ack subject, and when it expires by itself, 0 for a
+    /// lease kept alive) before it is handed out; the record's subject, or `None`
+    /// when it could not be stored in time (the lease then comes back after AckWait
+    /// if this door is killed).
+    pub async fn record(&self, reply: &str, expires_at_ms: u64) -> Option<Arc<str>> {
+        if !self.enabled() || !self.registered.load(Ordering::Acquire) {
+            return None;
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let subject = format!("{}.rec.lease.{}.{n}", self.prefix, self.key());
+        let request = Request::new().payload(Bytes::from(format!("{reply} {expires_at_ms}")));
+        let wait = self.api.request_timeout.min(RECORD_WAIT_MAX);
+        let deadline = Instant::now() + wait;
+        match self.api.send(subject.clone(), request, deadline).await {
+            Sent::Reply(m) if pub_ack_ok(&m.payload) => Some(subject.into()),
+            _ => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        stream = %self.stream,
+                        "jetstream: a lease's record was not stored; such leases come back after AckWait if this door is killed"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Keeps the registration current and watches the other doors, until the doors
+    /// are dropped. Does nothing when `door_timeout_ms` is 0.
+    pub async fn run(doors: std::sync::Weak<Doors>) {
+        let mut known: HashMap<String, Known> = HashMap::new();
+        let mut round: u32 = 0;
+        let mut warned = false;
+        loop {
+            let Some(d) = doors.upgrade() else { return };
+            if !d.enabled() {
+                return;
+            }
+            let every = (d.timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+            if d.registered.load(Ordering::Acquire) {
+                d.check_self().await;
+                if round.is_multiple_of(LIST_EVERY) {
+                    d.list(&mut known).await;
+                }
+                d.ping_all(&mut known).await;
+                round = round.wrapping_add(1);
+            } else if let Err(e) = d.register().await {
+                // Once at warn (retried every round; leases go out unrecorded meanwhile).
+                if std::mem::replace(&mut warned, true) {
+                    tracing::debug!("jetstream: door registration: {e}");
+                } else {
+                    tracing::warn!("jetstream: registering this door in {} failed ({e}); until it works, a killed door's leases come back after lease_timeout_ms", d.stream);
+                }
+            }
+            drop(d);
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Sets the doors' stream up, starts answering pings, and registers.
+    async fn register(&self) -> Result<()> {
+        let deadline = Instant::now() + self.api.request_timeout;
+        let config = json!({
+            "name": self.stream,
+            "subjects": [format!("{}.rec.>", self.prefix)],
+            "retention": "limits",
+            "storage": "memory",
+            "num_replicas": self.replicas,
+            "allow_direct": true,
+            "allow_msg_ttl": true,
+            "max_msgs_per_subject": 1,
+            "max_bytes": STREAM_BYTES_MAX,
+            "discard": "old",
+        });
+        let api = format!("STREAM.CREATE.{}", self.stream);
+        let created = self
+            .api
+            .json_or_api_error::<serde_json::Value>(&api, &config, deadline)
+            .await?;
+        if let Err(e) = created {
+            if e.err_code != code::STREAM_NAME_IN_USE {
+                return Err(e.to_error());
+            }
+            let api = format!("STREAM.UPDATE.{}", self.stream);
+            self.api
+                .json::<serde_json::Value>(&api, &config, deadline)
+                .await?;
+        }
+        if !self.answering.load(Ordering::Acquire) {
+            self.answer_pings().await?;
+            self.answering.store(true, Ordering::Release);
+        }
+        self.publish_registration(deadline).await?;
+        self.registered.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    async fn answer_pings(&self) -> Result<()> {
+        let subject = format!("{}.ping.{}.*", self.prefix, self.id);
+        let mut pings = self.api.client.subscribe(subject).await.map_err(|e| {
+            crate::Error::new(crate::Kind::Unavailable, format!("subscribing: {e}"))
+        })?;
+        let client = self.api.client.clone();
+        tokio::spawn(async move {
+            while let Some(ping) = pings.next().await {
+                if let Some(reply) = ping.reply {
+                    let _ = client.publish(reply, Bytes::new()).await;
+                }
+            }
+        });
+        // The subscription is on the server before anyone is told to ping it.
+        let _ = tokio::time::timeout(self.api.request_timeout, self.api.client.flush()).await;
+        Ok(())
+    }
+
+    async fn publish_registration(&self, deadline: Instant) -> Result<()> {
+        let subject = self.door_subject(&self.key());
+        let request = Request::new().payload(Bytes::from(format!("alive {}", now_ms())));
+        match self.api.send(subject, request, deadline).await {
+            Sent::Reply(m) if pub_ack_ok(&m.payload) => Ok(()),
+            _ => Err(crate::Error::new(
+                crate::Kind::Unavailable,
+                "the doors' stream did not store the registration",
+            )),
+        }
+    }
+
+    /// Whether another door took this one for dead (it was cut off from NATS): then
+    /// its leases are no longer its own, and it registers again under a new key.
+    async fn check_self(&self) {
+        let key = self.key();
+        let deadline = Instant::now() + self.api.request_timeout;
+        let mine = match self.last(&self.door_subject(&key), deadline).await {
+            Ok(mine) => mine,
+            Err(_) => return,
+        };
+        match mine {
+            Some((_, payload)) if payload.starts_with(b"dead") => {
+                let lost = self.leases.lose_all();
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!(
+                    door = %key,
+                    lost,
+                    "jetstream: other doors took this door for dead (cut off from NATS); its open leases went back to the queues"
+                );
+            }
+            Some(_) => return,
+            // The registration is gone (the doors' stream lost it): register again.
+            None => {}
+        }
+        if let Err(e) = self.publish_registration(deadline).await {
+            tracing::debug!("jetstream: registering again: {e}");
+        }
+    }
+
+    /// Learns the registered doors (other than this one).
+    async fn list(&self, known: &mut HashMap<String, Known>) {
+        let deadline = Instant::now() + self.api.request_timeout;
+        let filter = format!("{}.rec.door.>", self.prefix);
+        let Ok(subjects) = self.subjects(&filter, deadline).await else {
+            return;
+        };
+        let strip = format!("{}.rec.door.", self.prefix);
+        let mine = self.key();
+        let listed: Vec<String> = subjects
+            .into_iter()
+            .filter_map(|s| s.strip_prefix(&strip).map(str::to_owned))
+            .filter(|k| *k != mine)
+            .collect();
+        known.retain(|k, _| listed.contains(k));
+        for key in listed {
+            if known.len() >= DOORS_MAX && !known.contains_key(&key) {
+                tracing::warn!(max = DOORS_MAX, "jetstream: too many front doors to watch");
+                break;
+            }
+            known.entry(key).or_default();
+        }
+    }
+
+    /// Pings every door not yet taken care of; claims the ones silent for too long.
+    async fn ping_all(&self, known: &mut HashMap<String, Known>) {
+        let now = Instant::now();
+        let mut dead = Vec::new();
+        for (key, door) in known.iter_mut().filter(|(_, d)| !d.done) {
+            let subject = format!("{}.ping.{key}", self.prefix);
+            let request = Request::new().payload(Bytes::new());
+            let deadline = Instant::now() + self.timeout.max(Duration::from_millis(100));
+            match self.api.send(subject, request, deadline).await {
+                Sent::Reply(_) => {
+                    door.alive_at = Some(Instant::now());
+                    door.silent_since = None;
+                }
+                Sent::NoResponders => {
+                    let since = *door.silent_since.get_or_insert(now);
+                    if now.duration_since(since) >= self.timeout {
+                        dead.push(key.clone());
+                    }
+                }
+                // Slow, or this door is cut off: nothing is known.
+                Sent::Failed(_) | Sent::Refused(_) => {}
+            }
+        }
+        for key in dead {
+            let Some(door) = known.get_mut(&key) else {
+                continue;
+            };
+            // Its leases are still its own only if it answered lately (see the
+            // module doc); otherwise AckWait gives them back.
+            let recent = door
+                .alive_at
+                .is_some_and(|at| now.duration_since(at) < self.lease_timeout / 2);
+            match self.claim(&key, recent).await {
+                Ok(()) => door.done = true,
+                Err(e) => tracing::debug!(door = %key, "jetstream: a dead door's leases: {e}"),
+            }
+        }
+    }
+
+    /// Marks `key`'s registration dead (unless another door did), gives its leases
+    /// back when `give_back`, and purges its records.
+    async fn claim(&self, key: &str, give_back: bool) -> Result<()> {
+        let deadline = Instant::now() + self.api.request_timeout;
+        let subject = self.door_subject(key);
+        let Some((seq, payload)) = self.last(&subject, deadline).await? else {
+            return Ok(());
+        };
+        if payload.starts_with(b"dead") {
+            return Ok(());
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Expected-Last-Subject-Sequence", seq.to_string());
+        headers.insert("Nats-TTL", DEAD_TTL);
+        let request = Request::new().headers(headers).payload(Bytes::from(format!(
+            "dead {} {}",
+            self.key(),
+            now_ms()
+        )));
+        match self.api.send(subject, request, deadline).await {
+            Sent::Reply(m) if pub_ack_ok(&m.payload) => {}
+            // Another door marked it first, or nothing is known: not ours.
+            _ => return Ok(()),
+        }
+        let given = if give_back {
+            self.give_back(key).await?
+        } else {
+            0
+        };
+        tracing::info!(door = %key, given_back = given, "jetstream: a front door died; its open leases are back in their queues");
+        let api = format!("STREAM.PURGE.{}", self.stream);
+        let body = json!({ "filter": self.leases_filter(key) });
+        let deadline = Instant::now() + self.api.request_timeout;
+        self.api
+            .json::<serde_json::Value>(&api, &body, deadline)
+            .await?;
+        Ok(())
+    }
+
+    /// `-NAK` for each of the dead door's recorded leases; how many.
+    async fn give_back(&self, key: &str) -> Result<usize> {
+        let deadline = Instant::now() + self.api.request_timeout;
+        let subjects = self.subjects(&self.leases_filter(key), deadline).await?;
+        let now = now_ms();
+        let naks = futures_util::stream::iter(subjects)
+            .map(|subject| async move {
+                let deadline = Instant::now() + self.api.request_timeout;
+                let Ok(Some((_, record))) = self.last(&subject, deadline).await else {
+                    return false;
+                };
+                let Some((reply, expires)) = parse_record(&record) else {
+                    return false;
+                };
+                if expires != 0 && expires <= now + EXPIRY_MARGIN_MS {
+                    return false;
+                }
+                leases::nak(&self.api, reply).await
+            })
+            .buffer_unordered(NAKS_AT_ONCE)
+            .filter(|sent| std::future::ready(*sent))
+            .count()
+            .await;
+        Ok(naks)
+    }
+
+    /// The subjects of the doors' stream matching `filter` (one page: up to the
+    /// server's 100,000).
+    async fn subjects(&self, filter: &str, deadline: Instant) -> Result<Vec<String>> {
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct Info {
+            state: State,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct State {
+            subjects: HashMap<String, u64>,
+        }
+        let api = format!("STREAM.INFO.{}", self.stream);
+        let info: Info = self
+            .api
+            .json(&api, &json!({ "subjects_filter": filter }), deadline)
+            .await?;
+        Ok(info.state.subjects.into_keys().collect())
+    }
+
+    /// The last message on `subject` (Direct Get): its sequence and payload.
+    async fn last(&self, subject: &str, deadline: Instant) -> Result<Option<(u64, Bytes)>> {
+        let api = format!("$JS.API.DIRECT.GET.{}", self.stream);
+        let body = Bytes::from(json!({ "last_by_subj": subject }).to_string());
+        match self
+            .api
+            .send(api, Request::new().payload(body), deadline)
+            .await
+        {
+            Sent::Reply(m) => match m.status.map(|s| s.as_u16()) {
+                None => {
+                    let seq = m
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get("Nats-Sequence"))
+                        .and_then(|v| v.as_str().parse().ok())
+                        .unwrap_or(0);
+                    Ok(Some((seq, m.payload)))
+                }
+                Some(404) => Ok(None),
+                Some(s) => Err(super::errors::unavailable(format!("direct get: {s}"))),
+            },
+            Sent::NoResponders => Err(super::errors::unavailable("direct get: no responders")),
+            Sent::Failed(why) => Err(super::errors::unavailable(why)),
+            Sent::Refused(e) => Err(e),
+        }
+    }
+
+    /// Purges this door's records at a graceful shutdown (its leases were given back
+    /// already).
+    pub async fn close(&self) {
+        if !self.registered.load(Ordering::Acquire) {
+            return;
+        }
+        let key = self.key();
+        let api = format!("STREAM.PURGE.{}", self.stream);
+        for filter in [self.leases_filter(&key), self.door_subject(&key)] {
+            let deadline = Instant::now() + self.api.request_timeout;
+            let _ = self
+                .api
+                .json_or_api_error::<serde_json::Value>(
+                    &api,
+                    &json!({ "filter": filter }),
+                    deadline,
+                )
+                .await;
+        }
+    }
+}
+
+/// Replaces a lease's record with a tombstone that goes by itself (the lease ended).
+pub(crate) async fn tombstone(api: &Api, record: &str) {
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-TTL", TOMBSTONE_TTL);
+    let sent = api
+        .client
+        .publish_with_headers(record.to_owned(), headers, Bytes::new());
+    let _ = tokio::time::timeout(api.request_timeout, sent).await;
+}
+
+/// A PubAck without an error.
+fn pub_ack_ok(payload: &[u8]) -> bool {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct PubAck {
+        seq: u64,
+        error: Option<serde_json::Value>,
+    }
+    matches!(serde_json::from_slice::<PubAck>(payload), Ok(a) if a.error.is_none() && a.seq > 0)
+}
+
+/// `<ack subject> <expires ms>`; `None` for a tombstone or anything else.
+fn parse_record(record: &[u8]) -> Option<(&str, u64)> {
+    let text = std::str::from_utf8(record).ok()?;
+    let (reply, expires) = text.split_once(' ')?;
+    super::layout::Delivery::parse(reply)?;
+    Some((reply, expires.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_records_and_pub_acks() {
+        let reply = "$JS.ACK.WEIR.q~.1.42.7.1700000000123456789.0";
+        let record = format!("{reply} 0");
+        assert_eq!(parse_record(record.as_bytes()), Some((reply, 0)));
+        let record = format!("{reply} 1700000005000");
+        assert_eq!(
+            parse_record(record.as_bytes()),
+            Some((reply, 1_700_000_005_000))
+        );
+        assert_eq!(parse_record(b""), None);
+        assert_eq!(parse_record(b"_INBOX.x 0"), None);
+        assert_eq!(parse_record(format!("{reply} soon").as_bytes()), None);
+        assert!(pub_ack_ok(br#"{"stream":"S_DOORS","seq":7}"#));
+        assert!(!pub_ack_ok(
+            br#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}"#
+        ));
+        assert!(!pub_ack_ok(b"garbage"));
+    }
+}
