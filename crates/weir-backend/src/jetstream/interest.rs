@@ -14,6 +14,16 @@
 //! Skipped: wait a moment and probe again, until the call's deadline. Readers
 //! acknowledge and skip probes as they meet them. Cost: one publish and one or two
 //! lookups per queue and door, once.
+//!
+//! Every replica of the stream decides for itself, when it applies a message, whether
+//! any of *its* consumers is interested, and skips it if not; a consumer reads from
+//! its own node's copy. So the stream leader storing the probe is not enough: a
+//! replica that has not yet set up the new consumer drops the first items, and the
+//! consumer, led from that node, never delivers them (seen once in CI: the first four
+//! `STORED` items of a new queue were never read). So the probe goes only once every
+//! online replica of the consumer has caught up with its leader (`CONSUMER.INFO`'s
+//! `cluster.replicas`), and it must be seen by the consumer itself (pending or
+//! delivered), not only by the stream leader.
 
 use std::time::Duration;
 
@@ -48,6 +58,7 @@ pub(super) async fn await_interest(
     consumer: &str,
     deadline: Instant,
 ) -> Result<()> {
+    await_replicas(inner, consumer, deadline).await?;
     loop {
         let mut headers = HeaderMap::new();
         let n = inner
@@ -57,7 +68,7 @@ pub(super) async fn await_interest(
         headers.insert(PROBE_HEADER, "1");
         headers.insert("Nats-TTL", PROBE_TTL);
         let seq = super::queue::publish(inner, queue, headers, Bytes::new(), deadline).await?;
-        if stored(inner, seq, deadline).await? {
+        if stored(inner, seq, deadline).await? && seen_by(inner, consumer, seq, deadline).await? {
             // Seen: removed again, so no reader and no count ever meets it (one that
             // is not removed is skipped by readers and goes with its TTL).
             let api = format!("STREAM.MSG.DELETE.{}", inner.layout.stream);
@@ -80,6 +91,28 @@ pub(super) async fn await_interest(
         }
         tokio::time::sleep(PROBE_PAUSE).await;
     }
+}
+
+/// Waits until every online replica of `consumer` has caught up with its leader.
+async fn await_replicas(inner: &Inner, consumer: &str, deadline: Instant) -> Result<()> {
+    loop {
+        let info = inner.consumer_info(consumer, deadline).await?;
+        if info.replicas_current() {
+            return Ok(());
+        }
+        if Instant::now() + PROBE_PAUSE >= deadline {
+            return Err(unavailable(format!(
+                "the replicas of reader {consumer} do not catch up"
+            )));
+        }
+        tokio::time::sleep(PROBE_PAUSE).await;
+    }
+}
+
+/// Whether the consumer (on its leader's node) has message `seq` pending or delivered.
+async fn seen_by(inner: &Inner, consumer: &str, seq: u64, deadline: Instant) -> Result<bool> {
+    let info = inner.consumer_info(consumer, deadline).await?;
+    Ok(info.num_pending > 0 || info.delivered.stream_seq >= seq)
 }
 
 /// Whether the stream's leader has message `seq`.

@@ -150,6 +150,33 @@ pub(crate) struct ConsumerInfo {
     pub num_ack_pending: u64,
     pub num_waiting: u64,
     pub num_pending: u64,
+    pub cluster: Option<ClusterInfo>,
+}
+
+/// The consumer's Raft group, as its leader sees it.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct ClusterInfo {
+    pub leader: String,
+    pub replicas: Vec<PeerInfo>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct PeerInfo {
+    pub current: bool,
+    pub offline: bool,
+}
+
+impl ConsumerInfo {
+    /// Whether every replica of the consumer that is online has caught up with its
+    /// leader (so has the consumer, and with it the stream's interest, on its node).
+    pub fn replicas_current(&self) -> bool {
+        match &self.cluster {
+            None => true,
+            Some(c) => !c.leader.is_empty() && c.replicas.iter().all(|r| r.offline || r.current),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
