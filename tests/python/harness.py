@@ -79,6 +79,20 @@ def delete_stream(stream: str) -> None:
     jetstream_call(work)
 
 
+def door_registrations(stream: str) -> int:
+    """How many weir front doors are registered on `stream` (in `<stream>_DOORS`)."""
+    import nats.js.errors
+
+    async def work(js):
+        try:
+            info = await js.stream_info(stream + "_DOORS", subjects_filter=f"_weir.{stream}.rec.door.>")
+        except nats.js.errors.NotFoundError:
+            return 0
+        return len(info.state.subjects or {})
+
+    return jetstream_call(work)
+
+
 def stream_leader(stream: str) -> str:
     """The name of the node leading `stream` ("n1".."n3" on scripts/nats-cluster)."""
 

@@ -115,7 +115,9 @@ door_timeout_ms = 500
 
 def test_killed_door_leases_come_back_at_once(make_server):
     a, b = door_pair(make_server, LONG_LEASES)
-    # Each door has seen the other answer before the kill.
+    # Both doors registered, and each has seen the other answer (a door lists the
+    # others every 4 rounds of 125 ms here) before the kill.
+    assert wait_for(lambda: harness.door_registrations(a.stream) == 2, 10.0), "doors not registered"
     time.sleep(1.0)
     with Conn(a.addr) as holder:
         for i in range(5):

@@ -697,8 +697,16 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     for i in 0..3 {
         set(&qa, &format!("i{i}")).await?;
     }
-    // Both doors must have seen each other answer (their first pings).
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Both doors registered, and each has seen the other answer a ping (a door lists
+    // the others every 4 rounds of 125 ms here).
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    let until = Instant::now() + Duration::from_secs(10);
+    while door_registrations(&client, &c.stream).await?.len() < 2 {
+        assert!(Instant::now() < until, "the doors did not register");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let held = [
         take(&ra, TakeMode::Lease).await?,
         take(&ra, TakeMode::Lease).await?,
@@ -758,6 +766,7 @@ async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
     let c = cluster!("a_door_taken_for_dead_gives_nothing_back_twice");
     let config = JetStreamConfig {
         door_timeout_ms: 300,
+        lease_timeout_ms: 4000,
         ..c.config()
     };
     let a = JetStream::connect(config, StoreOptions::default()).await?;
@@ -774,7 +783,14 @@ async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
     // back (here: the mark only, as the winning door writes it).
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
-    let registered = door_registrations(&client, &c.stream).await?;
+    let until = Instant::now() + Duration::from_secs(10);
+    let registered = loop {
+        let registered = door_registrations(&client, &c.stream).await?;
+        if !registered.is_empty() || Instant::now() > until {
+            break registered;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(registered.len(), 1, "{registered:?}");
     let ack = client
         .request(registered[0].clone(), "dead by-the-test 0".into())
@@ -792,8 +808,8 @@ async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
         .take(TakeMode::Take, Duration::from_millis(300))
         .await?
         .is_none());
-    // Nor is it renewed: it comes back after the lease timeout (1.5 s), once.
-    let got = ra.take(TakeMode::Take, Duration::from_secs(5)).await?;
+    // Nor is it renewed: it comes back after the lease timeout (4 s), once.
+    let got = ra.take(TakeMode::Take, Duration::from_secs(10)).await?;
     assert_eq!(data(&got), Some("x".into()));
     assert!(ra
         .take(TakeMode::Take, Duration::from_millis(300))

@@ -17,7 +17,8 @@
 //!   killed process's socket is closed by its kernel), and a request to a subject
 //!   nobody subscribes to is answered "no responders" at once.
 //!
-//! Every door pings every registered door every quarter of `door_timeout_ms`. One
+//! Every door pings every registered door every quarter of `door_timeout_ms` (50 ms to
+//! 1 s). One
 //! that has had no responders for `door_timeout_ms` is dead: the first door to mark
 //! its registration dead (a publish that expects the registration's sequence, so
 //! exactly one door wins) sends `-NAK` for each of its recorded leases, and purges its
@@ -31,7 +32,9 @@
 //! When it is back it finds its registration marked dead: its leases were given to
 //! other doors, so it stops renewing them, does not give them back again when its
 //! clients abort (a confirm is still sent; the item is then delivered twice, never
-//! lost), and registers again under a new key (`<id>.<epoch>`).
+//! lost), and registers again under a new key (`<id>.<epoch>`). So does a door that
+//! was disconnected for longer than half the lease timeout (its leases may have timed
+//! out and gone to others, marked dead or not).
 //!
 //! What this does not cover (AckWait does, as before): an item a door had pulled for
 //! a plain `get` and not yet acked; a lease whose record could not be stored in time
@@ -61,9 +64,18 @@ const DOORS_MAX: usize = 256;
 const STREAM_BYTES_MAX: i64 = 64 << 20;
 /// A tombstone's life: it replaces a lease's record, then goes.
 const TOMBSTONE_TTL: &str = "1s";
-/// A dead door's registration, marked dead, stays this long (so every door sees it
-/// was taken care of), then goes.
-const DEAD_TTL: &str = "60s";
+/// A dead door's registration, marked dead, stays at least this long (and twice the
+/// lease timeout), so every door sees it was taken care of, and a door that was only
+/// cut off sees it when it is back; then it goes.
+const DEAD_TTL_MIN_S: u64 = 60;
+/// A lease's record goes by itself after this long (if its tombstone was lost): a
+/// lease held longer comes back after AckWait if its door is killed.
+const RECORD_TTL: &str = "86400s";
+/// Failed looks at its own registration in a row after which the door sets the
+/// doors' stream up again (it may be gone: deleted, or a restarted single server).
+const SELF_FAILURES_MAX: u32 = 8;
+/// `door_timeout_ms` is capped at this (an hour).
+const DOOR_TIMEOUT_MAX_MS: u64 = 3_600_000;
 /// The longest a lease's record may hold up the lease: past it the lease goes out
 /// unrecorded (it then comes back after AckWait if its door is killed).
 const RECORD_WAIT_MAX: Duration = Duration::from_millis(500);
@@ -75,6 +87,19 @@ const LIST_EVERY: u32 = 4;
 /// Requests at once when a dead door's leases are given back.
 const NAKS_AT_ONCE: usize = 16;
 
+/// Where one door is with another.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Watch {
+    /// Alive, or not yet known to be dead.
+    #[default]
+    Watching,
+    /// This door marked it dead and gave its leases back; its records are still to
+    /// be purged.
+    Purging,
+    /// Taken care of (by this door or another), or gone.
+    Done,
+}
+
 /// What one door knows of another.
 #[derive(Default)]
 struct Known {
@@ -82,8 +107,7 @@ struct Known {
     alive_at: Option<Instant>,
     /// Since when its pings have had no responders (without an answer since).
     silent_since: Option<Instant>,
-    /// Claimed (by any door) or found gone: nothing more to do.
-    done: bool,
+    watch: Watch,
 }
 
 pub(crate) struct Doors {
@@ -98,6 +122,8 @@ pub(crate) struct Doors {
     /// Bumped when this door finds itself taken for dead.
     epoch: AtomicU64,
     registered: AtomicBool,
+    /// A graceful shutdown has begun: the watch ends.
+    closing: AtomicBool,
     /// The ping subscription is up (it survives reconnections).
     answering: AtomicBool,
     next: AtomicU64,
@@ -123,9 +149,10 @@ impl Doors {
             id: id.to_owned(),
             epoch: AtomicU64::new(0),
             registered: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             answering: AtomicBool::new(false),
             next: AtomicU64::new(0),
-            timeout: Duration::from_millis(config.door_timeout_ms),
+            timeout: Duration::from_millis(config.door_timeout_ms.min(DOOR_TIMEOUT_MAX_MS)),
             lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
             replicas: config.replicas,
             warned: AtomicBool::new(false),
@@ -159,11 +186,18 @@ impl Doors {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let subject = format!("{}.rec.lease.{}.{n}", self.prefix, self.key());
-        let request = Request::new().payload(Bytes::from(format!("{reply} {expires_at_ms}")));
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-TTL", RECORD_TTL);
+        let request = Request::new()
+            .headers(headers)
+            .payload(Bytes::from(format!("{reply} {expires_at_ms}")));
         let wait = self.api.request_timeout.min(RECORD_WAIT_MAX);
         let deadline = Instant::now() + wait;
         match self.api.send(subject.clone(), request, deadline).await {
             Sent::Reply(m) if pub_ack_ok(&m.payload) => Some(subject.into()),
+            // No reply in time: it may be stored all the same, so it is tombstoned
+            // when the lease ends, like a stored one.
+            Sent::Failed(_) => Some(subject.into()),
             _ => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -182,14 +216,26 @@ impl Doors {
         let mut known: HashMap<String, Known> = HashMap::new();
         let mut round: u32 = 0;
         let mut warned = false;
+        let mut failures: u32 = 0;
+        let mut connected_at = Instant::now();
         loop {
             let Some(d) = doors.upgrade() else { return };
-            if !d.enabled() {
+            if !d.enabled() || d.closing.load(Ordering::Acquire) {
                 return;
             }
             let every = (d.timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+            d.after_cut_off(&mut connected_at);
             if d.registered.load(Ordering::Acquire) {
-                d.check_self().await;
+                if d.check_self().await.is_ok() {
+                    failures = 0;
+                } else {
+                    failures += 1;
+                    if failures >= SELF_FAILURES_MAX {
+                        // Set the doors' stream up again (it may be gone).
+                        d.registered.store(false, Ordering::Release);
+                        failures = 0;
+                    }
+                }
                 if round.is_multiple_of(LIST_EVERY) {
                     d.list(&mut known).await;
                 }
@@ -278,29 +324,46 @@ impl Doors {
 
     /// Whether another door took this one for dead (it was cut off from NATS): then
     /// its leases are no longer its own, and it registers again under a new key.
-    async fn check_self(&self) {
+    async fn check_self(&self) -> Result<()> {
         let key = self.key();
         let deadline = Instant::now() + self.api.request_timeout;
-        let mine = match self.last(&self.door_subject(&key), deadline).await {
-            Ok(mine) => mine,
-            Err(_) => return,
-        };
-        match mine {
+        match self.last(&self.door_subject(&key), deadline).await? {
             Some((_, payload)) if payload.starts_with(b"dead") => {
-                let lost = self.leases.lose_all();
-                self.epoch.fetch_add(1, Ordering::AcqRel);
-                tracing::warn!(
-                    door = %key,
-                    lost,
-                    "jetstream: other doors took this door for dead (cut off from NATS); its open leases went back to the queues"
-                );
+                self.lost_leases("other doors took it for dead (it was cut off from NATS)");
             }
-            Some(_) => return,
+            Some(_) => return Ok(()),
             // The registration is gone (the doors' stream lost it): register again.
             None => {}
         }
-        if let Err(e) = self.publish_registration(deadline).await {
-            tracing::debug!("jetstream: registering again: {e}");
+        self.publish_registration(deadline).await
+    }
+
+    /// Cut off from NATS for longer than half the lease timeout, a door's leases may
+    /// have timed out and gone to other clients, marked dead or not: lost.
+    fn after_cut_off(&self, connected_at: &mut Instant) {
+        let now = Instant::now();
+        if self.api.client.connection_state() != async_nats::connection::State::Connected {
+            return;
+        }
+        if now.duration_since(*connected_at) > self.lease_timeout / 2 {
+            self.lost_leases("it was cut off from NATS for longer than half the lease timeout");
+        }
+        *connected_at = now;
+    }
+
+    /// This door's leases are no longer its own: none is renewed or given back again,
+    /// and it registers again under a new key.
+    fn lost_leases(&self, why: &str) {
+        let lost = self.leases.lose_all();
+        let key = self.key();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.registered.store(false, Ordering::Release);
+        if lost > 0 {
+            tracing::warn!(
+                door = %key,
+                lost,
+                "jetstream: {why}: its open leases went back to the queues; they are not renewed or given back again"
+            );
         }
     }
 
@@ -332,10 +395,22 @@ impl Doors {
     async fn ping_all(&self, known: &mut HashMap<String, Known>) {
         let now = Instant::now();
         let mut dead = Vec::new();
-        for (key, door) in known.iter_mut().filter(|(_, d)| !d.done) {
+        for (key, door) in known.iter_mut() {
+            if door.watch == Watch::Purging {
+                if self.purge(key).await.is_ok() {
+                    door.watch = Watch::Done;
+                }
+                continue;
+            }
+            if door.watch == Watch::Done {
+                continue;
+            }
             let subject = format!("{}.ping.{key}", self.prefix);
             let request = Request::new().payload(Bytes::new());
-            let deadline = Instant::now() + self.timeout.max(Duration::from_millis(100));
+            let wait = self
+                .timeout
+                .clamp(Duration::from_millis(100), Duration::from_secs(1));
+            let deadline = Instant::now() + wait;
             match self.api.send(subject, request, deadline).await {
                 Sent::Reply(_) => {
                     door.alive_at = Some(Instant::now());
@@ -355,32 +430,33 @@ impl Doors {
             let Some(door) = known.get_mut(&key) else {
                 continue;
             };
-            // Its leases are still its own only if it answered lately (see the
-            // module doc); otherwise AckWait gives them back.
-            let recent = door
-                .alive_at
-                .is_some_and(|at| now.duration_since(at) < self.lease_timeout / 2);
-            match self.claim(&key, recent).await {
-                Ok(()) => door.done = true,
+            // Its leases are still its own until half the lease timeout after it
+            // last answered (see the module doc); after that AckWait gives them back.
+            let until = door.alive_at.map(|at| at + self.lease_timeout / 2);
+            match self.claim(&key, until).await {
+                Ok(watch) => door.watch = watch,
+                // Nothing known (a timeout, an election): again next round.
                 Err(e) => tracing::debug!(door = %key, "jetstream: a dead door's leases: {e}"),
             }
         }
     }
 
     /// Marks `key`'s registration dead (unless another door did), gives its leases
-    /// back when `give_back`, and purges its records.
-    async fn claim(&self, key: &str, give_back: bool) -> Result<()> {
+    /// back until `until` (not at all when `None`: it was never seen alive), and
+    /// purges its records.
+    async fn claim(&self, key: &str, until: Option<Instant>) -> Result<Watch> {
         let deadline = Instant::now() + self.api.request_timeout;
         let subject = self.door_subject(key);
         let Some((seq, payload)) = self.last(&subject, deadline).await? else {
-            return Ok(());
+            return Ok(Watch::Done);
         };
         if payload.starts_with(b"dead") {
-            return Ok(());
+            return Ok(Watch::Done);
         }
         let mut headers = HeaderMap::new();
         headers.insert("Nats-Expected-Last-Subject-Sequence", seq.to_string());
-        headers.insert("Nats-TTL", DEAD_TTL);
+        let ttl_s = (self.lease_timeout.as_secs() * 2).max(DEAD_TTL_MIN_S);
+        headers.insert("Nats-TTL", format!("{ttl_s}s"));
         let request = Request::new().headers(headers).payload(Bytes::from(format!(
             "dead {} {}",
             self.key(),
@@ -388,39 +464,55 @@ impl Doors {
         )));
         match self.api.send(subject, request, deadline).await {
             Sent::Reply(m) if pub_ack_ok(&m.payload) => {}
-            // Another door marked it first, or nothing is known: not ours.
-            _ => return Ok(()),
+            // Another door marked it first (its sequence moved on).
+            Sent::Reply(_) => return Ok(Watch::Done),
+            // Nothing known: again next round (a mark that was stored after all
+            // reads as taken care of, its leases left to AckWait).
+            Sent::NoResponders | Sent::Failed(_) => {
+                return Err(super::errors::unavailable("marking a door dead"))
+            }
+            Sent::Refused(e) => return Err(e),
         }
-        let given = if give_back {
-            self.give_back(key).await?
-        } else {
-            0
+        let given = match until {
+            Some(until) => self.give_back(key, until).await.unwrap_or(0),
+            None => 0,
         };
         tracing::info!(door = %key, given_back = given, "jetstream: a front door died; its open leases are back in their queues");
+        Ok(match self.purge(key).await {
+            Ok(()) => Watch::Done,
+            Err(_) => Watch::Purging,
+        })
+    }
+
+    /// Removes a dead door's lease records.
+    async fn purge(&self, key: &str) -> Result<()> {
         let api = format!("STREAM.PURGE.{}", self.stream);
         let body = json!({ "filter": self.leases_filter(key) });
         let deadline = Instant::now() + self.api.request_timeout;
         self.api
             .json::<serde_json::Value>(&api, &body, deadline)
-            .await?;
-        Ok(())
+            .await
+            .map(drop)
     }
 
-    /// `-NAK` for each of the dead door's recorded leases; how many.
-    async fn give_back(&self, key: &str) -> Result<usize> {
+    /// `-NAK` for each of the dead door's recorded leases, as long as it is before
+    /// `until`; how many.
+    async fn give_back(&self, key: &str, until: Instant) -> Result<usize> {
         let deadline = Instant::now() + self.api.request_timeout;
         let subjects = self.subjects(&self.leases_filter(key), deadline).await?;
-        let now = now_ms();
         let naks = futures_util::stream::iter(subjects)
             .map(|subject| async move {
-                let deadline = Instant::now() + self.api.request_timeout;
+                if Instant::now() >= until {
+                    return false;
+                }
+                let deadline = until.min(Instant::now() + self.api.request_timeout);
                 let Ok(Some((_, record))) = self.last(&subject, deadline).await else {
                     return false;
                 };
                 let Some((reply, expires)) = parse_record(&record) else {
                     return false;
                 };
-                if expires != 0 && expires <= now + EXPIRY_MARGIN_MS {
+                if expires != 0 && expires <= now_ms() + EXPIRY_MARGIN_MS {
                     return false;
                 }
                 leases::nak(&self.api, reply).await
@@ -484,6 +576,7 @@ impl Doors {
     /// Purges this door's records at a graceful shutdown (its leases were given back
     /// already).
     pub async fn close(&self) {
+        self.closing.store(true, Ordering::Release);
         if !self.registered.load(Ordering::Acquire) {
             return;
         }
