@@ -761,6 +761,66 @@ async fn door_registrations(
     Ok(subjects)
 }
 
+/// `state.messages` of the test's stream.
+async fn stream_messages(
+    client: &async_nats::Client,
+    stream: &str,
+) -> std::result::Result<u64, Box<dyn StdError>> {
+    let info = client
+        .request(format!("$JS.API.STREAM.INFO.{stream}"), "".into())
+        .await?;
+    let info: serde_json::Value = serde_json::from_slice(&info.payload)?;
+    info["state"]["messages"]
+        .as_u64()
+        .ok_or_else(|| format!("no state.messages in {info}").into())
+}
+
+#[tokio::test]
+async fn the_interest_keeper_holds_nothing_back() -> TestResult {
+    let c = cluster!("the_interest_keeper_holds_nothing_back");
+    let a = c.door().await?;
+    let q = a.queue("kept").await?;
+    let first = a.reader(&q, "").await?;
+    let second = a.reader(&q, "r2").await?;
+    for i in 0..3 {
+        set(&q, &format!("k{i}")).await?;
+    }
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    // The keeper consumer exists, beside the two readers'.
+    let names = client
+        .request(format!("$JS.API.CONSUMER.NAMES.{}", c.stream), "".into())
+        .await?;
+    let names = String::from_utf8_lossy(&names.payload).into_owned();
+    assert!(names.contains("\"~interest\""), "{names}");
+    for i in 0..3 {
+        assert_eq!(
+            data(&take(&first, TakeMode::Take).await?),
+            Some(format!("k{i}"))
+        );
+    }
+    // r2 still needs them: kept.
+    assert_eq!(stream_messages(&client, &c.stream).await?, 3);
+    for i in 0..3 {
+        assert_eq!(
+            data(&take(&second, TakeMode::Take).await?),
+            Some(format!("k{i}"))
+        );
+    }
+    // Every reader confirmed them: gone, the keeper holding nothing back.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = stream_messages(&client, &c.stream).await?;
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < until, "{left} messages left in the stream");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    a.close().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
     let c = cluster!("a_door_taken_for_dead_gives_nothing_back_twice");

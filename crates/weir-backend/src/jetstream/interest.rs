@@ -23,7 +23,10 @@
 //! `STORED` items of a new queue were never read). So the probe goes only once every
 //! online replica of the consumer has caught up with its leader (`CONSUMER.INFO`'s
 //! `cluster.replicas`), and it must be seen by the consumer itself (pending or
-//! delivered), not only by the stream leader.
+//! delivered), not only by the stream leader. Beyond that, the stream's interest
+//! keeper ([`super::layout::INTEREST_KEEPER`]) makes every replica interested in every
+//! queue's subject from the stream's creation on, so no replica skips a queue's item
+//! whatever the timing; the probe remains for streams made before the keeper.
 
 use std::time::Duration;
 

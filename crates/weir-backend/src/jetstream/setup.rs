@@ -213,7 +213,7 @@ impl Inner {
             )
             .await?;
         match created {
-            Ok(_) => Ok(()),
+            Ok(_) => self.ensure_interest_keeper(deadline).await,
             Err(e) if e.err_code == code::STREAM_NAME_IN_USE => {
                 tracing::info!(stream, "jetstream: updating the stream's configuration");
                 let updated = self
@@ -224,18 +224,52 @@ impl Inner {
                         deadline,
                     )
                     .await;
-                updated.map(drop).map_err(|e| {
+                updated.map_err(|e| {
                     Error::new(
                         e.kind(),
                         format!(
                             "stream {stream} exists and cannot be updated to weir's layout: {e}"
                         ),
                     )
-                })
+                })?;
+                self.ensure_interest_keeper(deadline).await
             }
             Err(e) => Err(Error::new(
                 e.to_error().kind(),
                 format!("creating stream {stream}: {}", e.to_error()),
+            )),
+        }
+    }
+
+    /// Creates the stream's interest keeper ([`super::layout::INTEREST_KEEPER`]), or
+    /// finds it exists.
+    async fn ensure_interest_keeper(&self, deadline: Instant) -> Result<()> {
+        let stream = &self.layout.stream;
+        let name = super::layout::INTEREST_KEEPER;
+        let created = self
+            .api
+            .json_or_api_error::<serde_json::Value>(
+                &format!("CONSUMER.CREATE.{stream}.{name}"),
+                &self.layout.interest_keeper_request(),
+                deadline,
+            )
+            .await?;
+        match created {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.err_code,
+                    code::CONSUMER_EXISTS | code::CONSUMER_NAME_EXISTS
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(Error::new(
+                e.to_error().kind(),
+                format!(
+                    "creating consumer {name} of stream {stream}: {}",
+                    e.to_error()
+                ),
             )),
         }
     }
