@@ -35,7 +35,8 @@ def on_jetstream() -> bool:
     return BACKEND == "jetstream"
 
 
-# weir's default `lease_timeout_ms` on JetStream: how long the leases of a killed
+# The `lease_timeout_ms` the harness gives weir on JetStream (unless a test brings its
+# own config; weir's default is 30 s): how long the leases of a killed
 # weir (which cannot give them back) take to come back (docs/cluster.md, "Leases").
 JETSTREAM_LEASE_TIMEOUT_S = 5.0
 
@@ -172,6 +173,9 @@ class ServerProcess:
         self.stream = f"WT{os.getpid()}_{self.port}" if on_jetstream() and kind == "weir" else None
         # A config file for weir (TOML text), written into root at start when set.
         self.config_toml: str | None = None
+        if self.stream is not None:
+            # Short leases: the tests that kill a lone weir wait them out.
+            self.config_toml = "[backend.jetstream]\nlease_timeout_ms = %d\n" % int(JETSTREAM_LEASE_TIMEOUT_S * 1000)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -194,15 +198,19 @@ class ServerProcess:
             str(self.data_dir),
             "--log-level",
             os.environ.get("WEIR_TEST_LOG_LEVEL", "info"),
-        ] + (["--config", str(self.root / "weir.toml")] if self.config_toml is not None else [])
+        ]
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> "ServerProcess":
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
         if self.config_toml is not None:
-            (self.root / "weir.toml").write_text(self.config_toml)
+            (self.root / "harness.toml").write_text(self.config_toml)
+        argv = self.argv()
+        # The harness's config file, unless the test brings its own.
+        if self.config_toml is not None and "--config" not in argv:
+            argv = argv + ["--config", str(self.root / "harness.toml")]
         self._log = open(self.log_path, "ab")
-        self._log.write(f"\n===== start #{self.starts}: {' '.join(self.argv())}\n".encode())
+        self._log.write(f"\n===== start #{self.starts}: {' '.join(argv)}\n".encode())
         self._log.flush()
         env = dict(os.environ)
         env.setdefault("RUST_BACKTRACE", "1")
@@ -211,7 +219,7 @@ class ServerProcess:
             env["WEIR_NATS_SERVERS"] = NATS_URLS
             env["WEIR_NATS_STREAM"] = self.stream
         self.proc = subprocess.Popen(
-            self.argv(),
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

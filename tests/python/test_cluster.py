@@ -244,7 +244,13 @@ def drain_patiently(addr, key: str, timeout_s: float = 60.0) -> list[bytes]:
 def test_nats_node_killed_under_load_loses_nothing(make_server):
     """The stream leader, then a follower, then the new leader, killed with SIGKILL
     under load, each restarted after 2 s."""
-    door = make_server().start()
+    door = make_server()
+    # weir's default lease timeout (30 s): a lease held across a consumer leader
+    # election (4 to 9 s, renewals lost meanwhile) must not expire and go to the other
+    # reader while its holder still works on it (with 5 s, one in four CI runs saw a
+    # confirmed item confirmed again).
+    door.config_toml = "[backend.jetstream]\nlease_timeout_ms = 30000\n"
+    door.start()
     d = cluster_dir()
     writers = [PatientWriter(door.addr, "fo", f"w{i}") for i in range(4)]
     readers = [Reader(door.addr, "fo") for _ in range(2)]

@@ -27,8 +27,10 @@ pub struct JetStreamConfig {
     pub max_consumers: u32,
     /// How long a lease stays open when its front door stops renewing it (the
     /// consumers' AckWait), for queues without `open_timeout_ms`. While the door
-    /// holds the lease it renews it every third of this; so this is how soon the
-    /// leases of a front door that was killed come back to the other doors.
+    /// holds the lease it renews it every third of this. Long (30 s, as NATS's own
+    /// default AckWait), so that a lease outlives a consumer leader election (4 to 9 s,
+    /// during which renewals cannot reach it); the leases of a killed door come back
+    /// sooner than this, given back by the other doors (`door_timeout_ms`).
     pub lease_timeout_ms: u64,
     /// How long a front door may stay silent (its ping subscription gone from the
     /// cluster) before the other doors take it for dead and give its open leases back
@@ -60,7 +62,7 @@ impl Default for JetStreamConfig {
             stream: "WEIR".to_owned(),
             subject_prefix: "weir.q".to_owned(),
             max_consumers: 10_000,
-            lease_timeout_ms: 5_000,
+            lease_timeout_ms: 30_000,
             door_timeout_ms: 1_000,
             max_ack_pending: 20_000,
             max_waiting: 4_096,
