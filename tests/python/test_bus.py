@@ -198,9 +198,13 @@ def test_deliveries_verify_with_the_standard_webhooks_library(bus, receiver):
     lower = {k.lower(): v for k, v in hdrs.items()}
     Webhook(new_secret).verify(body, lower)
     Webhook(secret).verify(body, lower)
-    # /subscriptions and /metrics show it.
-    status, _, body = b.call("GET", "/subscriptions", sub)
-    listed = json.loads(body)
+    # /subscriptions and /metrics show it. The bus counts a batch sent once its 2xx is
+    # back, a moment after the receiver recorded it: wait for the count.
+    def listed_now():
+        return json.loads(b.call("GET", "/subscriptions", sub)[2])
+
+    assert harness.wait_for(lambda: listed_now()[0]["events"]["sent"] == 5, 5.0), listed_now()
+    listed = listed_now()
     assert listed[0]["subscriber"] == "subscriber" and listed[0]["events"]["sent"] == 5
     with urllib.request.urlopen(f"http://{harness.HOST}:{b.http_port}/metrics", timeout=5) as r:
         metrics = r.read().decode()
