@@ -177,6 +177,82 @@ impl Api {
     }
 }
 
+impl Api {
+    /// Creates the stream `name` with `config`, or, when a stream of that name exists,
+    /// updates it to `config`. True when it was created.
+    pub async fn create_or_update_stream(
+        &self,
+        name: &str,
+        config: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<bool> {
+        let created = self
+            .json_or_api_error::<serde_json::Value>(
+                &format!("STREAM.CREATE.{name}"),
+                config,
+                deadline,
+            )
+            .await?;
+        match created {
+            Ok(_) => Ok(true),
+            Err(e) if e.err_code == super::errors::code::STREAM_NAME_IN_USE => {
+                tracing::debug!(
+                    stream = name,
+                    "jetstream: updating the stream's configuration"
+                );
+                let updated = self
+                    .json::<serde_json::Value>(&format!("STREAM.UPDATE.{name}"), config, deadline)
+                    .await;
+                updated.map(|_| false).map_err(|e| {
+                    let why =
+                        format!("stream {name} exists and cannot be updated to weir's layout: {e}");
+                    Error::new(e.kind(), why)
+                })
+            }
+            Err(e) => {
+                let e = e.to_error();
+                Err(Error::new(e.kind(), format!("creating stream {name}: {e}")))
+            }
+        }
+    }
+}
+
+impl Api {
+    /// A Direct Get on `stream` (any replica may answer): the message `query` names
+    /// (`{"seq", "next_by_subj"}`, `{"last_by_subj"}`), `None` when there is none;
+    /// retried through failures of the moment until `deadline`.
+    pub async fn direct_get(
+        &self,
+        stream: &str,
+        query: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<Option<Message>> {
+        let subject = format!("$JS.API.DIRECT.GET.{stream}");
+        let body = Bytes::from(query.to_string());
+        let mut backoff = Backoff::new(deadline);
+        loop {
+            let request = Request::new().payload(body.clone());
+            let why = match self.send(subject.clone(), request, deadline).await {
+                Sent::Reply(m) => match m.status.map(|s| s.as_u16()) {
+                    None => return Ok(Some(m)),
+                    Some(404) => return Ok(None),
+                    Some(s) if s >= 500 => format!("status {s}"),
+                    Some(s) => {
+                        let why = format!("direct get on {stream}: status {s} {:?}", m.description);
+                        return Err(unexpected(why));
+                    }
+                },
+                Sent::NoResponders => "no responders".to_owned(),
+                Sent::Failed(why) => why,
+                Sent::Refused(e) => return Err(e),
+            };
+            if !backoff.pause(&self.metrics).await {
+                return Err(unavailable(format!("direct get on {stream}: {why}")));
+            }
+        }
+    }
+}
+
 /// A JSON reply, or its `error`.
 fn parse<T: DeserializeOwned>(payload: &[u8]) -> Result<Response<T>> {
     serde_json::from_slice(payload).map_err(|e| {

@@ -53,9 +53,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::api::{Api, Sent};
-use super::errors::code;
 use super::leases::{self, Leases};
 use super::queue::now_ms;
+use super::queue::PubAck;
 use crate::Result;
 
 /// Doors one door keeps track of; more are not pinged (with a warning).
@@ -194,7 +194,7 @@ impl Doors {
         let wait = self.api.request_timeout.min(RECORD_WAIT_MAX);
         let deadline = Instant::now() + wait;
         match self.api.send(subject.clone(), request, deadline).await {
-            Sent::Reply(m) if pub_ack_ok(&m.payload) => Some(subject.into()),
+            Sent::Reply(m) if PubAck::stored(&m.payload) => Some(subject.into()),
             // No reply in time: it may be stored all the same, so it is tombstoned
             // when the lease ends, like a stored one.
             Sent::Failed(_) => Some(subject.into()),
@@ -269,20 +269,9 @@ impl Doors {
             "max_bytes": STREAM_BYTES_MAX,
             "discard": "old",
         });
-        let api = format!("STREAM.CREATE.{}", self.stream);
-        let created = self
-            .api
-            .json_or_api_error::<serde_json::Value>(&api, &config, deadline)
+        self.api
+            .create_or_update_stream(&self.stream, &config, deadline)
             .await?;
-        if let Err(e) = created {
-            if e.err_code != code::STREAM_NAME_IN_USE {
-                return Err(e.to_error());
-            }
-            let api = format!("STREAM.UPDATE.{}", self.stream);
-            self.api
-                .json::<serde_json::Value>(&api, &config, deadline)
-                .await?;
-        }
         if !self.answering.load(Ordering::Acquire) {
             self.answer_pings().await?;
             self.answering.store(true, Ordering::Release);
@@ -314,7 +303,7 @@ impl Doors {
         let subject = self.door_subject(&self.key());
         let request = Request::new().payload(Bytes::from(format!("alive {}", now_ms())));
         match self.api.send(subject, request, deadline).await {
-            Sent::Reply(m) if pub_ack_ok(&m.payload) => Ok(()),
+            Sent::Reply(m) if PubAck::stored(&m.payload) => Ok(()),
             _ => Err(crate::Error::new(
                 crate::Kind::Unavailable,
                 "the doors' stream did not store the registration",
@@ -463,7 +452,7 @@ impl Doors {
             now_ms()
         )));
         match self.api.send(subject, request, deadline).await {
-            Sent::Reply(m) if pub_ack_ok(&m.payload) => {}
+            Sent::Reply(m) if PubAck::stored(&m.payload) => {}
             // Another door marked it first (its sequence moved on).
             Sent::Reply(_) => return Ok(Watch::Done),
             // Nothing known: again next round (a mark that was stored after all
@@ -547,30 +536,17 @@ impl Doors {
 
     /// The last message on `subject` (Direct Get): its sequence and payload.
     async fn last(&self, subject: &str, deadline: Instant) -> Result<Option<(u64, Bytes)>> {
-        let api = format!("$JS.API.DIRECT.GET.{}", self.stream);
-        let body = Bytes::from(json!({ "last_by_subj": subject }).to_string());
-        match self
-            .api
-            .send(api, Request::new().payload(body), deadline)
-            .await
-        {
-            Sent::Reply(m) => match m.status.map(|s| s.as_u16()) {
-                None => {
-                    let seq = m
-                        .headers
-                        .as_ref()
-                        .and_then(|h| h.get("Nats-Sequence"))
-                        .and_then(|v| v.as_str().parse().ok())
-                        .unwrap_or(0);
-                    Ok(Some((seq, m.payload)))
-                }
-                Some(404) => Ok(None),
-                Some(s) => Err(super::errors::unavailable(format!("direct get: {s}"))),
-            },
-            Sent::NoResponders => Err(super::errors::unavailable("direct get: no responders")),
-            Sent::Failed(why) => Err(super::errors::unavailable(why)),
-            Sent::Refused(e) => Err(e),
-        }
+        let query = json!({ "last_by_subj": subject });
+        let found = self.api.direct_get(&self.stream, &query, deadline).await?;
+        Ok(found.map(|m| {
+            let seq = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("Nats-Sequence"))
+                .and_then(|v| v.as_str().parse().ok())
+                .unwrap_or(0);
+            (seq, m.payload)
+        }))
     }
 
     /// Purges this door's records at a graceful shutdown (its leases were given back
@@ -606,17 +582,6 @@ pub(crate) async fn tombstone(api: &Api, record: &str) {
     let _ = tokio::time::timeout(api.request_timeout, sent).await;
 }
 
-/// A PubAck without an error.
-fn pub_ack_ok(payload: &[u8]) -> bool {
-    #[derive(Deserialize, Default)]
-    #[serde(default)]
-    struct PubAck {
-        seq: u64,
-        error: Option<serde_json::Value>,
-    }
-    matches!(serde_json::from_slice::<PubAck>(payload), Ok(a) if a.error.is_none() && a.seq > 0)
-}
-
 /// `<ack subject> <expires ms>`; `None` for a tombstone or anything else.
 fn parse_record(record: &[u8]) -> Option<(&str, u64)> {
     let text = std::str::from_utf8(record).ok()?;
@@ -642,10 +607,10 @@ mod tests {
         assert_eq!(parse_record(b""), None);
         assert_eq!(parse_record(b"_INBOX.x 0"), None);
         assert_eq!(parse_record(format!("{reply} soon").as_bytes()), None);
-        assert!(pub_ack_ok(br#"{"stream":"S_DOORS","seq":7}"#));
-        assert!(!pub_ack_ok(
+        assert!(PubAck::stored(br#"{"stream":"S_DOORS","seq":7}"#));
+        assert!(!PubAck::stored(
             br#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}"#
         ));
-        assert!(!pub_ack_ok(b"garbage"));
+        assert!(!PubAck::stored(b"garbage"));
     }
 }

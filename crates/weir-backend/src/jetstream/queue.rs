@@ -30,9 +30,16 @@ pub(crate) const EXPIRES_HEADER: &str = "Weir-Expires";
 /// `{"stream", "seq", "duplicate"}` or `{"error"}`.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct PubAck {
+pub(crate) struct PubAck {
     seq: u64,
     error: Option<ApiError>,
+}
+
+impl PubAck {
+    /// Whether `payload` is a PubAck saying the message was stored.
+    pub(crate) fn stored(payload: &[u8]) -> bool {
+        matches!(serde_json::from_slice::<PubAck>(payload), Ok(a) if a.error.is_none() && a.seq > 0)
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {

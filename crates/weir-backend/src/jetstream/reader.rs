@@ -265,34 +265,11 @@ impl Reader {
     /// The queue's first kept message at or after `seq` (Direct Get `next_by_subj`;
     /// any replica may answer).
     async fn direct_get(&self, seq: u64, deadline: Instant) -> Result<Option<Message>> {
-        let api = &self.inner.api;
-        let subject = format!("$JS.API.DIRECT.GET.{}", self.inner.layout.stream);
-        let body = Bytes::from(
-            serde_json::json!({"seq": seq, "next_by_subj": &*self.queue.subject}).to_string(),
-        );
-        let mut backoff = Backoff::new(deadline);
-        loop {
-            let request = Request::new().payload(body.clone());
-            let why = match api.send(subject.clone(), request, deadline).await {
-                Sent::Reply(m) => match m.status.map(|s| s.as_u16()) {
-                    None => return Ok(Some(m)),
-                    Some(404) => return Ok(None),
-                    Some(s) if s >= 500 => format!("status {s}"),
-                    Some(s) => {
-                        return Err(unexpected(format!(
-                            "direct get: status {s} {:?}",
-                            m.description
-                        )))
-                    }
-                },
-                Sent::NoResponders => "no responders".to_owned(),
-                Sent::Failed(why) => why,
-                Sent::Refused(e) => return Err(e),
-            };
-            if !backoff.pause(&api.metrics).await {
-                return Err(unavailable(format!("peeking: {why}")));
-            }
-        }
+        let query = serde_json::json!({"seq": seq, "next_by_subj": &*self.queue.subject});
+        self.inner
+            .api
+            .direct_get(&self.inner.layout.stream, &query, deadline)
+            .await
     }
 }
 

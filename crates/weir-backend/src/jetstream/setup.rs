@@ -204,41 +204,17 @@ impl Inner {
     async fn ensure_stream(&self, deadline: Instant) -> Result<()> {
         let stream = &self.layout.stream;
         let config = self.layout.stream_config(&self.config);
-        let created = self
+        if !self
             .api
-            .json_or_api_error::<serde_json::Value>(
-                &format!("STREAM.CREATE.{stream}"),
-                &config,
-                deadline,
-            )
-            .await?;
-        match created {
-            Ok(_) => self.ensure_interest_keeper(deadline).await,
-            Err(e) if e.err_code == code::STREAM_NAME_IN_USE => {
-                tracing::info!(stream, "jetstream: updating the stream's configuration");
-                let updated = self
-                    .api
-                    .json::<serde_json::Value>(
-                        &format!("STREAM.UPDATE.{stream}"),
-                        &config,
-                        deadline,
-                    )
-                    .await;
-                updated.map_err(|e| {
-                    Error::new(
-                        e.kind(),
-                        format!(
-                            "stream {stream} exists and cannot be updated to weir's layout: {e}"
-                        ),
-                    )
-                })?;
-                self.ensure_interest_keeper(deadline).await
-            }
-            Err(e) => Err(Error::new(
-                e.to_error().kind(),
-                format!("creating stream {stream}: {}", e.to_error()),
-            )),
+            .create_or_update_stream(stream, &config, deadline)
+            .await?
+        {
+            tracing::info!(
+                stream,
+                "jetstream: the stream existed; its configuration is updated"
+            );
         }
+        self.ensure_interest_keeper(deadline).await
     }
 
     /// Creates the stream's interest keeper ([`super::layout::INTEREST_KEEPER`]), or
