@@ -104,6 +104,16 @@ def stream_leader(stream: str) -> str:
     return jetstream_call(work)
 
 
+def consumer_leader(stream: str, consumer: str) -> str:
+    """The name of the node leading `consumer` of `stream`."""
+
+    async def work(js):
+        info = await js.consumer_info(stream, consumer)
+        return info.cluster.leader
+
+    return jetstream_call(work)
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -146,6 +146,36 @@ def test_killed_door_leases_come_back_at_once(make_server):
         assert c.get("kq+w") is None
 
 
+def test_a_lease_released_during_an_election_comes_back_after_it(make_server):
+    """A client lets go of its lease while the reader's consumer has no leader (its
+    node was just killed): the door's give-back finds nobody, tries again, and the
+    item comes back once a leader is elected, not after the 30 s lease timeout."""
+    door = make_server()
+    door.config_toml = "[backend.jetstream]\nlease_timeout_ms = 30000\n"
+    door.start()
+    d = cluster_dir()
+    with Conn(door.addr) as c:
+        assert c.set("eq", b"e0") == b"STORED\r\n"
+    holder = Conn(door.addr)
+    holder.send(b"get eq/open\r\n")
+    holder.expect(value_reply(b"eq/open", 0, b"e0"))
+    leader = harness.consumer_leader(door.stream, "eq~")
+    assert leader in ("n1", "n2", "n3"), f"unexpected leader name {leader!r}"
+    cluster("kill", d, leader[1])
+    try:
+        holder.close()
+        t0 = time.monotonic()
+        with Conn(door.addr, timeout_s=20.0) as c:
+            value = None
+            while value is None and time.monotonic() - t0 < 25.0:
+                value = c.get("eq/t=1000")
+            took = time.monotonic() - t0
+            assert value == b"e0", f"the released item did not come back within {took:.1f}s"
+            assert took < 20.0, f"the released item came back after {took:.1f}s"
+    finally:
+        cluster("restart", d, leader[1])
+
+
 class PatientWriter(threading.Thread):
     """Sets `PREFIX-N` items one at a time until stopped, going on after a
     `SERVER_ERROR` (a set the door could not get acknowledged through an election

@@ -504,7 +504,8 @@ impl Doors {
                 if expires != 0 && expires <= now_ms() + EXPIRY_MARGIN_MS {
                     return false;
                 }
-                leases::nak(&self.api, reply).await
+                let deadline = until.min(Instant::now() + self.api.request_timeout);
+                leases::nak(&self.api, reply, deadline).await == leases::Nak::Confirmed
             })
             .buffer_unordered(NAKS_AT_ONCE)
             .filter(|sent| std::future::ready(*sent))

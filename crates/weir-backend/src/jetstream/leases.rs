@@ -45,11 +45,26 @@ struct Held {
     renew: bool,
 }
 
+impl Held {
+    /// Until when a `-NAK` for this lease can still safely reach its consumer: half a
+    /// renewal period past the next renewal. The lease's AckWait (three periods) ran
+    /// from its last renewal that arrived; should the one before `next` have been lost
+    /// (an election), it still lasts one period past `next`, and half a period is the
+    /// margin. Retrying past it could take the item back from a new holder.
+    fn nak_by(&self) -> Instant {
+        self.next + self.every / 2
+    }
+}
+
 /// A lease's end, as the registry saw it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Forgot {
-    /// This door held it: its record (if any) is to be replaced by a tombstone.
-    Held(Option<Arc<str>>),
+    /// This door held it: its record (if any) is to be replaced by a tombstone; and
+    /// until when a `-NAK` for it may still be retried ([`Held::nak_by`]).
+    Held {
+        record: Option<Arc<str>>,
+        nak_by: Instant,
+    },
     /// Other doors took this door for dead and gave it back already: it must not be
     /// given back again (it may be another client's by now).
     Lost,
@@ -57,8 +72,17 @@ pub(crate) enum Forgot {
     Unknown,
 }
 
-/// A release for the nak pump: the ack subject, and the lease's record.
-pub(crate) type Release = (Arc<str>, Option<Arc<str>>);
+/// A release for the nak pump.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Release {
+    /// The lease's ack subject.
+    pub reply: Arc<str>,
+    /// Its record in the doors' stream, to be tombstoned first.
+    pub record: Option<Arc<str>>,
+    /// Until when a `-NAK` nobody received (no consumer leader: an election) is
+    /// tried again; `None`: once.
+    pub nak_by: Option<Instant>,
+}
 
 /// The leases this door keeps alive, and the way to the nak pump.
 pub(crate) struct Leases {
@@ -136,7 +160,11 @@ impl Leases {
     /// The lease ended (confirmed or released): no more renewals.
     pub fn forget(&self, reply: &str) -> Forgot {
         if let Some(held) = lock(&self.held).remove(reply) {
-            return Forgot::Held(held.record);
+            let nak_by = held.nak_by();
+            return Forgot::Held {
+                record: held.record,
+                nak_by,
+            };
         }
         if lock(&self.lost).remove(reply) {
             return Forgot::Lost;
@@ -161,13 +189,13 @@ impl Leases {
 
     /// Queues `-NAK` for the lease (after a tombstone for its record); false once the
     /// backend is closed.
-    pub fn nak(&self, reply: Arc<str>, record: Option<Arc<str>>) -> bool {
+    pub fn nak(&self, release: Release) -> bool {
         let naks = lock(&self.naks);
         let Some(tx) = naks.as_ref() else {
             return false;
         };
         self.unsent.fetch_add(1, Ordering::AcqRel);
-        let queued = tx.send((reply, record)).is_ok();
+        let queued = tx.send(release).is_ok();
         if !queued {
             self.unsent.fetch_sub(1, Ordering::AcqRel);
         }
@@ -223,36 +251,76 @@ impl Leases {
 /// Sends `-NAK` for each released lease: JetStream redelivers it, ahead of newer items.
 /// Each is a request, and the pump waits for the consumer's reply (it answers once the
 /// message is queued for redelivery), so a take that waited for [`Leases::released`]
-/// gets the released item first, as with the engine. One that is not confirmed within
-/// a request timeout comes back after AckWait anyway.
+/// gets the released item first, as with the engine. One that nobody received (no
+/// consumer leader, during an election) is tried again by a task of its own until its
+/// `nak_by`; one otherwise unconfirmed (it may have been received) comes back after
+/// AckWait.
 pub(crate) async fn nak_pump(
     api: Api,
     leases: Arc<Leases>,
     mut released: mpsc::UnboundedReceiver<Release>,
 ) {
-    while let Some((reply, record)) = released.recv().await {
+    while let Some(release) = released.recv().await {
         // The record first: a door killed between the two leaves the lease to
         // AckWait, rather than to another door's -NAK after it went to a new holder.
-        if let Some(record) = record {
-            super::doors::tombstone(&api, &record).await;
+        if let Some(record) = &release.record {
+            super::doors::tombstone(&api, record).await;
         }
-        if !nak(&api, &reply).await {
-            tracing::debug!(%reply, "jetstream: a release was not confirmed; AckWait gives it back");
+        let deadline = Instant::now() + api.request_timeout;
+        match (nak(&api, &release.reply, deadline).await, release.nak_by) {
+            (Nak::Confirmed, _) => {}
+            (Nak::NoResponders, Some(nak_by)) if Instant::now() < nak_by => {
+                tokio::spawn(nak_until(api.clone(), release.reply, nak_by));
+            }
+            _ => {
+                let reply = &release.reply;
+                tracing::debug!(%reply, "jetstream: a release was not confirmed; AckWait gives it back");
+            }
         }
         leases.nak_sent();
     }
 }
 
-/// `-NAK` as a request: true once the consumer confirmed it.
-pub(crate) async fn nak(api: &Api, reply: &str) -> bool {
+/// What a `-NAK` came to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Nak {
+    /// The consumer confirmed it.
+    Confirmed,
+    /// Nobody received it (the consumer has no leader, or is gone): safe to send again.
+    NoResponders,
+    /// No reply in time: it may have been received.
+    Unknown,
+}
+
+/// `-NAK` as a request, one attempt until `deadline`.
+pub(crate) async fn nak(api: &Api, reply: &str, deadline: Instant) -> Nak {
     let request = async_nats::Request::new()
         .payload(bytes::Bytes::from_static(b"-NAK"))
         .inbox(api.client.new_inbox());
-    let deadline = Instant::now() + api.request_timeout;
-    matches!(
-        api.send(reply.to_owned(), request, deadline).await,
-        super::api::Sent::Reply(_)
-    )
+    match api.send(reply.to_owned(), request, deadline).await {
+        super::api::Sent::Reply(_) => Nak::Confirmed,
+        super::api::Sent::NoResponders => Nak::NoResponders,
+        _ => Nak::Unknown,
+    }
+}
+
+/// `-NAK` again while nobody receives it, until `nak_by`: a lease released during its
+/// consumer's leader election comes back once a leader is elected, not after AckWait.
+async fn nak_until(api: Api, reply: Arc<str>, nak_by: Instant) {
+    let mut backoff = super::api::Backoff::new(nak_by);
+    while backoff.pause(&api.metrics).await {
+        match nak(&api, &reply, nak_by).await {
+            Nak::NoResponders => continue,
+            Nak::Confirmed => {
+                tracing::debug!(%reply, "jetstream: a release went through after a leader election")
+            }
+            Nak::Unknown => {
+                tracing::debug!(%reply, "jetstream: a retried release was not confirmed; AckWait gives it back")
+            }
+        }
+        return;
+    }
+    tracing::debug!(%reply, "jetstream: no consumer leader to take a release; AckWait gives it back");
 }
 
 /// Sends `+WPI` for each held lease every third of its AckWait, until the backend is
@@ -289,16 +357,23 @@ mod tests {
         assert!(leases.due().is_empty());
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(leases.due(), vec![Arc::<str>::from("a")]);
-        assert_eq!(leases.forget("a"), Forgot::Held(None));
+        let Forgot::Held { record, nak_by } = leases.forget("a") else {
+            panic!("a was held");
+        };
+        assert_eq!(record, None);
+        // Renewed every 20 ms (a third of 60 ms), next at +20 ms: -NAKs until +30 ms.
+        assert!(nak_by > Instant::now() && nak_by <= Instant::now() + Duration::from_millis(30));
         assert_eq!(leases.forget("a"), Forgot::Unknown);
         assert_eq!(leases.len(), 1);
-        assert!(leases.nak("b".into(), Some("rec".into())));
+        let release = |reply: &str, record: Option<&str>| Release {
+            reply: reply.into(),
+            record: record.map(Arc::from),
+            nak_by: None,
+        };
+        assert!(leases.nak(release("b", Some("rec"))));
         leases.close();
-        assert!(!leases.nak("c".into(), None));
-        assert_eq!(
-            rx.recv().await,
-            Some((Arc::<str>::from("b"), Some(Arc::<str>::from("rec"))))
-        );
+        assert!(!leases.nak(release("c", None)));
+        assert_eq!(rx.recv().await, Some(release("b", Some("rec"))));
         assert_eq!(rx.recv().await, None);
     }
 

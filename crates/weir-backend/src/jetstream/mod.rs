@@ -353,7 +353,11 @@ impl Reader {
     pub async fn confirm(&self, lease: &Lease) -> Result<bool> {
         let forgot = self.inner.leases.forget(&lease.reply);
         let result = self.ack(&lease.reply).await;
-        if let leases::Forgot::Held(Some(record)) = forgot {
+        if let leases::Forgot::Held {
+            record: Some(record),
+            ..
+        } = forgot
+        {
             // After the ack: a door killed between the two leaves a record whose
             // -NAK finds the item no longer pending.
             doors::tombstone(&self.inner.api, &record).await;
@@ -366,13 +370,18 @@ impl Reader {
     /// Gives the leased item back, ahead of newer ones (`-NAK`, sent by the nak pump).
     /// Never blocks or awaits.
     pub fn release(&self, lease: &Lease) -> Result<bool> {
-        let record = match self.inner.leases.forget(&lease.reply) {
-            leases::Forgot::Held(record) => record,
-            leases::Forgot::Unknown => None,
+        let (record, nak_by) = match self.inner.leases.forget(&lease.reply) {
+            leases::Forgot::Held { record, nak_by } => (record, Some(nak_by)),
+            leases::Forgot::Unknown => (None, None),
             // Given back by other doors already (this door was taken for dead).
             leases::Forgot::Lost => return Ok(true),
         };
-        let result = if self.inner.leases.nak(lease.reply.clone(), record) {
+        let release = leases::Release {
+            reply: lease.reply.clone(),
+            record,
+            nak_by,
+        };
+        let result = if self.inner.leases.nak(release) {
             Ok(true)
         } else {
             Err(Error::new(Kind::Closed, "the jetstream backend is closed"))
