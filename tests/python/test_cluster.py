@@ -218,6 +218,7 @@ class Reader(threading.Thread):
         self.addr, self.queue = addr, queue.encode()
         self.stop_event = threading.Event()
         self.confirmed: list[bytes] = []
+        self.unsettled: list[bytes] = []
         self.errors: list[bytes] = []
 
     def run(self) -> None:
@@ -250,27 +251,33 @@ class Reader(threading.Thread):
         if line == b"END\r\n":
             self.confirmed.append(value)
         else:
+            self.unsettled.append(value)
             self.errors.append(line)
             # Unconfirmed: it goes back when this connection ends.
             conn.close()
             raise ConnectionError("close refused")
 
 
+# The node-kill test's lease timeout: weir's default.
+LEASE_TIMEOUT_S = 30.0
+
+
 def drain_patiently(addr, key: str, timeout_s: float = 60.0) -> list[bytes]:
-    """Plain gets, one at a time, until one answers empty: a cluster settling after a
-    node's restart may take seconds over a request."""
+    """Gets that wait up to 3 s each, until one answers empty. A plain `get` can answer
+    empty while the reader's consumer leader sits on a replica still catching up after
+    a restart; a waiting one is answered once the items reach it."""
     out: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     with Conn(addr, timeout_s=20.0) as c:
         while time.monotonic() < deadline:
-            value = c.get(key)
+            value = c.get(f"{key}/t=3000")
             if value is None:
                 return out
             out.append(value)
     raise AssertionError(f"drain of {key} took over {timeout_s}s ({len(out)} items)")
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_nats_node_killed_under_load_loses_nothing(make_server):
     """The stream leader, then a follower, then the new leader, killed with SIGKILL
     under load, each restarted after 2 s."""
@@ -279,7 +286,7 @@ def test_nats_node_killed_under_load_loses_nothing(make_server):
     # election (4 to 9 s, renewals lost meanwhile) must not expire and go to the other
     # reader while its holder still works on it (with 5 s, one in four CI runs saw a
     # confirmed item confirmed again).
-    door.config_toml = "[backend.jetstream]\nlease_timeout_ms = 30000\n"
+    door.config_toml = f"[backend.jetstream]\nlease_timeout_ms = {int(LEASE_TIMEOUT_S * 1000)}\n"
     door.start()
     d = cluster_dir()
     writers = [PatientWriter(door.addr, "fo", f"w{i}") for i in range(4)]
@@ -306,14 +313,28 @@ def test_nats_node_killed_under_load_loses_nothing(make_server):
     confirmed = [v for r in readers for v in r.confirmed]
     assert confirmed, f"the readers confirmed nothing: {[r.errors[:3] for r in readers]}"
     assert len(confirmed) == len(set(confirmed)), "a confirmed item was delivered again"
+    stopped = time.monotonic()
     rest = drain_patiently(door.addr, "fo")
+    acked = {v for w in writers for v in w.acked}
+    assert acked, "no set was acknowledged"
+    # A pull whose reply was lost with a killed node's connection, or a give-back no
+    # consumer leader answered, leaves its item delivered to nobody until its AckWait
+    # (the lease timeout) passes; and a confirm whose ack was lost would bring its item
+    # back then too. Both show only once the lease timeout is over.
+    time.sleep(max(0.0, stopped + LEASE_TIMEOUT_S + 5.0 - time.monotonic()))
+    late = drain_patiently(door.addr, "fo")
+    print(f"drained {len(rest)} items, then {len(late)} after the lease timeout")
+    rest += late
     again = set(confirmed) & set(rest)
     assert not again, f"confirmed items delivered again: {sorted(again)[:3]}"
     got = confirmed + rest
-    acked = {v for w in writers for v in w.acked}
-    assert acked, "no set was acknowledged"
-    missing = acked - set(got)
-    assert not missing, f"{len(missing)} STORED items lost, e.g. {sorted(missing)[:3]}"
+    # An item whose `/close` got no `END` (its ack's reply lost in an election) was
+    # handed out and may have been confirmed: it may or may not come back.
+    unsettled = {v for r in readers for v in r.unsettled}
+    missing = acked - set(got) - unsettled
+    print(f"{len(unsettled)} unsettled, {len(unsettled - set(got))} of them never came back")
+    errors = [e for r in readers for e in r.errors]
+    assert not missing, f"{len(missing)} STORED items lost, e.g. {sorted(missing)[:3]}; reader errors {errors[:5]}"
     # Nothing that was never sent came back.
     sent = {v for w in writers for v in w.sent}
     assert set(got) <= sent
