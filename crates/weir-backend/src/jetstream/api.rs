@@ -217,34 +217,56 @@ impl Api {
     }
 }
 
+/// What one Direct Get attempt got.
+pub(crate) enum Got {
+    Found(Message),
+    /// No such message.
+    Nothing,
+    /// Failed for the moment (why): worth another attempt.
+    Retry(String),
+}
+
 impl Api {
-    /// A Direct Get on `stream` (any replica may answer): the message `query` names
-    /// (`{"seq", "next_by_subj"}`, `{"last_by_subj"}`), `None` when there is none;
-    /// retried through failures of the moment until `deadline`.
+    /// One Direct Get on `stream` (any replica may answer) of the message `query`
+    /// names (`{"seq", "next_by_subj"}`, `{"last_by_subj"}`).
+    pub async fn direct_get_once(
+        &self,
+        stream: &str,
+        query: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<Got> {
+        let subject = format!("$JS.API.DIRECT.GET.{stream}");
+        let request = Request::new().payload(Bytes::from(query.to_string()));
+        Ok(match self.send(subject, request, deadline).await {
+            Sent::Reply(m) => match m.status.map(|s| s.as_u16()) {
+                None => Got::Found(m),
+                Some(404) => Got::Nothing,
+                Some(s) if s >= 500 => Got::Retry(format!("status {s}")),
+                Some(s) => {
+                    let why = format!("direct get on {stream}: status {s} {:?}", m.description);
+                    return Err(unexpected(why));
+                }
+            },
+            Sent::NoResponders => Got::Retry("no responders".to_owned()),
+            Sent::Failed(why) => Got::Retry(why),
+            Sent::Refused(e) => return Err(e),
+        })
+    }
+
+    /// [`Api::direct_get_once`], retried through failures of the moment until
+    /// `deadline`; `None` when there is no such message.
     pub async fn direct_get(
         &self,
         stream: &str,
         query: &serde_json::Value,
         deadline: Instant,
     ) -> Result<Option<Message>> {
-        let subject = format!("$JS.API.DIRECT.GET.{stream}");
-        let body = Bytes::from(query.to_string());
         let mut backoff = Backoff::new(deadline);
         loop {
-            let request = Request::new().payload(body.clone());
-            let why = match self.send(subject.clone(), request, deadline).await {
-                Sent::Reply(m) => match m.status.map(|s| s.as_u16()) {
-                    None => return Ok(Some(m)),
-                    Some(404) => return Ok(None),
-                    Some(s) if s >= 500 => format!("status {s}"),
-                    Some(s) => {
-                        let why = format!("direct get on {stream}: status {s} {:?}", m.description);
-                        return Err(unexpected(why));
-                    }
-                },
-                Sent::NoResponders => "no responders".to_owned(),
-                Sent::Failed(why) => why,
-                Sent::Refused(e) => return Err(e),
+            let why = match self.direct_get_once(stream, query, deadline).await? {
+                Got::Found(m) => return Ok(Some(m)),
+                Got::Nothing => return Ok(None),
+                Got::Retry(why) => why,
             };
             if !backoff.pause(&self.metrics).await {
                 return Err(unavailable(format!("direct get on {stream}: {why}")));

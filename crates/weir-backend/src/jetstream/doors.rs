@@ -52,7 +52,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::api::{Api, Sent};
+use super::api::{Api, Got, Sent};
 use super::leases::{self, Leases};
 use super::queue::now_ms;
 use super::queue::PubAck;
@@ -535,19 +535,27 @@ impl Doors {
         Ok(info.state.subjects.into_keys().collect())
     }
 
-    /// The last message on `subject` (Direct Get): its sequence and payload.
+    /// The last message on `subject` (Direct Get, one attempt: the doors' loop tries
+    /// again next round): its sequence and payload.
     async fn last(&self, subject: &str, deadline: Instant) -> Result<Option<(u64, Bytes)>> {
         let query = json!({ "last_by_subj": subject });
-        let found = self.api.direct_get(&self.stream, &query, deadline).await?;
-        Ok(found.map(|m| {
-            let seq = m
-                .headers
-                .as_ref()
-                .and_then(|h| h.get("Nats-Sequence"))
-                .and_then(|v| v.as_str().parse().ok())
-                .unwrap_or(0);
-            (seq, m.payload)
-        }))
+        match self
+            .api
+            .direct_get_once(&self.stream, &query, deadline)
+            .await?
+        {
+            Got::Found(m) => {
+                let seq = m
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get("Nats-Sequence"))
+                    .and_then(|v| v.as_str().parse().ok())
+                    .unwrap_or(0);
+                Ok(Some((seq, m.payload)))
+            }
+            Got::Nothing => Ok(None),
+            Got::Retry(why) => Err(super::errors::unavailable(format!("direct get: {why}"))),
+        }
     }
 
     /// Purges this door's records at a graceful shutdown (its leases were given back
