@@ -114,6 +114,36 @@ def consumer_leader(stream: str, consumer: str) -> str:
     return jetstream_call(work)
 
 
+def consumer_pending(stream: str, consumer: str) -> tuple[int, int]:
+    """`consumer`'s (pending, ack pending): items it has yet to deliver, and items
+    delivered and not acknowledged."""
+
+    async def work(js):
+        info = await js.consumer_info(stream, consumer)
+        return info.num_pending, info.num_ack_pending
+
+    return jetstream_call(work)
+
+
+def consumer_step_down(stream: str, consumer: str) -> None:
+    """Asks `consumer`'s leader to step down (another replica is elected)."""
+
+    import asyncio
+
+    import nats
+
+    async def main():
+        nc = await nats.connect(servers=NATS_URLS.split(","), connect_timeout=5, max_reconnect_attempts=5)
+        try:
+            subject = f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}"
+            reply = await nc.request(subject, b"{}", timeout=10)
+            assert b'"success":true' in reply.data, reply.data
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago (the kernel picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -183,6 +213,8 @@ class ServerProcess:
         self.stream = f"WT{os.getpid()}_{self.port}" if on_jetstream() and kind == "weir" else None
         # A config file for weir (TOML text), written into root at start when set.
         self.config_toml: str | None = None
+        # The NATS servers this door connects to (None: all of the test cluster's).
+        self.nats_urls: str | None = None
         if self.stream is not None:
             # Short leases: the tests that kill a lone weir wait them out.
             self.config_toml = "[backend.jetstream]\nlease_timeout_ms = %d\n" % int(JETSTREAM_LEASE_TIMEOUT_S * 1000)
@@ -226,7 +258,7 @@ class ServerProcess:
         env.setdefault("RUST_BACKTRACE", "1")
         if self.stream is not None:
             env["WEIR_BACKEND"] = "jetstream"
-            env["WEIR_NATS_SERVERS"] = NATS_URLS
+            env["WEIR_NATS_SERVERS"] = self.nats_urls or NATS_URLS
             env["WEIR_NATS_STREAM"] = self.stream
         self.proc = subprocess.Popen(
             argv,

@@ -32,6 +32,14 @@ use super::api::Api;
 /// Leases one door keeps alive at once (about 150 bytes each).
 pub(crate) const KEPT_ALIVE_MAX: usize = 262_144;
 
+/// The longest consumer leader election planned for (JetStream's Raft timeouts give 4
+/// to 9 s).
+const ELECTION_MAX: Duration = Duration::from_secs(10);
+/// How long a `-NAK` nobody received is tried again, at most.
+const NAK_RETRY_MAX: Duration = Duration::from_secs(15);
+/// `-NAK`s being tried again at once, at most; past it, AckWait gives the item back.
+const NAK_RETRIES_MAX: usize = 256;
+
 /// How often the keep-alive pump looks for leases to renew, at most.
 const TICK_MAX: Duration = Duration::from_millis(500);
 const TICK_MIN: Duration = Duration::from_millis(20);
@@ -46,13 +54,18 @@ struct Held {
 }
 
 impl Held {
-    /// Until when a `-NAK` for this lease can still safely reach its consumer: half a
-    /// renewal period past the next renewal. The lease's AckWait (three periods) ran
-    /// from its last renewal that arrived; should the one before `next` have been lost
-    /// (an election), it still lasts one period past `next`, and half a period is the
-    /// margin. Retrying past it could take the item back from a new holder.
-    fn nak_by(&self) -> Instant {
-        self.next + self.every / 2
+    /// Until when a `-NAK` for this lease released now may be sent again, if nobody
+    /// received it: half a renewal period past the next renewal, and at most
+    /// [`NAK_RETRY_MAX`] from now. The lease's AckWait (three periods) runs from its
+    /// last renewal that arrived. An election (at most [`ELECTION_MAX`]) loses at most
+    /// one renewal when a period is at least that long, so AckWait lasts at least one
+    /// period past `next`: half a period is the margin. With shorter periods (a
+    /// `lease_timeout_ms` under 30 s) or no renewals (`open_timeout`) nothing bounds
+    /// the lease's end from here: `None`, the `-NAK` goes once. A retry past the
+    /// lease's end could take the item back from a new holder.
+    fn nak_by(&self, now: Instant) -> Option<Instant> {
+        (self.renew && self.every >= ELECTION_MAX)
+            .then(|| (self.next + self.every / 2).min(now + NAK_RETRY_MAX))
     }
 }
 
@@ -63,7 +76,7 @@ pub(crate) enum Forgot {
     /// until when a `-NAK` for it may still be retried ([`Held::nak_by`]).
     Held {
         record: Option<Arc<str>>,
-        nak_by: Instant,
+        nak_by: Option<Instant>,
     },
     /// Other doors took this door for dead and gave it back already: it must not be
     /// given back again (it may be another client's by now).
@@ -160,7 +173,7 @@ impl Leases {
     /// The lease ended (confirmed or released): no more renewals.
     pub fn forget(&self, reply: &str) -> Forgot {
         if let Some(held) = lock(&self.held).remove(reply) {
-            let nak_by = held.nak_by();
+            let nak_by = held.nak_by(Instant::now());
             return Forgot::Held {
                 record: held.record,
                 nak_by,
@@ -260,6 +273,7 @@ pub(crate) async fn nak_pump(
     leases: Arc<Leases>,
     mut released: mpsc::UnboundedReceiver<Release>,
 ) {
+    let retries = Arc::new(tokio::sync::Semaphore::new(NAK_RETRIES_MAX));
     while let Some(release) = released.recv().await {
         // The record first: a door killed between the two leaves the lease to
         // AckWait, rather than to another door's -NAK after it went to a new holder.
@@ -270,7 +284,16 @@ pub(crate) async fn nak_pump(
         match (nak(&api, &release.reply, deadline).await, release.nak_by) {
             (Nak::Confirmed, _) => {}
             (Nak::NoResponders, Some(nak_by)) if Instant::now() < nak_by => {
-                tokio::spawn(nak_until(api.clone(), release.reply, nak_by));
+                match retries.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let api = api.clone();
+                        tokio::spawn(async move {
+                            nak_until(api, release.reply, nak_by).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => tracing::debug!("jetstream: too many releases waiting for a consumer leader; AckWait gives this one back"),
+                }
             }
             _ => {
                 let reply = &release.reply;
@@ -361,8 +384,8 @@ mod tests {
             panic!("a was held");
         };
         assert_eq!(record, None);
-        // Renewed every 20 ms (a third of 60 ms), next at +20 ms: -NAKs until +30 ms.
-        assert!(nak_by > Instant::now() && nak_by <= Instant::now() + Duration::from_millis(30));
+        // Renewed every 20 ms: too short to outlast an election, so no retries.
+        assert_eq!(nak_by, None);
         assert_eq!(leases.forget("a"), Forgot::Unknown);
         assert_eq!(leases.len(), 1);
         let release = |reply: &str, record: Option<&str>| Release {
@@ -375,6 +398,32 @@ mod tests {
         assert!(!leases.nak(release("c", None)));
         assert_eq!(rx.recv().await, Some(release("b", Some("rec"))));
         assert_eq!(rx.recv().await, None);
+    }
+
+    #[test]
+    fn a_release_is_retried_only_while_the_lease_surely_lasts() {
+        let (leases, _rx) = Leases::new(Duration::from_secs(30));
+        let start = Instant::now();
+        // Renewed every 10 s, next at +10 s: retried until +15 s.
+        leases.keep("renewed".into(), Duration::from_secs(30), true, None);
+        let Forgot::Held { nak_by, .. } = leases.forget("renewed") else {
+            panic!("held");
+        };
+        let nak_by = nak_by.expect("a 30 s lease outlasts an election");
+        assert!(nak_by >= start + Duration::from_secs(15) - Duration::from_millis(1));
+        assert!(nak_by <= Instant::now() + NAK_RETRY_MAX);
+        // An open_timeout lease is not renewed: nothing bounds it from here.
+        leases.keep("fixed".into(), Duration::from_secs(60), false, None);
+        let Forgot::Held { nak_by, .. } = leases.forget("fixed") else {
+            panic!("held");
+        };
+        assert_eq!(nak_by, None);
+        // A lease of 10 s (renewed every 3.3 s) can lose two renewals in an election.
+        leases.keep("short".into(), Duration::from_secs(10), true, None);
+        let Forgot::Held { nak_by, .. } = leases.forget("short") else {
+            panic!("held");
+        };
+        assert_eq!(nak_by, None);
     }
 
     #[test]

@@ -371,7 +371,7 @@ impl Reader {
     /// Never blocks or awaits.
     pub fn release(&self, lease: &Lease) -> Result<bool> {
         let (record, nak_by) = match self.inner.leases.forget(&lease.reply) {
-            leases::Forgot::Held { record, nak_by } => (record, Some(nak_by)),
+            leases::Forgot::Held { record, nak_by } => (record, nak_by),
             leases::Forgot::Unknown => (None, None),
             // Given back by other doors already (this door was taken for dead).
             leases::Forgot::Lost => return Ok(true),
