@@ -934,61 +934,89 @@ async fn unreachable_cluster_is_unavailable_not_a_hang() -> TestResult {
     Ok(())
 }
 
-/// Throughput of append, then lease + confirm, from 10 and 100 tasks on one door.
+/// Throughput of append, then lease + confirm, then plain takes, from 10 and 100 tasks
+/// on one door; the lease figure with the doors' lease records (the default) and
+/// without (`door_timeout_ms = 0`), which is what a record costs.
 /// `cargo test -p weir-backend --release --test jetstream -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn throughput() -> TestResult {
     let c = cluster!("throughput");
-    let js = std::sync::Arc::new(c.door().await?);
-    for tasks in [10usize, 100] {
-        let name = format!("bench{tasks}");
-        let q = js.queue(&name).await?;
-        let r = js.reader(&q, "").await?;
-        let per_task = 3000 / tasks;
-        let started = Instant::now();
-        let mut handles = Vec::new();
-        for _ in 0..tasks {
-            let q = q.clone();
-            handles.push(tokio::spawn(async move {
-                for _ in 0..per_task {
-                    q.append(Bytes::from_static(&[b'x'; 64]), AppendOptions::default())
-                        .await?;
-                }
-                Ok::<_, weir_backend::Error>(())
-            }));
+    for door_timeout_ms in [1000, 0] {
+        let config = JetStreamConfig {
+            door_timeout_ms,
+            ..c.config()
+        };
+        let js = JetStream::connect(config, StoreOptions::default()).await?;
+        for tasks in [10usize, 100] {
+            let q = js.queue(&format!("bench{tasks}d{door_timeout_ms}")).await?;
+            let r = js.reader(&q, "").await?;
+            let appended = append_rate(&q, tasks, 3000).await?;
+            let leased = take_rate(&r, tasks, TakeMode::Lease).await?;
+            append_rate(&q, tasks, 3000).await?;
+            let taken = take_rate(&r, tasks, TakeMode::Take).await?;
+            eprintln!(
+                "door_timeout_ms {door_timeout_ms}, {tasks} tasks: append {appended:.0}/s; lease+confirm {leased:.0}/s; take {taken:.0}/s"
+            );
         }
-        for h in handles {
-            h.await??;
-        }
-        let appended = (per_task * tasks) as f64 / started.elapsed().as_secs_f64();
-        let started = Instant::now();
-        let mut handles = Vec::new();
-        for _ in 0..tasks {
-            let r = r.clone();
-            handles.push(tokio::spawn(async move {
-                let mut n = 0u64;
-                while let Some(t) = r.take(TakeMode::Lease, Duration::ZERO).await? {
-                    if let Some(Lease::JetStream(l)) = t.lease {
-                        r.confirm(&l).await?;
-                    }
-                    n += 1;
-                }
-                Ok::<_, weir_backend::Error>(n)
-            }));
-        }
-        let mut taken = 0;
-        for h in handles {
-            taken += h.await??;
-        }
-        let leased = taken as f64 / started.elapsed().as_secs_f64();
-        eprintln!(
-            "{tasks} tasks: append {appended:.0}/s; lease+confirm {leased:.0}/s ({taken} items)"
-        );
+        js.close().await?;
     }
     no_wait_pulls(&c).await?;
-    js.close().await?;
     Ok(())
+}
+
+/// Appends `n` items from `tasks` tasks: items per second.
+async fn append_rate(
+    q: &Queue,
+    tasks: usize,
+    n: usize,
+) -> std::result::Result<f64, Box<dyn StdError>> {
+    let per_task = n / tasks;
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let q = q.clone();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..per_task {
+                q.append(Bytes::from_static(&[b'x'; 64]), AppendOptions::default())
+                    .await?;
+            }
+            Ok::<_, weir_backend::Error>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok((per_task * tasks) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Empties the queue from `tasks` tasks, leasing and confirming or taking: items per
+/// second.
+async fn take_rate(
+    r: &Reader,
+    tasks: usize,
+    mode: TakeMode,
+) -> std::result::Result<f64, Box<dyn StdError>> {
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let r = r.clone();
+        handles.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while let Some(t) = r.take(mode, Duration::ZERO).await? {
+                if let Some(Lease::JetStream(l)) = t.lease {
+                    r.confirm(&l).await?;
+                }
+                n += 1;
+            }
+            Ok::<_, weir_backend::Error>(n)
+        }));
+    }
+    let mut taken = 0;
+    for h in handles {
+        taken += h.await??;
+    }
+    Ok(taken as f64 / started.elapsed().as_secs_f64())
 }
 
 /// An empty queue's no-wait pull, three ways: a request with its own inbox (what the
