@@ -28,6 +28,8 @@ pub(crate) mod code {
     pub const CONSUMER_EXISTS: u64 = 10148;
     /// "consumer name already in use".
     pub const CONSUMER_NAME_EXISTS: u64 = 10013;
+    /// "no message found" (a message get by sequence).
+    pub const NO_MESSAGE_FOUND: u64 = 10037;
 }
 
 /// An error of the JetStream API, as the server sends it.

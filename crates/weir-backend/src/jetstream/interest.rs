@@ -1,38 +1,50 @@
-//! A new queue's first items must be stored by every replica of the stream.
+//! A new queue's default reader must be known to the stream before its first item.
 //!
-//! The stream uses interest retention: each replica, when it applies a message,
-//! decides for itself whether one of *its* consumers wants it, and skips (never
-//! stores) it if not, while the publish is still acknowledged. A consumer reads from
-//! its own node's copy. A new queue's reader registers on each replica a moment after
-//! its creation is acknowledged, so a `set` in that moment could be `STORED` on the
-//! leader and skipped on the replica the reader is later led from: seen once in CI,
-//! the first four `STORED` items of a new queue never read.
+//! The stream uses interest retention: its leader skips (never stores) a message on a
+//! subject no consumer of its own list matches, and still acknowledges it. Creating a
+//! consumer is acknowledged by the meta layer, and the stream's leader registers the
+//! consumer a moment later. A `set` in that moment would be `STORED` and gone: seen
+//! as the first items of a new queue lost when several connections created it at once.
 //!
-//! So the stream has one more consumer from its creation on, the interest keeper
-//! ([`super::layout::INTEREST_KEEPER`]): filtered on every queue's subject, it makes
-//! every replica interested in every queue, whatever the timing, and never holds a
-//! message back (its ack floor is past every message). The stream's setup waits until
-//! every replica has the keeper ([`await_replicas`]); from then on a queue needs
-//! nothing more before its first `set`.
+//! So when this door creates (or first meets) a queue's default reader, it publishes a
+//! probe (an empty message with the `Weir-Probe` header and a short TTL) to the queue's
+//! subject and asks the stream's leader for it by sequence. Found: the stream has the
+//! interest, and appends may go; the probe is deleted. Not found: it was skipped, or a reader already took
+//! it; the consumer's delivered position tells which (a delivered probe was stored).
+//! Skipped: wait a moment and probe again, until the call's deadline. Readers
+//! acknowledge and skip probes as they meet them. Cost: one publish and one or two
+//! lookups per queue and door, once.
 //!
-//! Before the keeper, a new queue's first `set` waited for a probe (a marked message
-//! published and looked for on the new reader): readers still acknowledge and skip a
-//! probe left in a stream from then ([`is_probe`]). The probe waited for the reader's
-//! replicas to be current, which under a steady stream of writes could take seconds
-//! (three of four connections creating a queue at once, one of them already writing,
-//! saw their first `set` take over 3 s).
+//! Every replica of the stream decides for itself, when it applies a message, whether
+//! any of *its* consumers is interested, and skips it if not; a consumer reads from
+//! its own node's copy. So the stream leader storing the probe is not enough: a
+//! replica that has not yet set up the new consumer drops the first items, and the
+//! consumer, led from that node, never delivers them (seen once in CI: the first four
+//! `STORED` items of a new queue were never read). So the probe goes only once every
+//! online replica of the consumer has caught up with its leader (`CONSUMER.INFO`'s
+//! `cluster.replicas`), and it must be seen by the consumer itself (pending or
+//! delivered), not only by the stream leader. Beyond that, the stream's interest
+//! keeper ([`super::layout::INTEREST_KEEPER`]) makes every replica interested in every
+//! queue's subject from the stream's creation on, so no replica skips a queue's item
+//! whatever the timing; the probe remains for streams made before the keeper.
 
 use std::time::Duration;
 
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use serde_json::json;
 use tokio::time::Instant;
 
-use super::errors::unavailable;
+use super::errors::{code, unavailable};
+use super::registry::QueueEntry;
 use super::Inner;
 use crate::Result;
 
-/// Marked a probe (see the module doc): readers acknowledge and skip it.
+/// Marks a probe: readers acknowledge and skip it.
 pub(crate) const PROBE_HEADER: &str = "Weir-Probe";
-const PAUSE: Duration = Duration::from_millis(20);
+/// How long an unread probe stays in the stream.
+const PROBE_TTL: &str = "60s";
+const PROBE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Whether a delivered message is a probe.
 pub(crate) fn is_probe(message: &async_nats::Message) -> bool {
@@ -42,18 +54,80 @@ pub(crate) fn is_probe(message: &async_nats::Message) -> bool {
         .is_some_and(|h| h.get(PROBE_HEADER).is_some())
 }
 
+/// Returns once a message published to `queue` is stored (see the module doc).
+pub(super) async fn await_interest(
+    inner: &Inner,
+    queue: &QueueEntry,
+    consumer: &str,
+    deadline: Instant,
+) -> Result<()> {
+    await_replicas(inner, consumer, deadline).await?;
+    loop {
+        let mut headers = HeaderMap::new();
+        let n = inner
+            .published
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        headers.insert("Nats-Msg-Id", format!("{}.{n}", inner.door_id));
+        headers.insert(PROBE_HEADER, "1");
+        headers.insert("Nats-TTL", PROBE_TTL);
+        let seq = super::queue::publish(inner, queue, headers, Bytes::new(), deadline).await?;
+        if stored(inner, seq, deadline).await? && seen_by(inner, consumer, seq, deadline).await? {
+            // Seen: removed again, so no reader and no count ever meets it (one that
+            // is not removed is skipped by readers and goes with its TTL).
+            let api = format!("STREAM.MSG.DELETE.{}", inner.layout.stream);
+            let body = json!({ "seq": seq, "no_erase": true });
+            let _ = inner
+                .api
+                .json_or_api_error::<serde_json::Value>(&api, &body, deadline)
+                .await;
+            return Ok(());
+        }
+        let info = inner.consumer_info(consumer, deadline).await?;
+        if info.delivered.stream_seq >= seq {
+            return Ok(());
+        }
+        if Instant::now() + PROBE_PAUSE >= deadline {
+            return Err(unavailable(format!(
+                "the stream does not register the reader {consumer} of queue {}",
+                queue.name
+            )));
+        }
+        tokio::time::sleep(PROBE_PAUSE).await;
+    }
+}
+
 /// Waits until every online replica of `consumer` has caught up with its leader.
-pub(super) async fn await_replicas(inner: &Inner, consumer: &str, deadline: Instant) -> Result<()> {
+async fn await_replicas(inner: &Inner, consumer: &str, deadline: Instant) -> Result<()> {
     loop {
         let info = inner.consumer_info(consumer, deadline).await?;
         if info.replicas_current() {
             return Ok(());
         }
-        if Instant::now() + PAUSE >= deadline {
+        if Instant::now() + PROBE_PAUSE >= deadline {
             return Err(unavailable(format!(
-                "the replicas of consumer {consumer} do not catch up"
+                "the replicas of reader {consumer} do not catch up"
             )));
         }
-        tokio::time::sleep(PAUSE).await;
+        tokio::time::sleep(PROBE_PAUSE).await;
+    }
+}
+
+/// Whether the consumer (on its leader's node) has message `seq` pending or delivered.
+async fn seen_by(inner: &Inner, consumer: &str, seq: u64, deadline: Instant) -> Result<bool> {
+    let info = inner.consumer_info(consumer, deadline).await?;
+    Ok(info.num_pending > 0 || info.delivered.stream_seq >= seq)
+}
+
+/// Whether the stream's leader has message `seq`.
+async fn stored(inner: &Inner, seq: u64, deadline: Instant) -> Result<bool> {
+    let api = format!("STREAM.MSG.GET.{}", inner.layout.stream);
+    match inner
+        .api
+        .json_or_api_error::<serde_json::Value>(&api, &json!({ "seq": seq }), deadline)
+        .await?
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.err_code == code::NO_MESSAGE_FOUND => Ok(false),
+        Err(e) => Err(e.to_error()),
     }
 }

@@ -214,11 +214,7 @@ impl Inner {
                 "jetstream: the stream existed; its configuration is updated"
             );
         }
-        self.ensure_interest_keeper(deadline).await?;
-        // Once every replica has the keeper, every replica stores every queue's items.
-        let keeper = super::layout::INTEREST_KEEPER;
-        super::interest::await_replicas(self, keeper, deadline).await?;
-        Ok(())
+        self.ensure_interest_keeper(deadline).await
     }
 
     /// Creates the stream's interest keeper ([`super::layout::INTEREST_KEEPER`]), or
@@ -301,6 +297,11 @@ impl Inner {
         let info = self
             .create_consumer(name, "", ack_wait, false, deadline)
             .await?;
+        // Registered (and so usable by this door's other connections) only once the
+        // stream stores what is appended to it.
+        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
+        let consumer = super::layout::consumer_name(name, "");
+        super::interest::await_interest(self, &probing, &consumer, deadline).await?;
         let entry = self.registry.add(name, &self.layout, || config);
         entry.add_reader(&self.layout, "", ack_wait_of(&info, ack_wait));
         Ok(entry)
@@ -323,6 +324,11 @@ impl Inner {
         };
         let config = self.queue_config(name);
         let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
+        // Registered, this door's appends go straight to it: the consumer may have
+        // been created a moment ago at another door, so the stream must be seen to
+        // store for it first (see `interest.rs`).
+        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
+        super::interest::await_interest(self, &probing, &consumer, deadline).await?;
         let entry = self.registry.add(name, &self.layout, || config);
         entry.add_reader(&self.layout, "", ack_wait_of(&info, ack_wait));
         Ok(Some(entry))
