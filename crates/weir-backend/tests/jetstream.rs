@@ -775,49 +775,63 @@ async fn stream_messages(
         .ok_or_else(|| format!("no state.messages in {info}").into())
 }
 
+/// The consumer `~interest` that builds of 2026-11-26 added (every queue's subject,
+/// starting at 2^62) can make a replica purge its copy of the stream; a door deletes
+/// it when it sets the stream up, and the stream then keeps and frees items as usual.
 #[tokio::test]
-async fn the_interest_keeper_holds_nothing_back() -> TestResult {
-    let c = cluster!("the_interest_keeper_holds_nothing_back");
+async fn a_leftover_interest_keeper_is_deleted() -> TestResult {
+    let c = cluster!("a_leftover_interest_keeper_is_deleted");
     let a = c.door().await?;
-    let q = a.queue("kept").await?;
-    let first = a.reader(&q, "").await?;
-    let second = a.reader(&q, "r2").await?;
-    for i in 0..3 {
-        set(&q, &format!("k{i}")).await?;
-    }
+    a.queue("kept").await?;
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
-    // The keeper consumer exists, beside the two readers'.
-    let names = client
-        .request(format!("$JS.API.CONSUMER.NAMES.{}", c.stream), "".into())
-        .await?;
-    let names = String::from_utf8_lossy(&names.payload).into_owned();
-    assert!(names.contains("\"~interest\""), "{names}");
-    for i in 0..3 {
-        assert_eq!(
-            data(&take(&first, TakeMode::Take).await?),
-            Some(format!("k{i}"))
-        );
-    }
-    // r2 still needs them: kept.
-    assert_eq!(stream_messages(&client, &c.stream).await?, 3);
-    for i in 0..3 {
-        assert_eq!(
-            data(&take(&second, TakeMode::Take).await?),
-            Some(format!("k{i}"))
-        );
-    }
-    // Every reader confirmed them: gone, the keeper holding nothing back.
+    let keeper = serde_json::json!({
+        "stream_name": c.stream,
+        "action": "create",
+        "config": {
+            "name": "~interest", "durable_name": "~interest",
+            "filter_subject": format!("{}.>", c.prefix),
+            "ack_policy": "explicit", "deliver_policy": "by_start_sequence",
+            "opt_start_seq": 1u64 << 62, "max_deliver": -1,
+        },
+    });
+    let subject = format!("$JS.API.CONSUMER.CREATE.{}.~interest", c.stream);
+    let created = client.request(subject, keeper.to_string().into()).await?;
+    assert!(
+        !String::from_utf8_lossy(&created.payload).contains("\"error\""),
+        "{:?}",
+        created.payload
+    );
+    let names = || async {
+        let names = client
+            .request(format!("$JS.API.CONSUMER.NAMES.{}", c.stream), "".into())
+            .await?;
+        Ok::<_, Box<dyn StdError>>(String::from_utf8_lossy(&names.payload).into_owned())
+    };
+    assert!(names().await?.contains("\"~interest\""));
+    // A second door sets the stream up: the keeper goes, the readers stay.
+    let b = c.door().await?;
+    let q = b.queue("kept").await?;
+    let listed = names().await?;
+    assert!(!listed.contains("\"~interest\""), "{listed}");
+    assert!(listed.contains("\"kept~\""), "{listed}");
+    let r = b.reader(&q, "").await?;
+    set(&q, "k0").await?;
+    assert_eq!(
+        data(&take(&r, TakeMode::Take).await?),
+        Some("k0".to_owned())
+    );
+    // Confirmed by its only reader: freed (a Raft round after the ack).
     let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = stream_messages(&client, &c.stream).await?;
-        if left == 0 {
-            break;
-        }
-        assert!(Instant::now() < until, "{left} messages left in the stream");
+    while stream_messages(&client, &c.stream).await? != 0 {
+        assert!(
+            Instant::now() < until,
+            "a confirmed item stays in the stream"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     a.close().await?;
+    b.close().await?;
     Ok(())
 }
 

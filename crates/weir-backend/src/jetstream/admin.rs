@@ -120,7 +120,11 @@ impl Inner {
     }
 
     /// Deletes a consumer; false when it did not exist.
-    async fn delete_consumer(&self, name: &str, deadline: tokio::time::Instant) -> Result<bool> {
+    pub(super) async fn delete_consumer(
+        &self,
+        name: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool> {
         let api = format!("CONSUMER.DELETE.{}.{name}", self.layout.stream);
         match self.api.json::<Deleted>(&api, &json!({}), deadline).await {
             Ok(d) => Ok(d.success),

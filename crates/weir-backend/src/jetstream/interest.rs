@@ -23,10 +23,18 @@
 //! `STORED` items of a new queue were never read). So the probe goes only once every
 //! online replica of the consumer has caught up with its leader (`CONSUMER.INFO`'s
 //! `cluster.replicas`), and it must be seen by the consumer itself (pending or
-//! delivered), not only by the stream leader. Beyond that, the stream's interest
-//! keeper ([`super::layout::INTEREST_KEEPER`]) makes every replica interested in every
-//! queue's subject from the stream's creation on, so no replica skips a queue's item
-//! whatever the timing; the probe remains for streams made before the keeper.
+//! delivered), not only by the stream leader.
+//!
+//! The cost: under a steady write load to the queue, the replicas of a just-created
+//! consumer can take seconds to be reported current, and a first `set` waits for it.
+//! Connections of one door creating a queue at once do not all wait: once one of them
+//! has proven it and registered the queue, the others go on (before that, three of
+//! four such connections, one of them already writing, waited over 3 s in 2 of 8
+//! local runs). A consumer that kept every replica interested in every
+//! queue from the stream's creation on (the "interest keeper", starting at sequence
+//! 2^62) made the probe unnecessary, but was withdrawn: with its ack floor past the
+//! stream's last sequence, a purge and a restart made nats-server purge that node's
+//! whole copy of the stream ([`super::layout::INTEREST_KEEPER`]).
 
 use std::time::Duration;
 
@@ -61,8 +69,11 @@ pub(super) async fn await_interest(
     consumer: &str,
     deadline: Instant,
 ) -> Result<()> {
-    await_replicas(inner, consumer, deadline).await?;
+    await_replicas(inner, &queue.name, consumer, deadline).await?;
     loop {
+        if inner.registry.get(&queue.name).is_some() {
+            return Ok(());
+        }
         let mut headers = HeaderMap::new();
         let n = inner
             .published
@@ -97,8 +108,18 @@ pub(super) async fn await_interest(
 }
 
 /// Waits until every online replica of `consumer` has caught up with its leader.
-async fn await_replicas(inner: &Inner, consumer: &str, deadline: Instant) -> Result<()> {
+/// Another of this door's connections may have proven it first, for the same queue
+/// (it is in the registry then): that is as good, the replicas stay set up.
+async fn await_replicas(
+    inner: &Inner,
+    queue: &str,
+    consumer: &str,
+    deadline: Instant,
+) -> Result<()> {
     loop {
+        if inner.registry.get(queue).is_some() {
+            return Ok(());
+        }
         let info = inner.consumer_info(consumer, deadline).await?;
         if info.replicas_current() {
             return Ok(());

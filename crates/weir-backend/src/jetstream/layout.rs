@@ -122,44 +122,13 @@ impl Layout {
     }
 }
 
-/// The consumer that keeps every replica of the stream interested in every queue's
-/// subject (see [`Layout::interest_keeper_request`]); not a reader (`split_consumer`
+/// A consumer that builds of 2026-11-26 added to every stream (filtered on every
+/// queue's subject, starting at sequence 2^62) to keep every replica interested in
+/// every queue. Its ack floor past the stream's last sequence can make a replica purge
+/// its whole copy of the stream (nats-server's interest check after a purge and a
+/// restart), so setup deletes it where it is found; not a reader (`split_consumer`
 /// refuses it: its queue name is empty).
 pub(crate) const INTEREST_KEEPER: &str = "~interest";
-
-/// Where the interest keeper starts: far past any sequence the stream will reach, so
-/// it never needs (holds back) a message.
-const INTEREST_KEEPER_START: u64 = 1 << 62;
-
-impl Layout {
-    /// The body of `CONSUMER.CREATE` for [`INTEREST_KEEPER`]: a durable consumer on
-    /// every queue's subject that starts at sequence 2^62. Each replica of an
-    /// interest-retention stream skips (never stores) a message that none of *its*
-    /// consumers matches, and a replica sets a new reader's consumer up a moment
-    /// after the stream leader does: without the keeper, the first items of a new
-    /// queue could be stored on the leader and skipped on that replica, and a reader
-    /// led from there never gets them. With it, every replica matches every queue's
-    /// subject from the stream's creation on; and since it never needs a message
-    /// (its ack floor is past them all), a message still goes once the real readers
-    /// have confirmed it. Nobody pulls from it.
-    pub fn interest_keeper_request(&self) -> Value {
-        json!({
-            "stream_name": self.stream,
-            "action": "create",
-            "config": {
-                "name": INTEREST_KEEPER,
-                "durable_name": INTEREST_KEEPER,
-                "filter_subject": format!("{}.>", self.prefix),
-                "ack_policy": "explicit",
-                "deliver_policy": "by_start_sequence",
-                "opt_start_seq": INTEREST_KEEPER_START,
-                "replay_policy": "instant",
-                "max_deliver": -1,
-                "metadata": {"weir.role": "keeps every replica interested in every queue"},
-            },
-        })
-    }
-}
 
 /// `q~r`; `q~` for the default reader.
 pub(crate) fn consumer_name(queue: &str, reader: &str) -> String {

@@ -214,40 +214,17 @@ impl Inner {
                 "jetstream: the stream existed; its configuration is updated"
             );
         }
-        self.ensure_interest_keeper(deadline).await
+        self.remove_interest_keeper(deadline).await
     }
 
-    /// Creates the stream's interest keeper ([`super::layout::INTEREST_KEEPER`]), or
-    /// finds it exists.
-    async fn ensure_interest_keeper(&self, deadline: Instant) -> Result<()> {
-        let stream = &self.layout.stream;
+    /// Deletes the consumer [`super::layout::INTEREST_KEEPER`] if an earlier build
+    /// left it (see there why).
+    async fn remove_interest_keeper(&self, deadline: Instant) -> Result<()> {
         let name = super::layout::INTEREST_KEEPER;
-        let created = self
-            .api
-            .json_or_api_error::<serde_json::Value>(
-                &format!("CONSUMER.CREATE.{stream}.{name}"),
-                &self.layout.interest_keeper_request(),
-                deadline,
-            )
-            .await?;
-        match created {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.err_code,
-                    code::CONSUMER_EXISTS | code::CONSUMER_NAME_EXISTS
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(Error::new(
-                e.to_error().kind(),
-                format!(
-                    "creating consumer {name} of stream {stream}: {}",
-                    e.to_error()
-                ),
-            )),
+        if self.delete_consumer(name, deadline).await? {
+            tracing::warn!(stream = %self.layout.stream, consumer = name, "jetstream: deleted the interest keeper an earlier weir left on the stream");
         }
+        Ok(())
     }
 
     /// Every consumer of the stream, by name.
