@@ -31,10 +31,18 @@ def test_graceful_shutdown_under_load_loses_nothing(make_server, sig):
     waiter = Conn(srv.addr)
     waiter.send(b"get gsw/t=60000\r\n")
 
+    # The queue exists before the load: on JetStream a queue's first `set`s wait for
+    # its reader's replicas, which under this load can take longer than a writer's 3 s
+    # (docs/cluster.md); what is tested here is the shutdown.
+    with Conn(srv.addr) as c:
+        assert c.set("gs", b"before-the-load") == b"STORED\r\n"
+        assert c.get("gs") == b"before-the-load"
     writers = [Writer(srv.addr, "gs", f"g{i}", max_s=10.0) for i in range(4)]
     for w in writers:
         w.start()
-    assert wait_for(lambda: all(len(w.acked) >= 200 for w in writers), 8.0), [len(w.acked) for w in writers]
+    assert wait_for(lambda: all(len(w.acked) >= 200 for w in writers), 8.0), [
+        (len(w.acked), w.ended_by, w.other_replies[:1]) for w in writers
+    ]
 
     srv.proc.send_signal(sig)
     started = time.monotonic()
