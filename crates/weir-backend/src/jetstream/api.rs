@@ -175,9 +175,7 @@ impl Api {
             }
         }
     }
-}
 
-impl Api {
     /// Creates the stream `name` with `config`, or, when a stream of that name exists,
     /// updates it to `config`. True when it was created.
     pub async fn create_or_update_stream(
@@ -196,10 +194,6 @@ impl Api {
         match created {
             Ok(_) => Ok(true),
             Err(e) if e.err_code == super::errors::code::STREAM_NAME_IN_USE => {
-                tracing::debug!(
-                    stream = name,
-                    "jetstream: updating the stream's configuration"
-                );
                 let updated = self
                     .json::<serde_json::Value>(&format!("STREAM.UPDATE.{name}"), config, deadline)
                     .await;
