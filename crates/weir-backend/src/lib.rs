@@ -1,7 +1,7 @@
 //! Where weir's front doors keep their queues: one interface, two homes.
 //!
-//! A front door (the memcache server now; the bus and the proxy's captures later)
-//! names queues and readers, appends, takes, leases, confirms and releases, and runs
+//! A front door (the memcache server and the proxy's shadows now; the bus and the
+//! proxy's recordings later) names queues and readers, appends, takes, leases, confirms and releases, and runs
 //! the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`]. Each
 //! is an enum over the two implementations:
 //!
@@ -73,7 +73,7 @@ impl Backend {
     }
 
     /// The engine's store when the queues are in this process: for what is not on this
-    /// interface yet (the bus, the proxy's captures).
+    /// interface yet (the bus, the proxy's recordings).
     pub fn engine_store(&self) -> Option<&weir::Store> {
         match self {
             Backend::Embedded(e) => Some(e.store()),
@@ -107,6 +107,44 @@ impl Backend {
                 Ok(Reader::JetStream(Box::pin(j.reader(q, name)).await?))
             }
             _ => Err(mismatch()),
+        }
+    }
+
+    /// A queue whose items are kept for `readers` only, with a handle on each (in
+    /// their order): for a front door that names every reader of a queue itself, as
+    /// the proxy does for its shadows. It has no default reader: the memcache door's
+    /// queues get one on JetStream (a `q~` consumer, made with the queue), which
+    /// would keep every item forever here since nobody reads it. On JetStream the
+    /// queue exists while one of its readers does, and an item appended while none
+    /// does is not stored: name every reader before the first append. `readers`
+    /// must not be empty nor name the default reader (`""`).
+    pub async fn queue_for_readers(
+        &self,
+        name: &str,
+        readers: &[&str],
+    ) -> Result<(Queue, Vec<Reader>)> {
+        match self {
+            Backend::Embedded(e) => {
+                if readers.is_empty() || readers.iter().any(|r| r.is_empty()) {
+                    return Err(Error::new(
+                        Kind::InvalidArgument,
+                        "a queue kept for its readers names at least one, and each of them",
+                    ));
+                }
+                let queue = e.queue(name).await?;
+                let mut handles = Vec::with_capacity(readers.len());
+                for r in readers {
+                    handles.push(Reader::Embedded(e.reader(&queue, r).await?));
+                }
+                Ok((Queue::Embedded(queue), handles))
+            }
+            Backend::JetStream(j) => {
+                let (queue, handles) = Box::pin(j.queue_for_readers(name, readers)).await?;
+                Ok((
+                    Queue::JetStream(queue),
+                    handles.into_iter().map(Reader::JetStream).collect(),
+                ))
+            }
         }
     }
 

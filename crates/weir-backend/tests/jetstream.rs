@@ -146,6 +146,7 @@ fn futures_are_send(js: &JetStream, q: &Queue, r: &Reader, l: &weir_backend::jet
     ));
     send(js.queue("q"));
     send(js.reader(q, "r"));
+    send(js.queue_for_readers("q", &["r"]));
     send(js.delete_queue("q"));
     send(js.delete_reader("q", "r"));
     send(js.flush("q", None));
@@ -343,6 +344,72 @@ async fn two_readers_each_see_every_item() -> TestResult {
     let d = js.reader(&q, "").await?;
     assert_eq!(data(&take(&d, TakeMode::Take).await?), Some("1".into()));
     js.close().await?;
+    Ok(())
+}
+
+/// A queue kept for its named readers (the proxy's capture queues): no default
+/// reader's consumer, an item goes once each reader confirmed it, and stats list it.
+#[tokio::test]
+async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
+    let c = cluster!("a_queue_for_readers_keeps_items_for_them_only");
+    let js = c.door().await?;
+    assert_eq!(
+        js.queue_for_readers("cap", &[])
+            .await
+            .err()
+            .map(|e| e.kind()),
+        Some(Kind::InvalidArgument)
+    );
+    assert_eq!(
+        js.queue_for_readers("cap", &["a", ""])
+            .await
+            .err()
+            .map(|e| e.kind()),
+        Some(Kind::InvalidArgument)
+    );
+    let (q, readers) = js.queue_for_readers("cap", &["a", "b"]).await?;
+    assert_eq!(
+        readers.iter().map(|r| r.name()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    for item in ["1", "2"] {
+        set(&q, item).await?;
+    }
+    for reader in &readers {
+        for want in ["1", "2"] {
+            let t = reader.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+            assert_eq!(data(&t), Some(want.into()));
+            assert!(reader.confirm(&lease(&t)?).await?);
+        }
+    }
+    // Nothing else keeps them: the stream frees both a moment after the last ack.
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    let mut left = u64::MAX;
+    for _ in 0..60 {
+        left = stream_messages(&client, &c.stream).await?;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "items kept after every reader confirmed them");
+    let stats = js.stats(Some(vec!["cap".into()])).await?;
+    let names: Vec<&str> = stats
+        .iter()
+        .flat_map(|q| q.readers.iter().map(|r| r.name.as_str()))
+        .collect();
+    assert_eq!(names, ["a", "b"], "no default reader was made");
+    // A second door opening it again finds the same readers and their positions.
+    let other = c.door().await?;
+    let (q2, again) = other.queue_for_readers("cap", &["a", "b"]).await?;
+    set(&q2, "3").await?;
+    let t = again[1]
+        .take(TakeMode::Take, Duration::from_secs(2))
+        .await?;
+    assert_eq!(data(&t), Some("3".into()));
+    js.close().await?;
+    other.close().await?;
     Ok(())
 }
 

@@ -52,13 +52,14 @@ pub struct RouteRt {
     pub client: HttpClient,
     pub balancer: Balancer,
     /// The capture queue, when the route has shadows.
-    pub capture: Option<weir::Queue>,
+    pub capture: Option<weir_backend::Queue>,
     pub counters: RouteCounters,
 }
 
 pub struct Proxy {
     pub routes: Vec<RouteRt>,
-    pub store: weir::Store,
+    /// Where the capture queues live: the embedded engine or a JetStream cluster.
+    pub backend: Arc<weir_backend::Backend>,
     /// Captures waiting for their body or their append: a stop waits for them.
     pub captures_in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -233,7 +234,7 @@ async fn forward(
 /// A capture waiting for its request's body (and, for a route that diffs, the
 /// primary's answer).
 struct Pending {
-    queue: weir::Queue,
+    queue: weir_backend::Queue,
     captured: Captured,
     end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
     in_flight: InFlight,
@@ -295,12 +296,10 @@ async fn outgoing_body(
     body: Incoming,
 ) -> Result<(Outgoing, Option<AnswerSender>), Response<ProxyBody>> {
     let s = &route.settings;
-    let captured = route.capture.as_ref().map(|q| {
-        (
-            q.clone(),
-            captured_request(head, s, proxy.store.clock().now_ms()),
-        )
-    });
+    let captured = route
+        .capture
+        .as_ref()
+        .map(|q| (q.clone(), captured_request(head, s, proxy.backend.now_ms())));
     let mut out = Outgoing {
         whole: None,
         stream: None,
@@ -549,7 +548,7 @@ type AnswerSender = tokio::sync::oneshot::Sender<AnswerPart>;
 /// and with `answer`, once the primary's answer's body has passed too (an answer
 /// cut short is kept without its body, which is then not compared).
 async fn store_capture(
-    queue: weir::Queue,
+    queue: weir_backend::Queue,
     mut captured: Captured,
     end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
     answer: Option<tokio::sync::oneshot::Receiver<AnswerPart>>,
@@ -580,7 +579,7 @@ async fn store_capture(
         captured.response = Some(head);
     }
     match queue
-        .append_async(captured.encode(), weir::AppendOptions::default())
+        .append(&captured.encode(), weir_backend::AppendOptions::default())
         .await
     {
         Ok(_) => {

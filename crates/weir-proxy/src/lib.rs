@@ -12,9 +12,11 @@
 //! `upgrade.rs` WebSocket, `idle.rs` stalled answers, `server.rs` the listeners,
 //! `metrics.rs` `/metrics`.
 //!
-//! It uses the engine only through its public API (`Store`, `Queue`, `Reader`). It
-//! runs on a runtime of its own, beside the rest of the process: [`start`],
-//! [`ProxyHandle::stop`].
+//! It keeps its captures through `weir_backend`, the interface the memcache door
+//! uses, so a route's shadows replay from the embedded engine or from a JetStream
+//! cluster alike; only a recording route (`record = true`, with `weir capture`)
+//! needs the embedded engine's own API (seek, iteration). It runs on a runtime of
+//! its own, beside the rest of the process: [`start`], [`ProxyHandle::stop`].
 
 mod balance;
 mod capture;
@@ -58,15 +60,19 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// A running proxy.
 pub struct ProxyHandle {
     proxy: Arc<Proxy>,
-    shadows: Vec<(Arc<ShadowRt>, String, weir::Queue)>,
+    /// Each shadow, with the reader and the queue its backlog is read from.
+    shadows: Vec<(Arc<ShadowRt>, String, String)>,
     addrs: Vec<(String, SocketAddr)>,
     shutdown: watch::Sender<bool>,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Binds every listener, opens the capture queues and starts the replays. Errors
-/// (an address in use, a queue the store refuses) come back here.
-pub fn start(store: weir::Store, settings: ProxySettings) -> anyhow::Result<ProxyHandle> {
+/// (an address in use, a queue the backend refuses) come back here.
+pub fn start(
+    backend: Arc<weir_backend::Backend>,
+    settings: ProxySettings,
+) -> anyhow::Result<ProxyHandle> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(settings.threads)
         .thread_name("weir-proxy")
@@ -75,7 +81,7 @@ pub fn start(store: weir::Store, settings: ProxySettings) -> anyhow::Result<Prox
         .context("starting the proxy's runtime")?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let settings = Arc::new(settings);
-    let (proxy, shadows, listeners) = runtime.block_on(setup(store, &settings, &shutdown_rx))?;
+    let (proxy, shadows, listeners) = runtime.block_on(setup(backend, &settings, &shutdown_rx))?;
     let proxy = Arc::new(proxy);
     for (i, r) in proxy.routes.iter().enumerate() {
         if r.settings.health_path.is_some() {
@@ -123,12 +129,12 @@ pub fn start(store: weir::Store, settings: ProxySettings) -> anyhow::Result<Prox
 
 type Setup = (
     Proxy,
-    Vec<(Arc<ShadowRt>, String, weir::Queue)>,
+    Vec<(Arc<ShadowRt>, String, String)>,
     Vec<(String, tokio::net::TcpListener)>,
 );
 
 async fn setup(
-    store: weir::Store,
+    backend: Arc<weir_backend::Backend>,
     settings: &ProxySettings,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<Setup> {
@@ -142,7 +148,7 @@ async fn setup(
     let mut routes = Vec::new();
     let mut shadows = Vec::new();
     for r in &settings.routes {
-        let capture = route_capture(&store, r, shutdown, &mut shadows).await?;
+        let capture = route_capture(&backend, r, shutdown, &mut shadows).await?;
         routes.push(RouteRt {
             pattern: route::Pattern::new(&r.path),
             client: http_client(r.connect_timeout, &r.tls),
@@ -154,7 +160,7 @@ async fn setup(
     }
     let proxy = Proxy {
         routes,
-        store,
+        backend,
         captures_in_flight: Default::default(),
     };
     Ok((proxy, shadows, listeners))
@@ -164,33 +170,48 @@ async fn setup(
 /// shadows started; `None` for a route with neither (whose queue, if it has one,
 /// loses the `record` reader of an earlier recording).
 async fn route_capture(
-    store: &weir::Store,
+    backend: &weir_backend::Backend,
     r: &config::RouteSettings,
     shutdown: &watch::Receiver<bool>,
-    shadows: &mut Vec<(Arc<ShadowRt>, String, weir::Queue)>,
-) -> anyhow::Result<Option<weir::Queue>> {
+    shadows: &mut Vec<(Arc<ShadowRt>, String, String)>,
+) -> anyhow::Result<Option<weir_backend::Queue>> {
     let name = capture_queue(&r.name);
-    let s = store.clone();
     if r.shadows.is_empty() && !r.record {
-        tokio::task::spawn_blocking(move || record::forget(&s, &name))
-            .await?
-            .with_context(|| format!("the capture queue of route {}", r.name))?;
+        // Only the embedded engine has recordings to forget (see `record.rs`).
+        if let Some(store) = backend.engine_store().cloned() {
+            tokio::task::spawn_blocking(move || record::forget(&store, &name))
+                .await?
+                .with_context(|| format!("the capture queue of route {}", r.name))?;
+        }
         return Ok(None);
     }
-    let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&s, &name))
-        .await?
-        .with_context(|| format!("opening the capture queue of route {}", r.name))?;
-    record::prepare(&queue, r)?;
-    if !r.shadows.is_empty() {
-        for (shadow, reader) in shadow::start(&queue, r, shutdown)? {
-            shadows.push((shadow, reader, queue.clone()));
-        }
+    if r.record {
+        let Some(store) = backend.engine_store().cloned() else {
+            anyhow::bail!(
+                "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); it is not available on the {} backend",
+                r.name,
+                backend.kind_name()
+            );
+        };
+        let queue_name = name.clone();
+        let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
+            .await?
+            .with_context(|| format!("opening the capture queue of route {}", r.name))?;
+        record::prepare(&queue, r)?;
+    }
+    let (queue, started) = shadow::start(backend, &name, r, shutdown)
+        .await
+        .with_context(|| format!("setting up the replays of route {}", r.name))?;
+    for (shadow, reader) in started {
+        shadows.push((shadow, reader, name.clone()));
     }
     Ok(Some(queue))
 }
 
-/// Opens a capture queue with no lease timeout: a replay waits for a shadow as long
-/// as it takes, and a lease ending under it would replay the request twice.
+/// Opens a recording route's capture queue with no lease timeout: a replay waits
+/// for a shadow as long as it takes, and a lease ending under it would replay the
+/// request twice. (weir's config gives capture queues none; this holds for a
+/// proxy started with other options too.)
 fn capture_queue_opened(store: &weir::Store, name: &str) -> weir::Result<weir::Queue> {
     let queue = store.queue(name)?;
     let mut config = queue.config();
@@ -207,8 +228,23 @@ impl ProxyHandle {
         &self.addrs
     }
 
-    /// Appends the proxy's series to a Prometheus text body.
-    pub fn render_metrics(&self, out: &mut String) {
+    /// Appends the proxy's series to a Prometheus text body; the shadows' backlogs
+    /// are read from the backend (`stats`) now.
+    pub async fn render_metrics(&self, out: &mut String) {
+        let mut names: Vec<String> = self.shadows.iter().map(|(_, _, q)| q.clone()).collect();
+        names.sort();
+        names.dedup();
+        let stats = if names.is_empty() {
+            Vec::new()
+        } else {
+            match self.proxy.backend.stats(Some(names)).await {
+                Ok(stats) => stats,
+                Err(e) => {
+                    tracing::warn!(error = %e, "/metrics: the capture queues' backlogs");
+                    Vec::new()
+                }
+            }
+        };
         let routes: Vec<(&str, &metrics::RouteCounters)> = self
             .proxy
             .routes
@@ -222,11 +258,10 @@ impl ProxyHandle {
                 route: &s.route,
                 shadow: &s.settings.name,
                 counters: &s.counters,
-                backlog: queue
-                    .stats()
-                    .readers
+                backlog: stats
                     .iter()
-                    .find(|r| &r.name == reader)
+                    .find(|q| &q.name == queue)
+                    .and_then(|q| q.readers.iter().find(|r| &r.name == reader))
                     .map_or(0, |r| r.items),
             })
             .collect();

@@ -27,7 +27,7 @@ use hyper::header::{HeaderName, HeaderValue, HOST};
 use hyper::{Request, Uri};
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
-use weir::TakeMode;
+use weir_backend::{Backend, Lease, Reader, TakeMode};
 
 use crate::capture::Captured;
 use crate::config::{RouteSettings, ShadowSettings, Target};
@@ -59,19 +59,22 @@ pub struct ShadowRt {
 /// One replaying reader: a shadow (concurrent mode), or the route's shadows in
 /// order (sequential mode).
 struct Replayer {
-    queue: weir::Queue,
-    reader: String,
+    reader: Reader,
     shadows: Vec<Arc<ShadowRt>>,
     shutdown: watch::Receiver<bool>,
 }
 
-/// Starts the replay workers of a route; returns its shadows (for metrics) with
-/// the reader each one's backlog is read from.
-pub fn start(
-    queue: &weir::Queue,
+/// Starts the replay workers of a route; Sets up the readers of a route's capture queue `queue`
+/// (one per shadow, or the sequential one, and `record`'s on a recording route; a
+/// reader no longer configured is deleted) and starts their replay workers.
+/// Returns the queue, and its shadows (for metrics) with the reader each one's
+/// backlog is read from.
+pub async fn start(
+    backend: &Backend,
+    queue: &str,
     route: &RouteSettings,
     shutdown: &watch::Receiver<bool>,
-) -> weir::Result<Vec<(Arc<ShadowRt>, String)>> {
+) -> weir_backend::Result<(weir_backend::Queue, Vec<(Arc<ShadowRt>, String)>)> {
     let route_diff = route.diffs().then(|| Arc::new(RouteDiff::new(route)));
     let shadows: Vec<Arc<ShadowRt>> = route
         .shadows
@@ -89,7 +92,9 @@ pub fn start(
             })
         })
         .collect();
-    let mut wanted: Vec<&str> = if route.sequential {
+    let mut wanted: Vec<&str> = if route.shadows.is_empty() {
+        Vec::new()
+    } else if route.sequential {
         vec![SEQUENTIAL_READER]
     } else {
         route.shadows.iter().map(|s| s.name.as_str()).collect()
@@ -97,43 +102,57 @@ pub fn start(
     if route.record {
         wanted.push(crate::record::RECORD_READER);
     }
-    // A shadow removed (or a change of mode) leaves a reader nobody reads, which
-    // would keep every capture on disk: it goes (the recording's reader stays).
-    for old in queue.reader_names() {
-        if !wanted.contains(&old.as_str()) {
-            tracing::info!(queue = queue.name(), reader = %old, "deleting the reader of a shadow no longer configured");
-            queue.delete_reader(&old)?;
-        }
-    }
-    let mut readers = Vec::new();
-    if route.sequential {
-        queue.reader(SEQUENTIAL_READER)?;
+    forget_readers(backend, queue, &wanted).await?;
+    let (handle, readers) = backend.queue_for_readers(queue, &wanted).await?;
+    let mut started = Vec::new();
+    if route.sequential && !shadows.is_empty() {
         let r = Replayer {
-            queue: queue.clone(),
-            reader: SEQUENTIAL_READER.into(),
+            reader: readers[0].clone(),
             shadows: shadows.clone(),
             shutdown: shutdown.clone(),
         };
         tokio::spawn(r.run());
-        readers.extend(
+        started.extend(
             shadows
                 .iter()
                 .map(|s| (Arc::clone(s), SEQUENTIAL_READER.to_string())),
         );
     } else {
-        for s in &shadows {
-            queue.reader(&s.settings.name)?;
+        for (s, reader) in shadows.iter().zip(&readers) {
             let r = Replayer {
-                queue: queue.clone(),
-                reader: s.settings.name.clone(),
+                reader: reader.clone(),
                 shadows: vec![Arc::clone(s)],
                 shutdown: shutdown.clone(),
             };
             tokio::spawn(r.run());
-            readers.push((Arc::clone(s), s.settings.name.clone()));
+            started.push((Arc::clone(s), s.settings.name.clone()));
         }
     }
-    Ok(readers)
+    Ok((handle, started))
+}
+
+/// Deletes the readers of `queue` not in `wanted`: a shadow removed (or a change of
+/// mode) leaves a reader nobody reads, which would keep every capture.
+async fn forget_readers(
+    backend: &Backend,
+    queue: &str,
+    wanted: &[&str],
+) -> weir_backend::Result<()> {
+    let stats = backend.stats(Some(vec![queue.to_owned()])).await?;
+    let names = stats.into_iter().flat_map(|q| q.readers).map(|r| r.name);
+    for old in names.filter(|n| !wanted.contains(&n.as_str())) {
+        tracing::info!(queue, reader = %old, "deleting the reader of a shadow no longer configured");
+        match backend.delete_reader(queue, &old).await {
+            Ok(_) => {}
+            // JetStream's default reader goes only with its queue: it was made by a
+            // memcache client naming the capture queue, and keeps every capture.
+            Err(e) if old.is_empty() => {
+                tracing::warn!(queue, error = %e, "the capture queue has a default reader, which keeps every capture; delete the queue with the proxy stopped");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// How one replay ended.
@@ -157,13 +176,7 @@ impl Replayer {
         let slots = Arc::new(Semaphore::new(if alone { first.concurrency } else { 1 }));
         let rate = if alone { first.rate } else { None };
         let mut next_slot = Instant::now();
-        let reader = match self.queue.reader(&self.reader) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(queue = self.queue.name(), reader = %self.reader, error = %e, "replays cannot start");
-                return;
-            }
-        };
+        let reader = self.reader.clone();
         while !self.stopping() {
             let permit = tokio::select! {
                 p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => return },
@@ -189,9 +202,9 @@ impl Replayer {
             tokio::spawn(async move {
                 let _permit = permit;
                 if replay_all(&shadows, &captured, &shutdown).await {
-                    let _ = reader.confirm_async(lease).await;
+                    let _ = reader.confirm(&lease).await;
                 } else {
-                    let _ = reader.release(lease);
+                    let _ = reader.release(&lease);
                 }
             });
         }
@@ -200,11 +213,11 @@ impl Replayer {
     /// The next captured request to replay, leased; `None` when there is none for
     /// now, or when the one taken is left out by the sample or damaged (then it is
     /// confirmed: nothing to replay).
-    async fn next(&self, reader: &weir::Reader) -> Option<(weir::LeaseId, Captured)> {
-        let taken = match reader.take_async(TakeMode::Lease, TAKE_WAIT).await {
+    async fn next(&self, reader: &Reader) -> Option<(Lease, Captured)> {
+        let taken = match reader.take(TakeMode::Lease, TAKE_WAIT).await {
             Ok(t) => t?,
             Err(e) => {
-                tracing::warn!(queue = self.queue.name(), error = %e, "could not take a captured request");
+                tracing::warn!(queue = reader.queue_name(), error = %e, "could not take a captured request");
                 tokio::time::sleep(TAKE_WAIT).await;
                 return None;
             }
@@ -217,18 +230,18 @@ impl Replayer {
         };
         if !sampled(taken.item.seq, sample) {
             self.shadows[0].counters.skipped.fetch_add(1, Relaxed);
-            let _ = reader.confirm_async(lease).await;
+            let _ = reader.confirm(&lease).await;
             return None;
         }
         match Captured::decode(&taken.item.data) {
             Ok(c) => Some((lease, c)),
             Err(e) => {
                 tracing::warn!(
-                    queue = self.queue.name(),
+                    queue = reader.queue_name(),
                     seq = taken.item.seq,
                     "skipping a damaged capture: {e}"
                 );
-                let _ = reader.confirm_async(lease).await;
+                let _ = reader.confirm(&lease).await;
                 None
             }
         }

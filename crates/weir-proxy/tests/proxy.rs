@@ -86,6 +86,13 @@ struct TestProxy {
     http: reqwest_lite::Client,
 }
 
+/// The store as the backend the proxy keeps its captures in.
+fn embedded(store: weir::Store) -> std::sync::Arc<weir_backend::Backend> {
+    std::sync::Arc::new(weir_backend::Backend::Embedded(
+        weir_backend::Embedded::new(store),
+    ))
+}
+
 /// Starts a proxy from a TOML `[proxy]` body (without its header) on `dir`.
 async fn start(dir: tempfile::TempDir, toml_text: &str) -> TestProxy {
     let cfg: ProxyConfig = toml::from_str(toml_text).unwrap();
@@ -93,7 +100,7 @@ async fn start(dir: tempfile::TempDir, toml_text: &str) -> TestProxy {
     let path = dir.path().to_path_buf();
     let handle = tokio::task::spawn_blocking(move || {
         let store = weir::Store::open(&path).unwrap();
-        weir_proxy::start(store, settings).unwrap()
+        weir_proxy::start(embedded(store), settings).unwrap()
     })
     .await
     .unwrap();
@@ -113,9 +120,9 @@ impl TestProxy {
         }
     }
 
-    fn metrics(&self) -> String {
+    async fn metrics(&self) -> String {
         let mut out = String::new();
-        self.handle.as_ref().unwrap().render_metrics(&mut out);
+        self.handle.as_ref().unwrap().render_metrics(&mut out).await;
         out
     }
 
@@ -275,7 +282,7 @@ async fn refusals_say_why() {
     );
     let a = p.send("POST", "/dead/x", &[], vec![b'x'; 11]).await;
     assert_eq!(a.status, 413);
-    let m = p.metrics();
+    let m = p.metrics().await;
     assert!(
         m.contains("weir_proxy_responses_total{route=\"slow\",class=\"5xx\"} 1"),
         "{m}"
@@ -366,7 +373,7 @@ async fn a_shadow_down_gets_its_backlog_when_it_is_back_even_after_a_restart() {
         );
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let m = p.metrics();
+    let m = p.metrics().await;
     assert!(
         m.contains("weir_proxy_replay_backlog{route=\"api\",shadow=\"later\"} 10"),
         "{m}"
@@ -462,12 +469,10 @@ async fn large_bodies_to_a_primary_that_does_not_read_them_all_succeed_and_repla
     }
     let until = Instant::now() + Duration::from_secs(15);
     while shadow.got.lock().len() < 100 {
-        assert!(
-            Instant::now() < until,
-            "{} replays; {}",
-            shadow.got.lock().len(),
-            p.metrics()
-        );
+        if Instant::now() >= until {
+            let got = shadow.got.lock().len();
+            panic!("{got} replays; {}", p.metrics().await);
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(shadow.got.lock().iter().all(|g| g.3.len() == 234_183));
@@ -779,7 +784,7 @@ async fn diffs_report_the_changed_field_and_learn_noise_from_the_reference() {
     // it is learned; up to 4 replays in flight).
     let asked = reference_served.load(SeqCst);
     assert!((10..=14).contains(&asked), "{asked}");
-    let m = p.metrics();
+    let m = p.metrics().await;
     assert!(m.contains(
         "weir_proxy_diffs_total{route=\"api\",shadow=\"candidate\",field=\"body.price\",kind=\"changed\"} 10"
     ), "{m}");
@@ -947,9 +952,10 @@ async fn https_targets_and_shadows_are_reached_over_tls_and_an_unknown_ca_is_ref
     let until = Instant::now() + Duration::from_secs(10);
     while !p
         .metrics()
+        .await
         .contains("weir_proxy_replays_failed_total{route=\"secure\",shadow=\"s\"} 1")
     {
-        assert!(Instant::now() < until, "{}", p.metrics());
+        assert!(Instant::now() < until, "{}", p.metrics().await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(

@@ -17,6 +17,13 @@ use weir_proxy::{Captured, ProxyConfig, ProxyHandle, RECORD_READER};
 /// A request a test server got: method, URI, headers, body.
 type Got = (String, String, HeaderMap, Bytes);
 
+/// The store as the backend the proxy keeps its captures in.
+fn embedded(store: weir::Store) -> std::sync::Arc<weir_backend::Backend> {
+    std::sync::Arc::new(weir_backend::Backend::Embedded(
+        weir_backend::Embedded::new(store),
+    ))
+}
+
 /// A server that records what it gets and answers 200 `ok` (or never, when `hang`).
 #[derive(Clone, Default)]
 struct Target {
@@ -84,7 +91,7 @@ async fn start(dir: &std::path::Path, toml_text: &str, capture: weir::QueueConfi
             ..weir::StoreOptions::default()
         };
         let store = weir::Store::open_with(&path, options).unwrap();
-        let handle = weir_proxy::start(store.clone(), settings).unwrap();
+        let handle = weir_proxy::start(embedded(store.clone()), settings).unwrap();
         (store, handle)
     })
     .await
@@ -278,7 +285,7 @@ async fn removing_record_deletes_its_reader_and_a_new_shadow_starts_at_the_end()
     let store = weir::Store::open(dir.path()).unwrap();
     let refused = tokio::task::spawn_blocking({
         let store = store.clone();
-        move || weir_proxy::start(store, settings).map(|_| ())
+        move || weir_proxy::start(embedded(store), settings).map(|_| ())
     })
     .await
     .unwrap();

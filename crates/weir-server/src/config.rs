@@ -332,8 +332,16 @@ fn check_jetstream(
             js.replicas
         );
     }
-    if file.bus.is_some() || file.proxy.is_some() {
-        bail!("the event bus and the proxy run on the embedded backend only (for now); remove [bus] / [proxy] or use kind = \"embedded\"");
+    if file.bus.is_some() {
+        bail!("the event bus runs on the embedded backend only (for now); remove [bus] or use kind = \"embedded\"");
+    }
+    if let Some(proxy) = &file.proxy {
+        if let Some(route) = proxy.routes.iter().find(|r| r.record) {
+            bail!(
+                "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); on the jetstream backend a route can have shadows, not a recording",
+                route.name
+            );
+        }
     }
     if file.server.admin_key.is_some() {
         bail!("admin_key turns on the capture endpoints, which need the embedded backend");
@@ -706,6 +714,30 @@ mod tests {
                 .and_then(|f| resolve(&f, &Overrides::default()));
             assert!(resolved.is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn on_jetstream_a_proxy_may_shadow_but_not_record() {
+        let backend = "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\nservers = [\"nats://127.0.0.1:4222\"]\n";
+        let route = |extra: &str| {
+            format!(
+                "{backend}[[proxy.listen]]\nname = \"m\"\naddr = \"127.0.0.1:0\"\n[[proxy.routes]]\nname = \"api\"\ntargets = [\"http://127.0.0.1:1\"]\n{extra}[[proxy.routes.shadows]]\nname = \"s\"\nurl = \"http://127.0.0.1:2\"\n"
+            )
+        };
+        let resolved = |text: &str| {
+            let file: FileConfig = toml::from_str(text)?;
+            resolve(&file, &Overrides::default())
+        };
+        let shadowing = resolved(&route("")).unwrap();
+        assert!(matches!(shadowing.backend, BackendSettings::JetStream(_)));
+        assert!(shadowing.proxy.is_some());
+        let recording = resolved(&route("record = true\n")).unwrap_err();
+        assert!(
+            format!("{recording:#}").contains("proxy route api: record = true"),
+            "{recording:#}"
+        );
+        let bus = resolved(&format!("{backend}[bus]\n")).unwrap_err();
+        assert!(format!("{bus:#}").contains("event bus"), "{bus:#}");
     }
 
     #[test]

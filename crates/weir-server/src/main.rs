@@ -184,9 +184,10 @@ fn init_logging(level: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `weir proxy`: the proxy alone on the data directory, until SIGTERM or SIGINT; then
-/// it stops (requests in flight finish, replays in flight come again later) and the
-/// store closes. With `--http-listen`, the HTTP port runs too.
+/// `weir proxy`: the proxy alone, on the data directory (or the JetStream cluster the
+/// config's `[backend]` names), until SIGTERM or SIGINT; then it stops (requests in
+/// flight finish, replays in flight come again later) and the backend closes. With
+/// `--http-listen`, the HTTP port runs too.
 fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
     let file = config::read_file(&args.config)?;
     let overrides = Overrides {
@@ -202,14 +203,16 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} has no [proxy] section", args.config.display()))?;
     init_logging(&settings.log_level)?;
     raise_open_files_limit();
-    let store = weir::Store::open_with(&settings.data_dir, settings.store.clone())
-        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
-    let handle = weir_proxy::start(store.clone(), proxy)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let shared = weir_server::shared::Shared::for_proxy(settings, store.clone(), handle);
+    let backend = Arc::new(runtime.block_on(weir_server::server::open_backend(
+        &settings,
+        settings.store.files_open_max,
+    ))?);
+    let handle = weir_proxy::start(Arc::clone(&backend), proxy)?;
+    let shared = weir_server::shared::Shared::for_proxy(settings, Arc::clone(&backend), handle);
     runtime.block_on(async {
         let http = match &args.http_listen {
             Some(_) => Some(weir_server::http::spawn(Arc::clone(&shared)).await?),
@@ -232,7 +235,9 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         proxy.stop();
     }
     drop(shared);
-    store.close().context("closing the store")?;
+    runtime
+        .block_on(backend.close())
+        .context("closing the store")?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -66,21 +66,19 @@ async fn listen(addr: &str) -> io::Result<TcpListener> {
 /// Runs the server until it is shut down; returns once the store is closed.
 pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     let files_open_max = files_open_max(settings.max_connections);
-    let backend = open_backend(&settings, files_open_max).await?;
+    let backend = Arc::new(open_backend(&settings, files_open_max).await?);
     let listener = listen(&settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let http_listener = TcpListener::bind(&settings.http_listen)
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
-    let (bus, proxy) = match backend.engine_store() {
-        Some(store) => (
-            start_bus(&settings, store).await?,
-            start_proxy(&settings, store).await?,
-        ),
-        // The config refuses [bus] and [proxy] with another backend.
-        None => (None, None),
+    let bus = match backend.engine_store() {
+        Some(store) => start_bus(&settings, store).await?,
+        // The config refuses [bus] with another backend.
+        None => None,
     };
+    let proxy = start_proxy(&settings, &backend).await?;
     let shared = Arc::new(Shared {
         backend,
         files_open_max,
@@ -187,13 +185,13 @@ async fn stop_bus(shared: &Arc<Shared>) {
 /// the bus).
 async fn start_proxy(
     settings: &Settings,
-    store: &weir::Store,
+    backend: &Arc<weir_backend::Backend>,
 ) -> anyhow::Result<Option<weir_proxy::ProxyHandle>> {
     let Some(proxy_settings) = settings.proxy.clone() else {
         return Ok(None);
     };
-    let store = store.clone();
-    let handle = tokio::task::spawn_blocking(move || weir_proxy::start(store, proxy_settings))
+    let backend = Arc::clone(backend);
+    let handle = tokio::task::spawn_blocking(move || weir_proxy::start(backend, proxy_settings))
         .await
         .context("starting the proxy")??;
     Ok(Some(handle))
@@ -201,7 +199,7 @@ async fn start_proxy(
 
 /// Opens the backend the settings name: the embedded store on the blocking pool
 /// (recovery reads the disk), or a connection to the JetStream cluster.
-async fn open_backend(
+pub async fn open_backend(
     settings: &Settings,
     files_open_max: usize,
 ) -> anyhow::Result<weir_backend::Backend> {

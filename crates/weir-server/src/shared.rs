@@ -21,7 +21,7 @@ pub struct Shared {
     /// Where the queues live; connections get the queues and readers they have not
     /// cached from it, which creates them (within `max_queues`) without blocking an
     /// event loop.
-    pub backend: weir_backend::Backend,
+    pub backend: std::sync::Arc<weir_backend::Backend>,
     /// The store's descriptor budget, derived at start (see `server::files_open_max`) and
     /// kept across reloads.
     pub files_open_max: usize,
@@ -40,15 +40,15 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// What `weir proxy --http-listen` shares with its HTTP port: the proxy, the store
-    /// and the settings; no memcache port (its series stay at zero) and no bus.
+    /// What `weir proxy --http-listen` shares with its HTTP port: the proxy, the
+    /// backend and the settings; no memcache port (its series stay at zero) and no bus.
     pub fn for_proxy(
         settings: Settings,
-        store: weir::Store,
+        backend: std::sync::Arc<weir_backend::Backend>,
         proxy: weir_proxy::ProxyHandle,
     ) -> std::sync::Arc<Shared> {
         std::sync::Arc::new(Shared {
-            backend: weir_backend::Backend::Embedded(weir_backend::Embedded::new(store)),
+            backend,
             files_open_max: settings.store.files_open_max,
             limits: RuntimeLimits::new(settings.limits),
             metrics: Metrics::new(1),

@@ -170,6 +170,29 @@ impl JetStream {
         })
     }
 
+    /// A queue kept for `readers` only (no default reader), with their handles; see
+    /// [`crate::Backend::queue_for_readers`].
+    pub async fn queue_for_readers(
+        &self,
+        name: &str,
+        readers: &[&str],
+    ) -> Result<(Queue, Vec<Reader>)> {
+        let (entry, readers) = self.inner.open_queue_for_readers(name, readers).await?;
+        let handles = readers
+            .into_iter()
+            .map(|r| Reader {
+                queue: entry.clone(),
+                entry: r,
+                inner: self.inner.clone(),
+            })
+            .collect();
+        let queue = Queue {
+            entry,
+            inner: self.inner.clone(),
+        };
+        Ok((queue, handles))
+    }
+
     /// The default reader of `queue` when the queue exists; never creates it (a `get`
     /// of a queue nobody wrote to must not make a replicated consumer).
     pub async fn existing_default_reader(&self, queue: &str) -> Result<Option<Reader>> {

@@ -162,7 +162,8 @@ impl Registry {
         lock(&self.queues).get(name).cloned()
     }
 
-    /// The entry of `name`, made if new (its consumer `q~` exists).
+    /// The entry of `name`, made if new (a consumer of it exists: `q~`, or a named
+    /// reader of a queue kept for its readers).
     pub fn add(
         &self,
         name: &str,

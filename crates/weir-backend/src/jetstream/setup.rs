@@ -284,6 +284,54 @@ impl Inner {
         Ok(entry)
     }
 
+    /// A queue kept for `readers` only: no default reader (`q~`) is made, so an item
+    /// stays until each of them confirmed it, and the queue exists while any of them
+    /// does. Its first reader is proven to the stream (the probe of `interest.rs`)
+    /// before the queue is registered, so what is appended after this returns is
+    /// stored; an append while none of the readers exists would not be.
+    pub(super) async fn open_queue_for_readers(
+        &self,
+        name: &str,
+        readers: &[&str],
+    ) -> Result<(Arc<QueueEntry>, Vec<Arc<ReaderEntry>>)> {
+        weir::validate_queue_name(name)?;
+        for r in readers {
+            weir::validate_reader_name(r)?;
+        }
+        let Some(first) = readers.first() else {
+            return Err(Error::new(
+                Kind::InvalidArgument,
+                "a queue kept for its readers needs at least one",
+            ));
+        };
+        if readers.iter().any(|r| r.is_empty()) {
+            return Err(Error::new(
+                Kind::InvalidArgument,
+                "a queue kept for its readers names each of them (no default reader)",
+            ));
+        }
+        let entry = match self.registry.get(name) {
+            Some(entry) => entry,
+            None => {
+                let deadline = self.api.deadline();
+                self.ready(deadline).await?;
+                let config = self.queue_config(name);
+                let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
+                self.create_consumer(name, first, ack_wait, false, deadline)
+                    .await?;
+                let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
+                let consumer = consumer_name(name, first);
+                super::interest::await_interest(self, &probing, &consumer, deadline).await?;
+                self.registry.add(name, &self.layout, || config)
+            }
+        };
+        let mut opened = Vec::with_capacity(readers.len());
+        for r in readers {
+            opened.push(self.open_reader(&entry, r).await?);
+        }
+        Ok((entry, opened))
+    }
+
     /// The queue if it exists on the cluster (its default reader's consumer does),
     /// learnt into the registry; never creates.
     pub(super) async fn find_queue(&self, name: &str) -> Result<Option<Arc<QueueEntry>>> {

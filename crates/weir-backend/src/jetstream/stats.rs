@@ -97,11 +97,13 @@ impl Inner {
         let counts = self.subject_counts(deadline).await?;
         let consumers = self.consumer_list(deadline).await?;
         let mut queues: BTreeMap<String, QueueStats> = BTreeMap::new();
-        for (queue, _) in consumers
-            .iter()
-            .filter_map(|c| split_consumer(&c.name))
-            .filter(|(_, r)| r.is_empty())
-        {
+        // A queue is there while any of its readers is: the default one (`q~`) for
+        // the memcache door's queues, named ones only for a queue kept for its
+        // readers (`queue_for_readers`).
+        for (queue, _) in consumers.iter().filter_map(|c| split_consumer(&c.name)) {
+            if queues.contains_key(queue) {
+                continue;
+            }
             let items = counts
                 .get(&self.layout.subject(queue))
                 .copied()
