@@ -125,6 +125,17 @@ def consumer_pending(stream: str, consumer: str) -> tuple[int, int]:
     return jetstream_call(work)
 
 
+def stream_consumers_and_messages(stream: str) -> tuple[list[str], int]:
+    """The names of `stream`'s consumers, and how many messages it holds."""
+
+    async def work(js):
+        info = await js.stream_info(stream)
+        names = [c.name for c in await js.consumers_info(stream)]
+        return sorted(names), info.state.messages
+
+    return jetstream_call(work)
+
+
 def consumer_step_down(stream: str, consumer: str) -> None:
     """Asks `consumer`'s leader to step down (another replica is elected)."""
 

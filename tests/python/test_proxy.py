@@ -164,8 +164,18 @@ def test_kill9_with_replays_queued_delivers_them_after_restart(servers, proxy):
     if harness.on_jetstream():
         # The killed process's lease on the first request outlives it (until the
         # lease timeout, no other door being there to give it back), while its
-        # successor replays the next ones: all arrive, the first one later.
-        assert sorted(set(shadow.paths())) == sorted(f"/items/{i}" for i in range(30))
+        # successor replays the next ones: all arrive once, the first one later.
+        assert sorted(shadow.paths()) == sorted(f"/items/{i}" for i in range(30))
+        # The shadow's reader is the capture queue's only consumer (no default
+        # reader keeps the captures), so once replayed they are gone.
+        consumer = "proxy:capture:api~later"
+
+        def freed():
+            names, messages = harness.stream_consumers_and_messages(p.stream)
+            assert names == [consumer], names
+            return messages == 0
+
+        wait_for(freed, timeout_s=10)
     else:
         assert shadow.paths()[:30] == [f"/items/{i}" for i in range(30)]
     assert {g[3] for g in shadow.got} == {f"v{i}".encode() for i in range(30)}
@@ -247,3 +257,42 @@ def test_weir_proxy_runs_the_proxy_alone_and_stops_on_sigterm(servers, server_bi
         proc.wait()
         if harness.on_jetstream():
             harness.delete_stream(stream)
+
+
+def queue_stats(p) -> dict[str, int]:
+    """The `STAT queue_…` lines of weir's `stats`, by name."""
+    out = {}
+    with harness.Conn(p.addr) as c:
+        c.send(b"stats\r\n")
+        while (line := c.read_line()) != b"END\r\n":
+            parts = line.decode().split()
+            if len(parts) == 3 and parts[1].startswith("queue_") and parts[2].isdigit():
+                out[parts[1]] = int(parts[2])
+    return out
+
+
+def test_a_removed_shadows_reader_goes_on_the_engine_and_is_named_on_jetstream(servers, proxy):
+    """A shadow removed from the config leaves a reader that would keep every capture.
+    The embedded engine deletes it at start; on JetStream, where another proxy may
+    still replay from it, it stays, named in a warning, until deleted by hand."""
+    primary = servers()
+    a_port, b_port = harness.free_port(), harness.free_port()  # both shadows down
+    p = proxy(primary.port, [("a", a_port, ""), ("b", b_port, "")])
+    for i in range(3):
+        assert p.request("PUT", f"/r/{i}", b"x")[0] == 200
+    wait_for(lambda: queue_stats(p).get("queue_proxy:capture:api+b_items") == 3)
+    p.kill9()
+    text = p.config.read_text()
+    p.config.write_text(text[: text.index('[[proxy.routes.shadows]]\nname = "b"')])
+    p.start()
+    b_items = "queue_proxy:capture:api+b_items"
+    if harness.on_jetstream():
+        assert b_items in queue_stats(p)
+        wait_for(lambda: b"is no shadow of this proxy's config" in p.log_path.read_bytes())
+        with harness.Conn(p.addr) as c:
+            assert c.request(b"delete proxy:capture:api.b\r\n") == b"DELETED\r\n"
+    wait_for(lambda: b_items not in queue_stats(p))
+    # Shadow a gets the three, after which nothing keeps them.
+    shadow = servers(a_port)
+    wait_for(lambda: sorted(shadow.paths()) == [f"/r/{i}" for i in range(3)], timeout_s=30)
+    wait_for(lambda: queue_stats(p).get("queue_proxy:capture:api_items") == 0, timeout_s=15)

@@ -400,14 +400,35 @@ async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
         .flat_map(|q| q.readers.iter().map(|r| r.name.as_str()))
         .collect();
     assert_eq!(names, ["a", "b"], "no default reader was made");
-    // A second door opening it again finds the same readers and their positions.
+    // A plain `get` of it finds no default reader, and makes none.
+    assert!(js.existing_default_reader("cap").await?.is_none());
+    // A second door opening it again, with a third reader, finds the same readers
+    // and their positions; the new one gets what is appended from then on.
     let other = c.door().await?;
-    let (q2, again) = other.queue_for_readers("cap", &["a", "b"]).await?;
+    let (q2, again) = other.queue_for_readers("cap", &["a", "b", "c"]).await?;
     set(&q2, "3").await?;
-    let t = again[1]
+    for reader in &again {
+        let t = reader.take(TakeMode::Take, Duration::from_secs(2)).await?;
+        assert_eq!(data(&t), Some("3".into()), "reader {}", reader.name());
+    }
+    // `delete` empties it and keeps its readers: they are what keeps its next items.
+    set(&q2, "4").await?;
+    assert!(other.delete_queue("cap").await?);
+    set(&q2, "5").await?;
+    let t = again[0]
         .take(TakeMode::Take, Duration::from_secs(2))
         .await?;
-    assert_eq!(data(&t), Some("3".into()));
+    assert_eq!(data(&t), Some("5".into()));
+    let stats = other.stats(Some(vec!["cap".into()])).await?;
+    let names: Vec<&str> = stats
+        .iter()
+        .flat_map(|q| q.readers.iter().map(|r| r.name.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        ["a", "b", "c"],
+        "delete keeps the readers, makes no default"
+    );
     js.close().await?;
     other.close().await?;
     Ok(())

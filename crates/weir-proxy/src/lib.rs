@@ -177,11 +177,14 @@ async fn route_capture(
 ) -> anyhow::Result<Option<weir_backend::Queue>> {
     let name = capture_queue(&r.name);
     if r.shadows.is_empty() && !r.record {
-        // Only the embedded engine has recordings to forget (see `record.rs`).
-        if let Some(store) = backend.engine_store().cloned() {
-            tokio::task::spawn_blocking(move || record::forget(&store, &name))
+        match backend.engine_store().cloned() {
+            Some(store) => tokio::task::spawn_blocking(move || record::forget(&store, &name))
                 .await?
-                .with_context(|| format!("the capture queue of route {}", r.name))?;
+                .with_context(|| format!("the capture queue of route {}", r.name))?,
+            // Readers left from earlier shadows are named in a warning (not created).
+            None => shadow::forget_readers(backend, &name, &[])
+                .await
+                .with_context(|| format!("the capture queue of route {}", r.name))?,
         }
         return Ok(None);
     }
@@ -229,22 +232,9 @@ impl ProxyHandle {
     }
 
     /// Appends the proxy's series to a Prometheus text body; the shadows' backlogs
-    /// are read from the backend (`stats`) now.
-    pub async fn render_metrics(&self, out: &mut String) {
-        let mut names: Vec<String> = self.shadows.iter().map(|(_, _, q)| q.clone()).collect();
-        names.sort();
-        names.dedup();
-        let stats = if names.is_empty() {
-            Vec::new()
-        } else {
-            match self.proxy.backend.stats(Some(names)).await {
-                Ok(stats) => stats,
-                Err(e) => {
-                    tracing::warn!(error = %e, "/metrics: the capture queues' backlogs");
-                    Vec::new()
-                }
-            }
-        };
+    /// come from `stats`, the backend's figures the rest of `/metrics` is made of (a
+    /// shadow whose queue is not in them has none).
+    pub fn render_metrics(&self, stats: &[weir_backend::QueueStats], out: &mut String) {
         let routes: Vec<(&str, &metrics::RouteCounters)> = self
             .proxy
             .routes
@@ -262,7 +252,7 @@ impl ProxyHandle {
                     .iter()
                     .find(|q| &q.name == queue)
                     .and_then(|q| q.readers.iter().find(|r| &r.name == reader))
-                    .map_or(0, |r| r.items),
+                    .map(|r| r.items),
             })
             .collect();
         metrics::render(&routes, &rows, out);

@@ -1,6 +1,6 @@
 //! The proxy's figures on weir's `/metrics`: per route, requests and answers by
 //! status class and what was captured; per shadow, replays done, given up, and the
-//! backlog (read from the engine at scrape time); per diffing shadow, answers
+//! backlog (from the backend's figures at scrape time); per diffing shadow, answers
 //! compared and the fields that differed.
 
 use std::fmt::Write as _;
@@ -52,7 +52,8 @@ pub struct ShadowRow<'a> {
     pub route: &'a str,
     pub shadow: &'a str,
     pub counters: &'a ShadowCounters,
-    pub backlog: u64,
+    /// `None` when the backend's figures were not to be had: the series leaves it out.
+    pub backlog: Option<u64>,
 }
 
 /// Appends the proxy's series to a `/metrics` body.
@@ -122,7 +123,7 @@ type ShadowSeries = (
     &'static str,
     &'static str,
     &'static str,
-    fn(&ShadowRow<'_>) -> u64,
+    fn(&ShadowRow<'_>) -> Option<u64>,
 );
 
 fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
@@ -149,13 +150,13 @@ fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
             "weir_proxy_replays_failed_total",
             "Replays given up after their retries.",
             "counter",
-            |r| r.counters.failed.load(Relaxed),
+            |r| Some(r.counters.failed.load(Relaxed)),
         ),
         (
             "weir_proxy_replays_skipped_total",
             "Captured requests left out by sample_percent.",
             "counter",
-            |r| r.counters.skipped.load(Relaxed),
+            |r| Some(r.counters.skipped.load(Relaxed)),
         ),
         (
             "weir_proxy_replay_backlog",
@@ -167,12 +168,11 @@ fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
     for (metric, help, kind, value) in series {
         head(out, metric, help, kind);
         for r in shadows {
+            let Some(v) = value(r) else { continue };
             let _ = writeln!(
                 out,
-                "{metric}{{route=\"{}\",shadow=\"{}\"}} {}",
-                r.route,
-                r.shadow,
-                value(r)
+                "{metric}{{route=\"{}\",shadow=\"{}\"}} {v}",
+                r.route, r.shadow,
             );
         }
     }

@@ -1,6 +1,6 @@
 //! Shadows: each replays a route's captured requests from its own reader of the
 //! route's capture queue, so a shadow that is slow or down builds a backlog on disk
-//! (bounded by the queue's limits), never in memory, and never touches a client's
+//! (bounded by the queue's limits; on JetStream, by the stream's), never in memory, and never touches a client's
 //! request. A restart resumes where each shadow stood: a replay is confirmed once
 //! the shadow answered (any status) or its retries ran out.
 //!
@@ -102,8 +102,10 @@ pub async fn start(
     if route.record {
         wanted.push(crate::record::RECORD_READER);
     }
-    forget_readers(backend, queue, &wanted).await?;
+    // The wanted readers first: on JetStream a queue with no reader left loses what
+    // it holds, so a shadow renamed there keeps the backlog only this way round.
     let (handle, readers) = backend.queue_for_readers(queue, &wanted).await?;
+    forget_readers(backend, queue, &wanted).await?;
     let mut started = Vec::new();
     if route.sequential && !shadows.is_empty() {
         let r = Replayer {
@@ -131,9 +133,13 @@ pub async fn start(
     Ok((handle, started))
 }
 
-/// Deletes the readers of `queue` not in `wanted`: a shadow removed (or a change of
-/// mode) leaves a reader nobody reads, which would keep every capture.
-async fn forget_readers(
+/// The readers of `queue` not in `wanted`: a shadow removed (or a change of mode)
+/// leaves a reader nobody reads, which keeps every capture. On the embedded engine it
+/// is deleted (one proxy owns the data directory). On JetStream several proxies share
+/// the queue, and one still running an older config (a rolling deploy) may read it:
+/// it is named in a warning, for the operator to delete (`delete QUEUE.READER` on the
+/// memcache port) once no proxy replays to it.
+pub async fn forget_readers(
     backend: &Backend,
     queue: &str,
     wanted: &[&str],
@@ -141,16 +147,12 @@ async fn forget_readers(
     let stats = backend.stats(Some(vec![queue.to_owned()])).await?;
     let names = stats.into_iter().flat_map(|q| q.readers).map(|r| r.name);
     for old in names.filter(|n| !wanted.contains(&n.as_str())) {
-        tracing::info!(queue, reader = %old, "deleting the reader of a shadow no longer configured");
-        match backend.delete_reader(queue, &old).await {
-            Ok(_) => {}
-            // JetStream's default reader goes only with its queue: it was made by a
-            // memcache client naming the capture queue, and keeps every capture.
-            Err(e) if old.is_empty() => {
-                tracing::warn!(queue, error = %e, "the capture queue has a default reader, which keeps every capture; delete the queue with the proxy stopped");
-            }
-            Err(e) => return Err(e),
+        if backend.engine_store().is_none() {
+            tracing::warn!(queue, reader = %old, "a reader of the capture queue is no shadow of this proxy's config; it keeps every capture until deleted (delete QUEUE.READER on the memcache port, once no proxy replays to it)");
+            continue;
         }
+        tracing::info!(queue, reader = %old, "deleting the reader of a shadow no longer configured");
+        backend.delete_reader(queue, &old).await?;
     }
     Ok(())
 }

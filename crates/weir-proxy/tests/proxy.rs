@@ -82,6 +82,9 @@ fn free_addr() -> SocketAddr {
 struct TestProxy {
     dir: tempfile::TempDir,
     handle: Option<ProxyHandle>,
+    /// Where its captures are: `/metrics` reads the backlogs from its figures.
+    /// Dropped by `stop`, with the proxy, so that the data directory can be opened again.
+    backend: Option<std::sync::Arc<weir_backend::Backend>>,
     base: String,
     http: reqwest_lite::Client,
 }
@@ -98,9 +101,10 @@ async fn start(dir: tempfile::TempDir, toml_text: &str) -> TestProxy {
     let cfg: ProxyConfig = toml::from_str(toml_text).unwrap();
     let settings = cfg.resolve().unwrap();
     let path = dir.path().to_path_buf();
-    let handle = tokio::task::spawn_blocking(move || {
-        let store = weir::Store::open(&path).unwrap();
-        weir_proxy::start(embedded(store), settings).unwrap()
+    let (handle, backend) = tokio::task::spawn_blocking(move || {
+        let backend = embedded(weir::Store::open(&path).unwrap());
+        let handle = weir_proxy::start(backend.clone(), settings).unwrap();
+        (handle, backend)
     })
     .await
     .unwrap();
@@ -108,6 +112,7 @@ async fn start(dir: tempfile::TempDir, toml_text: &str) -> TestProxy {
     TestProxy {
         dir,
         handle: Some(handle),
+        backend: Some(backend),
         base,
         http: reqwest_lite::Client::new(),
     }
@@ -118,11 +123,16 @@ impl TestProxy {
         if let Some(h) = self.handle.take() {
             tokio::task::spawn_blocking(move || h.stop()).await.unwrap();
         }
+        self.backend = None;
     }
 
     async fn metrics(&self) -> String {
         let mut out = String::new();
-        self.handle.as_ref().unwrap().render_metrics(&mut out).await;
+        let stats = self.backend.as_ref().unwrap().stats(None).await.unwrap();
+        self.handle
+            .as_ref()
+            .unwrap()
+            .render_metrics(&stats, &mut out);
         out
     }
 

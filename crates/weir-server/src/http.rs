@@ -145,11 +145,6 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
             Vec::new()
         }
     };
-    // The proxy reads its shadows' backlogs from the backend, which may wait on it.
-    let mut proxy_body = String::new();
-    if let Some(proxy) = &shared.proxy {
-        proxy.render_metrics(&mut proxy_body).await;
-    }
     let metrics_shared = Arc::clone(&shared);
     // Thousands of queues make a large page: rendered off the event loop.
     let body = tokio::task::spawn_blocking(move || {
@@ -158,7 +153,9 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
         if let Some(bus) = &metrics_shared.bus {
             bus.render_metrics(&mut body);
         }
-        body.push_str(&proxy_body);
+        if let Some(proxy) = &metrics_shared.proxy {
+            proxy.render_metrics(&stats, &mut body);
+        }
         body
     })
     .await

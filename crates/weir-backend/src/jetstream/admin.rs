@@ -5,6 +5,8 @@
 //!   retention would drop that item the moment it was stored. So the named readers'
 //!   consumers are deleted, the subject is purged, and `q~` stays: the queue starts
 //!   again, empty, and still shows in `stats` (with 0 items).
+//!   A queue kept for its readers (no `q~`, see `open_queue_for_readers`) keeps its
+//!   readers for the same reason, and loses its items.
 //! - `delete q.r` deletes the consumer `q~r` (what only it held goes with it).
 //! - `flush q` purges the subject (for every reader); `flush q.r` deletes `q~r` and
 //!   makes it again from the newest item on (`DeliverPolicy::New`): JetStream cannot
@@ -38,6 +40,13 @@ impl Inner {
         self.ready(deadline).await?;
         let prefix = consumer_name(queue, "");
         let names = self.consumer_names(deadline).await?;
+        if !names.contains(&prefix) && names.iter().any(|n| n.starts_with(&prefix)) {
+            // A queue kept for its readers: their consumers are what keeps its next
+            // items (it has no `q~`), so they stay and only the items go.
+            self.purge(Some(queue), deadline).await?;
+            self.stats_cache.invalidate();
+            return Ok(true);
+        }
         let existed = names.contains(&prefix);
         for name in names
             .iter()

@@ -62,16 +62,51 @@ pub(crate) fn is_probe(message: &async_nats::Message) -> bool {
         .is_some_and(|h| h.get(PROBE_HEADER).is_some())
 }
 
-/// Returns once a message published to `queue` is stored (see the module doc).
+/// Returns once a message published to `queue` is stored (see the module doc), or
+/// once another connection of this door has registered the queue.
 pub(super) async fn await_interest(
     inner: &Inner,
     queue: &QueueEntry,
     consumer: &str,
     deadline: Instant,
 ) -> Result<()> {
-    await_replicas(inner, &queue.name, consumer, deadline).await?;
+    probe(inner, queue, consumer, deadline, Shortcut::Registered).await
+}
+
+/// Returns once `consumer`, a named reader of a queue kept for its readers, has
+/// every online replica current and sees what is published to the queue. Every such
+/// reader is proven, whether or not the queue is registered: with no default reader,
+/// a replica that has not set up reader `b` yet drops an item as soon as the other
+/// readers confirmed it, and `b`, led from there, would never get it.
+pub(super) async fn prove_reader(
+    inner: &Inner,
+    queue: &QueueEntry,
+    consumer: &str,
+    deadline: Instant,
+) -> Result<()> {
+    probe(inner, queue, consumer, deadline, Shortcut::None).await
+}
+
+/// Whether a probe may stop early.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shortcut {
+    /// Once the queue is in the registry: another connection proved it.
+    Registered,
+    None,
+}
+
+async fn probe(
+    inner: &Inner,
+    queue: &QueueEntry,
+    consumer: &str,
+    deadline: Instant,
+    shortcut: Shortcut,
+) -> Result<()> {
+    let registered =
+        || shortcut == Shortcut::Registered && inner.registry.get(&queue.name).is_some();
+    await_replicas(inner, consumer, deadline, &registered).await?;
     loop {
-        if inner.registry.get(&queue.name).is_some() {
+        if registered() {
             return Ok(());
         }
         let mut headers = HeaderMap::new();
@@ -109,15 +144,15 @@ pub(super) async fn await_interest(
 
 /// Waits until every online replica of `consumer` has caught up with its leader.
 /// Another of this door's connections may have proven it first, for the same queue
-/// (it is in the registry then): that is as good, the replicas stay set up.
+/// (`registered` then): that is as good, the replicas stay set up.
 async fn await_replicas(
     inner: &Inner,
-    queue: &str,
     consumer: &str,
     deadline: Instant,
+    registered: &impl Fn() -> bool,
 ) -> Result<()> {
     loop {
-        if inner.registry.get(queue).is_some() {
+        if registered() {
             return Ok(());
         }
         let info = inner.consumer_info(consumer, deadline).await?;

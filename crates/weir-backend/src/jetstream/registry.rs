@@ -3,11 +3,13 @@
 //! queue: the queue's settings as the config gives them, and this door's own
 //! counters (JetStream has no per-subject totals).
 //!
-//! A queue exists on the cluster when its default reader's consumer `q~` does. The
-//! registry is filled from the stream's consumer list when the stream is first set
-//! up, then as queues and readers are used or created; another door's new queue is
-//! learnt when this door first names it (creating `q~` again is idempotent). Its
-//! size is bounded by the stream's consumers (`max_consumers`).
+//! A queue exists on the cluster when its default reader's consumer `q~` does, or,
+//! for a queue kept for its readers (`open_queue_for_readers`, the proxy's capture
+//! queues), while one of its named readers' consumers does. The registry is filled
+//! from the stream's consumer list when the stream is first set up (queues with a
+//! `q~`), then as queues and readers are used or created; another door's new queue is
+//! learnt when this door first names it (creating a consumer again is idempotent).
+//! Its size is bounded by the stream's consumers (`max_consumers`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -286,9 +286,10 @@ impl Inner {
 
     /// A queue kept for `readers` only: no default reader (`q~`) is made, so an item
     /// stays until each of them confirmed it, and the queue exists while any of them
-    /// does. Its first reader is proven to the stream (the probe of `interest.rs`)
-    /// before the queue is registered, so what is appended after this returns is
-    /// stored; an append while none of the readers exists would not be.
+    /// does. Each reader this door has not registered yet is created and proven to
+    /// the stream (`interest::prove_reader`) before the queue is registered, so what
+    /// is appended after this returns is stored for every one of them; an append
+    /// while none of the readers exists would not be stored at all.
     pub(super) async fn open_queue_for_readers(
         &self,
         name: &str,
@@ -298,45 +299,49 @@ impl Inner {
         for r in readers {
             weir::validate_reader_name(r)?;
         }
-        let Some(first) = readers.first() else {
+        if readers.is_empty() || readers.iter().any(|r| r.is_empty()) {
             return Err(Error::new(
                 Kind::InvalidArgument,
-                "a queue kept for its readers needs at least one",
-            ));
-        };
-        if readers.iter().any(|r| r.is_empty()) {
-            return Err(Error::new(
-                Kind::InvalidArgument,
-                "a queue kept for its readers names each of them (no default reader)",
+                "a queue kept for its readers names at least one, and each of them (no default reader)",
             ));
         }
-        let entry = match self.registry.get(name) {
-            Some(entry) => entry,
-            None => {
-                let deadline = self.api.deadline();
-                self.ready(deadline).await?;
-                let config = self.queue_config(name);
-                let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
-                self.create_consumer(name, first, ack_wait, false, deadline)
-                    .await?;
-                let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
-                let consumer = consumer_name(name, first);
-                super::interest::await_interest(self, &probing, &consumer, deadline).await?;
-                self.registry.add(name, &self.layout, || config)
-            }
-        };
-        let mut opened = Vec::with_capacity(readers.len());
+        let known = self.registry.get(name).and_then(|entry| {
+            let readers: Option<Vec<_>> = readers.iter().map(|r| entry.reader(r)).collect();
+            Some((entry, readers?))
+        });
+        if let Some(known) = known {
+            return Ok(known);
+        }
+        self.ready(self.api.deadline()).await?;
+        let config = self.queue_config(name);
+        let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
+        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
+        let mut made = Vec::with_capacity(readers.len());
         for r in readers {
-            opened.push(self.open_reader(&entry, r).await?);
+            // A deadline per reader: each one's replicas may take seconds to catch up.
+            let deadline = self.api.deadline();
+            let info = self
+                .create_consumer(name, r, ack_wait, false, deadline)
+                .await?;
+            let consumer = consumer_name(name, r);
+            super::interest::prove_reader(self, &probing, &consumer, deadline).await?;
+            made.push((*r, ack_wait_of(&info, ack_wait)));
         }
+        let entry = self.registry.add(name, &self.layout, || config);
+        let opened = made
+            .into_iter()
+            .map(|(r, wait)| entry.add_reader(&self.layout, r, wait))
+            .collect();
         Ok((entry, opened))
     }
 
     /// The queue if it exists on the cluster (its default reader's consumer does),
-    /// learnt into the registry; never creates.
+    /// learnt into the registry; never creates. A queue kept for its readers (no
+    /// `q~`) is not found: a `get` of it must not make a default reader, which would
+    /// keep every item since nobody reads it.
     pub(super) async fn find_queue(&self, name: &str) -> Result<Option<Arc<QueueEntry>>> {
         weir::validate_queue_name(name)?;
-        if let Some(q) = self.registry.get(name) {
+        if let Some(q) = self.registry.get(name).filter(|q| q.reader("").is_some()) {
             return Ok(Some(q));
         }
         let deadline = self.api.deadline();

@@ -2,7 +2,8 @@
 //!
 //! Two paged requests make a snapshot of every queue: the stream's message count per
 //! subject (`STREAM.INFO` with a subjects filter), and every consumer's state
-//! (`CONSUMER.LIST`). A queue is a consumer `q~`; its `items` are its subject's
+//! (`CONSUMER.LIST`). A queue is there while one of its readers' consumers is (`q~`,
+//! or a named reader of a queue kept for its readers); its `items` are its subject's
 //! messages (interest retention keeps a message for the most-behind reader, as the
 //! engine does). Per reader: `items` = pending + leased, `open_leases` = leased,
 //! `waiters` = waiting pulls (all doors), `taken` = the consumer's delivered sequence,
@@ -128,17 +129,26 @@ impl Inner {
             }
         }
         for q in queues.values_mut() {
-            self.add_door_counters(q);
+            let has_default = q.readers.iter().any(|r| r.name.is_empty());
+            self.add_door_counters(q, has_default);
         }
         Ok(queues.into_values().collect())
     }
 
-    /// This door's counters, and the queue in its registry (learnt from the listing).
-    fn add_door_counters(&self, q: &mut QueueStats) {
+    /// This door's counters, and the queue in its registry (learnt from the listing)
+    /// when it has a default reader. A queue kept for its readers is registered only
+    /// by `open_queue_for_readers`, which proves its readers to the stream first.
+    fn add_door_counters(&self, q: &mut QueueStats, has_default: bool) {
         q.readers.sort_by(|a, b| a.name.cmp(&b.name));
-        let entry = self
-            .registry
-            .add(&q.name, &self.layout, || self.queue_config(&q.name));
+        let entry = if has_default {
+            self.registry
+                .add(&q.name, &self.layout, || self.queue_config(&q.name))
+        } else {
+            match self.registry.get(&q.name) {
+                Some(entry) => entry,
+                None => return,
+            }
+        };
         q.total_items = entry.appended.load(Ordering::Relaxed);
         for (reader, expired) in entry.expired_counts() {
             if let Some(r) = q.readers.iter_mut().find(|r| *r.name == *reader) {
