@@ -188,14 +188,14 @@ async fn route_capture(
         }
         return Ok(None);
     }
-    if r.record {
-        let Some(store) = backend.engine_store().cloned() else {
-            anyhow::bail!(
-                "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); it is not available on the {} backend",
-                r.name,
-                backend.kind_name()
-            );
-        };
+    if r.record && backend.engine_store().is_none() {
+        anyhow::bail!(
+            "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); it is not available on the {} backend",
+            r.name,
+            backend.kind_name()
+        );
+    }
+    if let Some(store) = backend.engine_store().cloned() {
         let queue_name = name.clone();
         let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
             .await?
@@ -211,10 +211,10 @@ async fn route_capture(
     Ok(Some(queue))
 }
 
-/// Opens a recording route's capture queue with no lease timeout: a replay waits
-/// for a shadow as long as it takes, and a lease ending under it would replay the
-/// request twice. (weir's config gives capture queues none; this holds for a
-/// proxy started with other options too.)
+/// Opens a capture queue in the engine with no lease timeout: a replay waits for a
+/// shadow as long as it takes, and a lease ending under it would replay the request
+/// twice. (weir's config gives capture queues none, on either backend; this holds for
+/// a proxy started on a store with other options too.)
 fn capture_queue_opened(store: &weir::Store, name: &str) -> weir::Result<weir::Queue> {
     let queue = store.queue(name)?;
     let mut config = queue.config();
