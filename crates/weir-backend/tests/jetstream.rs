@@ -688,8 +688,13 @@ async fn a_second_door_shares_the_queues() -> TestResult {
     let qa = a.queue("shared").await?;
     set(&qa, "from a").await?;
     let b = c.door().await?;
-    // Learnt at connect, from the consumers.
-    let qb = b.existing_queue("shared")?.ok_or("b knows the queue")?;
+    // Not learnt at connect, nor from stats, while young: the stream may not store
+    // for its reader yet, so b proves it at its first use.
+    assert!(b.existing_queue("shared")?.is_none());
+    let listed = b.stats(None).await?;
+    assert!(listed.iter().any(|q| q.name == "shared"));
+    assert!(b.existing_queue("shared")?.is_none());
+    let qb = b.queue("shared").await?;
     let rb = b.reader(&qb, "").await?;
     // Another door's write reaches a reader's consumer a moment after its PubAck
     // (replication); a door reads only its own writes at once. So: a short wait.

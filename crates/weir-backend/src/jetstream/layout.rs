@@ -159,6 +159,9 @@ pub(crate) struct ConsumerInfo {
     pub num_waiting: u64,
     pub num_pending: u64,
     pub cluster: Option<ClusterInfo>,
+    /// When the consumer was made, and when this info was (RFC 3339, servers' clocks).
+    pub created: String,
+    pub ts: String,
 }
 
 /// The consumer's Raft group, as its leader sees it.
@@ -176,7 +179,27 @@ pub(crate) struct PeerInfo {
     pub offline: bool,
 }
 
+/// How old a queue's default reader must be for a door to take the queue from a
+/// listing of the stream's consumers without proving it (`interest.rs`): long past
+/// the moment every replica of the stream set the consumer up and stores for it.
+pub(crate) const LEARN_AGE_MIN: Duration = Duration::from_secs(10);
+
 impl ConsumerInfo {
+    /// How long the consumer had existed when this info was made, by the servers'
+    /// clocks; `None` when either time is missing or unreadable.
+    pub fn age(&self) -> Option<Duration> {
+        use time::format_description::well_known::Rfc3339;
+        let parse = |s: &str| time::OffsetDateTime::parse(s, &Rfc3339).ok();
+        let age = parse(&self.ts)? - parse(&self.created)?;
+        Some(Duration::try_from(age).unwrap_or(Duration::ZERO))
+    }
+
+    /// Whether a door may register this consumer's queue from a listing, unproven:
+    /// it is a default reader at least [`LEARN_AGE_MIN`] old.
+    pub fn learnable(&self) -> bool {
+        split_consumer(&self.name).is_some_and(|(_, reader)| reader.is_empty())
+            && self.age().is_some_and(|age| age >= LEARN_AGE_MIN)
+    }
     /// Whether every replica of the consumer that is online has caught up with its
     /// leader (so has the consumer, and with it the stream's interest, on its node).
     pub fn replicas_current(&self) -> bool {
@@ -232,6 +255,31 @@ impl Delivery {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_reader_is_learnt_from_a_listing_only_when_old_enough() {
+        let info = |name: &str, created: &str, ts: &str| ConsumerInfo {
+            name: name.into(),
+            created: created.into(),
+            ts: ts.into(),
+            ..ConsumerInfo::default()
+        };
+        let old = info(
+            "q~",
+            "2026-11-26T12:00:00.5Z",
+            "2026-11-26T12:00:10.500000001Z",
+        );
+        assert_eq!(old.age(), Some(Duration::from_nanos(10_000_000_001)));
+        assert!(old.learnable());
+        assert!(!info("q~", "2026-11-26T12:00:00Z", "2026-11-26T12:00:09.999Z").learnable());
+        // A named reader's consumer is not its queue's proof; nor is a clock behind.
+        assert!(!info("q~r", "2026-11-26T12:00:00Z", "2026-11-26T13:00:00Z").learnable());
+        let behind = info("q~", "2026-11-26T12:00:10Z", "2026-11-26T12:00:00Z");
+        assert_eq!(behind.age(), Some(Duration::ZERO));
+        // Missing or unreadable times: not learnt.
+        assert!(!info("q~", "", "2026-11-26T13:00:00Z").learnable());
+        assert!(!info("q~", "yesterday", "2026-11-26T13:00:00Z").learnable());
+    }
 
     #[test]
     fn names_round_trip() {

@@ -244,19 +244,25 @@ impl Inner {
         }
     }
 
-    /// Fills the registry from the stream's consumers.
+    /// Fills the registry from the stream's consumers: the queues whose default
+    /// reader is old enough to need no proof ([`ConsumerInfo::learnable`]), with
+    /// their readers; the others are learnt when first used.
     async fn learn_consumers(&self, deadline: Instant) -> Result<()> {
-        let names = self.consumer_names(deadline).await?;
+        let consumers = self.consumer_list(deadline).await?;
         let lease_timeout = self.lease_timeout();
-        let parsed: Vec<(&str, &str)> = names.iter().filter_map(|n| split_consumer(n)).collect();
-        for (queue, _) in parsed.iter().filter(|(_, r)| r.is_empty()) {
-            self.registry
-                .add(queue, &self.layout, || self.queue_config(queue));
+        for c in consumers.iter().filter(|c| c.learnable()) {
+            if let Some((queue, _)) = split_consumer(&c.name) {
+                self.registry
+                    .add(queue, &self.layout, || self.queue_config(queue));
+            }
         }
-        for (queue, reader) in parsed {
+        for c in &consumers {
+            let Some((queue, reader)) = split_consumer(&c.name) else {
+                continue;
+            };
             if let Some(q) = self.registry.get(queue) {
                 let ack_wait = q.open_timeout().unwrap_or(lease_timeout);
-                q.add_reader(&self.layout, reader, ack_wait);
+                q.add_reader(&self.layout, reader, ack_wait_of(c, ack_wait));
             }
         }
         Ok(())

@@ -17,7 +17,7 @@
 //! its own writes), and one door makes at most one at a time, so a storm of `stats`
 //! or scrapes cannot hammer the meta leader: they wait for the one in flight.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -128,19 +128,27 @@ impl Inner {
                 q.readers.push(reader_stats(reader, c));
             }
         }
+        let learnable: HashSet<&str> = consumers
+            .iter()
+            .filter(|c| c.learnable())
+            .filter_map(|c| split_consumer(&c.name).map(|(queue, _)| queue))
+            .collect();
         for q in queues.values_mut() {
-            let has_default = q.readers.iter().any(|r| r.name.is_empty());
-            self.add_door_counters(q, has_default);
+            let learn = learnable.contains(q.name.as_str());
+            self.add_door_counters(q, learn);
         }
         Ok(queues.into_values().collect())
     }
 
     /// This door's counters, and the queue in its registry (learnt from the listing)
-    /// when it has a default reader. A queue kept for its readers is registered only
-    /// by `open_queue_for_readers`, which proves its readers to the stream first.
-    fn add_door_counters(&self, q: &mut QueueStats, has_default: bool) {
+    /// when `learn`: its default reader is old enough to need no proof
+    /// ([`ConsumerInfo::learnable`]). A younger queue, or one kept for its readers, is
+    /// registered when first used, after its proof (`interest.rs`): registered
+    /// unproven a moment after another door made it, this door's `set`s would go to
+    /// a stream that may not store them yet.
+    fn add_door_counters(&self, q: &mut QueueStats, learn: bool) {
         q.readers.sort_by(|a, b| a.name.cmp(&b.name));
-        let entry = if has_default {
+        let entry = if learn {
             self.registry
                 .add(&q.name, &self.layout, || self.queue_config(&q.name))
         } else {
@@ -175,7 +183,7 @@ impl Inner {
     }
 
     /// Every consumer's state.
-    async fn consumer_list(&self, deadline: Instant) -> Result<Vec<ConsumerInfo>> {
+    pub(super) async fn consumer_list(&self, deadline: Instant) -> Result<Vec<ConsumerInfo>> {
         let api = format!("CONSUMER.LIST.{}", self.layout.stream);
         let mut all = Vec::new();
         loop {
