@@ -296,3 +296,44 @@ def test_a_removed_shadows_reader_goes_on_the_engine_and_is_named_on_jetstream(s
     shadow = servers(a_port)
     wait_for(lambda: sorted(shadow.paths()) == [f"/r/{i}" for i in range(3)], timeout_s=30)
     wait_for(lambda: queue_stats(p).get("queue_proxy:capture:api_items") == 0, timeout_s=15)
+
+
+def replays_2xx(p) -> int:
+    """The proxy's 2xx replays to shadow `s` of route `api`, from weir's `/metrics`."""
+    c = http.client.HTTPConnection(harness.HOST, p.http_port, timeout=10)
+    try:
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+    finally:
+        c.close()
+    for line in text.splitlines():
+        if line.startswith('weir_proxy_replays_total{route="api",shadow="s",class="2xx"} '):
+            return int(line.split()[-1])
+    raise AssertionError("no 2xx replay series in /metrics")
+
+
+@pytest.mark.jetstream_only
+def test_two_proxies_on_one_cluster_share_a_shadows_backlog(servers, server_bin):
+    """Two proxies with the same route on one stream: the shadow's reader is shared,
+    so each capture, whichever proxy took it, is replayed once, by one of them."""
+    primary = servers()
+    shadow_port = harness.free_port()  # down while both capture
+    a = ProxyServer(server_bin, primary.port, [("s", shadow_port, "")])
+    b = ProxyServer(server_bin, primary.port, [("s", shadow_port, "")])
+    b.stream, b.shares_stream = a.stream, True
+    try:
+        a.start()
+        b.start()
+        for i in range(40):
+            door = a if i % 2 == 0 else b
+            assert door.request("PUT", f"/x/{i}", b"v")[0] == 200
+        shadow = servers(shadow_port)
+        wait_for(lambda: len(shadow.paths()) >= 40, timeout_s=40)
+        time.sleep(1.0)  # a capture replayed twice would show by now
+        assert sorted(shadow.paths()) == sorted(f"/x/{i}" for i in range(40))
+        by_door = (replays_2xx(a), replays_2xx(b))
+        # Each proxy held a capture while the shadow was down: both replayed.
+        assert sum(by_door) == 40 and min(by_door) > 0, by_door
+    finally:
+        b.stop()  # shares a's stream: stopped first, a's stop deletes it
+        a.stop()
