@@ -19,10 +19,9 @@ import pytest
 
 import harness
 
-pytestmark = [
-    pytest.mark.embedded_only(reason="the proxy runs on the embedded engine only"),
-    pytest.mark.weir_only,
-]
+# On either backend (WEIR_TEST_BACKEND): on JetStream the captures live in the test's
+# stream, and the report comes from the proxy's memory as on the engine.
+pytestmark = [pytest.mark.weir_only]
 
 KEY = "test-admin-key-0123456789"
 
@@ -73,8 +72,10 @@ class Weir(harness.ServerProcess):
         self.proxy_port = harness.free_port()
         self.config = self.root / "weir.toml"
         h = harness.HOST
+        # On JetStream, the harness's own settings (short leases) come first.
         self.config.write_text(
-            f'[server]\nadmin_key = "{KEY}"\n'
+            (self.config_toml or "")
+            + f'[server]\nadmin_key = "{KEY}"\n'
             f'[[proxy.listen]]\nname = "main"\naddr = "{h}:{self.proxy_port}"\n'
             f'[[proxy.routes]]\nname = "api"\ntargets = ["http://{h}:{primary}"]\n'
             f'reference = "http://{h}:{reference}"\n'
@@ -160,3 +161,12 @@ def test_the_report_wants_the_admin_key(server_bin, setup):
     assert "401" in r.stderr and "wrong admin key" in r.stderr, r.stderr
     status, body = w.get(w.http_port, "/proxy/diffs")
     assert status == 401, body
+
+
+@pytest.mark.jetstream_only
+def test_on_jetstream_the_capture_endpoints_say_they_need_the_engine(setup):
+    """`/captures` walks a queue without consuming it, which only the embedded engine
+    does: with the admin key, JetStream answers 501 and says why."""
+    w, _ = setup
+    status, body = w.get(w.http_port, "/captures/proxy:capture:api", {"Authorization": f"Bearer {KEY}"})
+    assert status == 501 and b"captures need the embedded backend" in body, (status, body)

@@ -13,6 +13,9 @@
 //! - `GET /proxy/diffs`: what the proxy's diffing shadows found (JSON, see
 //!   `weir_proxy::RouteReport`), for `weir diff report`; 404 when no proxy runs.
 //!
+//! `/captures` needs the embedded engine (it walks a queue without consuming it): on
+//! JetStream it answers 501, saying so; `/proxy/diffs` works on either backend.
+//!
 //! Captures hold what clients sent, cookies and tokens included (and diff samples,
 //! pieces of answers), so the endpoints are
 //! off (403, saying why) unless an admin key is set (`[server] admin_key` or
@@ -294,8 +297,8 @@ fn bad_line(e: LineError) -> Refusal {
     }
 }
 
-/// The embedded engine's store: captures are kept there (the config refuses the
-/// admin endpoints with another backend, so this is a backstop).
+/// The embedded engine's store: `/captures` walks and appends to it directly. On
+/// JetStream (where only `/proxy/diffs` of these endpoints works) it answers 501.
 fn engine_store(shared: &Shared) -> Result<weir::Store, Refusal> {
     shared.backend.engine_store().cloned().ok_or_else(|| {
         refuse(

@@ -343,9 +343,6 @@ fn check_jetstream(
             );
         }
     }
-    if file.server.admin_key.is_some() {
-        bail!("admin_key turns on the capture endpoints, which need the embedded backend");
-    }
     let sections = std::iter::once(&file.defaults).chain(file.queues.values());
     for q in sections {
         if q.expire_to.is_some() {
