@@ -400,8 +400,13 @@ async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
         .flat_map(|q| q.readers.iter().map(|r| r.name.as_str()))
         .collect();
     assert_eq!(names, ["a", "b"], "no default reader was made");
-    // A plain `get` of it finds no default reader, and makes none.
+    // A plain `get` of it finds no default reader, and makes none; nor does naming
+    // the default reader (a waiting `get`).
     assert!(js.existing_default_reader("cap").await?.is_none());
+    assert_eq!(
+        js.reader(&q, "").await.err().map(|e| e.kind()),
+        Some(Kind::InvalidArgument)
+    );
     // A second door opening it again, with a third reader, finds the same readers
     // and their positions; the new one gets what is appended from then on.
     let other = c.door().await?;
@@ -709,6 +714,27 @@ async fn a_second_door_shares_the_queues() -> TestResult {
         data(&ra.take(TakeMode::Take, wait).await?),
         Some("from b".into())
     );
+    a.close().await?;
+    b.close().await?;
+    Ok(())
+}
+
+/// A queue whose default reader is old enough (10 s) is learnt by a new door from the
+/// stream's consumers, with no proof needed at its first use.
+#[tokio::test]
+async fn an_old_queue_is_learnt_at_connect() -> TestResult {
+    let c = cluster!("an_old_queue_is_learnt_at_connect");
+    let a = c.door().await?;
+    let q = a.queue("old").await?;
+    set(&q, "x").await?;
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    let b = c.door().await?;
+    // `existing_queue` never waits, so the first call makes the door set up.
+    let _ = b.stats(None).await?;
+    let qb = b.existing_queue("old")?.ok_or("an old queue is learnt")?;
+    let rb = b.reader(&qb, "").await?;
+    let t = rb.take(TakeMode::Take, Duration::from_secs(2)).await?;
+    assert_eq!(data(&t), Some("x".into()));
     a.close().await?;
     b.close().await?;
     Ok(())

@@ -138,21 +138,32 @@ pub async fn start(
 /// is deleted (one proxy owns the data directory). On JetStream several proxies share
 /// the queue, and one still running an older config (a rolling deploy) may read it:
 /// it is named in a warning, for the operator to delete (`delete QUEUE.READER` on the
-/// memcache port) once no proxy replays to it.
+/// memcache port) once no proxy replays to it. Best effort there: a cluster that
+/// cannot be asked is no reason to stop the proxy.
 pub async fn forget_readers(
     backend: &Backend,
     queue: &str,
     wanted: &[&str],
 ) -> weir_backend::Result<()> {
-    let stats = backend.stats(Some(vec![queue.to_owned()])).await?;
+    let on_engine = backend.engine_store().is_some();
+    let stats = match backend.stats(Some(vec![queue.to_owned()])).await {
+        Ok(stats) => stats,
+        Err(e) if !on_engine => {
+            tracing::warn!(queue, error = %e, "could not look for readers of shadows no longer configured");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     let names = stats.into_iter().flat_map(|q| q.readers).map(|r| r.name);
     for old in names.filter(|n| !wanted.contains(&n.as_str())) {
-        if backend.engine_store().is_none() {
+        if on_engine {
+            tracing::info!(queue, reader = %old, "deleting the reader of a shadow no longer configured");
+            backend.delete_reader(queue, &old).await?;
+        } else if old.is_empty() {
+            tracing::warn!(queue, "the capture queue has a default reader (made through the memcache port), which keeps every capture; remove its consumer QUEUE~ with the nats tools");
+        } else {
             tracing::warn!(queue, reader = %old, "a reader of the capture queue is no shadow of this proxy's config; it keeps every capture until deleted (delete QUEUE.READER on the memcache port, once no proxy replays to it)");
-            continue;
         }
-        tracing::info!(queue, reader = %old, "deleting the reader of a shadow no longer configured");
-        backend.delete_reader(queue, &old).await?;
     }
     Ok(())
 }

@@ -90,7 +90,8 @@ pub(super) async fn prove_reader(
 /// Whether a probe may stop early.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Shortcut {
-    /// Once the queue is in the registry: another connection proved it.
+    /// Once the queue is in the registry with its default reader: another connection
+    /// proved that reader.
     Registered,
     None,
 }
@@ -102,8 +103,13 @@ async fn probe(
     deadline: Instant,
     shortcut: Shortcut,
 ) -> Result<()> {
-    let registered =
-        || shortcut == Shortcut::Registered && inner.registry.get(&queue.name).is_some();
+    let registered = || {
+        shortcut == Shortcut::Registered
+            && inner
+                .registry
+                .get(&queue.name)
+                .is_some_and(|q| q.reader("").is_some())
+    };
     await_replicas(inner, consumer, deadline, &registered).await?;
     loop {
         if registered() {

@@ -256,6 +256,15 @@ impl Delivery {
 mod tests {
     use super::*;
 
+    /// One consumer of a `CONSUMER.LIST` answer of nats-server 2.15.2, as it came.
+    #[test]
+    fn the_servers_listing_gives_the_times_read() {
+        let listed = r#"{"stream_name":"TSCHK","name":"q~","created":"2026-11-26T12:35:31.767204609Z","config":{"durable_name":"q~","ack_policy":"explicit","ack_wait":30000000000,"max_deliver":-1},"delivered":{"consumer_seq":0,"stream_seq":0},"ack_floor":{"consumer_seq":0,"stream_seq":0},"num_ack_pending":0,"num_redelivered":0,"num_waiting":0,"num_pending":0,"cluster":{"name":"weir","leader":"n1","replicas":[{"name":"n2","current":true,"active":1025767742,"peer":"44jzkV9D"}]},"ts":"2026-11-26T12:35:32.860795187Z"}"#;
+        let info: ConsumerInfo = serde_json::from_str(listed).unwrap();
+        assert_eq!(info.age(), Some(Duration::from_nanos(1_093_590_578)));
+        assert!(!info.learnable(), "about a second old");
+    }
+
     #[test]
     fn a_default_reader_is_learnt_from_a_listing_only_when_old_enough() {
         let info = |name: &str, created: &str, ts: &str| ConsumerInfo {

@@ -14,7 +14,7 @@
 //! Its size is bounded by the stream's consumers (`max_consumers`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -38,6 +38,9 @@ pub(crate) struct QueueEntry {
     pub appended_at_ms: AtomicU64,
     /// The stream sequence of this door's latest append (read-your-writes).
     pub appended_seq: AtomicU64,
+    /// Kept for its named readers only (`open_queue_for_readers`): it must never get
+    /// a default reader, which nobody would read.
+    pub readers_only: AtomicBool,
     readers: Mutex<HashMap<Arc<str>, Arc<ReaderEntry>>>,
 }
 
@@ -74,6 +77,7 @@ impl QueueEntry {
             appended: AtomicU64::new(0),
             appended_at_ms: AtomicU64::new(0),
             appended_seq: AtomicU64::new(0),
+            readers_only: AtomicBool::new(false),
             readers: Mutex::new(HashMap::new()),
         };
         entry.configure(config);

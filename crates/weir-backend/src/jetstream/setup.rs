@@ -191,7 +191,10 @@ impl Inner {
                 e
             }
         })?;
-        self.learn_consumers(deadline).await?;
+        // Best effort: a queue not learnt now is learnt, proven, at its first use.
+        if let Err(e) = self.learn_consumers(deadline).await {
+            tracing::warn!(error = %e, "jetstream: the stream's consumers could not be listed; queues are learnt as they are used");
+        }
         self.ready.store(true, Ordering::Release);
         Ok(())
     }
@@ -311,12 +314,12 @@ impl Inner {
                 "a queue kept for its readers names at least one, and each of them (no default reader)",
             ));
         }
-        let known = self.registry.get(name).and_then(|entry| {
-            let readers: Option<Vec<_>> = readers.iter().map(|r| entry.reader(r)).collect();
-            Some((entry, readers?))
-        });
-        if let Some(known) = known {
-            return Ok(known);
+        let registered = self.registry.get(name);
+        if let Some(entry) = &registered {
+            let known: Option<Vec<_>> = readers.iter().map(|r| entry.reader(r)).collect();
+            if let Some(known) = known {
+                return Ok((entry.clone(), known));
+            }
         }
         self.ready(self.api.deadline()).await?;
         let config = self.queue_config(name);
@@ -324,6 +327,10 @@ impl Inner {
         let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
         let mut made = Vec::with_capacity(readers.len());
         for r in readers {
+            if let Some(known) = registered.as_ref().and_then(|e| e.reader(r)) {
+                made.push((*r, known.ack_wait()));
+                continue;
+            }
             // A deadline per reader: each one's replicas may take seconds to catch up.
             let deadline = self.api.deadline();
             let info = self
@@ -334,6 +341,7 @@ impl Inner {
             made.push((*r, ack_wait_of(&info, ack_wait)));
         }
         let entry = self.registry.add(name, &self.layout, || config);
+        entry.readers_only.store(true, Ordering::Release);
         let opened = made
             .into_iter()
             .map(|(r, wait)| entry.add_reader(&self.layout, r, wait))
@@ -378,6 +386,15 @@ impl Inner {
         weir::validate_reader_name(name)?;
         if let Some(r) = queue.reader(name) {
             return Ok(r);
+        }
+        if name.is_empty() && queue.readers_only.load(Ordering::Acquire) {
+            return Err(Error::new(
+                Kind::InvalidArgument,
+                format!(
+                    "queue {} is kept for its named readers (a proxy's capture queue): it has no default reader",
+                    queue.name
+                ),
+            ));
         }
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
