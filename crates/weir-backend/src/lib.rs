@@ -1,7 +1,8 @@
 //! Where weir's front doors keep their queues: one interface, two homes.
 //!
 //! A front door (the memcache server and the proxy's shadows now; the bus and the
-//! proxy's recordings later) names queues and readers, appends, takes, leases, confirms and releases, and runs
+//! proxy's recordings later) names queues and readers, appends, takes, leases,
+//! confirms and releases, and runs
 //! the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`]. Each
 //! is an enum over the two implementations:
 //!
@@ -125,12 +126,7 @@ impl Backend {
     ) -> Result<(Queue, Vec<Reader>)> {
         match self {
             Backend::Embedded(e) => {
-                if readers.is_empty() || readers.iter().any(|r| r.is_empty()) {
-                    return Err(Error::new(
-                        Kind::InvalidArgument,
-                        "a queue kept for its readers names at least one, and each of them",
-                    ));
-                }
+                check_readers_named(readers)?;
                 let queue = e.queue(name).await?;
                 let mut handles = Vec::with_capacity(readers.len());
                 for r in readers {
@@ -352,6 +348,18 @@ impl Reader {
             _ => Err(mismatch()),
         }
     }
+}
+
+/// What [`Backend::queue_for_readers`] wants: at least one reader, each named (the
+/// default reader `""` is not one of them).
+pub(crate) fn check_readers_named(readers: &[&str]) -> Result<()> {
+    if readers.is_empty() || readers.iter().any(|r| r.is_empty()) {
+        return Err(Error::new(
+            Kind::InvalidArgument,
+            "a queue kept for its readers names at least one, and each of them (no default reader)",
+        ));
+    }
+    Ok(())
 }
 
 /// A handle of one backend given to another: a bug in the door, answered as an error

@@ -188,19 +188,21 @@ async fn route_capture(
         }
         return Ok(None);
     }
-    if r.record && backend.engine_store().is_none() {
-        anyhow::bail!(
+    match backend.engine_store().cloned() {
+        Some(store) => {
+            let queue_name = name.clone();
+            let queue =
+                tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
+                    .await?
+                    .with_context(|| format!("opening the capture queue of route {}", r.name))?;
+            record::prepare(&queue, r)?;
+        }
+        None if r.record => anyhow::bail!(
             "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); it is not available on the {} backend",
             r.name,
             backend.kind_name()
-        );
-    }
-    if let Some(store) = backend.engine_store().cloned() {
-        let queue_name = name.clone();
-        let queue = tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
-            .await?
-            .with_context(|| format!("opening the capture queue of route {}", r.name))?;
-        record::prepare(&queue, r)?;
+        ),
+        None => {}
     }
     let (queue, started) = shadow::start(backend, &name, r, shutdown)
         .await

@@ -1,7 +1,7 @@
 //! Shadows: each replays a route's captured requests from its own reader of the
 //! route's capture queue, so a shadow that is slow or down builds a backlog on disk
-//! (bounded by the queue's limits; on JetStream, by the stream's), never in memory, and never touches a client's
-//! request. A restart resumes where each shadow stood: a replay is confirmed once
+//! (bounded by the queue's limits; on JetStream, by the stream's), never in memory,
+//! and never touches a client's request. A restart resumes where each shadow stood: a replay is confirmed once
 //! the shadow answered (any status) or its retries ran out.
 //!
 //! Per shadow: `rate` (replays per second at most), `sample_percent` (decided by
@@ -64,11 +64,10 @@ struct Replayer {
     shutdown: watch::Receiver<bool>,
 }
 
-/// Starts the replay workers of a route; Sets up the readers of a route's capture queue `queue`
-/// (one per shadow, or the sequential one, and `record`'s on a recording route; a
-/// reader no longer configured is deleted) and starts their replay workers.
-/// Returns the queue, and its shadows (for metrics) with the reader each one's
-/// backlog is read from.
+/// Sets up the readers of a route's capture queue `queue` (one per shadow, or the
+/// sequential one, and `record`'s on a recording route; see [`forget_readers`] for
+/// one no longer configured) and starts their replay workers. Returns the queue, and
+/// its shadows (for metrics) with the reader each one's backlog is read from.
 pub async fn start(
     backend: &Backend,
     queue: &str,

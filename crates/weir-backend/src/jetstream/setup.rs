@@ -308,12 +308,7 @@ impl Inner {
         for r in readers {
             weir::validate_reader_name(r)?;
         }
-        if readers.is_empty() || readers.iter().any(|r| r.is_empty()) {
-            return Err(Error::new(
-                Kind::InvalidArgument,
-                "a queue kept for its readers names at least one, and each of them (no default reader)",
-            ));
-        }
+        crate::check_readers_named(readers)?;
         let registered = self.registry.get(name);
         if let Some(entry) = &registered {
             let known: Option<Vec<_>> = readers.iter().map(|r| entry.reader(r)).collect();
