@@ -337,3 +337,68 @@ def test_two_proxies_on_one_cluster_share_a_shadows_backlog(servers, server_bin)
     finally:
         b.stop()  # shares a's stream: stopped first, a's stop deletes it
         a.stop()
+
+
+def captures_counted(p, outcome: str) -> int:
+    """The proxy's `weir_proxy_captures_total` of route `api` for `outcome`."""
+    c = http.client.HTTPConnection(harness.HOST, p.http_port, timeout=10)
+    try:
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+    finally:
+        c.close()
+    prefix = f'weir_proxy_captures_total{{route="api",outcome="{outcome}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return int(line.split()[-1])
+    raise AssertionError(f"no {outcome} capture series in /metrics")
+
+
+@pytest.mark.jetstream_only
+def test_a_proxy_whose_cluster_is_down_forwards_and_captures_once_it_is_up(servers, server_bin, tmp_path):
+    """A single-node JetStream of its own, down when the proxy starts: requests are
+    forwarded all along, counted `not_ready` (and never replayed) until the capture
+    queue is set up in the background; then captures replay to the shadow."""
+    import shutil
+    import subprocess
+
+    primary, shadow = servers(), servers()
+    nats_port = harness.free_port()
+    store = tmp_path / "js"
+    p = ProxyServer(server_bin, primary.port, [("s", shadow.port, "")])
+    p.nats_urls = f"nats://{harness.HOST}:{nats_port}"
+    p.shares_stream = True  # the stream lives in this test's own NATS, removed below
+    p.config.write_text(
+        p.config.read_text().replace(
+            "[backend.jetstream]\n", "[backend.jetstream]\nreplicas = 1\nunavailable_retry_ms = 1500\n", 1
+        )
+    )
+    nats = None
+    try:
+        p.start()
+        for i in range(5):
+            assert p.request("PUT", f"/before/{i}", b"v")[0] == 200
+        assert captures_counted(p, "not_ready") == 5
+        assert captures_counted(p, "captured") == 0
+        nats = subprocess.Popen(
+            [str(harness.REPO_ROOT / ".tools" / "bin" / "nats-server"), "-js", "-a", harness.HOST,
+             "-p", str(nats_port), "-sd", str(store)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        sent = 0
+        deadline = time.monotonic() + 90
+        while not any(x.startswith("/after/") for x in shadow.paths()):
+            assert time.monotonic() < deadline, "captures did not resume: " + p.log_tail()
+            assert p.request("PUT", f"/after/{sent}", b"v")[0] == 200
+            sent += 1
+            time.sleep(0.25)
+        assert captures_counted(p, "captured") >= 1
+        assert captures_counted(p, "not_ready") + captures_counted(p, "captured") == 5 + sent
+        assert not [x for x in shadow.paths() if x.startswith("/before/")]
+        assert [x for x in primary.paths() if x.startswith("/before/")] == [f"/before/{i}" for i in range(5)]
+    finally:
+        p.stop()
+        if nats is not None:
+            nats.kill()
+            nats.wait(10)
+        shutil.rmtree(store, ignore_errors=True)

@@ -51,9 +51,32 @@ pub struct RouteRt {
     pub pattern: Pattern,
     pub client: HttpClient,
     pub balancer: Balancer,
-    /// The capture queue, when the route has shadows.
-    pub capture: Option<weir_backend::Queue>,
+    /// The capture queue, once it is set up, for a route with shadows or `record`
+    /// (see [`RouteRt::captures`]). On JetStream it is set up in the background when
+    /// the cluster cannot be reached at start; until then captures count as
+    /// `not_ready`.
+    pub capture: Arc<std::sync::OnceLock<weir_backend::Queue>>,
     pub counters: RouteCounters,
+}
+
+impl RouteRt {
+    /// Whether the route captures its requests (it has shadows or records).
+    pub fn captures(&self) -> bool {
+        !self.settings.shadows.is_empty() || self.settings.record
+    }
+
+    /// The capture queue of a route that captures: `None` for a route that does not,
+    /// and for one whose queue is not set up yet (counted as `not_ready`).
+    fn capture_queue(&self) -> Option<weir_backend::Queue> {
+        match self.capture.get() {
+            Some(queue) => Some(queue.clone()),
+            None if self.captures() => {
+                self.counters.shared.not_ready.fetch_add(1, Relaxed);
+                None
+            }
+            None => None,
+        }
+    }
 }
 
 pub struct Proxy {
@@ -297,9 +320,8 @@ async fn outgoing_body(
 ) -> Result<(Outgoing, Option<AnswerSender>), Response<ProxyBody>> {
     let s = &route.settings;
     let captured = route
-        .capture
-        .as_ref()
-        .map(|q| (q.clone(), captured_request(head, s, proxy.backend.now_ms())));
+        .capture_queue()
+        .map(|q| (q, captured_request(head, s, proxy.backend.now_ms())));
     let mut out = Outgoing {
         whole: None,
         stream: None,

@@ -60,15 +60,16 @@ const STOP_GRACE: Duration = Duration::from_secs(3);
 /// A running proxy.
 pub struct ProxyHandle {
     proxy: Arc<Proxy>,
-    /// Each shadow, with the reader and the queue its backlog is read from.
-    shadows: Vec<(Arc<ShadowRt>, String, String)>,
+    shadows: Shadows,
     addrs: Vec<(String, SocketAddr)>,
     shutdown: watch::Sender<bool>,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Binds every listener, opens the capture queues and starts the replays. Errors
-/// (an address in use, a queue the backend refuses) come back here.
+/// (an address in use, a queue the backend refuses) come back here, except that a
+/// JetStream cluster out of reach is outlived: the routes' capture queues are then
+/// set up in the background, and their requests forwarded uncaptured until then.
 pub fn start(
     backend: Arc<weir_backend::Backend>,
     settings: ProxySettings,
@@ -127,11 +128,16 @@ pub fn start(
     })
 }
 
-type Setup = (
-    Proxy,
-    Vec<(Arc<ShadowRt>, String, String)>,
-    Vec<(String, tokio::net::TcpListener)>,
-);
+/// Each shadow, with the reader and the queue its backlog is read from: filled at
+/// start, and later by a route set up in the background.
+type Shadows = Arc<parking_lot::Mutex<Vec<(Arc<ShadowRt>, String, String)>>>;
+
+type Setup = (Proxy, Shadows, Vec<(String, tokio::net::TcpListener)>);
+
+/// How long a route whose capture queue could not be set up waits before trying
+/// again, at first and at most.
+const SETUP_RETRY_FIRST: Duration = Duration::from_secs(1);
+const SETUP_RETRY_MAX: Duration = Duration::from_secs(30);
 
 async fn setup(
     backend: Arc<weir_backend::Backend>,
@@ -146,14 +152,47 @@ async fn setup(
         listeners.push((l.name.clone(), listener));
     }
     let mut routes = Vec::new();
-    let mut shadows = Vec::new();
+    let shadows: Shadows = Default::default();
+    // Once the backend proves unreachable, the routes left are set up in the
+    // background without a try here each (every try waits `unavailable_retry_ms`).
+    let mut unreachable = false;
     for r in &settings.routes {
-        let capture = route_capture(&backend, r, shutdown, &mut shadows).await?;
+        let slot = Arc::new(std::sync::OnceLock::new());
+        let now = if unreachable {
+            None
+        } else {
+            match route_capture(&backend, r, shutdown).await {
+                Ok(set_up) => Some(set_up),
+                Err(e) if unreachable_cluster(&backend, &e) => {
+                    tracing::warn!(route = %r.name, error = %format!("{e:#}"), "the cluster cannot be reached: the proxy forwards, and counts captures as not_ready, until the capture queues are set up in the background");
+                    unreachable = true;
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        match now {
+            Some((queue, started)) => {
+                if let Some(queue) = queue {
+                    let _ = slot.set(queue);
+                }
+                shadows.lock().extend(started);
+            }
+            None => {
+                tokio::spawn(route_set_up_later(
+                    Arc::clone(&backend),
+                    r.clone(),
+                    Arc::clone(&slot),
+                    Arc::clone(&shadows),
+                    shutdown.clone(),
+                ));
+            }
+        }
         routes.push(RouteRt {
             pattern: route::Pattern::new(&r.path),
             client: http_client(r.connect_timeout, &r.tls),
             balancer: balance::Balancer::new(&r.targets),
-            capture,
+            capture: slot,
             counters: Default::default(),
             settings: r.clone(),
         });
@@ -166,6 +205,55 @@ async fn setup(
     Ok((proxy, shadows, listeners))
 }
 
+/// Whether a route's setup failed only because a JetStream cluster cannot be reached
+/// (which the proxy outlives); on the engine every failure stops the start.
+fn unreachable_cluster(backend: &weir_backend::Backend, e: &anyhow::Error) -> bool {
+    backend.engine_store().is_none()
+        && e.chain().any(|c| {
+            c.downcast_ref::<weir_backend::Error>()
+                .is_some_and(|b| b.kind() == weir_backend::Kind::Unavailable)
+        })
+}
+
+/// Sets a route's capture queue up once the cluster answers, trying again with a
+/// growing pause (to [`SETUP_RETRY_MAX`]) until it is done or the proxy stops.
+async fn route_set_up_later(
+    backend: Arc<weir_backend::Backend>,
+    r: config::RouteSettings,
+    slot: Arc<std::sync::OnceLock<weir_backend::Queue>>,
+    shadows: Shadows,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut pause = SETUP_RETRY_FIRST;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        match route_capture(&backend, &r, &shutdown).await {
+            Ok((queue, started)) => {
+                if let Some(queue) = queue {
+                    let _ = slot.set(queue);
+                }
+                shadows.lock().extend(started);
+                tracing::info!(route = %r.name, "the route's capture queue is set up: captures and replays go on");
+                return;
+            }
+            Err(e) => {
+                pause = (pause * 2).min(SETUP_RETRY_MAX);
+                tracing::warn!(route = %r.name, error = %format!("{e:#}"), retry_in_s = pause.as_secs(), "still cannot set up the route's capture queue");
+            }
+        }
+    }
+}
+
+/// What a route's setup made: its capture queue (for a route with shadows or
+/// `record`) and each shadow started, with its reader and the queue.
+type RouteSetUp = (
+    Option<weir_backend::Queue>,
+    Vec<(Arc<ShadowRt>, String, String)>,
+);
+
 /// The capture queue of a route with shadows or `record`, its readers set up and its
 /// shadows started; `None` for a route with neither (whose queue, if it has one,
 /// loses the `record` reader of an earlier recording).
@@ -173,8 +261,7 @@ async fn route_capture(
     backend: &weir_backend::Backend,
     r: &config::RouteSettings,
     shutdown: &watch::Receiver<bool>,
-    shadows: &mut Vec<(Arc<ShadowRt>, String, String)>,
-) -> anyhow::Result<Option<weir_backend::Queue>> {
+) -> anyhow::Result<RouteSetUp> {
     let name = capture_queue(&r.name);
     if r.shadows.is_empty() && !r.record {
         match backend.engine_store().cloned() {
@@ -186,7 +273,7 @@ async fn route_capture(
                 .await
                 .with_context(|| format!("the capture queue of route {}", r.name))?,
         }
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
     match backend.engine_store().cloned() {
         Some(store) => {
@@ -207,10 +294,11 @@ async fn route_capture(
     let (queue, started) = shadow::start(backend, &name, r, shutdown)
         .await
         .with_context(|| format!("setting up the replays of route {}", r.name))?;
-    for (shadow, reader) in started {
-        shadows.push((shadow, reader, name.clone()));
-    }
-    Ok(Some(queue))
+    let started = started
+        .into_iter()
+        .map(|(shadow, reader)| (shadow, reader, name.clone()))
+        .collect();
+    Ok((Some(queue), started))
 }
 
 /// Opens a capture queue in the engine with no lease timeout: a replay waits for a
@@ -243,8 +331,9 @@ impl ProxyHandle {
             .iter()
             .map(|r| (r.settings.name.as_str(), &r.counters))
             .collect();
-        let rows: Vec<metrics::ShadowRow<'_>> = self
-            .shadows
+        // A copy (a few `Arc`s): the list is not locked while rendering, nor twice.
+        let shadows = self.shadows.lock().clone();
+        let rows: Vec<metrics::ShadowRow<'_>> = shadows
             .iter()
             .map(|(s, reader, queue)| metrics::ShadowRow {
                 route: &s.route,
@@ -265,7 +354,8 @@ impl ProxyHandle {
     /// out): the figures `/proxy/diffs` and `weir diff report` show.
     pub fn diff_report(&self) -> Vec<differ::RouteReport> {
         let mut report: Vec<differ::RouteReport> = Vec::new();
-        for (s, _, _) in &self.shadows {
+        let shadows = self.shadows.lock().clone();
+        for (s, _, _) in &shadows {
             let Some(d) = &s.diff else { continue };
             let shadow = differ::ShadowReport {
                 shadow: s.settings.name.clone(),

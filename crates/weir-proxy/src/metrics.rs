@@ -35,6 +35,9 @@ pub struct CaptureCounters {
     pub incomplete: AtomicU64,
     /// Appends the engine refused (a full queue, a full disk).
     pub failed: AtomicU64,
+    /// Requests not captured because the route's capture queue was not set up yet
+    /// (a JetStream cluster unreachable since the proxy started).
+    pub not_ready: AtomicU64,
 }
 
 /// Counters of one shadow.
@@ -109,6 +112,7 @@ fn render_routes(routes: &[(&str, &RouteCounters)], out: &mut String) {
             ("too_large", &s.too_large),
             ("incomplete", &s.incomplete),
             ("failed", &s.failed),
+            ("not_ready", &s.not_ready),
         ] {
             let _ = writeln!(
                 out,
