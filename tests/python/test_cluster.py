@@ -416,3 +416,36 @@ def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_p
             nats.kill()
             nats.wait(10)
         shutil.rmtree(store, ignore_errors=True)
+
+
+def test_metrics_answer_in_time_while_nats_is_unreachable(make_server, tmp_path):
+    """With NATS down and the default 10 s `unavailable_retry_ms`, `/metrics` still
+    answers within a scraper's timeout: the door's series, `weir_backend_up 0`, no
+    queue figures."""
+    import http.client
+
+    config = tmp_path / "weir.toml"
+    config.write_text(
+        "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\n"
+        f"servers = [\"nats://127.0.0.1:{free_port()}\"]\nreplicas = 1\n"
+        "stream = \"DOWN\"\nsubject_prefix = \"down.q\"\n"
+    )
+    door = make_server()
+    door.stream = None  # this door's backend is the config file's
+    base = door.argv
+    door.argv = lambda: base() + ["--config", str(config)]
+    door.start()
+    for _ in range(2):  # the second scrape finds nothing cached either
+        started = time.monotonic()
+        c = http.client.HTTPConnection(harness.HOST, door.http_port, timeout=20)
+        try:
+            c.request("GET", "/metrics")
+            r = c.getresponse()
+            status, text = r.status, r.read().decode()
+        finally:
+            c.close()
+        took = time.monotonic() - started
+        assert status == 200
+        assert took < 5.0, f"/metrics took {took:.1f} s"
+        assert "\nweir_backend_up 0\n" in "\n" + text
+        assert "\nweir_connections_total " in text  # the door's own series

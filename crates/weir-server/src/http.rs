@@ -136,12 +136,25 @@ async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     }
 }
 
+/// How long `/metrics` waits for the backend's queue figures.
+const METRICS_STATS_WAIT: Duration = Duration::from_secs(2);
+
 async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse, Infallible> {
-    let stats = match shared.backend.stats(None).await {
-        Ok(stats) => stats,
-        Err(e) => {
-            // The door's own series still render; the queues' are missing.
+    // A backend out of reach would have `stats` retry for `unavailable_retry_ms` (10 s
+    // by default), past a scraper's timeout: the page waits at most
+    // METRICS_STATS_WAIT. The door's own series render either way; the queues' are
+    // missing then (and `weir_backend_up` says why).
+    let stats = match tokio::time::timeout(METRICS_STATS_WAIT, shared.backend.stats(None)).await {
+        Ok(Ok(stats)) => stats,
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "/metrics: the backend's queue figures");
+            Vec::new()
+        }
+        Err(_) => {
+            tracing::warn!(
+                wait_ms = METRICS_STATS_WAIT.as_millis() as u64,
+                "/metrics: the backend's queue figures did not come in time"
+            );
             Vec::new()
         }
     };
