@@ -164,9 +164,16 @@ def test_the_report_wants_the_admin_key(server_bin, setup):
 
 
 @pytest.mark.jetstream_only
-def test_on_jetstream_the_capture_endpoints_say_they_need_the_engine(setup):
-    """`/captures` walks a queue without consuming it, which only the embedded engine
-    does: with the admin key, JetStream answers 501 and says why."""
+def test_on_jetstream_an_import_says_it_needs_the_engine(setup):
+    """An import appends a whole file in one all-or-nothing batch, which only the
+    embedded engine does: with the admin key, JetStream answers 501 and says why (an
+    export works on both backends: test_proxy.py)."""
     w, _ = setup
-    status, body = w.get(w.http_port, "/captures/proxy:capture:api", {"Authorization": f"Bearer {KEY}"})
-    assert status == 501 and b"captures need the embedded backend" in body, (status, body)
+    c = http.client.HTTPConnection(harness.HOST, w.http_port, timeout=10)
+    try:
+        c.request("POST", "/captures/proxy:capture:api", body=b"{}\n", headers={"Authorization": f"Bearer {KEY}"})
+        r = c.getresponse()
+        status, body = r.status, r.read()
+    finally:
+        c.close()
+    assert status == 501 and b"importing captures needs the embedded backend" in body, (status, body)

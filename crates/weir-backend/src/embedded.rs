@@ -183,6 +183,68 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// A walk over the items one queue keeps ([`crate::Scan`]), in the engine: its
+/// iterator, which reads files, and so runs a page at a time on the blocking pool.
+pub struct EmbeddedScan {
+    /// `None` once the walk has ended (or an iterator failed on the pool).
+    iter: Option<weir::Iter>,
+    /// Items before this seq are skipped (a scan from a time).
+    start: u64,
+}
+
+impl Embedded {
+    /// Starts a walk over what `queue` keeps, from its oldest item or from the first
+    /// appended at or after a time; [`Kind::NotFound`](crate::Kind) when the queue
+    /// does not exist.
+    pub async fn scan(&self, queue: &str, from: crate::ScanFrom) -> Result<EmbeddedScan> {
+        let store = self.store.clone();
+        let name = queue.to_owned();
+        blocking(move || {
+            let queue = store
+                .existing_queue(&name)?
+                .ok_or_else(|| weir::Error::NotFound {
+                    what: format!("queue {name}"),
+                })?;
+            let start = match from {
+                crate::ScanFrom::Oldest => 0,
+                crate::ScanFrom::Time(ms) => queue.seq_at_time(ms)?,
+            };
+            Ok(EmbeddedScan {
+                iter: Some(queue.iter()?),
+                start,
+            })
+        })
+        .await
+    }
+}
+
+impl EmbeddedScan {
+    /// Up to `max` more items (at least one unless the walk has ended).
+    pub async fn next_page(&mut self, max: usize) -> Result<Vec<weir::Item>> {
+        let Some(mut iter) = self.iter.take() else {
+            return Ok(Vec::new());
+        };
+        let start = self.start;
+        // An error ends the walk: the iterator stays on the pool's side.
+        let (iter, page) = blocking(move || {
+            let mut page = Vec::new();
+            while page.len() < max {
+                let Some(item) = iter.next() else {
+                    return Ok((None, page));
+                };
+                let item = item?;
+                if item.seq >= start {
+                    page.push(item);
+                }
+            }
+            Ok((Some(iter), page))
+        })
+        .await?;
+        self.iter = iter;
+        Ok(page)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +275,41 @@ mod tests {
             Some(Kind::InvalidName)
         );
         assert_eq!(store.queue_names(), ["a", "b"]);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_scan_walks_what_is_kept_page_by_page(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        use crate::ScanFrom;
+        let dir = tempfile::tempdir()?;
+        let backend = Embedded::new(Store::open(dir.path())?);
+        let q = backend.queue("walk").await?;
+        for item in ["1", "2", "3", "4", "5"] {
+            q.append(item.as_bytes(), weir::AppendOptions::default())?;
+        }
+        let reader = q.reader("")?;
+        assert!(reader.take()?.is_some());
+        let backend = &backend;
+        let walk = |from| async move {
+            let mut scan = backend.scan("walk", from).await?;
+            let mut got = Vec::new();
+            loop {
+                let page = scan.next_page(2).await?;
+                assert!(page.len() <= 2);
+                if page.is_empty() {
+                    return Ok::<_, Error>(got);
+                }
+                got.extend(page.into_iter().map(|i| i.data));
+            }
+        };
+        assert_eq!(walk(ScanFrom::Oldest).await?, [&b"2"[..], b"3", b"4", b"5"]);
+        assert_eq!(walk(ScanFrom::Time(0)).await?.len(), 4);
+        assert!(walk(ScanFrom::Time(u64::MAX)).await?.is_empty());
+        // Nothing was consumed.
+        assert_eq!(reader.take()?.map(|i| i.data), Some("2".into()));
+        let missing = backend.scan("nothing", ScanFrom::Oldest).await.err();
+        assert_eq!(missing.map(|e| e.kind()), Some(Kind::NotFound));
         Ok(())
     }
 }

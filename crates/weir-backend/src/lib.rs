@@ -1,10 +1,10 @@
 //! Where weir's front doors keep their queues: one interface, two homes.
 //!
-//! A front door (the memcache server and the proxy's shadows now; the bus and the
-//! proxy's recordings later) names queues and readers, appends, takes, leases,
-//! confirms and releases, and runs
-//! the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`]. Each
-//! is an enum over the two implementations:
+//! A front door (the memcache server, the proxy's shadows and capture export now;
+//! the bus and the proxy's recordings later) names queues and readers, appends,
+//! takes, leases, confirms and releases, walks what a queue keeps ([`Scan`]), and
+//! runs the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`].
+//! Each is an enum over the two implementations:
 //!
 //! - [`Embedded`]: the weir engine in this process, the default. Its arms call the
 //!   engine's own futures in place: no allocation, no virtual call, and a future the
@@ -55,6 +55,33 @@ pub enum Reader {
 pub enum Lease {
     Embedded(LeaseId),
     JetStream(jetstream::Lease),
+}
+
+/// Where a [`Backend::scan`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanFrom {
+    /// The oldest item kept.
+    Oldest,
+    /// The first item appended at this time (Unix ms) or later.
+    Time(u64),
+}
+
+/// A walk over the items a queue keeps (some reader has not confirmed them), in
+/// order, without consuming or leasing anything: [`Backend::scan`].
+pub enum Scan {
+    Embedded(embedded::EmbeddedScan),
+    JetStream(jetstream::Scan),
+}
+
+impl Scan {
+    /// Up to `max` more items; empty once the walk has ended. Items appended after
+    /// the walk began are not included; expired ones are left out.
+    pub async fn next_page(&mut self, max: usize) -> Result<Vec<Item>> {
+        match self {
+            Scan::Embedded(s) => s.next_page(max).await,
+            Scan::JetStream(s) => Box::pin(s.next_page(max)).await,
+        }
+    }
 }
 
 /// What a take returns: the item, and its lease when taken with [`TakeMode::Lease`].
@@ -216,6 +243,17 @@ impl Backend {
         match self {
             Backend::Embedded(e) => e.stats(names).await,
             Backend::JetStream(j) => Box::pin(j.stats(names)).await,
+        }
+    }
+
+    /// Starts a walk over what `queue` keeps, without consuming anything (capture
+    /// exports). On the engine a queue that does not exist is [`Kind::NotFound`]; on
+    /// JetStream it gives an empty walk (a subject with no message is all there is
+    /// to see), and the walk costs a round trip per item (see `jetstream::scan`).
+    pub async fn scan(&self, queue: &str, from: ScanFrom) -> Result<Scan> {
+        match self {
+            Backend::Embedded(e) => Ok(Scan::Embedded(e.scan(queue, from).await?)),
+            Backend::JetStream(j) => Ok(Scan::JetStream(Box::pin(j.scan(queue, from)).await?)),
         }
     }
 

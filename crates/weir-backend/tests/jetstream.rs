@@ -1202,3 +1202,99 @@ async fn no_wait_pulls(c: &Cluster) -> TestResult {
     js.close().await?;
     Ok(())
 }
+
+/// Every item's data in a walk, page by page (pages of 2, so a walk spans several).
+async fn scanned(
+    js: &JetStream,
+    queue: &str,
+    from: weir_backend::ScanFrom,
+) -> std::result::Result<Vec<(u64, String)>, weir_backend::Error> {
+    let mut scan = js.scan(queue, from).await?;
+    let mut got = Vec::new();
+    loop {
+        let page = scan.next_page(2).await?;
+        if page.is_empty() {
+            return Ok(got);
+        }
+        assert!(page.len() <= 2);
+        got.extend(page.into_iter().map(|i| {
+            (
+                i.enqueued_at_ms,
+                String::from_utf8_lossy(&i.data).into_owned(),
+            )
+        }));
+    }
+}
+
+/// A scan walks what a queue keeps (what some reader has not confirmed), from its
+/// oldest item or from a time, without consuming it; it ends where the queue ended
+/// when it began; a queue with no item gives an empty walk.
+#[tokio::test]
+async fn a_scan_walks_what_a_queue_keeps_without_consuming() -> TestResult {
+    use weir_backend::ScanFrom;
+    let c = cluster!("a_scan_walks_what_a_queue_keeps_without_consuming");
+    let js = c.door().await?;
+    let q = js.queue("walk").await?;
+    let d = js.reader(&q, "").await?;
+    for item in ["1", "2", "3"] {
+        set(&q, item).await?;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let middle_ms = now_ms();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for item in ["4", "5"] {
+        set(&q, item).await?;
+    }
+    // "1" is confirmed by the only reader: gone from the stream, once the replica
+    // that answers has applied the confirm (any replica answers a Direct Get).
+    assert_eq!(data(&take(&d, TakeMode::Take).await?), Some("1".into()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let all = loop {
+        let all = scanned(&js, "walk", ScanFrom::Oldest).await?;
+        if all.len() == 4 || Instant::now() > deadline {
+            break all;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let texts: Vec<&str> = all.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, ["2", "3", "4", "5"]);
+    assert!(
+        all.iter().all(|(at, _)| at.abs_diff(now_ms()) < 60_000),
+        "{all:?}"
+    );
+    let later = scanned(&js, "walk", ScanFrom::Time(middle_ms)).await?;
+    let texts: Vec<&str> = later.iter().map(|(_, t)| t.as_str()).collect();
+    assert_eq!(texts, ["4", "5"]);
+    // Nothing was consumed: the reader takes "2" next.
+    assert_eq!(data(&take(&d, TakeMode::Take).await?), Some("2".into()));
+    // A walk ends where the queue ended when it began.
+    let mut scan = js.scan("walk", ScanFrom::Oldest).await?;
+    set(&q, "6").await?;
+    let mut seen = Vec::new();
+    loop {
+        let page = scan.next_page(10).await?;
+        if page.is_empty() {
+            break;
+        }
+        seen.extend(page.into_iter().map(|i| i.data));
+    }
+    assert_eq!(seen, [&b"3"[..], b"4", b"5"]);
+    assert!(scanned(&js, "nothing-here", ScanFrom::Oldest)
+        .await?
+        .is_empty());
+    assert_eq!(
+        js.scan("bad/name", ScanFrom::Oldest)
+            .await
+            .err()
+            .map(|e| e.kind()),
+        Some(Kind::InvalidName)
+    );
+    js.close().await?;
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -319,6 +319,41 @@ pub struct Exported {
     pub skipped: u64,
 }
 
+/// What a walk over a capture queue hands on: the captures received at `since_ms`
+/// or later, at most `limit` of them; damaged items are left out (logged, counted).
+struct Filter<'a> {
+    queue: &'a str,
+    since_ms: Option<u64>,
+    limit: Option<u64>,
+    done: Exported,
+}
+
+impl Filter<'_> {
+    fn full(&self) -> bool {
+        self.limit.is_some_and(|l| self.done.captures >= l)
+    }
+
+    /// The capture `item` holds, when the walk hands it on.
+    fn capture(&mut self, item: &weir::Item) -> Option<Captured> {
+        let c = match Captured::decode(&item.data) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(
+                    queue = self.queue,
+                    seq = item.seq,
+                    "skipping a damaged capture: {e}"
+                );
+                self.done.skipped += 1;
+                return None;
+            }
+        };
+        if self.since_ms.is_some_and(|ms| c.at_ms < ms) {
+            return None;
+        }
+        Some(c)
+    }
+}
+
 /// Walks the kept captures of `queue` (without consuming anything), from those
 /// received at `since_ms` on, at most `limit` of them, handing each to `each` with
 /// its seq; `each` returning false stops the walk. Items appended after the walk
@@ -335,36 +370,75 @@ pub fn walk(
         Some(ms) => queue.seq_at_time(ms)?,
         None => 0,
     };
-    let mut done = Exported::default();
+    let mut filter = Filter {
+        queue: queue.name(),
+        since_ms,
+        limit,
+        done: Exported::default(),
+    };
     for item in queue.iter()? {
-        if limit.is_some_and(|l| done.captures >= l) {
+        if filter.full() {
             break;
         }
         let item = item?;
         if item.seq < start {
             continue;
         }
-        let c = match Captured::decode(&item.data) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(
-                    queue = queue.name(),
-                    seq = item.seq,
-                    "skipping a damaged capture: {e}"
-                );
-                done.skipped += 1;
-                continue;
-            }
-        };
-        if since_ms.is_some_and(|ms| c.at_ms < ms) {
+        let Some(c) = filter.capture(&item) else {
             continue;
-        }
+        };
         if !each(item.seq, c) {
             break;
         }
-        done.captures += 1;
+        filter.done.captures += 1;
     }
-    Ok(done)
+    Ok(filter.done)
+}
+
+/// Items a [`walk_scan`] reads at a time.
+const SCAN_PAGE: usize = 64;
+
+/// Where a walk of the captures received at `since_ms` or later starts: a capture is
+/// appended after its request arrived, so the first one lies at or after the first
+/// item appended then.
+pub fn scan_from(since_ms: Option<u64>) -> weir_backend::ScanFrom {
+    since_ms.map_or(weir_backend::ScanFrom::Oldest, weir_backend::ScanFrom::Time)
+}
+
+/// [`export`] through the backend interface (either backend): `scan`, made with
+/// [`scan_from`], walked for the captures received at `since_ms` or later, at most
+/// `limit`, each as its line handed to `out`, which answers whether to go on.
+pub async fn walk_scan<F: std::future::Future<Output = bool>>(
+    mut scan: weir_backend::Scan,
+    queue: &str,
+    since_ms: Option<u64>,
+    limit: Option<u64>,
+    mut out: impl FnMut(Vec<u8>) -> F,
+) -> weir_backend::Result<Exported> {
+    let mut filter = Filter {
+        queue,
+        since_ms,
+        limit,
+        done: Exported::default(),
+    };
+    loop {
+        let page = scan.next_page(SCAN_PAGE).await?;
+        if page.is_empty() {
+            return Ok(filter.done);
+        }
+        for item in page {
+            if filter.full() {
+                return Ok(filter.done);
+            }
+            let Some(c) = filter.capture(&item) else {
+                continue;
+            };
+            if !out(encode_line(Some(item.seq), &c)).await {
+                return Ok(filter.done);
+            }
+            filter.done.captures += 1;
+        }
+    }
 }
 
 /// [`walk`], each capture as its line.

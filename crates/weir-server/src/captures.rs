@@ -13,8 +13,10 @@
 //! - `GET /proxy/diffs`: what the proxy's diffing shadows found (JSON, see
 //!   `weir_proxy::RouteReport`), for `weir diff report`; 404 when no proxy runs.
 //!
-//! `/captures` needs the embedded engine (it walks a queue without consuming it): on
-//! JetStream it answers 501, saying so; `/proxy/diffs` works on either backend.
+//! An export walks the queue through the backend interface, so it works on either
+//! backend (on JetStream a queue that does not exist exports nothing, and each line
+//! costs a round trip); an import needs the embedded engine (an all-or-nothing batch
+//! into a queue it may create) and answers 501 on JetStream, saying so.
 //!
 //! Captures hold what clients sent, cookies and tokens included (and diff samples,
 //! pieces of answers), so the endpoints are
@@ -152,16 +154,22 @@ fn check_queue(queue: &str) -> Result<(), Refusal> {
     }
 }
 
-fn engine_error(e: &weir::Error) -> Refusal {
-    use weir::ErrorKind as K;
+/// A backend failure as a refusal (a cluster out of reach is a 503).
+fn backend_error(e: &weir_backend::Error) -> Refusal {
+    use weir_backend::Kind as K;
     let status = match e.kind() {
         K::InvalidName | K::InvalidArgument => StatusCode::BAD_REQUEST,
         K::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         K::Full | K::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
-        K::Closed | K::TooManyQueues => StatusCode::SERVICE_UNAVAILABLE,
+        K::Closed | K::TooManyQueues | K::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        K::Unsupported => StatusCode::NOT_IMPLEMENTED,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
     refuse(status, &e.to_string())
+}
+
+fn engine_error(e: weir::Error) -> Refusal {
+    backend_error(&e.into())
 }
 
 /// `since` and `limit` from an export's query.
@@ -198,29 +206,35 @@ async fn export(
             &format!("{EXPORTS_MAX} exports are running; try again when one is done"),
         )
     })?;
-    let store = engine_store(&shared)?;
-    let name = queue.clone();
-    let q = tokio::task::spawn_blocking(move || store.existing_queue(&name))
+    let scan = shared
+        .backend
+        .scan(&queue, capture_file::scan_from(since))
         .await
-        .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the export failed"))?
-        .map_err(|e| engine_error(&e))?
-        .ok_or_else(|| refuse(StatusCode::NOT_FOUND, &format!("no queue {queue}")))?;
+        .map_err(|e| match e.kind() {
+            weir_backend::Kind::NotFound => {
+                refuse(StatusCode::NOT_FOUND, &format!("no queue {queue}"))
+            }
+            _ => backend_error(&e),
+        })?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(EXPORT_LINES_AHEAD);
-    tokio::task::spawn_blocking(move || {
+    tokio::spawn(async move {
         let _permit = permit;
         let mut stopped = false;
-        let result = capture_file::export(&q, since, limit, |line| {
+        let result = capture_file::walk_scan(scan, &queue, since, limit, |line| {
             stopped = shared.shutdown.is_triggered();
-            !stopped && tx.blocking_send(Ok(Bytes::from(line))).is_ok()
-        });
+            let tx = &tx;
+            let stop = stopped;
+            async move { !stop && tx.send(Ok(Bytes::from(line))).await.is_ok() }
+        })
+        .await;
         let failure = match result {
             Err(e) => Some(e.to_string()),
             Ok(_) if stopped => Some("weir is stopping".to_string()),
             Ok(_) => None,
         };
         if let Some(reason) = failure {
-            tracing::warn!(queue = q.name(), "export broken off: {reason}");
-            let _ = tx.blocking_send(Err(std::io::Error::other(reason)));
+            tracing::warn!(queue, "export broken off: {reason}");
+            let _ = tx.send(Err(std::io::Error::other(reason))).await;
         }
     });
     let lines = futures_util::stream::unfold(rx, |mut rx| async move {
@@ -252,8 +266,8 @@ async fn import(
         if items.is_empty() {
             return Ok((0, None));
         }
-        let q = store.queue(&queue).map_err(|e| engine_error(&e))?;
-        let first = capture_file::append(&q, &items).map_err(|e| engine_error(&e))?;
+        let q = store.queue(&queue).map_err(engine_error)?;
+        let first = capture_file::append(&q, &items).map_err(engine_error)?;
         Ok((items.len(), first))
     })
     .await
@@ -297,13 +311,13 @@ fn bad_line(e: LineError) -> Refusal {
     }
 }
 
-/// The embedded engine's store: `/captures` walks and appends to it directly. On
-/// JetStream (where only `/proxy/diffs` of these endpoints works) it answers 501.
+/// The embedded engine's store: an import appends to it directly. On JetStream it
+/// answers 501.
 fn engine_store(shared: &Shared) -> Result<weir::Store, Refusal> {
     shared.backend.engine_store().cloned().ok_or_else(|| {
         refuse(
             StatusCode::NOT_IMPLEMENTED,
-            "captures need the embedded backend",
+            "importing captures needs the embedded backend",
         )
     })
 }

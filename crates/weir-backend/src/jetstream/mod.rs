@@ -41,6 +41,7 @@ mod pull;
 mod queue;
 mod reader;
 mod registry;
+mod scan;
 mod setup;
 mod stats;
 
@@ -51,6 +52,7 @@ use std::time::Duration;
 use async_nats::connection::State;
 use bytes::Bytes;
 pub use config::JetStreamConfig;
+pub use scan::Scan;
 use tokio::sync::Semaphore;
 use weir::{AppendOptions, QueueConfig, QueueStats, StoreOptions, TakeMode};
 

@@ -273,7 +273,7 @@ impl Reader {
     }
 }
 
-fn header_u64(headers: Option<&HeaderMap>, name: &str) -> u64 {
+pub(super) fn header_u64(headers: Option<&HeaderMap>, name: &str) -> u64 {
     headers
         .and_then(|h| h.get(name))
         .and_then(|v| v.as_str().trim().parse().ok())
