@@ -452,3 +452,50 @@ def test_a_down_shadows_backlog_can_be_exported(servers, proxy, monkeypatch):
     wait_for(lambda: len(shadow.paths()) >= 8)
     assert sorted(shadow.paths()) == [f"/e/{i}" for i in range(8)]
     wait_for(lambda: export(p) == [])
+
+
+def test_a_recording_keeps_its_captures_and_a_new_shadow_starts_at_its_end(servers, proxy, monkeypatch):
+    """`record = true` on either backend: captures stay after the shadow replayed
+    them (the export shows them); a shadow added at a restart gets only what comes
+    after; `flush QUEUE.record` drops the recording."""
+    monkeypatch.setenv("WEIR_ADMIN_KEY", EXPORT_KEY)
+    primary, s, t = servers(), servers(), servers()
+    p = proxy(primary.port, [("s", s.port, "")])
+    p.sigterm()
+    assert p.wait_exit(15) == 0
+    text = p.config.read_text().replace('name = "api"\n', 'name = "api"\nrecord = true\n', 1)
+    p.config.write_text(text)
+    p.start()
+    for i in range(4):
+        assert p.request("POST", f"/r/{i}", b"v")[0] == 200
+    wait_for(lambda: len(s.paths()) >= 4)
+    wait_for(lambda: len(export(p)) == 4)
+    time.sleep(0.5)  # replays confirmed by now
+    assert sorted(line["uri"] for line in export(p)) == [f"/r/{i}" for i in range(4)]
+    p.sigterm()
+    assert p.wait_exit(15) == 0
+    p.config.write_text(text + f'[[proxy.routes.shadows]]\nname = "t"\nurl = "http://{harness.HOST}:{t.port}"\n')
+    p.start()
+    for i in range(4, 6):
+        assert p.request("POST", f"/r/{i}", b"v")[0] == 200
+    wait_for(lambda: len(t.paths()) >= 2 and len(s.paths()) >= 6)
+    time.sleep(0.5)  # an old capture replayed to t would show by now
+    assert sorted(t.paths()) == ["/r/4", "/r/5"]
+    assert sorted(s.paths()) == [f"/r/{i}" for i in range(6)]
+    assert sorted(line["uri"] for line in export(p)) == [f"/r/{i}" for i in range(6)]
+    # The command line reads it over the HTTP port: export, and replay to a target.
+    import subprocess
+
+    url = f"http://{harness.HOST}:{p.http_port}"
+    cli = lambda *args: subprocess.run(  # noqa: E731
+        [str(p.binary), *args], capture_output=True, text=True, timeout=30
+    )
+    r = cli("capture", "export", "--queue", "proxy:capture:api", "--server", url)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 6, r.stderr
+    target = servers()
+    r = cli("replay", "--from", "proxy:capture:api", "--server", url, "--to", f"http://{harness.HOST}:{target.port}")
+    assert r.returncode == 0, r.stderr
+    assert sorted(target.paths()) == [f"/r/{i}" for i in range(6)]
+    with harness.Conn(p.addr) as c:
+        assert c.request(b"flush proxy:capture:api.record\r\n") == b"END\r\n"
+    wait_for(lambda: export(p) == [])

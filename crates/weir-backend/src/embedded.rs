@@ -64,6 +64,20 @@ impl Embedded {
         self.off_loop(move || queue.reader(&name)).await
     }
 
+    /// The reader `name` of `queue`, made to start after the newest item (items
+    /// appended while it is made may be in its backlog or not).
+    pub async fn reader_at_end(&self, queue: &Queue, name: &str) -> Result<Reader> {
+        let queue = queue.clone();
+        let name = name.to_owned();
+        self.off_loop(move || {
+            let (_, next) = queue.seq_bounds()?;
+            let reader = queue.reader(&name)?;
+            reader.seek(next)?;
+            Ok(reader)
+        })
+        .await
+    }
+
     /// Runs a creation on the blocking pool, within [`CREATIONS_AT_ONCE`].
     async fn off_loop<T: Send + 'static>(
         &self,
@@ -247,6 +261,8 @@ impl EmbeddedScan {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::Kind;
 
@@ -310,6 +326,42 @@ mod tests {
         assert_eq!(reader.take()?.map(|i| i.data), Some("2".into()));
         let missing = backend.scan("nothing", ScanFrom::Oldest).await.err();
         assert_eq!(missing.map(|e| e.kind()), Some(Kind::NotFound));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_reader_made_at_the_end_skips_what_is_kept(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let backend = crate::Backend::Embedded(Embedded::new(Store::open(dir.path())?));
+        let (q, _) = backend.queue_for_readers("rec", &["record"], true).await?;
+        q.append(b"1", weir::AppendOptions::default()).await?;
+        let (q, readers) = backend
+            .queue_for_readers("rec", &["record", "s"], true)
+            .await?;
+        let none = readers[1]
+            .take(weir::TakeMode::Take, Duration::ZERO)
+            .await?;
+        assert!(none.is_none());
+        q.append(b"2", weir::AppendOptions::default()).await?;
+        let two = readers[1]
+            .take(weir::TakeMode::Take, Duration::ZERO)
+            .await?;
+        assert_eq!(two.map(|t| t.item.data), Some("2".into()));
+        let one = readers[0]
+            .take(weir::TakeMode::Take, Duration::ZERO)
+            .await?;
+        assert_eq!(
+            one.map(|t| t.item.data),
+            Some("1".into()),
+            "record keeps its place"
+        );
+        // Without it, a new reader starts at the oldest item kept.
+        let (_, readers) = backend.queue_for_readers("rec", &["t"], false).await?;
+        let first = readers[0]
+            .take(weir::TakeMode::Take, Duration::ZERO)
+            .await?;
+        assert_eq!(first.map(|t| t.item.data), Some("2".into()));
         Ok(())
     }
 }

@@ -145,11 +145,14 @@ impl Backend {
     /// would keep every item forever here since nobody reads it. On JetStream the
     /// queue exists while one of its readers does, and an item appended while none
     /// does is not stored: name every reader before the first append. `readers`
-    /// must not be empty nor name the default reader (`""`).
+    /// must not be empty nor name the default reader (`""`). A reader made here
+    /// starts at the queue's oldest item, or with `new_at_end` after its newest one
+    /// (a shadow added to a route that records must not replay the recording).
     pub async fn queue_for_readers(
         &self,
         name: &str,
         readers: &[&str],
+        new_at_end: bool,
     ) -> Result<(Queue, Vec<Reader>)> {
         match self {
             Backend::Embedded(e) => {
@@ -157,12 +160,18 @@ impl Backend {
                 let queue = e.queue(name).await?;
                 let mut handles = Vec::with_capacity(readers.len());
                 for r in readers {
-                    handles.push(Reader::Embedded(e.reader(&queue, r).await?));
+                    let reader = if new_at_end && !queue.has_reader(r) {
+                        e.reader_at_end(&queue, r).await?
+                    } else {
+                        e.reader(&queue, r).await?
+                    };
+                    handles.push(Reader::Embedded(reader));
                 }
                 Ok((Queue::Embedded(queue), handles))
             }
             Backend::JetStream(j) => {
-                let (queue, handles) = Box::pin(j.queue_for_readers(name, readers)).await?;
+                let (queue, handles) =
+                    Box::pin(j.queue_for_readers(name, readers, new_at_end)).await?;
                 Ok((
                     Queue::JetStream(queue),
                     handles.into_iter().map(Reader::JetStream).collect(),

@@ -146,7 +146,7 @@ fn futures_are_send(js: &JetStream, q: &Queue, r: &Reader, l: &weir_backend::jet
     ));
     send(js.queue("q"));
     send(js.reader(q, "r"));
-    send(js.queue_for_readers("q", &["r"]));
+    send(js.queue_for_readers("q", &["r"], false));
     send(js.delete_queue("q"));
     send(js.delete_reader("q", "r"));
     send(js.flush("q", None));
@@ -354,20 +354,20 @@ async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
     let c = cluster!("a_queue_for_readers_keeps_items_for_them_only");
     let js = c.door().await?;
     assert_eq!(
-        js.queue_for_readers("cap", &[])
+        js.queue_for_readers("cap", &[], false)
             .await
             .err()
             .map(|e| e.kind()),
         Some(Kind::InvalidArgument)
     );
     assert_eq!(
-        js.queue_for_readers("cap", &["a", ""])
+        js.queue_for_readers("cap", &["a", ""], false)
             .await
             .err()
             .map(|e| e.kind()),
         Some(Kind::InvalidArgument)
     );
-    let (q, readers) = js.queue_for_readers("cap", &["a", "b"]).await?;
+    let (q, readers) = js.queue_for_readers("cap", &["a", "b"], false).await?;
     assert_eq!(
         readers.iter().map(|r| r.name()).collect::<Vec<_>>(),
         ["a", "b"]
@@ -410,7 +410,9 @@ async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
     // A second door opening it again, with a third reader, finds the same readers
     // and their positions; the new one gets what is appended from then on.
     let other = c.door().await?;
-    let (q2, again) = other.queue_for_readers("cap", &["a", "b", "c"]).await?;
+    let (q2, again) = other
+        .queue_for_readers("cap", &["a", "b", "c"], false)
+        .await?;
     set(&q2, "3").await?;
     for reader in &again {
         let t = reader.take(TakeMode::Take, Duration::from_secs(2)).await?;
@@ -1297,4 +1299,28 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A reader made at the end (a shadow added to a recording route) gets only what is
+/// appended after it; one that exists keeps its place when named again so.
+#[tokio::test]
+async fn a_reader_made_at_the_end_skips_what_is_kept() -> TestResult {
+    let c = cluster!("a_reader_made_at_the_end_skips_what_is_kept");
+    let js = c.door().await?;
+    let (q, _) = js.queue_for_readers("rec", &["record"], true).await?;
+    set(&q, "1").await?;
+    set(&q, "2").await?;
+    let (q, readers) = js.queue_for_readers("rec", &["record", "s"], true).await?;
+    assert!(take(&readers[1], TakeMode::Take).await?.is_none());
+    set(&q, "3").await?;
+    let t = readers[1]
+        .take(TakeMode::Take, Duration::from_secs(2))
+        .await?;
+    assert_eq!(data(&t), Some("3".into()));
+    let t = readers[0]
+        .take(TakeMode::Take, Duration::from_secs(2))
+        .await?;
+    assert_eq!(data(&t), Some("1".into()), "record keeps its place");
+    js.close().await?;
+    Ok(())
 }

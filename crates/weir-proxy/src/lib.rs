@@ -13,10 +13,10 @@
 //! `metrics.rs` `/metrics`.
 //!
 //! It keeps its captures through `weir_backend`, the interface the memcache door
-//! uses, so a route's shadows replay from the embedded engine or from a JetStream
-//! cluster alike; only a recording route (`record = true`, with `weir capture`)
-//! needs the embedded engine's own API (seek, iteration). It runs on a runtime of
-//! its own, beside the rest of the process: [`start`], [`ProxyHandle::stop`].
+//! uses, so a route's shadows and recording run on the embedded engine or on a
+//! JetStream cluster alike (a capture export walks the queue with
+//! `Backend::scan`). It runs on a runtime of its own, beside the rest of the
+//! process: [`start`], [`ProxyHandle::stop`].
 
 mod balance;
 mod capture;
@@ -275,21 +275,12 @@ async fn route_capture(
         }
         return Ok((None, Vec::new()));
     }
-    match backend.engine_store().cloned() {
-        Some(store) => {
-            let queue_name = name.clone();
-            let queue =
-                tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
-                    .await?
-                    .with_context(|| format!("opening the capture queue of route {}", r.name))?;
-            record::prepare(&queue, r)?;
-        }
-        None if r.record => anyhow::bail!(
-            "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); it is not available on the {} backend",
-            r.name,
-            backend.kind_name()
-        ),
-        None => {}
+    record::check(r)?;
+    if let Some(store) = backend.engine_store().cloned() {
+        let queue_name = name.clone();
+        tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
+            .await?
+            .with_context(|| format!("opening the capture queue of route {}", r.name))?;
     }
     let (queue, started) = shadow::start(backend, &name, r, shutdown)
         .await

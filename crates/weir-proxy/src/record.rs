@@ -2,62 +2,37 @@
 //! `proxy:capture:ROUTE`, shadows or not, and keeps them there for `weir capture
 //! export` and `weir replay`.
 //!
-//! What keeps them is a reader named `record` that nothing consumes: the engine keeps
-//! every item some reader has not confirmed, so the captures stay until the queue's
-//! own limits (`max_items`, `max_bytes` with `discard_old_when_full`) drop the
-//! oldest. Without such limits a recording grows until the disk is full; the
-//! capture queue's section in the config file is where they are set.
+//! What keeps them is a reader named `record` that nothing consumes: a queue keeps
+//! every item some reader has not confirmed. On the embedded engine the captures stay
+//! until the queue's own limits (`max_items`, `max_bytes` with
+//! `discard_old_when_full`) drop the oldest; without such limits a recording grows
+//! until the disk is full (the capture queue's section in the config file is where
+//! they are set). On JetStream, which has no per-queue limits, a recording keeps
+//! every capture until it is dropped by hand (`flush QUEUE.record` on the memcache
+//! port) or the stream's own limits refuse appends.
 //!
 //! Two rules keep a recording from surprising the shadows beside it: a shadow added
 //! to a recording route starts at the queue's end (a new reader would otherwise start
-//! at the oldest item kept, which is the whole recording), and a shadow cannot be
-//! named `record`. Removing `record` from a route deletes the reader, after which the
-//! captures go as the shadows confirm them.
+//! at the oldest item kept, which is the whole recording; `shadow::start` asks the
+//! backend for that), and a shadow cannot be named `record` ([`check`]). Removing
+//! `record` from a route deletes the reader on the engine (on JetStream it is named
+//! in a warning, as any reader no longer configured), after which the captures go as
+//! the shadows confirm them.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 
 use crate::config::RouteSettings;
-use crate::shadow::SEQUENTIAL_READER;
 
 /// The reader that holds a recording route's captures.
 pub const RECORD_READER: &str = "record";
 
-/// Sets up the readers of a recording route's open capture queue, before its
-/// shadows start: new shadow readers at the end, the `record` reader, and, with no
-/// shadow at all, no reader but `record`.
-pub fn prepare(queue: &weir::Queue, route: &RouteSettings) -> anyhow::Result<()> {
-    if !route.record {
-        return Ok(());
-    }
-    if route.shadows.iter().any(|s| s.name == RECORD_READER) {
+/// Refuses a recording route with a shadow named like the recording's reader.
+pub fn check(route: &RouteSettings) -> anyhow::Result<()> {
+    if route.record && route.shadows.iter().any(|s| s.name == RECORD_READER) {
         bail!(
             "proxy route {}: a shadow cannot be named {RECORD_READER:?} on a route with record = true",
             route.name
         );
-    }
-    let context = || format!("setting up the recording of route {}", route.name);
-    let wanted: Vec<&str> = if route.shadows.is_empty() {
-        Vec::new()
-    } else if route.sequential {
-        vec![SEQUENTIAL_READER]
-    } else {
-        route.shadows.iter().map(|s| s.name.as_str()).collect()
-    };
-    let (_, next) = queue.seq_bounds().with_context(context)?;
-    for name in &wanted {
-        if !queue.has_reader(name) {
-            queue
-                .reader(name)
-                .and_then(|r| r.seek(next))
-                .with_context(context)?;
-        }
-    }
-    queue.reader(RECORD_READER).with_context(context)?;
-    for old in queue.reader_names() {
-        if old != RECORD_READER && !wanted.contains(&old.as_str()) {
-            tracing::info!(queue = queue.name(), reader = %old, "deleting the reader of a shadow no longer configured");
-            queue.delete_reader(&old).with_context(context)?;
-        }
     }
     Ok(())
 }

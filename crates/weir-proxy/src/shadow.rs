@@ -103,7 +103,9 @@ pub async fn start(
     }
     // The wanted readers first: on JetStream a queue with no reader left loses what
     // it holds, so a shadow renamed there keeps the backlog only this way round.
-    let (handle, readers) = backend.queue_for_readers(queue, &wanted).await?;
+    let (handle, readers) = backend
+        .queue_for_readers(queue, &wanted, route.record)
+        .await?;
     forget_readers(backend, queue, &wanted).await?;
     let mut started = Vec::new();
     if route.sequential && !shadows.is_empty() {

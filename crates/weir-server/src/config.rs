@@ -335,14 +335,6 @@ fn check_jetstream(
     if file.bus.is_some() {
         bail!("the event bus runs on the embedded backend only (for now); remove [bus] or use kind = \"embedded\"");
     }
-    if let Some(proxy) = &file.proxy {
-        if let Some(route) = proxy.routes.iter().find(|r| r.record) {
-            bail!(
-                "proxy route {}: record = true keeps its captures in the embedded engine (weir capture reads them there); on the jetstream backend a route can have shadows, not a recording",
-                route.name
-            );
-        }
-    }
     let sections = std::iter::once(&file.defaults).chain(file.queues.values());
     for q in sections {
         if q.expire_to.is_some() {
@@ -714,7 +706,7 @@ mod tests {
     }
 
     #[test]
-    fn on_jetstream_a_proxy_may_shadow_but_not_record() {
+    fn on_jetstream_a_proxy_may_shadow_and_record_but_there_is_no_bus() {
         let backend = "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\nservers = [\"nats://127.0.0.1:4222\"]\n";
         let route = |extra: &str| {
             format!(
@@ -728,11 +720,9 @@ mod tests {
         let shadowing = resolved(&route("")).unwrap();
         assert!(matches!(shadowing.backend, BackendSettings::JetStream(_)));
         assert!(shadowing.proxy.is_some());
-        let recording = resolved(&route("record = true\n")).unwrap_err();
-        assert!(
-            format!("{recording:#}").contains("proxy route api: record = true"),
-            "{recording:#}"
-        );
+        let recording = resolved(&route("record = true\n")).unwrap();
+        let proxy = recording.proxy.as_ref().unwrap();
+        assert!(proxy.routes[0].record);
         let bus = resolved(&format!("{backend}[bus]\n")).unwrap_err();
         assert!(format!("{bus:#}").contains("event bus"), "{bus:#}");
     }

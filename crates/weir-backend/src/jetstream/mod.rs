@@ -178,8 +178,12 @@ impl JetStream {
         &self,
         name: &str,
         readers: &[&str],
+        new_at_end: bool,
     ) -> Result<(Queue, Vec<Reader>)> {
-        let (entry, readers) = self.inner.open_queue_for_readers(name, readers).await?;
+        let (entry, readers) = self
+            .inner
+            .open_queue_for_readers(name, readers, new_at_end)
+            .await?;
         let handles = readers
             .into_iter()
             .map(|r| Reader {

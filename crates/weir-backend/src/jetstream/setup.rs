@@ -298,11 +298,14 @@ impl Inner {
     /// does. Each reader this door has not registered yet is created and proven to
     /// the stream (`interest::prove_reader`) before the queue is registered, so what
     /// is appended after this returns is stored for every one of them; an append
-    /// while none of the readers exists would not be stored at all.
+    /// while none of the readers exists would not be stored at all. With
+    /// `new_at_end`, a consumer made here delivers only what is published after it
+    /// (`deliver_policy` `new`); one that exists keeps where it stands.
     pub(super) async fn open_queue_for_readers(
         &self,
         name: &str,
         readers: &[&str],
+        new_at_end: bool,
     ) -> Result<(Arc<QueueEntry>, Vec<Arc<ReaderEntry>>)> {
         weir::validate_queue_name(name)?;
         for r in readers {
@@ -329,7 +332,7 @@ impl Inner {
             // A deadline per reader: each one's replicas may take seconds to catch up.
             let deadline = self.api.deadline();
             let info = self
-                .create_consumer(name, r, ack_wait, false, deadline)
+                .create_consumer(name, r, ack_wait, new_at_end, deadline)
                 .await?;
             let consumer = consumer_name(name, r);
             super::interest::prove_reader(self, &probing, &consumer, deadline).await?;
