@@ -499,3 +499,21 @@ def test_a_recording_keeps_its_captures_and_a_new_shadow_starts_at_its_end(serve
     with harness.Conn(p.addr) as c:
         assert c.request(b"flush proxy:capture:api.record\r\n") == b"END\r\n"
     wait_for(lambda: export(p) == [])
+
+
+def test_a_recording_is_bounded_by_its_queues_max_age(servers, proxy, monkeypatch):
+    """The bound a recording has on either backend: the capture queue's `max_age_ms`
+    (on JetStream, which has no per-queue count or size limit, the only one)."""
+    monkeypatch.setenv("WEIR_ADMIN_KEY", EXPORT_KEY)
+    primary = servers()
+    p = proxy(primary.port, [])
+    p.sigterm()
+    assert p.wait_exit(15) == 0
+    text = p.config.read_text().replace('name = "api"\n', 'name = "api"\nrecord = true\n', 1)
+    p.config.write_text(text + '[queues."proxy:capture:api"]\nmax_age_ms = 1000\n')
+    p.start()
+    for i in range(3):
+        assert p.request("POST", f"/a/{i}", b"v")[0] == 200
+    wait_for(lambda: len(export(p)) == 3)
+    # Gone within the age (whole seconds on JetStream, rounded up) and a margin.
+    wait_for(lambda: export(p) == [], timeout_s=10)

@@ -7,9 +7,10 @@
 //! until the queue's own limits (`max_items`, `max_bytes` with
 //! `discard_old_when_full`) drop the oldest; without such limits a recording grows
 //! until the disk is full (the capture queue's section in the config file is where
-//! they are set). On JetStream, which has no per-queue limits, a recording keeps
-//! every capture until it is dropped by hand (`flush QUEUE.record` on the memcache
-//! port) or the stream's own limits refuse appends.
+//! they are set). On JetStream, which has no per-queue count or size limits, the
+//! queue's `max_age_ms` is the bound; without it a recording keeps every capture
+//! until it is dropped by hand (`flush QUEUE.record` on the memcache port) or the
+//! stream's own limits refuse appends.
 //!
 //! Two rules keep a recording from surprising the shadows beside it: a shadow added
 //! to a recording route starts at the queue's end (a new reader would otherwise start
