@@ -1324,3 +1324,64 @@ async fn a_reader_made_at_the_end_skips_what_is_kept() -> TestResult {
     js.close().await?;
     Ok(())
 }
+
+/// The consumer of `queue`'s reader `reader`: (created, deliver_policy).
+async fn consumer_made(
+    client: &async_nats::Client,
+    c: &Cluster,
+    queue: &str,
+    reader: &str,
+) -> std::result::Result<(String, String), Box<dyn StdError>> {
+    let subject = format!("$JS.API.CONSUMER.INFO.{}.{queue}~{reader}", c.stream);
+    let reply = client.request(subject, Bytes::new()).await?;
+    let info: serde_json::Value = serde_json::from_slice(&reply.payload)?;
+    let created = info["created"].as_str().ok_or("no created")?.to_owned();
+    let policy = info["config"]["deliver_policy"]
+        .as_str()
+        .ok_or("no policy")?;
+    Ok((created, policy.to_owned()))
+}
+
+/// `flush q.r` moves the reader's consumer past the newest item in place
+/// (CONSUMER.RESET): a queue kept for that one reader is never without it, when an
+/// append would not be stored. A reader made at the end starts at a fixed sequence,
+/// so a flush can move it too.
+#[tokio::test]
+async fn flushing_the_only_reader_keeps_its_consumer() -> TestResult {
+    let c = cluster!("flushing_the_only_reader_keeps_its_consumer");
+    let js = c.door().await?;
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    let (q, readers) = js.queue_for_readers("solo", &["r", "late"], false).await?;
+    set(&q, "0").await?;
+    let (_, at_end) = js.queue_for_readers("solo", &["r", "end"], true).await?;
+    for item in ["1", "2", "3"] {
+        set(&q, item).await?;
+    }
+    let made = consumer_made(&client, &c, "solo", "r").await?;
+    assert_eq!(made.1, "all");
+    let end_made = consumer_made(&client, &c, "solo", "end").await?;
+    assert_eq!(end_made.1, "by_start_sequence");
+    // The count is the consumer leader's view, which may trail the stream a moment.
+    assert!((3..=4).contains(&js.flush("solo", Some("r")).await?));
+    assert_eq!(
+        consumer_made(&client, &c, "solo", "r").await?,
+        made,
+        "not made again"
+    );
+    assert!(take(&readers[0], TakeMode::Take).await?.is_none());
+    assert!((1..=3).contains(&js.flush("solo", Some("end")).await?));
+    assert_eq!(consumer_made(&client, &c, "solo", "end").await?, end_made);
+    set(&q, "4").await?;
+    for r in [&readers[0], &at_end[1]] {
+        let t = r.take(TakeMode::Take, Duration::from_secs(2)).await?;
+        assert_eq!(data(&t), Some("4".into()), "reader {}", r.name());
+    }
+    // The untouched reader still has everything.
+    assert_eq!(
+        data(&take(&readers[1], TakeMode::Take).await?),
+        Some("0".into())
+    );
+    js.close().await?;
+    Ok(())
+}

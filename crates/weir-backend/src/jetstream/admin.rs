@@ -8,16 +8,19 @@
 //!   A queue kept for its readers (no `q~`, see `open_queue_for_readers`) keeps its
 //!   readers for the same reason, and loses its items.
 //! - `delete q.r` deletes the consumer `q~r` (what only it held goes with it).
-//! - `flush q` purges the subject (for every reader); `flush q.r` deletes `q~r` and
-//!   makes it again from the newest item on (`DeliverPolicy::New`): JetStream cannot
-//!   purge for one consumer.
+//! - `flush q` purges the subject (for every reader); `flush q.r` moves `q~r` past the
+//!   queue's newest item with CONSUMER.RESET (nats-server 2.14+), in place: there is
+//!   no moment without the consumer, when an item only it would keep (a queue kept
+//!   for one reader) would not be stored. On an older server, or for a consumer an
+//!   earlier build made with `deliver_policy` `new` (which cannot be reset), it is
+//!   deleted and made again after the newest item, with that moment.
 //! - `flush_all` purges the stream; queues and readers stay.
 
 use serde::Deserialize;
 use serde_json::json;
 
 use super::errors::unavailable;
-use super::layout::consumer_name;
+use super::layout::{consumer_name, Start};
 use super::Inner;
 use crate::{Error, Kind, Result};
 
@@ -120,12 +123,37 @@ impl Inner {
             Err(e) if e.kind() == Kind::NotFound => return Ok(0),
             Err(e) => return Err(e),
         };
+        let flushed = info.num_pending + info.num_ack_pending;
+        let resettable = matches!(
+            info.config.deliver_policy.as_str(),
+            "all" | "by_start_sequence"
+        );
+        if resettable && self.server_resets_consumers() {
+            if let Start::At(seq) = self.start_after_newest(queue, deadline).await? {
+                let api = format!("CONSUMER.RESET.{}.{name}", self.layout.stream);
+                // Its answer (the consumer's info) matters only by not being an error.
+                self.api
+                    .json::<serde::de::IgnoredAny>(&api, &json!({ "seq": seq }), deadline)
+                    .await?;
+            }
+            return Ok(flushed);
+        }
         self.delete_consumer(&name, deadline).await?;
         let open_timeout = self.queue_config(queue).open_timeout;
         let ack_wait = open_timeout.unwrap_or(self.lease_timeout());
         self.create_consumer(queue, reader, ack_wait, true, deadline)
             .await?;
-        Ok(info.num_pending + info.num_ack_pending)
+        Ok(flushed)
+    }
+
+    /// Whether the server this door is connected to has CONSUMER.RESET (2.14 and
+    /// later). A cluster in a rolling upgrade answers from its consumer leader, which
+    /// may be older: the reset then times out, and `flush` answers an error.
+    fn server_resets_consumers(&self) -> bool {
+        let version = self.api.client.server_info().version;
+        let mut parts = version.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (major, minor) >= (2, 14)
     }
 
     /// Deletes a consumer; false when it did not exist.

@@ -99,10 +99,14 @@ impl Layout {
         queue: &str,
         reader: &str,
         ack_wait: Duration,
-        from_now: bool,
+        start: Start,
     ) -> Value {
         let name = consumer_name(queue, reader);
-        json!({
+        let (deliver_policy, opt_start_seq) = match start {
+            Start::Oldest => ("all", None),
+            Start::At(seq) => ("by_start_sequence", Some(seq)),
+        };
+        let mut request = json!({
             "stream_name": self.stream,
             "action": "create",
             "config": {
@@ -110,7 +114,7 @@ impl Layout {
                 "durable_name": name,
                 "filter_subject": self.subject(queue),
                 "ack_policy": "explicit",
-                "deliver_policy": if from_now { "new" } else { "all" },
+                "deliver_policy": deliver_policy,
                 "replay_policy": "instant",
                 "ack_wait": nanos(ack_wait),
                 "max_deliver": -1,
@@ -118,8 +122,24 @@ impl Layout {
                 "max_waiting": config.max_waiting,
                 "metadata": {"weir.queue": queue, "weir.reader": reader},
             },
-        })
+        });
+        if let Some(seq) = opt_start_seq {
+            request["config"]["opt_start_seq"] = json!(seq);
+        }
+        request
     }
+}
+
+/// Where a consumer made for a reader starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// The queue's oldest kept item (`deliver_policy` `all`).
+    Oldest,
+    /// This stream sequence (`by_start_sequence`): after the queue's newest item when
+    /// it was made. Unlike `new`, which earlier builds used, it is fixed at creation
+    /// (two doors making it at once agree or find it made) and can be reset forward
+    /// later (`flush q.r`).
+    At(u64),
 }
 
 /// A consumer that builds of 2026-11-26 added to every stream (filtered on every
@@ -215,6 +235,8 @@ impl ConsumerInfo {
 pub(crate) struct ConsumerSettings {
     /// Nanoseconds.
     pub ack_wait: u64,
+    /// `all`, `new`, `by_start_sequence`, ...: whether CONSUMER.RESET may move it.
+    pub deliver_policy: String,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize)]

@@ -26,7 +26,7 @@ use super::api::Api;
 use super::config::JetStreamConfig;
 use super::connect::{self, LinkState, OwnedRuntime};
 use super::errors::{code, unavailable};
-use super::layout::{consumer_name, split_consumer, ConsumerInfo, Layout};
+use super::layout::{consumer_name, split_consumer, ConsumerInfo, Layout, Start};
 use super::leases::{self, Leases};
 use super::metrics::Metrics;
 use super::registry::{QueueEntry, ReaderEntry, Registry};
@@ -417,9 +417,13 @@ impl Inner {
             .map_err(|_| unavailable("too many queues being created at once"))?;
         let name = consumer_name(queue, reader);
         let stream = &self.layout.stream;
+        let start = match from_now {
+            true => self.start_after_newest(queue, deadline).await?,
+            false => Start::Oldest,
+        };
         let body = self
             .layout
-            .consumer_request(&self.config, queue, reader, ack_wait, from_now);
+            .consumer_request(&self.config, queue, reader, ack_wait, start);
         let created = self
             .api
             .json_or_api_error::<ConsumerInfo>(
@@ -445,6 +449,20 @@ impl Inner {
                 Err(e.to_error())
             }
         }
+    }
+
+    /// Where a reader made now starts to get only what comes after the queue's newest
+    /// item (an item appended meanwhile may be in its backlog or not).
+    pub(super) async fn start_after_newest(&self, queue: &str, deadline: Instant) -> Result<Start> {
+        let query = json!({ "last_by_subj": self.layout.subject(queue) });
+        let newest = self
+            .api
+            .direct_get(&self.layout.stream, &query, deadline)
+            .await?;
+        Ok(match newest {
+            Some(message) => Start::At(super::scan::sequence(message.headers.as_ref())? + 1),
+            None => Start::Oldest,
+        })
     }
 
     pub(super) async fn consumer_info(
