@@ -1,7 +1,7 @@
 //! Where weir's front doors keep their queues: one interface, two homes.
 //!
-//! A front door (the memcache server, the proxy's shadows and capture export now;
-//! the bus and the proxy's recordings later) names queues and readers, appends,
+//! A front door (the memcache server, the proxy's shadows, recordings and capture
+//! export now; the bus later) names queues and readers, appends,
 //! takes, leases, confirms and releases, walks what a queue keeps ([`Scan`]), and
 //! runs the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`].
 //! Each is an enum over the two implementations:
@@ -147,7 +147,9 @@ impl Backend {
     /// does is not stored: name every reader before the first append. `readers`
     /// must not be empty nor name the default reader (`""`). A reader made here
     /// starts at the queue's oldest item, or with `new_at_end` after its newest one
-    /// (a shadow added to a route that records must not replay the recording).
+    /// (a shadow added to a route that records must not replay the recording). One
+    /// caller per queue at a time: two making the same reader at the end at once may
+    /// move it twice, skipping what was appended between.
     pub async fn queue_for_readers(
         &self,
         name: &str,

@@ -398,11 +398,18 @@ pub fn walk(
 /// Items a [`walk_scan`] reads at a time.
 const SCAN_PAGE: usize = 64;
 
-/// Where a walk of the captures received at `since_ms` or later starts: a capture is
-/// appended after its request arrived, so the first one lies at or after the first
-/// item appended then.
+/// How far before `since` a walk starts. A capture is appended after its request
+/// arrived, so on one clock the first capture received at `since` lies at or after
+/// the first item appended then; but a JetStream cluster stamps items with its own
+/// clock, which may run behind the proxy's. The captures walked past are left out
+/// by their own time (`at_ms`).
+const SINCE_CLOCK_MARGIN_MS: u64 = 5 * 60 * 1000;
+
+/// Where a walk of the captures received at `since_ms` or later starts.
 pub fn scan_from(since_ms: Option<u64>) -> weir_backend::ScanFrom {
-    since_ms.map_or(weir_backend::ScanFrom::Oldest, weir_backend::ScanFrom::Time)
+    since_ms.map_or(weir_backend::ScanFrom::Oldest, |ms| {
+        weir_backend::ScanFrom::Time(ms.saturating_sub(SINCE_CLOCK_MARGIN_MS))
+    })
 }
 
 /// [`export`] through the backend interface (either backend): `scan`, made with
@@ -421,14 +428,16 @@ pub async fn walk_scan<F: std::future::Future<Output = bool>>(
         limit,
         done: Exported::default(),
     };
-    loop {
-        let page = scan.next_page(SCAN_PAGE).await?;
+    while !filter.full() {
+        // No more than the limit needs (each item is a round trip on JetStream).
+        let left = limit.map_or(u64::MAX, |l| l - filter.done.captures);
+        let page = scan.next_page(left.min(SCAN_PAGE as u64) as usize).await?;
         if page.is_empty() {
-            return Ok(filter.done);
+            break;
         }
         for item in page {
             if filter.full() {
-                return Ok(filter.done);
+                break;
             }
             let Some(c) = filter.capture(&item) else {
                 continue;
@@ -439,6 +448,7 @@ pub async fn walk_scan<F: std::future::Future<Output = bool>>(
             filter.done.captures += 1;
         }
     }
+    Ok(filter.done)
 }
 
 /// [`walk`], each capture as its line.

@@ -151,6 +151,11 @@ async fn setup(
             .with_context(|| format!("listening on {} (proxy listener {})", l.addr, l.name))?;
         listeners.push((l.name.clone(), listener));
     }
+    // What a config can get wrong is refused before anything is set up, also for the
+    // routes whose setup waits for the cluster below.
+    for r in &settings.routes {
+        record::check(r)?;
+    }
     let mut routes = Vec::new();
     let shadows: Shadows = Default::default();
     // Once the backend proves unreachable, the routes left are set up in the
@@ -158,20 +163,7 @@ async fn setup(
     let mut unreachable = false;
     for r in &settings.routes {
         let slot = Arc::new(std::sync::OnceLock::new());
-        let now = if unreachable {
-            None
-        } else {
-            match route_capture(&backend, r, shutdown).await {
-                Ok(set_up) => Some(set_up),
-                Err(e) if unreachable_cluster(&backend, &e) => {
-                    tracing::warn!(route = %r.name, error = %format!("{e:#}"), "the cluster cannot be reached: the proxy forwards, and counts captures as not_ready, until the capture queues are set up in the background");
-                    unreachable = true;
-                    None
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        match now {
+        match route_now(&backend, r, shutdown, &mut unreachable).await? {
             Some((queue, started)) => {
                 if let Some(queue) = queue {
                     let _ = slot.set(queue);
@@ -203,6 +195,35 @@ async fn setup(
         captures_in_flight: Default::default(),
     };
     Ok((proxy, shadows, listeners))
+}
+
+/// A route's setup now, or `None` when it is left to the background because the
+/// cluster cannot be reached (`unreachable` says so for the routes after it).
+async fn route_now(
+    backend: &Arc<weir_backend::Backend>,
+    r: &config::RouteSettings,
+    shutdown: &watch::Receiver<bool>,
+    unreachable: &mut bool,
+) -> anyhow::Result<Option<RouteSetUp>> {
+    if r.shadows.is_empty() && !r.record && backend.engine_store().is_none() {
+        // Only a look for readers left from an earlier config, best effort on
+        // JetStream: no reason to hold the start for it.
+        let (backend, name) = (Arc::clone(backend), capture_queue(&r.name));
+        tokio::spawn(async move { shadow::forget_readers(&backend, &name, &[]).await });
+        return Ok(Some((None, Vec::new())));
+    }
+    if *unreachable {
+        return Ok(None);
+    }
+    match route_capture(backend, r, shutdown).await {
+        Ok(set_up) => Ok(Some(set_up)),
+        Err(e) if unreachable_cluster(backend, &e) => {
+            tracing::warn!(route = %r.name, error = %format!("{e:#}"), "the cluster cannot be reached: the proxy forwards, and counts captures as not_ready, until the capture queues are set up in the background");
+            *unreachable = true;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether a route's setup failed only because a JetStream cluster cannot be reached
@@ -241,7 +262,14 @@ async fn route_set_up_later(
             }
             Err(e) => {
                 pause = (pause * 2).min(SETUP_RETRY_MAX);
-                tracing::warn!(route = %r.name, error = %format!("{e:#}"), retry_in_s = pause.as_secs(), "still cannot set up the route's capture queue");
+                let (error, retry_in_s) = (format!("{e:#}"), pause.as_secs());
+                if unreachable_cluster(&backend, &e) {
+                    tracing::warn!(route = %r.name, error, retry_in_s, "still cannot set up the route's capture queue");
+                } else {
+                    // Not the cluster's absence (a limit of the cluster, say): still
+                    // tried again, as it may be lifted, but said louder.
+                    tracing::error!(route = %r.name, error, retry_in_s, "the cluster refuses the route's capture queue");
+                }
             }
         }
     }
@@ -275,7 +303,6 @@ async fn route_capture(
         }
         return Ok((None, Vec::new()));
     }
-    record::check(r)?;
     if let Some(store) = backend.engine_store().cloned() {
         let queue_name = name.clone();
         tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))

@@ -12,6 +12,9 @@
 //! until it is dropped by hand (`flush QUEUE.record` on the memcache port) or the
 //! stream's own limits refuse appends.
 //!
+//! A recording starts when `record` is turned on (its reader is made at the queue's
+//! end, as a new shadow's is): what the shadows had not replayed then is not in it.
+//!
 //! Two rules keep a recording from surprising the shadows beside it: a shadow added
 //! to a recording route starts at the queue's end (a new reader would otherwise start
 //! at the oldest item kept, which is the whole recording; `shadow::start` asks the

@@ -139,15 +139,42 @@ async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
 /// How long `/metrics` waits for the backend's queue figures.
 const METRICS_STATS_WAIT: Duration = Duration::from_secs(2);
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse, Infallible> {
-    // A backend out of reach would have `stats` retry for `unavailable_retry_ms` (10 s
-    // by default), past a scraper's timeout: the page waits at most
-    // METRICS_STATS_WAIT. The door's own series render either way; the queues' are
-    // missing then (and `weir_backend_up` says why).
-    let stats = match tokio::time::timeout(METRICS_STATS_WAIT, shared.backend.stats(None)).await {
-        Ok(Ok(stats)) => stats,
-        Ok(Err(e)) => {
+type Gathering = tokio::task::JoinHandle<weir_backend::Result<Vec<weir_backend::QueueStats>>>;
+
+/// Clears the "gathering" mark when its task ends, however it ends.
+struct GatheringMark(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for GatheringMark {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Starts gathering the backend's queue figures on a task of its own, unless one
+/// runs already.
+fn gather_stats(shared: &Arc<Shared>) -> Option<Gathering> {
+    let mark = &shared.metrics_gathering;
+    if mark.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return None;
+    }
+    let mark = GatheringMark(Arc::clone(mark));
+    let shared = Arc::clone(shared);
+    Some(tokio::spawn(async move {
+        let _mark = mark;
+        shared.backend.stats(None).await
+    }))
+}
+
+/// The gathered figures, if they come within [`METRICS_STATS_WAIT`]; none otherwise.
+async fn stats_within(gathering: Gathering) -> Vec<weir_backend::QueueStats> {
+    match tokio::time::timeout(METRICS_STATS_WAIT, gathering).await {
+        Ok(Ok(Ok(stats))) => stats,
+        Ok(Ok(Err(e))) => {
             tracing::warn!(error = %e, "/metrics: the backend's queue figures");
+            Vec::new()
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "/metrics: gathering the backend's queue figures failed");
             Vec::new()
         }
         Err(_) => {
@@ -157,6 +184,25 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
             );
             Vec::new()
         }
+    }
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse, Infallible> {
+    // A backend out of reach would have `stats` retry for `unavailable_retry_ms` (10 s
+    // by default), past a scraper's timeout: the page waits at most
+    // METRICS_STATS_WAIT, and renders the door's own series without the queues'
+    // then. The figures are gathered on a task of their own, which goes on past that
+    // wait: on a cluster whose listing takes longer, it still fills the backend's
+    // snapshot cache for the scrapes that follow. One runs at a time: a scrape that
+    // finds one running renders without the queues' figures.
+    let stats = match gather_stats(&shared) {
+        None => {
+            tracing::warn!(
+                "/metrics: an earlier gathering of the backend's queue figures still runs"
+            );
+            Vec::new()
+        }
+        Some(gathering) => stats_within(gathering).await,
     };
     let metrics_shared = Arc::clone(&shared);
     // Thousands of queues make a large page: rendered off the event loop.

@@ -90,6 +90,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         started: Instant::now(),
         bus,
         proxy,
+        metrics_gathering: Default::default(),
     });
     let workers = Workers::start(settings.threads.saturating_sub(1))?;
     log_listening(&listener, &http_listener, &settings)?;

@@ -37,6 +37,8 @@ pub struct Shared {
     pub bus: Option<weir_bus::BusHandle>,
     /// The proxy, when configured: its figures join `/metrics`.
     pub proxy: Option<weir_proxy::ProxyHandle>,
+    /// A `/metrics` gathering of the backend's figures is running (at most one).
+    pub metrics_gathering: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Shared {
@@ -58,6 +60,7 @@ impl Shared {
             bus: None,
             proxy: Some(proxy),
             settings,
+            metrics_gathering: Default::default(),
         })
     }
 

@@ -8,7 +8,8 @@
 //! appended to as fast as it is read still ends. Probes and expired items are left
 //! out. A message confirmed by every reader while the walk runs is not there; one
 //! confirmed a moment before may still be, on a replica that has not applied the
-//! confirm yet.
+//! confirm yet. Likewise the newest message, which ends the walk, is as a replica
+//! knows it: one appended a moment before the walk began may be left out.
 //! One request per item: an export of n items costs n round trips, fine for the
 //! walks it serves (an operator's export), not for a hot path.
 
@@ -65,6 +66,8 @@ impl JetStream {
         let next = match (from, last) {
             (_, 0) => Next::End,
             (ScanFrom::Oldest, _) => Next::Start(None),
+            // A time past what RFC 3339 writes (the year 9999): every item is older.
+            (ScanFrom::Time(ms), _) if rfc3339(ms).is_err() => Next::End,
             (ScanFrom::Time(ms), _) => Next::Start(Some(ms)),
         };
         Ok(Scan {
@@ -80,8 +83,9 @@ impl Scan {
     /// Up to `max` more items; empty once the walk has ended.
     pub async fn next_page(&mut self, max: usize) -> Result<Vec<Item>> {
         let mut page = Vec::new();
-        let deadline = self.inner.api.deadline();
         while page.len() < max {
+            // A deadline per item: one slow reply has the whole retry window.
+            let deadline = self.inner.api.deadline();
             let subject = &self.subject;
             let query = match self.next {
                 Next::End => break,
