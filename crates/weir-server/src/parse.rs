@@ -715,6 +715,9 @@ fn parse_dump_stats(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 fn parse_monitor(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
     let key = key_str(tokens.next().ok_or(reply::BAD_FORMAT)?)?;
     let key = parse_plain_key(key).map_err(key_error)?;
+    if crate::request::is_reserved(key.queue) {
+        return Err(KeyError::Reserved.reply());
+    }
     let seconds = tokens.next().and_then(parse_u64).ok_or(reply::BAD_FORMAT)?;
     let items_max = match tokens.next() {
         None => None,

@@ -25,6 +25,8 @@ pub enum KeyError {
     AbortNotAlone,
     PeekCombined,
     TooManyQueues,
+    /// A queue of the bus or the proxy ([`is_reserved`]).
+    Reserved,
 }
 
 impl KeyError {
@@ -36,8 +38,19 @@ impl KeyError {
             KeyError::AbortNotAlone => reply::ABORT_NOT_ALONE,
             KeyError::PeekCombined => reply::PEEK_COMBINED,
             KeyError::TooManyQueues => reply::TOO_MANY_QUEUES_IN_KEY,
+            KeyError::Reserved => reply::RESERVED_QUEUE,
         }
     }
+}
+
+/// Whether `queue` belongs to the event bus (`bus:*`) or the proxy
+/// (`proxy:capture:*`). Their owners name every reader such a queue has; a `get` (or
+/// a `set`, on JetStream) of one would add a default reader that nobody reads, which
+/// keeps every item, and items a `set` adds are not theirs. So `set`, `get` and
+/// `monitor` refuse them; `stats`, `delete` and `flush` (of the queue or of one named
+/// reader) work.
+pub fn is_reserved(queue: &str) -> bool {
+    queue.starts_with("bus:") || queue.starts_with("proxy:capture:")
 }
 
 /// The options of a read key.
@@ -150,6 +163,9 @@ impl<'a> GetKeys<'a> {
                 return Err(GetKeysError::TooMany);
             }
             let key = parse_read_key(key).map_err(GetKeysError::Key)?;
+            if is_reserved(key.queue) {
+                return Err(GetKeysError::Key(KeyError::Reserved));
+            }
             spans.push(KeySpan::of(text, &key));
         }
         if spans.is_empty() {
@@ -274,6 +290,9 @@ pub fn parse_write_key(key: &str) -> Result<WriteKey<'_>, KeyError> {
         }
         if validate_queue_name(name).is_err() {
             return Err(KeyError::BadName);
+        }
+        if is_reserved(name) {
+            return Err(KeyError::Reserved);
         }
     }
     let mut sync = false;

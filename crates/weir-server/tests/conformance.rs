@@ -317,6 +317,42 @@ fn readers_fan_out_and_share() {
     c.call(b"get q.a.b\r\n", b"CLIENT_ERROR bad queue name\r\n");
 }
 
+/// `bus:*` and `proxy:capture:*` belong to the bus and the proxy: `set`, `get` and
+/// `monitor` refuse them (a default reader nobody reads would keep every item), and
+/// make nothing; `delete`, `flush` and `stats` work.
+#[test]
+fn reserved_queues_are_refused_to_set_and_get() {
+    let (_dir, s) = server();
+    let mut c = s.client();
+    let refused: &[u8] = b"CLIENT_ERROR reserved queue: bus:* belongs to the event bus and proxy:capture:* to the proxy (stats, delete and flush work)\r\n";
+    for line in [
+        &b"set bus:topic:t 0 0 1\r\na\r\n"[..],
+        b"set ok+proxy:capture:api 0 0 1\r\na\r\n",
+        b"get proxy:capture:api\r\n",
+        b"get proxy:capture:api+shadow/open\r\n",
+        b"get ok bus:dead:s1/peek\r\n",
+        b"monitor proxy:capture:api 1\r\n",
+    ] {
+        c.call(line, refused);
+    }
+    c.call(b"get ok\r\n", b"END\r\n");
+    c.call(b"flush proxy:capture:api\r\n", b"END\r\n");
+    c.call(b"flush proxy:capture:api.record\r\n", b"END\r\n");
+    c.call(b"delete proxy:capture:api.shadow\r\n", b"DELETED\r\n");
+    c.send(b"stats\r\n");
+    let stats = String::from_utf8(c.read_until(b"END\r\n")).unwrap();
+    assert!(
+        !stats.contains("proxy:capture") && !stats.contains("bus:"),
+        "{stats}"
+    );
+    // Look-alikes are ordinary queues.
+    c.call(
+        b"set bus 0 0 1\r\na\r\nget bus\r\n",
+        b"STORED\r\nVALUE bus 0 1\r\na\r\nEND\r\n",
+    );
+    c.call(b"set proxy:captures 0 0 1\r\nb\r\n", b"STORED\r\n");
+}
+
 #[test]
 fn delete_queue_and_reader() {
     let (_dir, s) = server();
