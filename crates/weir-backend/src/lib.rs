@@ -147,9 +147,10 @@ impl Backend {
     /// does is not stored: name every reader before the first append. `readers`
     /// must not be empty nor name the default reader (`""`). A reader made here
     /// starts at the queue's oldest item, or with `new_at_end` after its newest one
-    /// (a shadow added to a route that records must not replay the recording). One
-    /// caller per queue at a time: two making the same reader at the end at once may
-    /// move it twice, skipping what was appended between.
+    /// (a shadow added to a route that records must not replay the recording). On
+    /// the engine, one caller per queue at a time: two making the same reader at the
+    /// end at once may move it twice, skipping what was appended between (on
+    /// JetStream one makes it and the other finds it made).
     pub async fn queue_for_readers(
         &self,
         name: &str,

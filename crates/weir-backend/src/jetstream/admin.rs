@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::errors::unavailable;
-use super::layout::{consumer_name, Start};
+use super::layout::{consumer_name, ConsumerInfo, Start};
 use super::Inner;
 use crate::{Error, Kind, Result};
 
@@ -128,8 +128,9 @@ impl Inner {
             info.config.deliver_policy.as_str(),
             "all" | "by_start_sequence"
         );
-        if resettable && self.server_resets_consumers() {
-            if let Start::At(seq) = self.start_after_newest(queue, deadline).await? {
+        let connected = self.api.client.server_info().version;
+        if resettable && resets_consumers(&info, &connected) {
+            if let Start::At(seq) = self.start_after_newest(deadline).await? {
                 let api = format!("CONSUMER.RESET.{}.{name}", self.layout.stream);
                 // Its answer (the consumer's info) matters only by not being an error.
                 self.api
@@ -144,16 +145,6 @@ impl Inner {
         self.create_consumer(queue, reader, ack_wait, true, deadline)
             .await?;
         Ok(flushed)
-    }
-
-    /// Whether the server this door is connected to has CONSUMER.RESET (2.14 and
-    /// later). A cluster in a rolling upgrade answers from its consumer leader, which
-    /// may be older: the reset then times out, and `flush` answers an error.
-    fn server_resets_consumers(&self) -> bool {
-        let version = self.api.client.server_info().version;
-        let mut parts = version.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        (major, minor) >= (2, 14)
     }
 
     /// Deletes a consumer; false when it did not exist.
@@ -188,5 +179,45 @@ impl Inner {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Whether the consumer's leader has CONSUMER.RESET (nats-server 2.14 and later): the
+/// version its info carries (`_nats.ver`, set by the server that answered), else the
+/// version of the server this door is connected to.
+fn resets_consumers(info: &ConsumerInfo, connected: &str) -> bool {
+    let version = info
+        .config
+        .metadata
+        .get("_nats.ver")
+        .map_or(connected, String::as_str);
+    let mut parts = version
+        .trim_start_matches('v')
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (2, 14)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reset_is_asked_of_a_leader_that_has_it() {
+        let info = |ver: Option<&str>| {
+            let mut info = ConsumerInfo::default();
+            if let Some(v) = ver {
+                info.config.metadata.insert("_nats.ver".into(), v.into());
+            }
+            info
+        };
+        assert!(resets_consumers(&info(Some("2.15.2")), "2.12.0"));
+        assert!(resets_consumers(&info(Some("2.14.0-beta.1")), "2.12.0"));
+        assert!(!resets_consumers(&info(Some("2.13.9")), "2.15.2"));
+        assert!(resets_consumers(&info(None), "v2.14.1"));
+        assert!(!resets_consumers(&info(None), "2.12.3"));
+        assert!(!resets_consumers(&info(None), "unknown"));
+        assert!(resets_consumers(&info(None), "3.0.0"));
     }
 }

@@ -237,6 +237,9 @@ pub(crate) struct ConsumerSettings {
     pub ack_wait: u64,
     /// `all`, `new`, `by_start_sequence`, ...: whether CONSUMER.RESET may move it.
     pub deliver_policy: String,
+    /// weir's own (`weir.queue`, `weir.reader`) and the server's (`_nats.ver`: the
+    /// version of the server that answered).
+    pub metadata: std::collections::HashMap<String, String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize)]

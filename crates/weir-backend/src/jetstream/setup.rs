@@ -300,7 +300,8 @@ impl Inner {
     /// is appended after this returns is stored for every one of them; an append
     /// while none of the readers exists would not be stored at all. With
     /// `new_at_end`, a consumer made here delivers only what is published after it
-    /// (`deliver_policy` `new`); one that exists keeps where it stands.
+    /// (`by_start_sequence` one past the stream's last sequence; a door making it at
+    /// the same moment finds it made); one that exists keeps where it stands.
     pub(super) async fn open_queue_for_readers(
         &self,
         name: &str,
@@ -418,7 +419,7 @@ impl Inner {
         let name = consumer_name(queue, reader);
         let stream = &self.layout.stream;
         let start = match from_now {
-            true => self.start_after_newest(queue, deadline).await?,
+            true => self.start_after_newest(deadline).await?,
             false => Start::Oldest,
         };
         let body = self
@@ -451,18 +452,26 @@ impl Inner {
         }
     }
 
-    /// Where a reader made now starts to get only what comes after the queue's newest
-    /// item (an item appended meanwhile may be in its backlog or not).
-    pub(super) async fn start_after_newest(&self, queue: &str, deadline: Instant) -> Result<Start> {
-        let query = json!({ "last_by_subj": self.layout.subject(queue) });
-        let newest = self
-            .api
-            .direct_get(&self.layout.stream, &query, deadline)
-            .await?;
-        Ok(match newest {
-            Some(message) => Start::At(super::scan::sequence(message.headers.as_ref())? + 1),
-            None => Start::Oldest,
-        })
+    /// Where a reader made (or reset) now starts to get only what comes after the
+    /// queue's newest item: one past the stream's last sequence, as its leader
+    /// answers (a Direct Get may be answered by a replica behind it). For a reader
+    /// filtered on the queue's subject that skips the same items as the queue's own
+    /// newest would, and it is never below a reader's earlier start, which a reset
+    /// may not go under. An item appended meanwhile may be in its backlog or not.
+    pub(super) async fn start_after_newest(&self, deadline: Instant) -> Result<Start> {
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct Info {
+            state: State,
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct State {
+            last_seq: u64,
+        }
+        let api = format!("STREAM.INFO.{}", self.layout.stream);
+        let info: Info = self.api.json(&api, &json!({}), deadline).await?;
+        Ok(Start::At(info.state.last_seq + 1))
     }
 
     pub(super) async fn consumer_info(
