@@ -48,11 +48,11 @@ use std::time::Duration;
 use async_nats::{HeaderMap, Request};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::api::{Api, Got, Sent};
+use super::layout::StreamInfo;
 use super::leases::{self, Leases};
 use super::queue::now_ms;
 use super::queue::PubAck;
@@ -517,18 +517,8 @@ impl Doors {
     /// The subjects of the doors' stream matching `filter` (one page: up to the
     /// server's 100,000).
     async fn subjects(&self, filter: &str, deadline: Instant) -> Result<Vec<String>> {
-        #[derive(Deserialize, Default)]
-        #[serde(default)]
-        struct Info {
-            state: State,
-        }
-        #[derive(Deserialize, Default)]
-        #[serde(default)]
-        struct State {
-            subjects: HashMap<String, u64>,
-        }
         let api = format!("STREAM.INFO.{}", self.stream);
-        let info: Info = self
+        let info: StreamInfo = self
             .api
             .json(&api, &json!({ "subjects_filter": filter }), deadline)
             .await?;

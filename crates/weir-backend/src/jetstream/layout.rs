@@ -150,6 +150,23 @@ pub(crate) enum Start {
 /// refuses it: its queue name is empty).
 pub(crate) const INTEREST_KEEPER: &str = "~interest";
 
+/// What weir reads of a `STREAM.INFO` answer (a page of it, with a subjects filter).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct StreamInfo {
+    /// Subjects in all (for paging `subjects`).
+    pub total: usize,
+    pub state: StreamState,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct StreamState {
+    pub last_seq: u64,
+    /// Messages per subject, for a request with `subjects_filter`.
+    pub subjects: std::collections::HashMap<String, u64>,
+}
+
 /// `q~r`; `q~` for the default reader.
 pub(crate) fn consumer_name(queue: &str, reader: &str) -> String {
     format!("{queue}{READER_MARK}{reader}")

@@ -26,7 +26,7 @@ use super::api::Api;
 use super::config::JetStreamConfig;
 use super::connect::{self, LinkState, OwnedRuntime};
 use super::errors::{code, unavailable};
-use super::layout::{consumer_name, split_consumer, ConsumerInfo, Layout, Start};
+use super::layout::{consumer_name, split_consumer, ConsumerInfo, Layout, Start, StreamInfo};
 use super::leases::{self, Leases};
 use super::metrics::Metrics;
 use super::registry::{QueueEntry, ReaderEntry, Registry};
@@ -459,18 +459,8 @@ impl Inner {
     /// newest would, and it is never below a reader's earlier start, which a reset
     /// may not go under. An item appended meanwhile may be in its backlog or not.
     pub(super) async fn start_after_newest(&self, deadline: Instant) -> Result<Start> {
-        #[derive(Deserialize, Default)]
-        #[serde(default)]
-        struct Info {
-            state: State,
-        }
-        #[derive(Deserialize, Default)]
-        #[serde(default)]
-        struct State {
-            last_seq: u64,
-        }
         let api = format!("STREAM.INFO.{}", self.layout.stream);
-        let info: Info = self.api.json(&api, &json!({}), deadline).await?;
+        let info: StreamInfo = self.api.json(&api, &json!({}), deadline).await?;
         Ok(Start::At(info.state.last_seq + 1))
     }
 

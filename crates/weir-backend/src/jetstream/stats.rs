@@ -27,7 +27,7 @@ use serde_json::json;
 use tokio::time::Instant;
 use weir::{QueueStats, ReaderStats};
 
-use super::layout::{split_consumer, ConsumerInfo};
+use super::layout::{split_consumer, ConsumerInfo, StreamInfo};
 use super::Inner;
 use crate::Result;
 
@@ -43,19 +43,6 @@ impl Cache {
     pub fn invalidate(&self) {
         self.stale.store(true, Ordering::Release);
     }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct StreamPage {
-    total: usize,
-    state: StreamState,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct StreamState {
-    subjects: HashMap<String, u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -173,7 +160,7 @@ impl Inner {
         let mut counts = HashMap::new();
         loop {
             let body = json!({"subjects_filter": filter, "offset": counts.len()});
-            let page: StreamPage = self.api.json(&api, &body, deadline).await?;
+            let page: StreamInfo = self.api.json(&api, &body, deadline).await?;
             let got = page.state.subjects.len();
             counts.extend(page.state.subjects);
             if got == 0 || counts.len() >= page.total {
