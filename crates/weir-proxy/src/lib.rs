@@ -284,8 +284,8 @@ type RouteSetUp = (
 
 /// The capture queue of a route with shadows or `record`, its readers set up and its
 /// shadows started; no queue and no shadow for a route with neither (whose queue, if
-/// it has one, loses the readers of an earlier config on the engine, and has them
-/// named in a warning on JetStream).
+/// it has one, loses the `record` reader of an earlier recording on the engine; on
+/// JetStream its readers are named in a warning).
 async fn route_capture(
     backend: &weir_backend::Backend,
     r: &config::RouteSettings,
