@@ -370,6 +370,15 @@ def test_nats_node_killed_under_load_loses_nothing(make_server):
     assert pending == (0, 0), f"(pending, ack pending) after the drain: {pending}"
 
 
+def door_on_config(make_server, config):
+    """A door whose backend is the config file's (not the test cluster's stream)."""
+    door = make_server()
+    door.stream = None
+    base = door.argv
+    door.argv = lambda: base() + ["--config", str(config)]
+    return door
+
+
 def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_path):
     """A single-node JetStream of its own (replicas = 1): down at start, up, down
     in operation, up again."""
@@ -381,10 +390,7 @@ def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_p
         f"servers = [\"nats://127.0.0.1:{port}\"]\nreplicas = 1\n"
         "stream = \"SOLO\"\nsubject_prefix = \"solo.q\"\nunavailable_retry_ms = 1500\n"
     )
-    door = make_server()
-    door.stream = None  # this door's backend is the config file's
-    base = door.argv
-    door.argv = lambda: base() + ["--config", str(config)]
+    door = door_on_config(make_server, config)
     nats_bin = harness.REPO_ROOT / ".tools" / "bin" / "nats-server"
 
     def start_nats() -> subprocess.Popen:
@@ -430,10 +436,7 @@ def test_metrics_answer_in_time_while_nats_is_unreachable(make_server, tmp_path)
         f"servers = [\"nats://127.0.0.1:{free_port()}\"]\nreplicas = 1\n"
         "stream = \"DOWN\"\nsubject_prefix = \"down.q\"\n"
     )
-    door = make_server()
-    door.stream = None  # this door's backend is the config file's
-    base = door.argv
-    door.argv = lambda: base() + ["--config", str(config)]
+    door = door_on_config(make_server, config)
     door.start()
     for _ in range(2):  # the second scrape finds nothing cached either
         started = time.monotonic()

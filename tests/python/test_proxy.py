@@ -298,8 +298,8 @@ def test_a_removed_shadows_reader_goes_on_the_engine_and_is_named_on_jetstream(s
     wait_for(lambda: queue_stats(p).get("queue_proxy:capture:api_items") == 0, timeout_s=15)
 
 
-def replays_2xx(p) -> int:
-    """The proxy's 2xx replays to shadow `s` of route `api`, from weir's `/metrics`."""
+def metric(p, series: str) -> int:
+    """The value of `series` (name and labels, as written) on weir's `/metrics`."""
     c = http.client.HTTPConnection(harness.HOST, p.http_port, timeout=10)
     try:
         c.request("GET", "/metrics")
@@ -307,9 +307,14 @@ def replays_2xx(p) -> int:
     finally:
         c.close()
     for line in text.splitlines():
-        if line.startswith('weir_proxy_replays_total{route="api",shadow="s",class="2xx"} '):
+        if line.startswith(series + " "):
             return int(line.split()[-1])
-    raise AssertionError("no 2xx replay series in /metrics")
+    raise AssertionError(f"no {series} in /metrics")
+
+
+def replays_2xx(p) -> int:
+    """The proxy's 2xx replays to shadow `s` of route `api`."""
+    return metric(p, 'weir_proxy_replays_total{route="api",shadow="s",class="2xx"}')
 
 
 @pytest.mark.jetstream_only
@@ -341,17 +346,7 @@ def test_two_proxies_on_one_cluster_share_a_shadows_backlog(servers, server_bin)
 
 def captures_counted(p, outcome: str) -> int:
     """The proxy's `weir_proxy_captures_total` of route `api` for `outcome`."""
-    c = http.client.HTTPConnection(harness.HOST, p.http_port, timeout=10)
-    try:
-        c.request("GET", "/metrics")
-        text = c.getresponse().read().decode()
-    finally:
-        c.close()
-    prefix = f'weir_proxy_captures_total{{route="api",outcome="{outcome}"}} '
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return int(line.split()[-1])
-    raise AssertionError(f"no {outcome} capture series in /metrics")
+    return metric(p, f'weir_proxy_captures_total{{route="api",outcome="{outcome}"}}')
 
 
 @pytest.mark.jetstream_only
