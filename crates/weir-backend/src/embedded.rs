@@ -184,6 +184,51 @@ impl Embedded {
     }
 }
 
+/// [`crate::Queue::append_batch`] on the engine: all or none, one fsync, on the
+/// blocking pool (an fsync may wait there).
+pub(crate) async fn append_batch(
+    queue: &Queue,
+    items: &[&[u8]],
+    options: weir::AppendOptions,
+) -> Result<u64> {
+    let queue = queue.clone();
+    let owned: Vec<Vec<u8>> = items.iter().map(|i| i.to_vec()).collect();
+    blocking(move || {
+        let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        queue.append_batch(&refs, options)
+    })
+    .await
+}
+
+/// [`crate::Queue::bounds`] on the engine: it may read segment headers.
+pub(crate) async fn bounds(queue: &Queue) -> Result<(u64, u64)> {
+    let queue = queue.clone();
+    blocking(move || queue.seq_bounds()).await
+}
+
+/// [`crate::Queue::seek_reader`] on the engine: a search by time reads record
+/// headers, and the move is journaled (durable on return under `synced`).
+pub(crate) async fn seek_reader(
+    queue: &Queue,
+    reader: &str,
+    to: crate::SeekTo,
+) -> Result<Option<u64>> {
+    let queue = queue.clone();
+    let reader = reader.to_owned();
+    blocking(move || {
+        if !queue.has_reader(&reader) {
+            return Ok(None);
+        }
+        let seq = match to {
+            crate::SeekTo::Seq(seq) => seq,
+            crate::SeekTo::Time(ms) => queue.seq_at_time(ms)?,
+            crate::SeekTo::End => u64::MAX,
+        };
+        queue.reader(&reader)?.seek(seq).map(Some)
+    })
+    .await
+}
+
 /// Runs engine file work on tokio's blocking pool.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> weir::Result<T> + Send + 'static,

@@ -66,6 +66,18 @@ pub enum ScanFrom {
     Time(u64),
 }
 
+/// Where [`Queue::seek_reader`] moves a reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeekTo {
+    /// This sequence number: the next item the reader takes is the first kept at or
+    /// after it.
+    Seq(u64),
+    /// The first item appended at this time (Unix ms) or later.
+    Time(u64),
+    /// After the newest item: the reader skips everything kept.
+    End,
+}
+
 /// A walk over the items a queue keeps (some reader has not confirmed them), in
 /// order, without consuming or leasing anything: [`Backend::scan`].
 pub enum Scan {
@@ -344,6 +356,50 @@ impl Queue {
         match self {
             Queue::Embedded(q) => Ok(q.append_async(data, options).await?),
             Queue::JetStream(q) => Box::pin(q.append(Bytes::copy_from_slice(data), options)).await,
+        }
+    }
+
+    /// Appends several items in order; returns the first one's sequence number. On
+    /// the engine all or none, under one fsync; on JetStream one publish each, so a
+    /// failure part-way leaves the first ones stored (the error says so). The items
+    /// are copied before anything waits.
+    pub async fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<u64> {
+        match self {
+            Queue::Embedded(q) => embedded::append_batch(q, items, options).await,
+            Queue::JetStream(q) => Box::pin(q.append_batch(items, options)).await,
+        }
+    }
+
+    /// `(oldest, next)`: the sequence number of the oldest item kept (`next` when
+    /// none is) and a bound the next append's is at or above (on the engine exactly
+    /// the next append's; on JetStream one past the newest item of every queue,
+    /// which share one sequence). What [`Queue::seek_reader`] may reach.
+    pub async fn bounds(&self) -> Result<(u64, u64)> {
+        match self {
+            Queue::Embedded(q) => embedded::bounds(q).await,
+            Queue::JetStream(q) => Box::pin(q.bounds()).await,
+        }
+    }
+
+    /// Whether the reader exists; never creates it (a reader made by a take starts
+    /// at the oldest item, which a caller that manages its readers must not get).
+    pub async fn has_reader(&self, reader: &str) -> Result<bool> {
+        match self {
+            Queue::Embedded(q) => Ok(q.has_reader(reader)),
+            Queue::JetStream(q) => Box::pin(q.has_reader(reader)).await,
+        }
+    }
+
+    /// Moves reader `reader` (replay back, or skip ahead): every kept item from the
+    /// target on is pending for it again, none before. The target is clamped to what
+    /// the reader may reach ([`Queue::bounds`]; on JetStream also not before a
+    /// reader's start when it was made at the end). The leases the reader has open
+    /// through this door end: confirming one returns false. Returns where the reader
+    /// now stands; `None` when it does not exist (it is not created).
+    pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
+        match self {
+            Queue::Embedded(q) => embedded::seek_reader(q, reader, to).await,
+            Queue::JetStream(q) => Box::pin(q.seek_reader(reader, to)).await,
         }
     }
 }

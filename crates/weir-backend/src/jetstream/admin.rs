@@ -185,7 +185,7 @@ impl Inner {
 /// Whether the consumer's leader has CONSUMER.RESET (nats-server 2.14 and later): the
 /// version its info carries (`_nats.ver`, set by the server that answered), else the
 /// version of the server this door is connected to.
-fn resets_consumers(info: &ConsumerInfo, connected: &str) -> bool {
+pub(super) fn resets_consumers(info: &ConsumerInfo, connected: &str) -> bool {
     let version = info
         .config
         .metadata

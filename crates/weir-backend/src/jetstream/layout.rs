@@ -254,6 +254,8 @@ pub(crate) struct ConsumerSettings {
     pub ack_wait: u64,
     /// `all`, `new`, `by_start_sequence`, ...: whether CONSUMER.RESET may move it.
     pub deliver_policy: String,
+    /// Where a `by_start_sequence` consumer started: a reset may not go below it.
+    pub opt_start_seq: u64,
     /// weir's own (`weir.queue`, `weir.reader`) and the server's (`_nats.ver`: the
     /// version of the server that answered).
     pub metadata: std::collections::HashMap<String, String>,

@@ -81,6 +81,9 @@ pub(crate) enum Forgot {
     /// Other doors took this door for dead and gave it back already: it must not be
     /// given back again (it may be another client's by now).
     Lost,
+    /// Its reader was moved ([`Leases::end_consumer`]): the item may be pending
+    /// again under a new delivery, which acknowledging this one would confirm.
+    Ended,
     /// Not kept (past [`KEPT_ALIVE_MAX`]).
     Unknown,
 }
@@ -102,6 +105,8 @@ pub(crate) struct Leases {
     held: Mutex<HashMap<Arc<str>, Held>>,
     /// Leases given back by other doors while this one was cut off (bounded as `held`).
     lost: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Leases whose reader was moved (bounded as `held`).
+    ended: Mutex<std::collections::HashSet<Arc<str>>>,
     naks: Mutex<Option<mpsc::UnboundedSender<Release>>>,
     /// Releases queued and not yet handed to the client.
     unsent: AtomicU64,
@@ -122,6 +127,7 @@ impl Leases {
         let leases = Leases {
             held: Mutex::new(HashMap::new()),
             lost: Mutex::new(std::collections::HashSet::new()),
+            ended: Mutex::new(std::collections::HashSet::new()),
             naks: Mutex::new(Some(tx)),
             unsent: AtomicU64::new(0),
             sent: Notify::new(),
@@ -182,6 +188,9 @@ impl Leases {
         if lock(&self.lost).remove(reply) {
             return Forgot::Lost;
         }
+        if lock(&self.ended).remove(reply) {
+            return Forgot::Ended;
+        }
         Forgot::Unknown
     }
 
@@ -198,6 +207,33 @@ impl Leases {
             lost.clear();
         }
         n
+    }
+
+    /// The reader `consumer` is being moved: the leases this door holds on it end
+    /// (no renewal; their confirm and release do nothing). Their records, to be
+    /// tombstoned.
+    pub fn end_consumer(&self, consumer: &str) -> Vec<Arc<str>> {
+        let token = format!(".{consumer}.");
+        let mut held = lock(&self.held);
+        let replies: Vec<Arc<str>> = held
+            .keys()
+            .filter(|reply| reply.contains(&token))
+            .cloned()
+            .collect();
+        let mut records = Vec::new();
+        let mut ended = lock(&self.ended);
+        if ended.len() + replies.len() > KEPT_ALIVE_MAX {
+            // Forgotten: their confirm acknowledges what may be a new delivery at
+            // worst (delivered once), as without this registry.
+            ended.clear();
+        }
+        for reply in replies {
+            if let Some(h) = held.remove(&reply) {
+                records.extend(h.record);
+            }
+            ended.insert(reply);
+        }
+        records
     }
 
     /// Queues `-NAK` for the lease (after a tombstone for its record); false once the
@@ -443,5 +479,37 @@ mod tests {
         assert_eq!(leases.forget("a"), Forgot::Lost);
         assert_eq!(leases.forget("a"), Forgot::Unknown);
         assert_eq!(leases.forget("b"), Forgot::Lost);
+    }
+
+    #[test]
+    fn a_moved_readers_leases_end_and_no_others() {
+        let (leases, _rx) = Leases::new(Duration::from_millis(300));
+        let reply = |consumer: &str, seq: u64| -> Arc<str> {
+            format!("$JS.ACK.S.{consumer}.1.{seq}.{seq}.1700000000000000000.0").into()
+        };
+        leases.keep(
+            reply("q~r", 5),
+            Duration::from_secs(30),
+            true,
+            Some("r5".into()),
+        );
+        leases.keep(reply("q~r", 6), Duration::from_secs(30), true, None);
+        leases.keep(reply("q~rr", 7), Duration::from_secs(30), true, None);
+        leases.keep(reply("q~", 8), Duration::from_secs(30), true, None);
+        let records = leases.end_consumer("q~r");
+        assert_eq!(records, vec![Arc::<str>::from("r5")]);
+        assert_eq!(leases.len(), 2);
+        assert_eq!(leases.forget(&reply("q~r", 5)), Forgot::Ended);
+        assert_eq!(leases.forget(&reply("q~r", 5)), Forgot::Unknown);
+        assert_eq!(leases.forget(&reply("q~r", 6)), Forgot::Ended);
+        assert!(matches!(
+            leases.forget(&reply("q~rr", 7)),
+            Forgot::Held { .. }
+        ));
+        assert!(matches!(
+            leases.forget(&reply("q~", 8)),
+            Forgot::Held { .. }
+        ));
+        assert!(leases.end_consumer("q~r").is_empty());
     }
 }

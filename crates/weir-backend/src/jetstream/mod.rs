@@ -42,6 +42,7 @@ mod queue;
 mod reader;
 mod registry;
 mod scan;
+mod seek;
 mod setup;
 mod stats;
 
@@ -381,6 +382,13 @@ impl Reader {
     /// Acknowledges the lease (and waits for the cluster to record it).
     pub async fn confirm(&self, lease: &Lease) -> Result<bool> {
         let forgot = self.inner.leases.forget(&lease.reply);
+        if forgot == leases::Forgot::Ended {
+            // Its reader was moved: the item may be pending again under a new
+            // delivery, which this acknowledgement would confirm.
+            let ended = Ok(false);
+            self.inner.api.metrics.count(Op::Confirm, &ended);
+            return ended;
+        }
         let result = self.ack(&lease.reply).await;
         if let leases::Forgot::Held {
             record: Some(record),
@@ -404,6 +412,8 @@ impl Reader {
             leases::Forgot::Unknown => (None, None),
             // Given back by other doors already (this door was taken for dead).
             leases::Forgot::Lost => return Ok(true),
+            // Its reader was moved: nothing to give back.
+            leases::Forgot::Ended => return Ok(false),
         };
         let release = leases::Release {
             reply: lease.reply.clone(),

@@ -137,7 +137,7 @@ fn kept(message: Message) -> Result<Item> {
 }
 
 /// A Direct Get reply's stream sequence (`Nats-Sequence`).
-fn sequence(headers: Option<&HeaderMap>) -> Result<u64> {
+pub(super) fn sequence(headers: Option<&HeaderMap>) -> Result<u64> {
     match header_u64(headers, "Nats-Sequence") {
         0 => Err(unexpected("a direct get reply without Nats-Sequence")),
         seq => Ok(seq),
@@ -145,7 +145,7 @@ fn sequence(headers: Option<&HeaderMap>) -> Result<u64> {
 }
 
 /// Unix ms as the RFC 3339 time a Direct Get's `start_time` wants.
-fn rfc3339(ms: u64) -> Result<String> {
+pub(super) fn rfc3339(ms: u64) -> Result<String> {
     let nanos = i128::from(ms) * 1_000_000;
     OffsetDateTime::from_unix_timestamp_nanos(nanos)
         .ok()

@@ -1,0 +1,188 @@
+//! Moving a reader, and what it may be moved to: [`crate::Queue::seek_reader`],
+//! [`crate::Queue::bounds`], [`crate::Queue::has_reader`] and
+//! [`crate::Queue::append_batch`] on JetStream (the event bus's replay, retention
+//! and dead letters need them).
+//!
+//! A reader is moved in place with `CONSUMER.RESET` (nats-server 2.14 and later),
+//! which sets the consumer's next stream sequence and drops its pending leases;
+//! on an interest stream, a move forward also drops the consumer's interest in what
+//! it skips. The server lets an `all` consumer go anywhere, a `by_start_sequence`
+//! one (a reader made at the end) not below its start, and a `new` one (made by
+//! earlier builds) nowhere: the target is clamped to the start, and a `new` reader
+//! is refused with a clear error.
+//!
+//! The leases this door holds on the reader end with the move (as on the engine):
+//! confirming one answers false and acknowledges nothing, since its item may be
+//! pending again under a new delivery, which the stale acknowledgement would
+//! confirm. Leases other doors hold are not known here: their confirm of an item
+//! delivered again confirms the new delivery (the item was delivered once; at
+//! least once holds), and a release of one gives it back early.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::errors::unexpected;
+use super::layout::{consumer_name, Start};
+use super::scan::{rfc3339, sequence};
+use super::{Inner, Queue};
+use crate::{AppendOptions, Error, Kind, Result, SeekTo};
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResetReply {
+    reset_seq: u64,
+}
+
+impl Queue {
+    /// One publish per item, in order; the first one's sequence number. A failure
+    /// part-way leaves the items before it stored, and says how many.
+    pub async fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<u64> {
+        let mut first = 0;
+        for (i, item) in items.iter().enumerate() {
+            let seq = match self
+                .append(bytes::Bytes::copy_from_slice(item), options)
+                .await
+            {
+                Ok(seq) => seq,
+                Err(e) if i == 0 => return Err(e),
+                Err(e) => {
+                    return Err(Error::new(
+                        e.kind(),
+                        format!("{e} (the batch's first {i} items are stored)"),
+                    ))
+                }
+            };
+            if first == 0 {
+                first = seq;
+            }
+        }
+        Ok(first)
+    }
+
+    /// `(oldest, next)`: the first message on the queue's subject (`next` when it
+    /// has none), and one past the stream's last sequence, as its leader answers.
+    pub async fn bounds(&self) -> Result<(u64, u64)> {
+        let inner = &self.inner;
+        let deadline = inner.api.deadline();
+        inner.ready(deadline).await?;
+        bounds(inner, &inner.layout.subject(&self.entry.name), deadline).await
+    }
+
+    /// Whether the reader's consumer exists (this door's registry, else the cluster).
+    pub async fn has_reader(&self, reader: &str) -> Result<bool> {
+        weir::validate_reader_name(reader)?;
+        if self.entry.reader(reader).is_some() {
+            return Ok(true);
+        }
+        let inner = &self.inner;
+        let deadline = inner.api.deadline();
+        inner.ready(deadline).await?;
+        let name = consumer_name(&self.entry.name, reader);
+        match inner.consumer_info(&name, deadline).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == Kind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves the reader with `CONSUMER.RESET`; where it stands, `None` when it does
+    /// not exist. See the module doc for what may be moved where.
+    pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
+        weir::validate_reader_name(reader)?;
+        let inner = &self.inner;
+        let deadline = inner.api.deadline();
+        inner.ready(deadline).await?;
+        let name = consumer_name(&self.entry.name, reader);
+        let info = match inner.consumer_info(&name, deadline).await {
+            Ok(info) => info,
+            Err(e) if e.kind() == Kind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let floor = match info.config.deliver_policy.as_str() {
+            "all" => 0,
+            "by_start_sequence" => info.config.opt_start_seq,
+            other => {
+                return Err(Error::new(
+                    Kind::Unsupported,
+                    format!("reader {name} was made with deliver_policy {other:?}, which JetStream cannot move; delete it and make it again"),
+                ))
+            }
+        };
+        if !super::admin::resets_consumers(&info, &inner.api.client.server_info().version) {
+            return Err(Error::new(
+                Kind::Unsupported,
+                format!("moving reader {name} needs nats-server 2.14 or later (CONSUMER.RESET)"),
+            ));
+        }
+        let subject = inner.layout.subject(&self.entry.name);
+        let (oldest, next) = bounds(inner, &subject, deadline).await?;
+        let target = match to {
+            SeekTo::Seq(seq) => seq,
+            SeekTo::Time(ms) => first_at(inner, &subject, ms, deadline)
+                .await?
+                .unwrap_or(next),
+            SeekTo::End => next,
+        };
+        let target = target.clamp(oldest, next).max(floor).max(1);
+        // This door's leases end first: a confirm racing the move must not
+        // acknowledge an item the move makes pending again.
+        let ended = inner.leases.end_consumer(&name);
+        for record in ended {
+            super::doors::tombstone(&inner.api, &record).await;
+        }
+        let api = format!("CONSUMER.RESET.{}.{name}", inner.layout.stream);
+        let reply: ResetReply = inner
+            .api
+            .json(&api, &json!({ "seq": target }), deadline)
+            .await?;
+        inner.stats_cache.invalidate();
+        Ok(Some(if reply.reset_seq == 0 {
+            target
+        } else {
+            reply.reset_seq
+        }))
+    }
+}
+
+/// `(oldest, next)` of one subject; see [`Queue::bounds`].
+async fn bounds(
+    inner: &Inner,
+    subject: &str,
+    deadline: tokio::time::Instant,
+) -> Result<(u64, u64)> {
+    let Start::At(next) = inner.start_after_newest(deadline).await? else {
+        return Err(unexpected("the stream's last sequence is unknown"));
+    };
+    let query = json!({ "seq": 1, "next_by_subj": subject });
+    let oldest = match inner
+        .api
+        .direct_get(&inner.layout.stream, &query, deadline)
+        .await?
+    {
+        Some(message) => sequence(message.headers.as_ref())?.min(next),
+        None => next,
+    };
+    Ok((oldest, next))
+}
+
+/// The sequence of the subject's first message stored at `ms` or later.
+async fn first_at(
+    inner: &Inner,
+    subject: &str,
+    ms: u64,
+    deadline: tokio::time::Instant,
+) -> Result<Option<u64>> {
+    // A time past what RFC 3339 writes (the year 9999): every message is older.
+    let Ok(start_time) = rfc3339(ms) else {
+        return Ok(None);
+    };
+    let query = json!({ "start_time": start_time, "next_by_subj": subject });
+    match inner
+        .api
+        .direct_get(&inner.layout.stream, &query, deadline)
+        .await?
+    {
+        Some(message) => Ok(Some(sequence(message.headers.as_ref())?)),
+        None => Ok(None),
+    }
+}
