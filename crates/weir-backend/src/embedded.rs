@@ -206,6 +206,12 @@ pub(crate) async fn bounds(queue: &Queue) -> Result<(u64, u64)> {
     blocking(move || queue.seq_bounds()).await
 }
 
+/// [`crate::Queue::seq_at_time`] on the engine: a search over record headers.
+pub(crate) async fn seq_at_time(queue: &Queue, ms: u64) -> Result<u64> {
+    let queue = queue.clone();
+    blocking(move || queue.seq_at_time(ms)).await
+}
+
 /// [`crate::Queue::seek_reader`] on the engine: a search by time reads record
 /// headers, and the move is journaled (durable on return under `synced`).
 pub(crate) async fn seek_reader(

@@ -381,6 +381,15 @@ impl Queue {
         }
     }
 
+    /// The sequence number of the first item appended at `ms` (Unix ms) or later,
+    /// within [`Queue::bounds`]: `next` when every kept item is older.
+    pub async fn seq_at_time(&self, ms: u64) -> Result<u64> {
+        match self {
+            Queue::Embedded(q) => embedded::seq_at_time(q, ms).await,
+            Queue::JetStream(q) => Box::pin(q.seq_at_time(ms)).await,
+        }
+    }
+
     /// Whether the reader exists; never creates it (a reader made by a take starts
     /// at the oldest item, which a caller that manages its readers must not get).
     pub async fn has_reader(&self, reader: &str) -> Result<bool> {

@@ -1,5 +1,5 @@
 //! Moving a reader, and what it may be moved to: [`crate::Queue::seek_reader`],
-//! [`crate::Queue::bounds`], [`crate::Queue::has_reader`] and
+//! [`crate::Queue::bounds`], [`crate::Queue::seq_at_time`], [`crate::Queue::has_reader`] and
 //! [`crate::Queue::append_batch`] on JetStream (the event bus's replay, retention
 //! and dead letters need them).
 //!
@@ -66,6 +66,18 @@ impl Queue {
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;
         bounds(inner, &inner.layout.subject(&self.entry.name), deadline).await
+    }
+
+    /// The first message on the queue's subject stored at `ms` or later, within
+    /// [`Queue::bounds`].
+    pub async fn seq_at_time(&self, ms: u64) -> Result<u64> {
+        let inner = &self.inner;
+        let deadline = inner.api.deadline();
+        inner.ready(deadline).await?;
+        let subject = inner.layout.subject(&self.entry.name);
+        let (oldest, next) = bounds(inner, &subject, deadline).await?;
+        let at = first_at(inner, &subject, ms, deadline).await?;
+        Ok(at.unwrap_or(next).clamp(oldest, next))
     }
 
     /// Whether the reader's consumer exists (this door's registry, else the cluster).
