@@ -16,6 +16,8 @@ use weir::{AppendOptions, QueueConfig, StoreOptions, TakeMode};
 use weir_backend::jetstream::{JetStream, JetStreamConfig, Queue, Reader};
 use weir_backend::{Kind, Lease, Taken};
 
+mod common;
+
 type TestResult = std::result::Result<(), Box<dyn StdError>>;
 
 /// A stream of the test's own on the cluster, deleted on drop.
@@ -1395,6 +1397,50 @@ async fn flushing_the_only_reader_keeps_its_consumer() -> TestResult {
     assert_eq!(
         data(&take(&readers[1], TakeMode::Take).await?),
         Some("0".into())
+    );
+    js.close().await?;
+    Ok(())
+}
+
+/// The contract every home keeps (`common`), on the cluster: CONSUMER.RESET moves a
+/// reader; this door's lease of it ends.
+#[tokio::test]
+async fn readers_move_back_and_forward() -> TestResult {
+    let c = cluster!("readers_move_back_and_forward");
+    let backend = weir_backend::Backend::JetStream(c.door().await?);
+    common::readers_move_back_and_forward(&backend).await?;
+    backend.close().await?;
+    Ok(())
+}
+
+/// A reader made at the end (`by_start_sequence`) moves back no further than its
+/// start: the server refuses less, so the target is clamped there.
+#[tokio::test]
+async fn a_reader_made_at_the_end_moves_back_to_its_start_at_most() -> TestResult {
+    use weir_backend::SeekTo;
+    let c = cluster!("a_reader_made_at_the_end_moves_back_to_its_start_at_most");
+    let js = c.door().await?;
+    let (q, _) = js.queue_for_readers("late", &["record"], false).await?;
+    set(&q, "1").await?;
+    let (q, readers) = js.queue_for_readers("late", &["record", "s"], true).await?;
+    let start = set(&q, "2").await?;
+    let q = weir_backend::Queue::JetStream(q);
+    let (oldest, _) = q.bounds().await?;
+    assert!(oldest < start);
+    // Its start is one past the stream's last sequence when it was made: at most
+    // the seq of "2" (the cluster's own probes may come between).
+    let at = q
+        .seek_reader("s", SeekTo::Seq(oldest))
+        .await?
+        .ok_or("s exists")?;
+    assert!(oldest < at && at <= start, "{oldest} < {at} <= {start}");
+    let got = readers[1]
+        .take(TakeMode::Take, Duration::from_secs(2))
+        .await?;
+    assert_eq!(data(&got), Some("2".into()));
+    assert_eq!(
+        q.seek_reader("record", SeekTo::Seq(oldest)).await?,
+        Some(oldest)
     );
     js.close().await?;
     Ok(())

@@ -137,7 +137,7 @@ fn kept(message: Message) -> Result<Item> {
 }
 
 /// A Direct Get reply's stream sequence (`Nats-Sequence`).
-pub(super) fn sequence(headers: Option<&HeaderMap>) -> Result<u64> {
+fn sequence(headers: Option<&HeaderMap>) -> Result<u64> {
     match header_u64(headers, "Nats-Sequence") {
         0 => Err(unexpected("a direct get reply without Nats-Sequence")),
         seq => Ok(seq),

@@ -21,9 +21,9 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::errors::unexpected;
+use super::errors::{code, unexpected};
 use super::layout::{consumer_name, Start};
-use super::scan::{rfc3339, sequence};
+use super::scan::rfc3339;
 use super::{Inner, Queue};
 use crate::{AppendOptions, Error, Kind, Result, SeekTo};
 
@@ -166,15 +166,8 @@ async fn bounds(
         return Err(unexpected("the stream's last sequence is unknown"));
     };
     let query = json!({ "seq": 1, "next_by_subj": subject });
-    let oldest = match inner
-        .api
-        .direct_get(&inner.layout.stream, &query, deadline)
-        .await?
-    {
-        Some(message) => sequence(message.headers.as_ref())?.min(next),
-        None => next,
-    };
-    Ok((oldest, next))
+    let oldest = leader_get(inner, &query, deadline).await?.unwrap_or(next);
+    Ok((oldest, next.max(oldest)))
 }
 
 /// The sequence of the subject's first message stored at `ms` or later.
@@ -189,12 +182,38 @@ async fn first_at(
         return Ok(None);
     };
     let query = json!({ "start_time": start_time, "next_by_subj": subject });
+    leader_get(inner, &query, deadline).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct MsgGet {
+    message: StoredMsg,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StoredMsg {
+    seq: u64,
+}
+
+/// The sequence of the message `query` names, as the stream's leader has it
+/// (`STREAM.MSG.GET`, not a Direct Get, which a replica behind could answer with
+/// "none" for a message just stored: a move to a time would then skip it).
+async fn leader_get(
+    inner: &Inner,
+    query: &serde_json::Value,
+    deadline: tokio::time::Instant,
+) -> Result<Option<u64>> {
+    let api = format!("STREAM.MSG.GET.{}", inner.layout.stream);
     match inner
         .api
-        .direct_get(&inner.layout.stream, &query, deadline)
+        .json_or_api_error::<MsgGet>(&api, query, deadline)
         .await?
     {
-        Some(message) => Ok(Some(sequence(message.headers.as_ref())?)),
-        None => Ok(None),
+        Ok(got) if got.message.seq > 0 => Ok(Some(got.message.seq)),
+        Ok(_) => Err(unexpected("a message get without a sequence")),
+        Err(e) if e.err_code == code::NO_MESSAGE_FOUND => Ok(None),
+        Err(e) => Err(e.to_error()),
     }
 }
