@@ -1,30 +1,37 @@
-//! `Bus`: the metadata, the topics' engine queues and the subscribers' delivery
-//! workers, and the one way to change them.
+//! `Bus`: the metadata, the topics' queues and the subscribers' delivery workers,
+//! and the one way to change them.
 //!
 //! Every change to tokens, topics or subscriptions goes through [`Bus::change`]:
 //! under one lock it edits a copy of the metadata, writes it durably (`meta.rs`),
-//! publishes it, then brings the engine and the workers in line (`sync_runtime`).
-//! The engine follows the metadata, never the reverse: a crash between the two is
+//! publishes it, then brings the backend and the workers in line (`sync_runtime`).
+//! The backend follows the metadata, never the reverse: a crash between the two is
 //! repaired at the next start by `reconcile`, which creates what the metadata names
 //! and deletes what it does not (orphan readers, queues of deleted topics).
+//!
+//! Queues are kept through [`weir_backend::Backend`] only. A topic's queue is made
+//! with `queue_for_readers`, naming the retention reader and every subscriber: a
+//! backend's default reader, which nobody here reads, would keep every event.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use axum::http::StatusCode;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{watch, Notify, Semaphore};
+use weir_backend::{Backend, Queue, SeekTo};
 
 use crate::config::BusSettings;
 use crate::error::{ApiError, ApiResult};
 use crate::meta::{Meta, MetaFile, SubscriberMeta, TopicMeta};
 use crate::metrics::SubscriberCounters;
-use crate::names::{dead_queue, topic_queue, RETENTION_READER};
+use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
 
 /// A topic as the publish path needs it: its queue, its epoch, and the wake-ups of
 /// the workers that read it.
 pub struct TopicRt {
-    pub queue: weir::Queue,
+    pub queue: Queue,
     pub epoch: u32,
     pub publisher: Option<String>,
     pub wake: Vec<Arc<Notify>>,
@@ -41,9 +48,10 @@ pub struct SubscriberRt {
 }
 
 pub struct Bus {
-    pub store: weir::Store,
+    pub backend: Arc<Backend>,
     pub settings: BusSettings,
-    meta_file: MetaFile,
+    /// Shared with the blocking pool, where it is written.
+    meta_file: Arc<MetaFile>,
     meta: RwLock<Arc<Meta>>,
     /// Held across a change's edit, write and runtime update: changes are serial.
     /// Shared so that a change, once edited, finishes in a task of its own even when
@@ -58,20 +66,24 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// Opens the metadata in the store's directory and reconciles the engine with
-    /// it; workers start with [`Bus::sync_runtime`] once the bus is in an `Arc`.
-    pub fn open(
-        store: weir::Store,
+    /// Opens the metadata in `meta_dir` (see [`MetaFile::open`]) and reconciles the
+    /// backend with it; workers start with [`Bus::sync_runtime`] once the bus is in
+    /// an `Arc`.
+    pub async fn open(
+        backend: Arc<Backend>,
+        meta_dir: PathBuf,
         settings: BusSettings,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Bus> {
-        let (meta_file, meta) = MetaFile::open(store.dir())?;
+        let (meta_file, meta) = tokio::task::spawn_blocking(move || MetaFile::open(&meta_dir))
+            .await
+            .context("reading the bus's metadata")??;
         let client = crate::client::build(&settings)?;
         let bus = Bus {
             in_flight: Semaphore::new(settings.deliveries_in_flight_max),
-            store,
+            backend,
             settings,
-            meta_file,
+            meta_file: Arc::new(meta_file),
             meta: RwLock::new(Arc::new(meta)),
             change_lock: Arc::new(tokio::sync::Mutex::new(())),
             topics: RwLock::new(HashMap::new()),
@@ -79,7 +91,7 @@ impl Bus {
             client,
             shutdown,
         };
-        bus.reconcile(None)?;
+        bus.reconcile(None).await?;
         Ok(bus)
     }
 
@@ -96,9 +108,9 @@ impl Bus {
         *self.shutdown.borrow()
     }
 
-    /// Edits the metadata with `edit`, writes it durably, then brings the engine and
+    /// Edits the metadata with `edit`, writes it durably, then brings the backend and
     /// the workers in line. Nothing changes when `edit` refuses, the write fails, or
-    /// the engine refuses what the change needs (the previous metadata is then
+    /// the backend refuses what the change needs (the previous metadata is then
     /// written back).
     pub async fn change<R>(
         self: &Arc<Self>,
@@ -113,15 +125,7 @@ impl Bus {
         // their own, holding the lock: a dropped request cannot cut a change in two.
         let applying = tokio::spawn(async move {
             let _serial = serial;
-            let b = Arc::clone(&bus);
-            let applied = tokio::task::spawn_blocking(move || b.apply(previous, Arc::new(next)))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        e.to_string(),
-                    ))
-                });
+            let applied = bus.apply(previous, Arc::new(next)).await;
             bus.sync_runtime();
             applied
         });
@@ -137,73 +141,64 @@ impl Bus {
         Arc::clone(&self.change_lock).lock_owned().await
     }
 
-    /// Writes `next`, publishes it and reconciles the engine with it; when the engine
-    /// refuses (no space, too many queues), puts `previous` back the same way, so that
-    /// what stands is what the API answered. Blocking.
-    fn apply(&self, previous: Arc<Meta>, next: Arc<Meta>) -> ApiResult<()> {
-        self.meta_file
-            .write(&next)
-            .map_err(|e| ApiError::meta(&e))?;
+    /// Writes `next`, publishes it and reconciles the backend with it; when the
+    /// backend refuses (no space, too many queues), puts `previous` back the same way,
+    /// so that what stands is what the API answered.
+    async fn apply(&self, previous: Arc<Meta>, next: Arc<Meta>) -> ApiResult<()> {
+        self.write_meta(Arc::clone(&next)).await?;
         *self.meta.write() = next;
-        let Err(e) = self.reconcile(Some(&previous)) else {
+        let Err(e) = self.reconcile(Some(&previous)).await else {
             return Ok(());
         };
         let refused = ApiError::engine("applying a change", &e);
-        self.meta_file
-            .write(&previous)
-            .map_err(|e| ApiError::meta(&e))?;
+        self.write_meta(Arc::clone(&previous)).await?;
         *self.meta.write() = Arc::clone(&previous);
         // Against itself: create what is missing, move nothing.
-        if let Err(e) = self.reconcile(Some(&previous)) {
-            tracing::error!(error = %e, "could not bring the engine back in line after a refused change");
+        if let Err(e) = self.reconcile(Some(&previous)).await {
+            tracing::error!(error = %e, "could not bring the backend back in line after a refused change");
         }
         Err(refused)
     }
 
-    /// Makes the engine match the metadata: a queue (with its retention reader) per
+    /// Writes `meta` durably (file work and fsyncs: on the blocking pool).
+    async fn write_meta(&self, meta: Arc<Meta>) -> ApiResult<()> {
+        let file = Arc::clone(&self.meta_file);
+        tokio::task::spawn_blocking(move || file.write(&meta))
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+            .map_err(|e| ApiError::meta(&e))
+    }
+
+    /// Makes the backend match the metadata: a queue (with its retention reader) per
     /// topic, a reader per subscriber on each of its topics (created at the end of
     /// the topic: a new subscriber gets what is published from now on), a
     /// dead-letter queue per subscriber; then deletes what the metadata no longer
     /// names: everything is created before anything is deleted, so a change the
-    /// engine refuses half-way has deleted nothing.
+    /// backend refuses half-way has deleted nothing.
     ///
-    /// A reader a running worker may still use is not deleted here: the engine
-    /// creates a reader again on a take, so a worker with stale sources would bring
-    /// it back at the oldest event. The worker deletes the readers of the topics it
-    /// leaves, and of every topic when its subscription is gone (`worker.rs`). At
-    /// start (`previous` is `None`) no worker runs yet, and every reader not named is
-    /// deleted here. A topic a subscription did not have in `previous` starts at its
-    /// end even when the subscriber's reader is still there (it left and came back
-    /// before its worker deleted the reader).
-    /// Blocking (it may create files): call off the event loop.
-    fn reconcile(&self, previous: Option<&Meta>) -> weir::Result<()> {
+    /// A reader a running worker may still use is not deleted here: a take through
+    /// a reader's handle may create it again (the engine's does), so a worker with
+    /// stale sources would bring it back at the oldest event. The worker deletes the
+    /// readers of the topics it leaves, and of every topic when its subscription is
+    /// gone (`worker.rs`). At start (`previous` is `None`) no worker runs yet, and
+    /// every reader not named is deleted here. A topic a subscription did not have
+    /// in `previous` starts at its end even when the subscriber's reader is still
+    /// there (it left and came back before its worker deleted the reader).
+    /// File work runs on the blocking pool (the embedded backend's arms see to it).
+    async fn reconcile(&self, previous: Option<&Meta>) -> weir_backend::Result<()> {
         let startup = previous.is_none();
         let meta = self.meta();
         let mut topics = HashMap::new();
         for (name, t) in &meta.topics {
-            let queue = self.store.queue(&topic_queue(name))?;
-            queue.reader(RETENTION_READER)?;
-            for s in meta
-                .subscribers
-                .values()
-                .filter(|s| s.topics.contains(name))
-            {
-                let had = previous.is_none_or(|p| {
-                    p.subscribers
-                        .values()
-                        .any(|x| x.id == s.id && x.topics.contains(name))
-                });
-                if !queue.has_reader(&s.id) || !had {
-                    queue.reader(&s.id)?.seek(u64::MAX)?;
-                }
-            }
+            let queue = self.open_topic(&meta, previous, name).await?;
             topics.insert(name.clone(), (queue, t.clone()));
         }
         for s in meta.subscribers.values() {
-            self.store.queue(&dead_queue(&s.id))?.reader("")?;
+            let queue = self.backend.queue(&dead_queue(&s.id)).await?;
+            self.backend.reader(&queue, "").await?;
         }
-        self.delete_orphan_readers(&meta, &topics, startup)?;
-        self.delete_orphan_queues(&meta)?;
+        self.delete_orphan_readers(&meta, &topics, startup).await?;
+        self.delete_orphan_queues(&meta).await?;
         let mut map = self.topics.write();
         map.retain(|name, _| topics.contains_key(name));
         for (name, (queue, t)) in topics {
@@ -213,14 +208,49 @@ impl Bus {
         Ok(())
     }
 
-    /// Deletes the readers of topic queues that no subscription names: at `startup`
-    /// every such reader; later only those of no subscriber and no running worker.
-    fn delete_orphan_readers(
+    /// The queue of topic `name`, kept for its retention reader and the readers of
+    /// the subscribers `meta` has on it (no default reader: nobody would read it, and
+    /// it would keep every event). A reader made here starts at the topic's end; one
+    /// of a subscriber that did not have the topic in `previous` is moved there.
+    async fn open_topic(
         &self,
         meta: &Meta,
-        topics: &HashMap<String, (weir::Queue, TopicMeta)>,
+        previous: Option<&Meta>,
+        name: &str,
+    ) -> weir_backend::Result<Queue> {
+        let subscribers: Vec<&SubscriberMeta> = meta
+            .subscribers
+            .values()
+            .filter(|s| s.topics.iter().any(|t| t == name))
+            .collect();
+        let mut readers = Vec::with_capacity(subscribers.len() + 1);
+        readers.push(RETENTION_READER);
+        readers.extend(subscribers.iter().map(|s| s.id.as_str()));
+        let (queue, _) = self
+            .backend
+            .queue_for_readers(&topic_queue(name), &readers, true)
+            .await?;
+        for s in subscribers {
+            let had = previous.is_none_or(|p| {
+                p.subscribers
+                    .values()
+                    .any(|x| x.id == s.id && x.topics.iter().any(|t| t == name))
+            });
+            if !had {
+                queue.seek_reader(&s.id, SeekTo::End).await?;
+            }
+        }
+        Ok(queue)
+    }
+
+    /// Deletes the readers of topic queues that no subscription names: at `startup`
+    /// every such reader; later only those of no subscriber and no running worker.
+    async fn delete_orphan_readers(
+        &self,
+        meta: &Meta,
+        topics: &HashMap<String, (Queue, TopicMeta)>,
         startup: bool,
-    ) -> weir::Result<()> {
+    ) -> weir_backend::Result<()> {
         let running: BTreeSet<String> = self
             .subscribers
             .lock()
@@ -228,23 +258,27 @@ impl Bus {
             .map(|rt| rt.config.borrow().id.clone())
             .collect();
         let known: BTreeSet<&str> = meta.subscribers.values().map(|s| s.id.as_str()).collect();
-        for (name, (queue, _)) in topics {
-            for reader in queue.reader_names() {
+        let names = topics.keys().map(|name| topic_queue(name)).collect();
+        for queue in self.backend.stats(Some(names)).await? {
+            let Some(name) = queue.name.strip_prefix(TOPIC_PREFIX) else {
+                continue;
+            };
+            for reader in queue.readers.iter().map(|r| &r.name) {
                 if reader == RETENTION_READER {
                     continue;
                 }
                 let subscribed = meta
                     .subscribers
                     .values()
-                    .any(|s| s.id == reader && s.topics.contains(name));
+                    .any(|s| s.id == *reader && s.topics.iter().any(|t| t == name));
                 let orphan = if startup {
                     !subscribed
                 } else {
-                    !known.contains(reader.as_str()) && !running.contains(&reader)
+                    !known.contains(reader.as_str()) && !running.contains(reader)
                 };
                 if orphan {
                     tracing::info!(topic = %name, reader = %reader, "deleting a reader no subscription names");
-                    queue.delete_reader(&reader)?;
+                    self.backend.delete_reader(&queue.name, reader).await?;
                 }
             }
         }
@@ -253,11 +287,12 @@ impl Bus {
 
     /// Deletes `bus:topic:*` queues of topics the metadata does not have, and
     /// `bus:dead:*` queues of subscribers it does not have.
-    fn delete_orphan_queues(&self, meta: &Meta) -> weir::Result<()> {
-        for name in self.store.queue_names() {
+    async fn delete_orphan_queues(&self, meta: &Meta) -> weir_backend::Result<()> {
+        for queue in self.backend.stats(None).await? {
+            let name = queue.name;
             let orphan = match (
-                name.strip_prefix("bus:topic:"),
-                name.strip_prefix("bus:dead:"),
+                name.strip_prefix(TOPIC_PREFIX),
+                name.strip_prefix(DEAD_PREFIX),
             ) {
                 (Some(topic), _) => !meta.topics.contains_key(topic),
                 (_, Some(id)) => !meta.subscribers.values().any(|s| s.id == id),
@@ -265,7 +300,7 @@ impl Bus {
             };
             if orphan {
                 tracing::info!(queue = %name, "deleting a bus queue its metadata no longer names");
-                self.store.delete_queue(&name)?;
+                self.backend.delete_queue(&name).await?;
             }
         }
         Ok(())
@@ -339,7 +374,7 @@ impl Bus {
     }
 }
 
-fn topic_rt(queue: weir::Queue, t: &TopicMeta, wake: Vec<Arc<Notify>>) -> TopicRt {
+fn topic_rt(queue: Queue, t: &TopicMeta, wake: Vec<Arc<Notify>>) -> TopicRt {
     TopicRt {
         queue,
         epoch: t.epoch,

@@ -1,8 +1,9 @@
 //! Errors of the HTTP API: a status and a message, sent as `{"error": MESSAGE}`.
 //!
 //! Every refusal says what was wrong in words a client can act on; a failure of the
-//! engine or the disk is a 500 (or 507 when the disk is full) whose detail goes to the
-//! log, not to the client.
+//! storage backend or the disk is a 500 (or 507 when the disk is full, 503 when it is
+//! full, closed or out of reach) whose detail goes to the log, not to the client. It
+//! is read from the failure's [`weir_backend::Kind`] alone, whichever backend said it.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,15 +40,15 @@ impl ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, message)
     }
 
-    /// A failure of the engine or the disk: logged with `context`, answered 500 (507
-    /// when the disk is full, 503 when a queue or the store is full or closed).
-    pub fn engine(context: &str, e: &weir::Error) -> ApiError {
+    /// A failure of the backend or the disk: logged with `context`, answered 500
+    /// (507 when the disk is full, 503 when a queue or the store is full or closed, or
+    /// the backend out of reach: each worth a retry later).
+    pub fn engine(context: &str, e: &weir_backend::Error) -> ApiError {
+        use weir_backend::Kind;
         let (status, tell) = match e.kind() {
-            weir::ErrorKind::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, true),
-            weir::ErrorKind::TooManyQueues | weir::ErrorKind::Full => {
-                (StatusCode::SERVICE_UNAVAILABLE, true)
-            }
-            weir::ErrorKind::Closed => (StatusCode::SERVICE_UNAVAILABLE, false),
+            Kind::DiskFull => (StatusCode::INSUFFICIENT_STORAGE, true),
+            Kind::TooManyQueues | Kind::Full => (StatusCode::SERVICE_UNAVAILABLE, true),
+            Kind::Closed | Kind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, false),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, false),
         };
         tracing::error!(error = %e, "{context}");

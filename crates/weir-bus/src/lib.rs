@@ -1,12 +1,15 @@
-//! weir's event bus: routemaster's HTTP API on the weir engine.
+//! weir's event bus: routemaster's HTTP API on weir's queues.
 //!
 //! Publishers POST events to topics; subscribers get them in batches by HTTP POST
-//! to a callback. Storage is the engine's, through its public API only: each topic
-//! is a queue (`bus:topic:NAME`), each subscriber a reader on each of its topics (an
-//! event is written once, whatever the number of subscribers), each subscriber's
-//! dead letters a queue of their own (`bus:dead:TOKEN`). The bus's metadata (tokens,
-//! topics, subscriptions, secrets) is one small file written atomically before the
-//! API answers (`meta.rs`).
+//! to a callback. Events are kept through the storage interface the other front
+//! doors use ([`weir_backend::Backend`]), and through nothing else, so that the bus
+//! can run on another backend than the embedded engine (the config refuses `[bus]`
+//! with JetStream for now): each topic is a queue (`bus:topic:NAME`), each
+//! subscriber a reader on each of its topics (an event is written once, whatever
+//! the number of subscribers), each subscriber's dead letters a queue of their own
+//! (`bus:dead:ID`). The bus's metadata (tokens, topics, subscriptions, secrets) is
+//! one small file in a directory (the embedded data directory), written atomically
+//! before the API answers (`meta.rs`).
 //!
 //! The map: `api/` the HTTP endpoints, `bus.rs` the metadata and the runtime state
 //! and the one way to change them, `worker.rs` the delivery of one subscriber,
@@ -34,6 +37,7 @@ mod sign;
 mod worker;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,10 +58,15 @@ pub struct BusHandle {
     local_addr: SocketAddr,
 }
 
-/// Opens the bus's metadata in `store`'s directory, binds `settings.listen` and
-/// starts serving and delivering. Errors (a bad metadata file, an address in use)
-/// come back here, before anything runs.
-pub fn start(store: weir::Store, settings: BusSettings) -> anyhow::Result<BusHandle> {
+/// Opens the bus's metadata in `meta_dir` (`meta_dir/bus/meta.json`), brings
+/// `backend`'s bus queues in line with it, binds `settings.listen` and starts
+/// serving and delivering. Errors (a bad metadata file, a queue the backend
+/// refuses, an address in use) come back here, before anything runs.
+pub fn start(
+    backend: Arc<weir_backend::Backend>,
+    meta_dir: PathBuf,
+    settings: BusSettings,
+) -> anyhow::Result<BusHandle> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(settings.threads)
         .thread_name("weir-bus")
@@ -70,9 +79,9 @@ pub fn start(store: weir::Store, settings: BusSettings) -> anyhow::Result<BusHan
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("listening on {listen} (bus)"))?;
-        let bus = tokio::task::spawn_blocking(move || bus::Bus::open(store, settings, shutdown_rx))
+        let bus = bus::Bus::open(backend, meta_dir, settings, shutdown_rx)
             .await
-            .context("opening the bus")??;
+            .context("opening the bus")?;
         let bus = Arc::new(bus);
         bus.sync_runtime();
         anyhow::Ok((bus, listener))
@@ -106,9 +115,11 @@ impl BusHandle {
         self.local_addr
     }
 
-    /// Appends the bus's figures to a Prometheus text body.
-    pub fn render_metrics(&self, out: &mut String) {
-        metrics::render(&self.bus, out);
+    /// Appends the bus's figures to a Prometheus text body; `stats` are the
+    /// backend's queue figures the page gathered (lag and dead letters are read
+    /// there; a queue left out counts nothing).
+    pub fn render_metrics(&self, stats: &[weir_backend::QueueStats], out: &mut String) {
+        metrics::render(&self.bus, stats, out);
     }
 
     /// Stops serving and delivering, and waits for it: connections finish the

@@ -1,14 +1,17 @@
 //! Per-subscriber lag and delivery figures on `/metrics` (Prometheus text format):
-//! queued events and the oldest one's age (read from the engine's reader stats at
-//! scrape time), and counters the workers keep: events sent, failed attempts, events
-//! dead-lettered, and a histogram of delivery latency (confirmation time minus
-//! publish time, per event).
+//! queued events and the oldest one's age (read from the backend's reader stats,
+//! which the page gathers once per scrape for every queue), and counters the workers
+//! keep: events sent, failed attempts, events dead-lettered, and a histogram of
+//! delivery latency (confirmation time minus publish time, per event).
 //!
 //! Subscribers are labelled by their token's owner name and their random id
 //! (`subscriber_id`), never by the token, which is a credential.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use weir_backend::QueueStats;
 
 use crate::bus::Bus;
 use crate::names::{dead_queue, topic_queue};
@@ -38,16 +41,25 @@ impl SubscriberCounters {
     }
 }
 
+/// Queues' figures by queue name.
+pub type StatsIndex<'a> = HashMap<&'a str, &'a QueueStats>;
+
+/// `stats` by queue name, for [`lag`].
+pub fn index(stats: &[QueueStats]) -> StatsIndex<'_> {
+    stats.iter().map(|q| (q.name.as_str(), q)).collect()
+}
+
 /// Queued events and the oldest one's age in ms for a subscriber (by its id), over
-/// its topics.
-pub fn lag(bus: &Bus, id: &str, topics: &[String]) -> (u64, Option<u64>) {
+/// its topics, from the topic queues' figures in `stats` (a topic without figures
+/// counts nothing).
+pub fn lag(stats: &StatsIndex<'_>, id: &str, topics: &[String]) -> (u64, Option<u64>) {
     let mut queued = 0;
     let mut oldest: Option<u64> = None;
     for topic in topics {
-        let Some(rt) = bus.topic(topic) else { continue };
-        debug_assert_eq!(rt.queue.name(), topic_queue(topic));
-        let stats = rt.queue.stats();
-        if let Some(r) = stats.readers.iter().find(|r| r.name == id) {
+        let Some(q) = stats.get(topic_queue(topic).as_str()) else {
+            continue;
+        };
+        if let Some(r) = q.readers.iter().find(|r| r.name == id) {
             queued += r.items;
             if r.items > 0 {
                 oldest = Some(oldest.unwrap_or(0).max(r.age_ms));
@@ -57,9 +69,10 @@ pub fn lag(bus: &Bus, id: &str, topics: &[String]) -> (u64, Option<u64>) {
     (queued, oldest)
 }
 
-/// Appends the bus's figures to a `/metrics` body.
-pub fn render(bus: &Bus, out: &mut String) {
-    let rows = rows(bus);
+/// Appends the bus's figures to a `/metrics` body; `stats` are the queues' figures
+/// the page gathered (the topic and dead-letter queues among them).
+pub fn render(bus: &Bus, stats: &[QueueStats], out: &mut String) {
+    let rows = rows(bus, &index(stats));
     let gauge = |out: &mut String, metric: &str, help: &str, kind: &str| {
         let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
     };
@@ -122,20 +135,15 @@ pub fn render(bus: &Bus, out: &mut String) {
 }
 
 /// One row per subscriber: labels, queued, oldest age, dead letters, counters.
-fn rows(bus: &Bus) -> Vec<Row> {
+fn rows(bus: &Bus, stats: &StatsIndex<'_>) -> Vec<Row> {
     let meta = bus.meta();
     let mut rows = Vec::new();
     for (token, name, counters) in bus.counters() {
         let Some(s) = meta.subscribers.get(&token) else {
             continue;
         };
-        let (queued, oldest) = lag(bus, &s.id, &s.topics);
-        let dead = bus
-            .store
-            .existing_queue(&dead_queue(&s.id))
-            .ok()
-            .flatten()
-            .map_or(0, |q| q.stats().items);
+        let (queued, oldest) = lag(stats, &s.id, &s.topics);
+        let dead = stats.get(dead_queue(&s.id).as_str()).map_or(0, |q| q.items);
         let labels = format!(
             "subscriber=\"{}\",subscriber_id=\"{}\"",
             escape(&name),

@@ -1,7 +1,7 @@
 //! The names the API accepts, as routemaster did: topics `[a-z_]{1,64}`, token owners
-//! and tokens `[a-z0-9:_-]{1,64}`; and the engine queues and readers they become.
+//! and tokens `[a-z0-9:_-]{1,64}`; and the backend's queues and readers they become.
 //!
-//! Topic `NAME` is the engine queue `bus:topic:NAME`. A subscription has a random id
+//! Topic `NAME` is the queue `bus:topic:NAME`. A subscription has a random id
 //! `ID` (`s` and 16 hex digits, never its token: a credential must not show in queue
 //! names, logs or metrics): it reads topic queues as reader `ID`, and its dead letters
 //! are the queue `bus:dead:ID`. Ids are lowercase, so the retention reader's
@@ -24,13 +24,18 @@ pub fn is_token(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_:-".contains(&b))
 }
 
+/// What a topic's queue name starts with.
+pub const TOPIC_PREFIX: &str = "bus:topic:";
+/// What a dead-letter queue's name starts with.
+pub const DEAD_PREFIX: &str = "bus:dead:";
+
 pub fn topic_queue(topic: &str) -> String {
-    format!("bus:topic:{topic}")
+    format!("{TOPIC_PREFIX}{topic}")
 }
 
 /// A subscriber's dead-letter queue, by its id.
 pub fn dead_queue(subscriber_id: &str) -> String {
-    format!("bus:dead:{subscriber_id}")
+    format!("{DEAD_PREFIX}{subscriber_id}")
 }
 
 /// A new subscriber id: `s` and 16 random hex digits (a valid reader name, never

@@ -1,6 +1,6 @@
 //! Retention: how long a topic keeps its events once every subscriber has them.
 //!
-//! Each topic's queue has one reader that never takes, `Retention`. The engine keeps
+//! Each topic's queue has one reader that never takes, `Retention`. The backend keeps
 //! an item until every reader is past it, so this reader's position decides what is
 //! kept beyond the subscribers' needs. A janitor task moves it forward: to the
 //! queue's end when `retention_ms` is 0 (a topic keeps only what some subscriber has
@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use weir_backend::SeekTo;
 
 use crate::bus::Bus;
 use crate::names::RETENTION_READER;
@@ -38,28 +40,25 @@ pub async fn janitor(bus: Arc<Bus>) {
         if bus.is_shutting_down() {
             return;
         }
-        let b = Arc::clone(&bus);
-        let prev = std::mem::take(&mut last);
-        // Seeks journal and may read segment headers: off the event loop.
-        match tokio::task::spawn_blocking(move || advance_all(&b, prev)).await {
-            Ok(next) => last = next,
-            Err(e) => tracing::error!(error = %e, "retention janitor failed"),
-        }
+        last = advance_all(&bus, last).await;
     }
 }
 
 /// Moves every topic's retention reader; `last` is where each stood after the
-/// previous run (a seek is skipped when the target has not moved).
-fn advance_all(bus: &Bus, last: HashMap<String, u64>) -> HashMap<String, u64> {
+/// previous run (a seek is skipped when the target has not moved). The embedded
+/// backend does the file work (searches and journaled seeks) on the blocking pool.
+async fn advance_all(bus: &Bus, last: HashMap<String, u64>) -> HashMap<String, u64> {
     let mut next = HashMap::new();
-    let now_ms = bus.store.clock().now_ms();
+    let now_ms = bus.backend.now_ms();
     let retention_ms = u64::try_from(bus.settings.retention.as_millis()).unwrap_or(u64::MAX);
     for name in bus.meta().topics.keys() {
         let Some(rt) = bus.topic(name) else { continue };
         let target = if retention_ms == 0 {
-            rt.queue.seq_bounds().map(|(_, end)| end)
+            rt.queue.bounds().await.map(|(_, end)| end)
         } else {
-            rt.queue.seq_at_time(now_ms.saturating_sub(retention_ms))
+            rt.queue
+                .seq_at_time(now_ms.saturating_sub(retention_ms))
+                .await
         };
         let target = match target {
             Ok(t) => t,
@@ -74,11 +73,14 @@ fn advance_all(bus: &Bus, last: HashMap<String, u64>) -> HashMap<String, u64> {
         }
         match rt
             .queue
-            .reader(RETENTION_READER)
-            .and_then(|r| r.seek(target))
+            .seek_reader(RETENTION_READER, SeekTo::Seq(target))
+            .await
         {
-            Ok(at) => {
+            Ok(Some(at)) => {
                 next.insert(name.clone(), at);
+            }
+            Ok(None) => {
+                tracing::warn!(topic = %name, "retention: the topic has no retention reader")
             }
             Err(e) => {
                 tracing::warn!(topic = %name, error = %e, "retention: could not move the reader")

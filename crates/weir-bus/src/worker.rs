@@ -22,14 +22,14 @@ use axum::http::header::CONTENT_TYPE;
 use sha2::{Digest, Sha256};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
-use weir::{AppendOptions, LeaseId, Reader, TakeMode};
+use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
 
 use crate::bus::{Bus, SubscriberRt};
 use crate::event::{cloudevents_batch, delivered, event_id, is_stored_event, routemaster_batch};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, SubscriberMeta};
 use crate::metrics::SubscriberCounters;
-use crate::names::dead_queue;
+use crate::names::{dead_queue, topic_queue};
 use crate::retry::backoff;
 use crate::sign::signature_header;
 
@@ -117,7 +117,7 @@ struct Source {
 /// One leased event of a batch.
 struct Pending {
     source: usize,
-    lease: LeaseId,
+    lease: Lease,
     enqueued_at_ms: u64,
     id: String,
     /// The event as delivered in routemaster's format.
@@ -179,20 +179,26 @@ impl Worker {
             .into_iter()
             .filter(|t| current.is_none_or(|s| !s.topics.contains(t)))
             .collect();
-        let (bus, id) = (Arc::clone(&self.bus), self.id.clone());
-        let deleted = tokio::task::spawn_blocking(move || {
-            for topic in topics {
-                let Some(rt) = bus.topic(&topic) else { continue };
-                if rt.queue.has_reader(&id) {
-                    if let Err(e) = rt.queue.delete_reader(&id) {
-                        tracing::warn!(subscriber = %id, topic, error = %e, "could not delete a reader");
-                    }
+        let id = &self.id;
+        for topic in topics {
+            let Some(rt) = self.bus.topic(&topic) else {
+                continue;
+            };
+            // Asked first: a reader that is not there costs no deletion (file work
+            // on the engine) for each topic of a subscription that goes.
+            let deleted = match rt.queue.has_reader(id).await {
+                Ok(false) => Ok(false),
+                Ok(true) => {
+                    self.bus
+                        .backend
+                        .delete_reader(&topic_queue(&topic), id)
+                        .await
                 }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = deleted {
+                tracing::warn!(subscriber = %id, topic, error = %e, "could not delete a reader");
             }
-        })
-        .await;
-        if let Err(e) = deleted {
-            tracing::warn!(subscriber = %self.id, error = %e, "deleting readers failed");
         }
     }
 
@@ -207,16 +213,15 @@ impl Worker {
     }
 
     fn now_ms(&self) -> u64 {
-        self.bus.store.clock().now_ms()
+        self.bus.backend.now_ms()
     }
 
     /// The sources of the next batch under `cfg`: the dead-letter queue when
     /// re-driving, then each topic the subscriber has.
-    fn sources(&self, cfg: &SubscriberMeta) -> Vec<Source> {
+    async fn sources(&self, cfg: &SubscriberMeta) -> Vec<Source> {
         let mut sources = Vec::with_capacity(cfg.topics.len() + 1);
         if cfg.redrive_below > 0 {
-            let dead = self.bus.store.existing_queue(&dead_queue(&self.id));
-            match dead.and_then(|q| q.map(|q| q.reader("")).transpose()) {
+            match self.dead_letter_reader().await {
                 Ok(None) => {}
                 Ok(Some(reader)) => sources.push(Source {
                     reader,
@@ -228,17 +233,22 @@ impl Worker {
                 }
             }
         }
+        let backend = &self.bus.backend;
         for topic in &cfg.topics {
             let Some(rt) = self.bus.topic(topic) else {
                 continue;
             };
-            // Never create a reader here: the engine would start it at the oldest
+            // Never create a reader here: the backend would start it at the oldest
             // event. The bus creates it, at the end, when the subscription is made.
-            if !rt.queue.has_reader(&self.id) {
-                tracing::warn!(subscriber = %self.id, topic, "no reader on the topic; skipped");
-                continue;
-            }
-            match rt.queue.reader(&self.id) {
+            let reader = match rt.queue.has_reader(&self.id).await {
+                Ok(false) => {
+                    tracing::warn!(subscriber = %self.id, topic, "no reader on the topic; skipped");
+                    continue;
+                }
+                Ok(true) => backend.reader(&rt.queue, &self.id).await,
+                Err(e) => Err(e),
+            };
+            match reader {
                 Ok(reader) => sources.push(Source {
                     reader,
                     topic: Some((topic.clone(), rt.epoch)),
@@ -252,12 +262,22 @@ impl Worker {
         sources
     }
 
+    /// The reader of the subscriber's dead-letter queue; `None` when the queue is
+    /// not there (never created here: the bus makes it with the subscription).
+    async fn dead_letter_reader(&self) -> weir_backend::Result<Option<Reader>> {
+        let backend = &self.bus.backend;
+        match backend.existing_queue(&dead_queue(&self.id))? {
+            Some(queue) => backend.reader(&queue, "").await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Gathers the next batch: returns it once it holds `max` events or its oldest
     /// has waited `timeout`; `None` when the worker is stopped.
     async fn collect(&mut self) -> Option<Batch> {
         let mut cfg = self.adopt().await;
         let mut batch = Batch {
-            sources: self.sources(&cfg),
+            sources: self.sources(&cfg).await,
             events: Vec::new(),
             bytes: 0,
         };
@@ -289,7 +309,7 @@ impl Worker {
                 }
                 Woken::ConfigChanged if batch.events.is_empty() => {
                     cfg = self.adopt().await;
-                    batch.sources = self.sources(&cfg);
+                    batch.sources = self.sources(&cfg).await;
                 }
                 Woken::ConfigChanged | Woken::Other => {}
             }
@@ -359,13 +379,13 @@ impl Worker {
 
     /// Leases the next event of one source. `Ok(None)` when it has none for now.
     /// Items that are not events (written by other means) are confirmed and skipped.
-    async fn take_one(&self, source: &Source, index: usize) -> weir::Result<Option<Pending>> {
+    async fn take_one(
+        &self,
+        source: &Source,
+        index: usize,
+    ) -> weir_backend::Result<Option<Pending>> {
         loop {
-            let Some(taken) = source
-                .reader
-                .take_async(TakeMode::Lease, Duration::ZERO)
-                .await?
-            else {
+            let Some(taken) = source.reader.take(TakeMode::Lease, Duration::ZERO).await? else {
                 return Ok(None);
             };
             let Some(lease) = taken.lease else {
@@ -381,7 +401,7 @@ impl Worker {
                 }
                 Some(_) => None,
                 None if item.seq >= source.redrive_below => {
-                    source.reader.release(lease)?;
+                    source.reader.release(&lease)?;
                     return Ok(None);
                 }
                 None => dead_letter_id(&item.data).map(|id| (id, item.data.to_vec())),
@@ -403,7 +423,7 @@ impl Worker {
                         seq = item.seq,
                         "skipping an item that is not a bus event"
                     );
-                    source.reader.confirm_async(lease).await?;
+                    source.reader.confirm(&lease).await?;
                 }
             }
         }
@@ -508,7 +528,7 @@ impl Worker {
         let now_ms = self.now_ms();
         for p in &batch.events {
             let source = &batch.sources[p.source];
-            if let Err(e) = source.reader.confirm_async(p.lease).await {
+            if let Err(e) = source.reader.confirm(&p.lease).await {
                 tracing::error!(subscriber = %self.id, error = %e, "could not confirm a delivered event");
             }
             self.counters.sent.fetch_add(1, Relaxed);
@@ -521,7 +541,7 @@ impl Worker {
     /// events are appended there first, then confirmed where they came from, so a
     /// crash between the two delivers them again rather than losing them.
     async fn dead_letter(&self, batch: &Batch) {
-        let queue = match self.bus.store.existing_queue(&dead_queue(&self.id)) {
+        let queue = match self.bus.backend.existing_queue(&dead_queue(&self.id)) {
             Ok(Some(q)) => q,
             Ok(None) => {
                 tracing::error!(subscriber = %self.id, "no dead-letter queue; the batch stays pending");
@@ -534,28 +554,19 @@ impl Worker {
                 return;
             }
         };
-        let items: Vec<Vec<u8>> = batch.events.iter().map(|p| p.event.clone()).collect();
-        let appended = tokio::task::spawn_blocking(move || {
-            let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
-            queue.append_batch(&refs, AppendOptions::default())
-        })
-        .await;
-        match appended {
-            Ok(Ok(_)) => {
+        let items: Vec<&[u8]> = batch.events.iter().map(|p| p.event.as_slice()).collect();
+        match queue.append_batch(&items, AppendOptions::default()).await {
+            Ok(_) => {
                 for p in &batch.events {
-                    let _ = batch.sources[p.source].reader.confirm_async(p.lease).await;
+                    let _ = batch.sources[p.source].reader.confirm(&p.lease).await;
                 }
                 self.counters
                     .dead_lettered
                     .fetch_add(batch.events.len() as u64, Relaxed);
                 tracing::warn!(subscriber = %self.id, events = batch.events.len(), "batch moved to the dead-letter queue");
             }
-            Ok(Err(e)) => {
-                tracing::error!(subscriber = %self.id, error = %e, "could not dead-letter a batch; it stays pending");
-                release_all(batch);
-            }
             Err(e) => {
-                tracing::error!(subscriber = %self.id, error = %e, "dead-lettering failed");
+                tracing::error!(subscriber = %self.id, error = %e, "could not dead-letter a batch; it stays pending");
                 release_all(batch);
             }
         }
@@ -565,7 +576,7 @@ impl Worker {
 /// Gives a batch's leases back, ahead of newer events.
 fn release_all(batch: &Batch) {
     for p in &batch.events {
-        let _ = batch.sources[p.source].reader.release(p.lease);
+        let _ = batch.sources[p.source].reader.release(&p.lease);
     }
 }
 

@@ -5,7 +5,9 @@ mod common;
 
 use axum::http::StatusCode;
 use base64::Engine;
-use common::{config, Receiver, TestBus, ROOT};
+use std::sync::Arc;
+
+use common::{config, start_on, Receiver, TestBus, ROOT};
 use serde_json::{json, Value};
 
 fn error_of(bytes: &[u8]) -> String {
@@ -122,14 +124,17 @@ async fn tokens_are_managed_by_the_root_key_only() {
 }
 
 /// A bus on a store that holds at most `queues_max` queues, on `dir`.
-async fn start_small(dir: std::path::PathBuf, queues_max: usize) -> weir_bus::BusHandle {
+async fn start_small(
+    dir: std::path::PathBuf,
+    queues_max: usize,
+) -> (weir_bus::BusHandle, Arc<weir_backend::Backend>) {
     tokio::task::spawn_blocking(move || {
         let options = weir::StoreOptions {
             queues_max,
             ..weir::StoreOptions::default()
         };
         let store = weir::Store::open_with(&dir, options).unwrap();
-        weir_bus::start(store, config().resolve(None, None).unwrap()).unwrap()
+        start_on(store, dir, config())
     })
     .await
     .unwrap()
@@ -139,11 +144,12 @@ async fn start_small(dir: std::path::PathBuf, queues_max: usize) -> weir_bus::Bu
 async fn a_change_the_engine_refuses_is_undone() {
     // 3 queues: a topic and a dead-letter queue fit, two more topics do not.
     let dir = tempfile::tempdir().unwrap();
-    let handle = start_small(dir.path().to_path_buf(), 3).await;
+    let (handle, backend) = start_small(dir.path().to_path_buf(), 3).await;
     let base = format!("http://{}", handle.local_addr());
     let mut bus = TestBus {
         dir,
         handle: Some(handle),
+        backend: Some(backend),
         base,
         http: reqwest::Client::new(),
     };
@@ -167,9 +173,10 @@ async fn a_change_the_engine_refuses_is_undone() {
     );
     // And so it stays after a restart.
     bus.stop().await;
-    let handle = start_small(bus.dir.path().to_path_buf(), 3).await;
+    let (handle, backend) = start_small(bus.dir.path().to_path_buf(), 3).await;
     bus.base = format!("http://{}", handle.local_addr());
     bus.handle = Some(handle);
+    bus.backend = Some(backend);
     let (_, subs) = bus.get("/subscriptions", &sub).await;
     assert_eq!(subs[0]["topics"], json!(["a"]));
     bus.stop().await;

@@ -210,7 +210,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
         let mut body = metrics_shared.metrics.render(&stats);
         metrics_shared.backend.render_metrics(&mut body);
         if let Some(bus) = &metrics_shared.bus {
-            bus.render_metrics(&mut body);
+            bus.render_metrics(&stats, &mut body);
         }
         if let Some(proxy) = &metrics_shared.proxy {
             proxy.render_metrics(&stats, &mut body);

@@ -74,7 +74,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
     let bus = match backend.engine_store() {
-        Some(store) => start_bus(&settings, store).await?,
+        Some(_) => start_bus(&settings, &backend).await?,
         // The config refuses [bus] with another backend.
         None => None,
     };
@@ -130,18 +130,21 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
 }
 
 /// Starts the event bus when the settings enable it, on its own runtime (started
-/// from the blocking pool: a runtime cannot be built on this one's thread).
+/// from the blocking pool: a runtime cannot be built on this one's thread). Its
+/// queues are the backend's; its metadata is a file in the data directory.
 async fn start_bus(
     settings: &Settings,
-    store: &weir::Store,
+    backend: &Arc<weir_backend::Backend>,
 ) -> anyhow::Result<Option<weir_bus::BusHandle>> {
     let Some(bus_settings) = settings.bus.clone() else {
         return Ok(None);
     };
-    let store = store.clone();
-    let handle = tokio::task::spawn_blocking(move || weir_bus::start(store, bus_settings))
-        .await
-        .context("starting the bus")??;
+    let backend = Arc::clone(backend);
+    let meta_dir = settings.data_dir.clone();
+    let handle =
+        tokio::task::spawn_blocking(move || weir_bus::start(backend, meta_dir, bus_settings))
+            .await
+            .context("starting the bus")??;
     Ok(Some(handle))
 }
 

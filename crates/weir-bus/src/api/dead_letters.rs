@@ -1,5 +1,5 @@
 //! `/subscriber/dead_letters`: the events of batches that failed `attempts_max`
-//! times, kept in the subscriber's dead-letter queue (`bus:dead:TOKEN`, events in
+//! times, kept in the subscriber's dead-letter queue (`bus:dead:ID`, events in
 //! their delivered form). List them, re-drive them (deliver them again, ahead of new
 //! events), or purge them.
 
@@ -10,6 +10,7 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use serde_json::value::RawValue;
+use weir_backend::{Kind, ScanFrom};
 
 use super::{client, json_body};
 use crate::bus::Bus;
@@ -19,26 +20,28 @@ use crate::names::dead_queue;
 pub const LIST_DEFAULT: usize = 100;
 pub const LIST_MAX: usize = 1_000;
 
-/// The caller's dead-letter queue; 404 without a subscription.
-fn queue(bus: &Bus, token: &str) -> ApiResult<weir::Queue> {
-    let meta = bus.meta();
-    let s = meta
+/// The id of the caller's subscription; 404 without one.
+fn subscriber_id(bus: &Bus, token: &str) -> ApiResult<String> {
+    bus.meta()
         .subscribers
         .get(token)
-        .ok_or_else(|| ApiError::not_found("subscriber not found"))?;
-    bus.store
-        .queue(&dead_queue(&s.id))
-        .map_err(|e| ApiError::engine("opening the dead-letter queue", &e))
+        .map(|s| s.id.clone())
+        .ok_or_else(|| ApiError::not_found("subscriber not found"))
 }
 
-/// Dead letters waiting: the items of the queue's reader.
-fn waiting(queue: &weir::Queue) -> u64 {
-    queue
-        .stats()
-        .readers
+/// Dead letters waiting: the items of the dead-letter queue's reader (none when the
+/// queue is not there).
+async fn waiting(bus: &Bus, id: &str) -> ApiResult<u64> {
+    let stats = bus
+        .backend
+        .stats(Some(vec![dead_queue(id)]))
+        .await
+        .map_err(|e| ApiError::engine("reading the dead-letter queue", &e))?;
+    Ok(stats
         .iter()
+        .flat_map(|q| q.readers.iter())
         .find(|r| r.name.is_empty())
-        .map_or(0, |r| r.items)
+        .map_or(0, |r| r.items))
 }
 
 /// `GET /subscriber/dead_letters?limit=N`: `{"count": N, "events": [...]}`, the
@@ -57,27 +60,37 @@ pub async fn list(
             .filter(|l| (1..=LIST_MAX).contains(l))
             .ok_or_else(|| ApiError::bad_request(format!("bad limit: 1 to {LIST_MAX}")))?,
     };
-    let queue = queue(&bus, &token)?;
-    let listed = tokio::task::spawn_blocking(move || -> weir::Result<(u64, Vec<Box<RawValue>>)> {
-        let count = waiting(&queue);
-        let mut events = Vec::new();
-        for item in queue.iter()? {
-            if events.len() >= limit {
-                break;
-            }
-            let item = item?;
+    let id = subscriber_id(&bus, &token)?;
+    let count = waiting(&bus, &id).await?;
+    let events = oldest(&bus, &id, limit)
+        .await
+        .map_err(|e| ApiError::engine("listing dead letters", &e))?;
+    let body = serde_json::json!({ "count": count, "events": events });
+    Ok(json_body(body.to_string()))
+}
+
+/// The oldest `limit` dead letters the queue keeps, walked without consuming them;
+/// none when the queue is not there. An item that is not JSON is left out.
+async fn oldest(bus: &Bus, id: &str, limit: usize) -> weir_backend::Result<Vec<Box<RawValue>>> {
+    let mut scan = match bus.backend.scan(&dead_queue(id), ScanFrom::Oldest).await {
+        Ok(scan) => scan,
+        Err(e) if e.kind() == Kind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut events = Vec::new();
+    while events.len() < limit {
+        let page = scan.next_page(limit - events.len()).await?;
+        if page.is_empty() {
+            break;
+        }
+        for item in page {
             let text = String::from_utf8(item.data.to_vec()).unwrap_or_default();
             if let Ok(raw) = RawValue::from_string(text) {
                 events.push(raw);
             }
         }
-        Ok((count, events))
-    })
-    .await
-    .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| ApiError::engine("listing dead letters", &e))?;
-    let body = serde_json::json!({ "count": listed.0, "events": listed.1 });
-    Ok(json_body(body.to_string()))
+    }
+    Ok(events)
 }
 
 /// `POST /subscriber/dead_letters/redrive`: `{"redriving": N}`. Every dead letter
@@ -88,11 +101,17 @@ pub async fn redrive(
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
     let token = client(&bus, &headers)?;
-    let queue = queue(&bus, &token)?;
+    let id = subscriber_id(&bus, &token)?;
+    let queue = bus
+        .backend
+        .queue(&dead_queue(&id))
+        .await
+        .map_err(|e| ApiError::engine("opening the dead-letter queue", &e))?;
     let (_, next) = queue
-        .seq_bounds()
+        .bounds()
+        .await
         .map_err(|e| ApiError::engine("reading the dead-letter queue", &e))?;
-    let count = waiting(&queue);
+    let count = waiting(&bus, &id).await?;
     bus.change(|meta| {
         let s = meta
             .subscribers
@@ -113,10 +132,11 @@ pub async fn purge(
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
     let token = client(&bus, &headers)?;
-    let queue = queue(&bus, &token)?;
-    let purged = tokio::task::spawn_blocking(move || queue.reader("").and_then(|r| r.flush()))
+    let id = subscriber_id(&bus, &token)?;
+    let purged = bus
+        .backend
+        .flush(&dead_queue(&id), Some(""))
         .await
-        .map_err(|e| ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .map_err(|e| ApiError::engine("purging dead letters", &e))?;
     Ok(json_body(
         serde_json::json!({ "purged": purged }).to_string(),

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use serde_json::Value;
+use weir_backend::SeekTo;
 
 use super::{client, json_body, json_object, read_body, REQUEST_BYTES_MAX};
 use crate::bus::Bus;
@@ -54,28 +55,20 @@ pub async fn replay(
     let (Some(id), Some(rt)) = (id, bus.topic(&name)) else {
         return Err(ApiError::not_found("not subscribed"));
     };
-    let queue = rt.queue.clone();
-    let moved = tokio::task::spawn_blocking(move || -> weir::Result<(u64, u64, u64)> {
-        let seq = match target {
-            Target::Seq(s) => s,
-            Target::Since(ms) => queue.seq_at_time(ms)?,
-        };
-        if !queue.has_reader(&id) {
-            return Err(weir::Error::NotFound {
-                what: format!("reader {id:?}"),
-            });
-        }
-        let at = queue.reader(&id)?.seek(seq)?;
-        let (oldest, next) = queue.seq_bounds()?;
-        Ok((at, oldest, next))
-    })
-    .await
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| ApiError::engine("replaying", &e))?;
+    let to = match target {
+        Target::Seq(s) => SeekTo::Seq(s),
+        Target::Since(ms) => SeekTo::Time(ms),
+    };
+    let replaying = |e| ApiError::engine("replaying", &e);
+    let at = rt.queue.seek_reader(&id, to).await.map_err(replaying)?;
+    let Some(at) = at else {
+        return Err(ApiError::not_found("not subscribed"));
+    };
+    let (oldest, next) = rt.queue.bounds().await.map_err(replaying)?;
     for worker in &rt.wake {
         worker.notify_one();
     }
-    let body = serde_json::json!({ "seq": moved.0, "oldest": moved.1, "next": moved.2 });
+    let body = serde_json::json!({ "seq": at, "oldest": oldest, "next": next });
     Ok(json_body(body.to_string()))
 }
 

@@ -1,6 +1,7 @@
 //! `/subscription` and `/subscriber`: a client token's one subscription (topics,
 //! callback, batching, format), its signing secret, and the list of all of them.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -16,8 +17,8 @@ use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, Secret, SubscriberMeta};
-use crate::metrics::lag;
-use crate::names::new_subscriber_id;
+use crate::metrics::{index, lag};
+use crate::names::{new_subscriber_id, topic_queue};
 use crate::sign::new_secret;
 
 /// The fields a subscription may have (routemaster's, and `format`).
@@ -49,7 +50,7 @@ pub async fn subscribe(
     let token = client(&bus, &headers)?;
     let body = read_body(&bus, body, REQUEST_BYTES_MAX).await?;
     let req = parse(&bus, &json_object(&body)?)?;
-    let now_ms = bus.store.clock().now_ms();
+    let now_ms = bus.backend.now_ms();
     let (topics_max, subscribers_max) = (bus.settings.topics_max, bus.settings.subscribers_max);
     let secret = bus
         .change(|meta| {
@@ -234,6 +235,17 @@ pub async fn unsubscribe_topic(
 pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     caller(&bus, &headers)?;
     let meta = bus.meta();
+    let names: BTreeSet<String> = meta
+        .subscribers
+        .values()
+        .flat_map(|s| s.topics.iter().map(|t| topic_queue(t)))
+        .collect();
+    let stats = bus
+        .backend
+        .stats(Some(names.into_iter().collect()))
+        .await
+        .map_err(|e| ApiError::engine("reading the topics' figures", &e))?;
+    let stats = index(&stats);
     let counters: std::collections::HashMap<String, u64> = bus
         .counters()
         .into_iter()
@@ -243,7 +255,7 @@ pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<
         .subscribers
         .iter()
         .map(|(token, s)| {
-            let (queued, oldest) = lag(&bus, &s.id, &s.topics);
+            let (queued, oldest) = lag(&stats, &s.id, &s.topics);
             serde_json::json!({
                 "subscriber": meta.tokens.get(token),
                 "uuid": s.uuid,
@@ -271,7 +283,7 @@ pub async fn rotate_secret(
     headers: HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
     let token = client(&bus, &headers)?;
-    let now_ms = bus.store.clock().now_ms();
+    let now_ms = bus.backend.now_ms();
     let overlap_ms = u64::try_from(bus.settings.secret_overlap.as_millis()).unwrap_or(u64::MAX);
     let expires = now_ms.saturating_add(overlap_ms);
     let secret = new_secret();

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use weir::AppendOptions;
+use weir_backend::AppendOptions;
 
 use super::{caller, client, json_body, read_body, Caller};
 use crate::bus::{Bus, TopicRt};
@@ -33,13 +33,13 @@ pub async fn publish(
         }
     }
     let body = read_body(&bus, body, bus.settings.publish_bytes_max).await?;
-    let stored = parse_publish(&body, bus.store.clock().now_ms()).map_err(ApiError::bad_request)?;
+    let stored = parse_publish(&body, bus.backend.now_ms()).map_err(ApiError::bad_request)?;
     let rt = match rt {
         Some(rt) if rt.publisher.as_deref() == Some(token.as_str()) => rt,
         _ => claim(&bus, &name, &token).await?,
     };
     rt.queue
-        .append_async(stored, AppendOptions::default())
+        .append(&stored, AppendOptions::default())
         .await
         .map_err(|e| ApiError::engine("publishing", &e))?;
     for worker in &rt.wake {
@@ -104,18 +104,16 @@ pub fn check_name(name: &str) -> ApiResult<()> {
 pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     caller(&bus, &headers)?;
     let meta = bus.meta();
-    let list: Vec<serde_json::Value> = meta
-        .topics
-        .iter()
-        .map(|(name, t)| {
-            let publisher = t.publisher.as_ref().and_then(|p| meta.tokens.get(p));
-            let events = bus
-                .topic(name)
-                .and_then(|rt| rt.queue.seq_bounds().ok())
-                .map_or(0, |(_, next)| next.saturating_sub(1));
-            serde_json::json!({ "name": name, "publisher": publisher, "events": events })
-        })
-        .collect();
+    let mut list = Vec::with_capacity(meta.topics.len());
+    for (name, t) in &meta.topics {
+        let publisher = t.publisher.as_ref().and_then(|p| meta.tokens.get(p));
+        let next = match bus.topic(name) {
+            Some(rt) => rt.queue.bounds().await.ok().map(|(_, next)| next),
+            None => None,
+        };
+        let events = next.map_or(0, |next| next.saturating_sub(1));
+        list.push(serde_json::json!({ "name": name, "publisher": publisher, "events": events }));
+    }
     Ok(json_body(serde_json::Value::Array(list).to_string()))
 }
 

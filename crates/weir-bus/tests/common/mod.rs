@@ -1,9 +1,11 @@
-//! What the bus's integration tests share: a bus on a temporary store, a real HTTP
+//! What the bus's integration tests share: a bus on a temporary store (the embedded
+//! backend, its metadata in the store's directory, as `weir serve` has it), a real HTTP
 //! receiver (an axum server) that records deliveries and answers with a status the
 //! test chooses, and a small API client.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +15,18 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use parking_lot::Mutex;
 use serde_json::Value;
+use weir_backend::Backend;
 use weir_bus::{BusConfig, BusHandle};
 
 pub const ROOT: &str = "root-key-for-tests";
+
+/// Starts a bus on `store` (the embedded backend), its metadata in `dir`. Blocking.
+pub fn start_on(store: weir::Store, dir: PathBuf, config: BusConfig) -> (BusHandle, Arc<Backend>) {
+    let backend = Arc::new(Backend::Embedded(weir_backend::Embedded::new(store)));
+    let settings = config.resolve(None, None).unwrap();
+    let handle = weir_bus::start(Arc::clone(&backend), dir, settings).unwrap();
+    (handle, backend)
+}
 
 /// A test bus config: loopback and http allowed, fast retries.
 pub fn config() -> BusConfig {
@@ -34,6 +45,8 @@ pub fn config() -> BusConfig {
 pub struct TestBus {
     pub dir: tempfile::TempDir,
     pub handle: Option<BusHandle>,
+    /// The backend the running bus keeps its queues in; closed by [`TestBus::stop`].
+    pub backend: Option<Arc<Backend>>,
     pub base: String,
     pub http: reqwest::Client,
 }
@@ -44,6 +57,7 @@ impl TestBus {
         let mut bus = TestBus {
             dir,
             handle: None,
+            backend: None,
             base: String::new(),
             http: reqwest::Client::new(),
         };
@@ -55,29 +69,41 @@ impl TestBus {
     pub async fn restart_with(&mut self, config: BusConfig) {
         self.stop().await;
         let path = self.dir.path().to_path_buf();
-        let handle = tokio::task::spawn_blocking(move || {
+        let (handle, backend) = tokio::task::spawn_blocking(move || {
             let store = weir::Store::open(&path).unwrap();
-            let settings = config.resolve(None, None).unwrap();
-            weir_bus::start(store, settings)
+            start_on(store, path, config)
         })
         .await
-        .unwrap()
         .unwrap();
         self.base = format!("http://{}", handle.local_addr());
         self.handle = Some(handle);
+        self.backend = Some(backend);
     }
 
+    /// Stops the bus, then closes its backend (the store can be opened again).
     pub async fn stop(&mut self) {
         if let Some(handle) = self.handle.take() {
             tokio::task::spawn_blocking(move || handle.stop())
                 .await
                 .unwrap();
         }
+        if let Some(backend) = self.backend.take() {
+            backend.close().await.unwrap();
+        }
     }
 
+    /// The bus's `/metrics` series, over every queue's figures as `weir serve`
+    /// gathers them.
     pub fn metrics(&self) -> String {
+        let store = self.backend.as_ref().and_then(|b| b.engine_store());
+        let stats: Vec<weir_backend::QueueStats> = store
+            .map(|s| s.queues().iter().map(weir::Queue::stats).collect())
+            .unwrap_or_default();
         let mut out = String::new();
-        self.handle.as_ref().unwrap().render_metrics(&mut out);
+        self.handle
+            .as_ref()
+            .unwrap()
+            .render_metrics(&stats, &mut out);
         out
     }
 
