@@ -6,7 +6,7 @@
 //! and written whole to `DATA_DIR/bus/meta.json` on every change: a new file is
 //! written and fsync'ed, renamed over the old one, and the directory fsync'ed, before
 //! the API answers. A kill at any instant leaves either the old or the new file;
-//! never half of one. Events are not here: they live in the engine's queues.
+//! never half of one. Events are not here: they live in the backend's queues.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -44,7 +44,7 @@ pub struct TopicMeta {
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SubscriberMeta {
-    /// Names the subscriber in the engine (its reader on each topic, its dead-letter
+    /// Names the subscriber in the backend (its reader on each topic, its dead-letter
     /// queue), in logs and in metrics: random, never the token (a credential).
     pub id: String,
     pub uuid: Option<String>,
