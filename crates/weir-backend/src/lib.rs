@@ -113,7 +113,8 @@ impl Backend {
     }
 
     /// The engine's store when the queues are in this process: for what is not on this
-    /// interface yet (the bus, the proxy's recordings).
+    /// interface yet (a capture import, the bus's metadata directory being the data
+    /// directory).
     pub fn engine_store(&self) -> Option<&weir::Store> {
         match self {
             Backend::Embedded(e) => Some(e.store()),
@@ -361,8 +362,8 @@ impl Queue {
 
     /// Appends several items in order; returns the first one's sequence number. On
     /// the engine all or none, under one fsync; on JetStream one publish each, so a
-    /// failure part-way leaves the first ones stored (the error says so). The items
-    /// are copied before anything waits.
+    /// failure part-way leaves the first ones stored (the error says so). An empty
+    /// batch is [`Kind::InvalidArgument`] on both.
     pub async fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<u64> {
         match self {
             Queue::Embedded(q) => embedded::append_batch(q, items, options).await,

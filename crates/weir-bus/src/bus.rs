@@ -210,8 +210,9 @@ impl Bus {
 
     /// The queue of topic `name`, kept for its retention reader and the readers of
     /// the subscribers `meta` has on it (no default reader: nobody would read it, and
-    /// it would keep every event). A reader made here starts at the topic's end; one
-    /// of a subscriber that did not have the topic in `previous` is moved there.
+    /// it would keep every event). A subscriber's reader made here starts at the
+    /// topic's end; one of a subscriber that did not have the topic in `previous` is
+    /// moved there.
     async fn open_topic(
         &self,
         meta: &Meta,
@@ -223,13 +224,20 @@ impl Bus {
             .values()
             .filter(|s| s.topics.iter().any(|t| t == name))
             .collect();
-        let mut readers = Vec::with_capacity(subscribers.len() + 1);
-        readers.push(RETENTION_READER);
-        readers.extend(subscribers.iter().map(|s| s.id.as_str()));
+        // The retention reader, when missing (a new topic, or deleted by other
+        // means), starts at the oldest event, as the engine makes any reader: it keeps
+        // what replay may need until the janitor moves it. Subscribers' start at the
+        // end.
         let (queue, _) = self
             .backend
-            .queue_for_readers(&topic_queue(name), &readers, true)
+            .queue_for_readers(&topic_queue(name), &[RETENTION_READER], false)
             .await?;
+        let readers: Vec<&str> = subscribers.iter().map(|s| s.id.as_str()).collect();
+        if !readers.is_empty() {
+            self.backend
+                .queue_for_readers(&topic_queue(name), &readers, true)
+                .await?;
+        }
         for s in subscribers {
             let had = previous.is_none_or(|p| {
                 p.subscribers

@@ -1,9 +1,10 @@
 //! Errors of the HTTP API: a status and a message, sent as `{"error": MESSAGE}`.
 //!
 //! Every refusal says what was wrong in words a client can act on; a failure of the
-//! storage backend or the disk is a 500 (or 507 when the disk is full, 503 when it is
-//! full, closed or out of reach) whose detail goes to the log, not to the client. It
-//! is read from the failure's [`weir_backend::Kind`] alone, whichever backend said it.
+//! storage backend or the disk is a 500 (507 when the disk is full; 503 when a queue
+//! or the store is full, or the backend is closed or out of reach) whose detail goes
+//! to the log, not to the client. The status is read from the failure's
+//! [`weir_backend::Kind`] alone, whichever backend said it.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -49,6 +49,8 @@ pub use crate::sign::signature;
 
 /// How long [`BusHandle::stop`] lets deliveries in flight finish.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long [`BusHandle::stop`] waits for a change of the metadata in flight.
+const CHANGE_GRACE: Duration = Duration::from_secs(10);
 
 /// A running bus.
 pub struct BusHandle {
@@ -95,6 +97,15 @@ pub fn start(
             let janitor = runtime.spawn(retention::janitor(Arc::clone(&serving)));
             let shutdown = serving.shutdown.clone();
             runtime.block_on(api::serve(listener, Arc::clone(&serving), shutdown));
+            // A change in flight (its request may be gone) finishes before the runtime
+            // stops, or it could be cut between its metadata and the backend; no
+            // new one starts, the API being closed.
+            runtime.block_on(async {
+                let waited = tokio::time::timeout(CHANGE_GRACE, serving.hold_changes()).await;
+                if waited.is_err() {
+                    tracing::warn!("a change of the bus's metadata did not finish in time");
+                }
+            });
             serving.stop_workers();
             janitor.abort();
             drop(serving);

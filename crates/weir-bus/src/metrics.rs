@@ -70,7 +70,9 @@ pub fn lag(stats: &StatsIndex<'_>, id: &str, topics: &[String]) -> (u64, Option<
 }
 
 /// Appends the bus's figures to a `/metrics` body; `stats` are the queues' figures
-/// the page gathered (the topic and dead-letter queues among them).
+/// the page gathered (the topic and dead-letter queues among them). A subscriber's
+/// backlog and dead letters are left out when its queues are not in `stats` (the
+/// gathering did not finish in time), rather than shown as 0.
 pub fn render(bus: &Bus, stats: &[QueueStats], out: &mut String) {
     let rows = rows(bus, &index(stats));
     let gauge = |out: &mut String, metric: &str, help: &str, kind: &str| {
@@ -101,25 +103,27 @@ pub fn render(bus: &Bus, stats: &[QueueStats], out: &mut String) {
             "weir_bus_subscriber_sent_total",
             "Events delivered and confirmed by a 2xx.",
             "counter",
-            |r| r.4.sent.load(Relaxed),
+            |r| Some(r.4.sent.load(Relaxed)),
         ),
         (
             "weir_bus_subscriber_failed_attempts_total",
             "Delivery attempts that failed.",
             "counter",
-            |r| r.4.failed_attempts.load(Relaxed),
+            |r| Some(r.4.failed_attempts.load(Relaxed)),
         ),
         (
             "weir_bus_subscriber_dead_lettered_total",
             "Events moved to the dead-letter queue.",
             "counter",
-            |r| r.4.dead_lettered.load(Relaxed),
+            |r| Some(r.4.dead_lettered.load(Relaxed)),
         ),
     ];
     for (metric, help, kind, value) in series {
         gauge(out, metric, help, kind);
-        for row in &rows {
-            let _ = writeln!(out, "{metric}{{{}}} {}", row.0, value(row));
+        // A figure not known this scrape (the queues' figures did not come in
+        // time) is left out, never shown as 0: a backlog must not read as none.
+        for (row, v) in rows.iter().filter_map(|r| value(r).map(|v| (r, v))) {
+            let _ = writeln!(out, "{metric}{{{}}} {v}", row.0);
         }
     }
     let metric = "weir_bus_delivery_latency_ms";
@@ -142,14 +146,24 @@ fn rows(bus: &Bus, stats: &StatsIndex<'_>) -> Vec<Row> {
         let Some(s) = meta.subscribers.get(&token) else {
             continue;
         };
+        // Every topic has a queue, and every subscriber a dead-letter queue: one
+        // missing from the figures means the page has none for it.
+        let known = s
+            .topics
+            .iter()
+            .all(|t| stats.contains_key(topic_queue(t).as_str()));
         let (queued, oldest) = lag(stats, &s.id, &s.topics);
-        let dead = stats.get(dead_queue(&s.id).as_str()).map_or(0, |q| q.items);
+        let (queued, oldest) = match known {
+            true => (Some(queued), Some(oldest.unwrap_or(0))),
+            false => (None, None),
+        };
+        let dead = stats.get(dead_queue(&s.id).as_str()).map(|q| q.items);
         let labels = format!(
             "subscriber=\"{}\",subscriber_id=\"{}\"",
             escape(&name),
             s.id
         );
-        rows.push((labels, queued, oldest.unwrap_or(0), dead, counters));
+        rows.push((labels, queued, oldest, dead, counters));
     }
     rows
 }
@@ -173,9 +187,22 @@ fn render_histogram(out: &mut String, metric: &str, labels: &str, c: &Subscriber
     let _ = writeln!(out, "{metric}_count{{{labels}}} {count}");
 }
 
-type Row = (String, u64, u64, u64, std::sync::Arc<SubscriberCounters>);
+/// Labels, queued, oldest age, dead letters (`None`: no figures for the queues this
+/// scrape), counters.
+type Row = (
+    String,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    std::sync::Arc<SubscriberCounters>,
+);
 /// A metric's name, help, type, and how to read it from a row.
-type Series = (&'static str, &'static str, &'static str, fn(&Row) -> u64);
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&Row) -> Option<u64>,
+);
 
 /// A label value with `\`, `"` and newlines escaped.
 fn escape(v: &str) -> String {

@@ -80,7 +80,17 @@ async fn advance_all(bus: &Bus, last: HashMap<String, u64>) -> HashMap<String, u
                 next.insert(name.clone(), at);
             }
             Ok(None) => {
-                tracing::warn!(topic = %name, "retention: the topic has no retention reader")
+                // Deleted by other means (the memcache port's `delete q.r`): made again,
+                // at the oldest event, and moved at the next run.
+                tracing::warn!(topic = %name, "retention: the topic had no retention reader; making it again");
+                let queue = crate::names::topic_queue(name);
+                let made = bus
+                    .backend
+                    .queue_for_readers(&queue, &[RETENTION_READER], false)
+                    .await;
+                if let Err(e) = made {
+                    tracing::warn!(topic = %name, error = %e, "retention: could not make the reader");
+                }
             }
             Err(e) => {
                 tracing::warn!(topic = %name, error = %e, "retention: could not move the reader")

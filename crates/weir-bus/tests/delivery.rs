@@ -293,6 +293,24 @@ async fn failing_forever_dead_letters_the_batch_and_redrive_delivers_it() {
         .metrics()
         .lines()
         .any(|l| l.starts_with("weir_bus_subscriber_dead_lettered_total") && l.ends_with(" 4")));
+    assert!(bus
+        .metrics()
+        .lines()
+        .any(|l| l.starts_with("weir_bus_subscriber_dead_letters{") && l.ends_with(" 4")));
+    // A scrape without the queues' figures (they did not come in time) leaves the
+    // backlog out rather than showing 0; the workers' own counters stay.
+    let without = bus.metrics_without_figures();
+    assert!(
+        !without.contains("weir_bus_subscriber_dead_letters{"),
+        "{without}"
+    );
+    assert!(
+        !without.contains("weir_bus_subscriber_queued{"),
+        "{without}"
+    );
+    assert!(without
+        .lines()
+        .any(|l| l.starts_with("weir_bus_subscriber_dead_lettered_total") && l.ends_with(" 4")));
     let (s, v) = bus.get("/subscriber/dead_letters?limit=0", &sub).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
 
@@ -606,4 +624,40 @@ async fn leaving_a_topic_drops_its_reader_and_coming_back_starts_at_the_end() {
     assert_eq!(readers.len(), 2, "{readers:?}");
     store.close().unwrap();
     recv.stop();
+}
+
+/// A retention reader deleted by other means (the memcache port's `delete q.r`) is
+/// made again by the janitor, at the oldest event: what the topic keeps stays kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_retention_reader_is_made_again_at_the_oldest_event() {
+    let mut cfg = config();
+    // The janitor runs every 2 s (a quarter of the retention).
+    cfg.retention_ms = Some(8_000);
+    let mut bus = TestBus::start(cfg).await;
+    let publisher = bus.token("pub").await;
+    for i in 0..3 {
+        bus.publish(&publisher, "t", &format!("https://x.example/{i}"))
+            .await;
+    }
+    let backend = bus.backend.clone().unwrap();
+    assert!(backend
+        .delete_reader("bus:topic:t", "Retention")
+        .await
+        .unwrap());
+    let store = backend.engine_store().unwrap().clone();
+    let until = Instant::now() + Duration::from_secs(10);
+    let queue = store.existing_queue("bus:topic:t").unwrap().unwrap();
+    while !queue.has_reader("Retention") {
+        assert!(
+            Instant::now() < until,
+            "the retention reader was not made again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Made at the oldest event (the janitor keeps 8 s, and they are younger): all 3
+    // are kept for it.
+    let stats = queue.stats();
+    let retention = stats.readers.iter().find(|r| r.name == "Retention");
+    assert_eq!(retention.map(|r| r.items), Some(3), "{stats:?}");
+    bus.stop().await;
 }

@@ -124,6 +124,11 @@ impl Inner {
             Err(e) => return Err(e),
         };
         let flushed = info.num_pending + info.num_ack_pending;
+        // Its leases through this door end, as on the engine: after the move a
+        // confirm of one could acknowledge a later delivery of the same item.
+        for record in self.leases.end_consumer(&name) {
+            super::doors::tombstone(&self.api, &record).await;
+        }
         let resettable = matches!(
             info.config.deliver_policy.as_str(),
             "all" | "by_start_sequence"

@@ -37,6 +37,9 @@ impl Queue {
     /// One publish per item, in order; the first one's sequence number. A failure
     /// part-way leaves the items before it stored, and says how many.
     pub async fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<u64> {
+        if items.is_empty() {
+            return Err(Error::new(Kind::InvalidArgument, "an empty batch"));
+        }
         let mut first = 0;
         for (i, item) in items.iter().enumerate() {
             let seq = match self
@@ -147,6 +150,11 @@ impl Queue {
             .api
             .json(&api, &json!({ "seq": target }), deadline)
             .await?;
+        // And again: a lease this door took while the reset was on its way was
+        // delivered before it, and may be pending again now.
+        for record in inner.leases.end_consumer(&name) {
+            super::doors::tombstone(&inner.api, &record).await;
+        }
         inner.stats_cache.invalidate();
         Ok(Some(if reply.reset_seq == 0 {
             target

@@ -83,5 +83,22 @@ pub async fn readers_move_back_and_forward(backend: &Backend) -> TestResult {
     assert_eq!(all(&r).await?, ["1", "2", "3", "4", "5", "6"]);
     assert_eq!(q.seek_reader("r", SeekTo::Seq(u64::MAX)).await?, Some(end));
     assert_eq!(next(&r).await?, None);
+    // A lease ended by a move gives nothing back when released.
+    q.append(b"7", opts).await?;
+    let leased = r.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+    let lease = leased.and_then(|t| t.lease).ok_or("a lease on 7")?;
+    assert_eq!(
+        q.seek_reader("r", SeekTo::End).await?,
+        Some(q.bounds().await?.1)
+    );
+    assert!(!r.release(&lease)?, "an ended lease is not given back");
+    assert_eq!(next(&r).await?, None);
+    // The other reader never moved: it has everything.
+    let keeper = backend.reader(&q, "").await?;
+    assert_eq!(all(&keeper).await?, ["1", "2", "3", "4", "5", "6", "7"]);
+    assert_eq!(
+        q.append_batch(&[], opts).await.err().map(|e| e.kind()),
+        Some(weir_backend::Kind::InvalidArgument)
+    );
     Ok(())
 }

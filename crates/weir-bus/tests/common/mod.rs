@@ -92,6 +92,14 @@ impl TestBus {
         }
     }
 
+    /// The bus's `/metrics` series when the page has no queue figures (its
+    /// gathering did not finish in time).
+    pub fn metrics_without_figures(&self) -> String {
+        let mut out = String::new();
+        self.handle.as_ref().unwrap().render_metrics(&[], &mut out);
+        out
+    }
+
     /// The bus's `/metrics` series, over every queue's figures as `weir serve`
     /// gathers them.
     pub fn metrics(&self) -> String {
