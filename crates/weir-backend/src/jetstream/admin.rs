@@ -126,9 +126,7 @@ impl Inner {
         let flushed = info.num_pending + info.num_ack_pending;
         // Its leases through this door end, as on the engine: after the move a
         // confirm of one could acknowledge a later delivery of the same item.
-        for record in self.leases.end_consumer(&name) {
-            super::doors::tombstone(&self.api, &record).await;
-        }
+        self.end_leases(&name).await;
         let resettable = matches!(
             info.config.deliver_policy.as_str(),
             "all" | "by_start_sequence"

@@ -78,9 +78,7 @@ impl Queue {
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;
         let subject = inner.layout.subject(&self.entry.name);
-        let (oldest, next) = bounds(inner, &subject, deadline).await?;
-        let at = first_at(inner, &subject, ms, deadline).await?;
-        Ok(at.unwrap_or(next).clamp(oldest, next))
+        target(inner, &subject, SeekTo::Time(ms), deadline).await
     }
 
     /// Whether the reader's consumer exists (this door's registry, else the cluster).
@@ -130,21 +128,13 @@ impl Queue {
             ));
         }
         let subject = inner.layout.subject(&self.entry.name);
-        let (oldest, next) = bounds(inner, &subject, deadline).await?;
-        let target = match to {
-            SeekTo::Seq(seq) => seq,
-            SeekTo::Time(ms) => first_at(inner, &subject, ms, deadline)
-                .await?
-                .unwrap_or(next),
-            SeekTo::End => next,
-        };
-        let target = target.clamp(oldest, next).max(floor).max(1);
+        let target = target(inner, &subject, to, deadline)
+            .await?
+            .max(floor)
+            .max(1);
         // This door's leases end first: a confirm racing the move must not
         // acknowledge an item the move makes pending again.
-        let ended = inner.leases.end_consumer(&name);
-        for record in ended {
-            super::doors::tombstone(&inner.api, &record).await;
-        }
+        inner.end_leases(&name).await;
         let api = format!("CONSUMER.RESET.{}.{name}", inner.layout.stream);
         let reply: ResetReply = inner
             .api
@@ -152,9 +142,7 @@ impl Queue {
             .await?;
         // And again: a lease this door took while the reset was on its way was
         // delivered before it, and may be pending again now.
-        for record in inner.leases.end_consumer(&name) {
-            super::doors::tombstone(&inner.api, &record).await;
-        }
+        inner.end_leases(&name).await;
         inner.stats_cache.invalidate();
         Ok(Some(if reply.reset_seq == 0 {
             target
@@ -162,6 +150,34 @@ impl Queue {
             reply.reset_seq
         }))
     }
+}
+
+impl Inner {
+    /// The leases this door holds on `consumer` end (see [`super::leases::Leases::end_consumer`]);
+    /// their records in the doors' stream are tombstoned.
+    pub(super) async fn end_leases(&self, consumer: &str) {
+        for record in self.leases.end_consumer(consumer) {
+            super::doors::tombstone(&self.api, &record).await;
+        }
+    }
+}
+
+/// The sequence `to` names on one subject, within its [`bounds`].
+async fn target(
+    inner: &Inner,
+    subject: &str,
+    to: SeekTo,
+    deadline: tokio::time::Instant,
+) -> Result<u64> {
+    let (oldest, next) = bounds(inner, subject, deadline).await?;
+    let seq = match to {
+        SeekTo::Seq(seq) => seq,
+        SeekTo::Time(ms) => first_at(inner, subject, ms, deadline)
+            .await?
+            .unwrap_or(next),
+        SeekTo::End => next,
+    };
+    Ok(seq.clamp(oldest, next))
 }
 
 /// `(oldest, next)` of one subject; see [`Queue::bounds`].
