@@ -34,6 +34,8 @@ pub enum Kind {
     Unavailable,
     /// This backend does not do that.
     Unsupported,
+    /// A compare-and-set write found the value changed by another writer.
+    Conflict,
     /// Anything else the backend reported.
     Other,
 }

@@ -28,6 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
+pub use jetstream::map::{Entry as MapEntry, Expect, SharedMap};
 pub use weir::{AppendOptions, Item, LeaseId, QueueStats, ReaderStats, StoreOptions, TakeMode};
 
 /// Where the queues live.
@@ -119,6 +120,16 @@ impl Backend {
         match self {
             Backend::Embedded(e) => Some(e.store()),
             Backend::JetStream(_) => None,
+        }
+    }
+
+    /// A small map replicated with the queues, for a front door's own metadata and
+    /// for choosing one door among several (compare-and-set writes); `None` on the
+    /// embedded engine, whose one process keeps such things in its data directory.
+    pub async fn shared_map(&self, name: &str) -> Result<Option<SharedMap>> {
+        match self {
+            Backend::Embedded(_) => Ok(None),
+            Backend::JetStream(j) => j.shared_map(name).await.map(Some),
         }
     }
 

@@ -78,6 +78,7 @@ impl Drop for Cluster {
         let urls = self.urls.clone();
         let subject = format!("$JS.API.STREAM.DELETE.{}", self.stream);
         let doors = format!("$JS.API.STREAM.DELETE.{}_DOORS", self.stream);
+        let map = format!("$JS.API.STREAM.DELETE.{}_MAP_T", self.stream);
         // Off any test runtime: a runtime of its own, on a thread of its own.
         let deleted = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -90,6 +91,8 @@ impl Drop for Cluster {
                 let client = async_nats::connect(addrs).await.ok()?;
                 // The doors' stream (registrations, lease records) may not exist.
                 let _ = client.request(doors, Bytes::new()).await;
+                // So may the map of `a_shared_map_writes_compare_and_set`.
+                let _ = client.request(map, Bytes::new()).await;
                 client.request(subject, Bytes::new()).await.ok()
             })
         })
@@ -1443,5 +1446,75 @@ async fn a_reader_made_at_the_end_moves_back_to_its_start_at_most() -> TestResul
         Some(oldest)
     );
     js.close().await?;
+    Ok(())
+}
+
+/// The cluster's map: writes are compare-and-set (of two writers from one revision,
+/// one wins), a delete never removes a newer value, reads and lists see the latest
+/// write, and bad keys and names are refused.
+#[tokio::test]
+async fn a_shared_map_writes_compare_and_set() -> TestResult {
+    use weir_backend::Expect;
+    let c = cluster!("a_shared_map_writes_compare_and_set");
+    let js = c.door().await?;
+    let other = c.door().await?;
+    let map = js.shared_map("t").await?;
+    let seen = other.shared_map("t").await?;
+    assert!(map.get("a").await?.is_none());
+    let r1 = map.put("a", Bytes::from("one"), Expect::Absent).await?;
+    let e = seen
+        .put("a", Bytes::from("two"), Expect::Absent)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "{e}");
+    let r2 = seen
+        .put("a", Bytes::from("two"), Expect::Revision(r1))
+        .await?;
+    assert!(r2 > r1);
+    let e = map
+        .put("a", Bytes::from("three"), Expect::Revision(r1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "a stale revision loses: {e}");
+    let got = map.get("a").await?.ok_or("a is gone")?;
+    assert_eq!((got.value.as_ref(), got.revision), (&b"two"[..], r2));
+    let rb = map.put("b-2_=", Bytes::from("bee"), Expect::Absent).await?;
+    let listed: Vec<(String, Vec<u8>, u64)> = map
+        .list()
+        .await?
+        .into_iter()
+        .map(|e| (e.key, e.value.to_vec(), e.revision))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("a".into(), b"two".to_vec(), r2),
+            ("b-2_=".into(), b"bee".to_vec(), rb)
+        ]
+    );
+    let e = map.delete("a", r1).await.unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "a newer value stays: {e}");
+    assert!(map.get("a").await?.is_some());
+    assert!(map.delete("a", r2).await?);
+    assert!(!map.delete("a", r2).await?, "already gone");
+    assert!(seen.get("a").await?.is_none());
+    seen.put("a", Bytes::from("again"), Expect::Absent).await?;
+    for bad in ["", "a.b", "a b", "*", ">", &"k".repeat(201)] {
+        let e = map
+            .put(bad, Bytes::new(), Expect::Absent)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}: {e}");
+    }
+    for bad in ["", "Upper", "a.b", &"m".repeat(33)] {
+        let e = js
+            .shared_map(bad)
+            .await
+            .err()
+            .ok_or("a bad name was taken")?;
+        assert_eq!(e.kind(), Kind::InvalidName, "{bad:?}: {e}");
+    }
+    js.close().await?;
+    other.close().await?;
     Ok(())
 }

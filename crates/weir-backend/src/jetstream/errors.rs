@@ -30,6 +30,8 @@ pub(crate) mod code {
     pub const CONSUMER_NAME_EXISTS: u64 = 10013;
     /// "no message found" (a message get by sequence).
     pub const NO_MESSAGE_FOUND: u64 = 10037;
+    /// "wrong last sequence" (a publish expecting a subject's last sequence).
+    pub const WRONG_LAST_SEQUENCE: u64 = 10071;
 }
 
 /// An error of the JetStream API, as the server sends it.

@@ -36,6 +36,7 @@ mod errors;
 mod interest;
 mod layout;
 mod leases;
+pub mod map;
 mod metrics;
 mod pull;
 mod queue;
@@ -301,6 +302,18 @@ impl JetStream {
                 c.unavailable_retry_ms.to_string(),
             ),
         ]
+    }
+
+    /// The cluster's map `name`, set up on first use (see [`map`]).
+    pub async fn shared_map(&self, name: &str) -> Result<map::SharedMap> {
+        let api = self.inner.api.clone();
+        map::SharedMap::open(
+            api,
+            &self.inner.layout.stream,
+            name,
+            self.inner.config.replicas,
+        )
+        .await
     }
 
     pub fn render_metrics(&self, out: &mut String) {
