@@ -820,8 +820,8 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     let b = JetStream::connect(config, StoreOptions::default()).await?;
     let qa = a.queue("kd").await?;
     let ra = a.reader(&qa, "").await?;
-    for i in 0..3 {
-        set(&qa, &format!("i{i}")).await?;
+    for i in 0..14 {
+        set(&qa, &format!("i{i:02}")).await?;
     }
     // Both doors registered, and each has seen the other answer a ping (a door lists
     // the others every 4 rounds of 125 ms here).
@@ -833,12 +833,12 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let held = [
-        take(&ra, TakeMode::Lease).await?,
-        take(&ra, TakeMode::Lease).await?,
-    ];
-    assert_eq!(data(&held[0]), Some("i0".into()));
-    assert_eq!(data(&held[1]), Some("i1".into()));
+    let mut held = Vec::new();
+    for i in 0..12 {
+        let t = take(&ra, TakeMode::Lease).await?;
+        assert_eq!(data(&t), Some(format!("i{i:02}")));
+        held.push(t);
+    }
     // One lease ends as a client would end it: confirmed, never to come back.
     if let Some(Lease::JetStream(lease)) = held[0].as_ref().and_then(|t| t.lease.clone()) {
         assert!(ra.confirm(&lease).await?);
@@ -847,7 +847,12 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     }
     let qb = b.queue("kd").await?;
     let rb = b.reader(&qb, "").await?;
-    assert_eq!(data(&take(&rb, TakeMode::Take).await?), Some("i2".into()));
+    for i in 12..14 {
+        assert_eq!(
+            data(&take(&rb, TakeMode::Take).await?),
+            Some(format!("i{i:02}"))
+        );
+    }
     assert!(take(&rb, TakeMode::Take).await?.is_none());
     // Door a is killed: no close, no release; its runtime and connection just end.
     drop(held);
@@ -855,8 +860,11 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     drop(qa);
     drop(a);
     let started = Instant::now();
-    let got = rb.take(TakeMode::Take, Duration::from_secs(10)).await?;
-    assert_eq!(data(&got), Some("i1".into()));
+    // Back at once, and in their queue's order (given back one after the other).
+    for i in 1..12 {
+        let got = rb.take(TakeMode::Take, Duration::from_secs(10)).await?;
+        assert_eq!(data(&got), Some(format!("i{i:02}")));
+    }
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "back after {:?}",

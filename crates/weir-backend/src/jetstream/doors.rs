@@ -485,31 +485,62 @@ impl Doors {
     }
 
     /// `-NAK` for each of the dead door's recorded leases, as long as it is before
-    /// `until`; how many.
+    /// `until`; how many. A reader's leases are given back one after the other, in
+    /// the order of their items (the server redelivers in the order it gets them
+    /// back): a killed door's leases come back in their queue's order. Readers go
+    /// at once.
     async fn give_back(&self, key: &str, until: Instant) -> Result<usize> {
         let deadline = Instant::now() + self.api.request_timeout;
         let subjects = self.subjects(&self.leases_filter(key), deadline).await?;
-        let naks = futures_util::stream::iter(subjects)
+        let replies: Vec<String> = futures_util::stream::iter(subjects)
             .map(|subject| async move {
                 if Instant::now() >= until {
-                    return false;
+                    return None;
                 }
                 let deadline = until.min(Instant::now() + self.api.request_timeout);
                 let Ok(Some((_, record))) = self.last(&subject, deadline).await else {
-                    return false;
+                    return None;
                 };
-                let Some((reply, expires)) = parse_record(&record) else {
-                    return false;
-                };
+                let (reply, expires) = parse_record(&record)?;
                 if expires != 0 && expires <= now_ms() + EXPIRY_MARGIN_MS {
-                    return false;
+                    return None;
                 }
-                let deadline = until.min(Instant::now() + self.api.request_timeout);
-                leases::nak(&self.api, reply, deadline).await == leases::Nak::Confirmed
+                Some(reply.to_owned())
             })
             .buffer_unordered(NAKS_AT_ONCE)
-            .filter(|sent| std::future::ready(*sent))
-            .count()
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        let mut by_reader: std::collections::BTreeMap<String, Vec<(u64, String)>> =
+            std::collections::BTreeMap::new();
+        for reply in replies {
+            let Some((consumer, delivery)) = super::layout::Delivery::parse_with_consumer(&reply)
+            else {
+                continue;
+            };
+            let consumer = consumer.to_owned();
+            by_reader
+                .entry(consumer)
+                .or_default()
+                .push((delivery.stream_seq, reply));
+        }
+        let naks = futures_util::stream::iter(by_reader.into_values())
+            .map(|mut leases| async move {
+                leases.sort_unstable();
+                let mut sent = 0;
+                for (_, reply) in leases {
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    let deadline = until.min(Instant::now() + self.api.request_timeout);
+                    if leases::nak(&self.api, &reply, deadline).await == leases::Nak::Confirmed {
+                        sent += 1;
+                    }
+                }
+                sent
+            })
+            .buffer_unordered(NAKS_AT_ONCE)
+            .fold(0, |total, sent| std::future::ready(total + sent))
             .await;
         Ok(naks)
     }

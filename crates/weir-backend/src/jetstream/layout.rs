@@ -280,6 +280,11 @@ pub(crate) struct Delivery {
 
 impl Delivery {
     pub fn parse(reply: &str) -> Option<Delivery> {
+        Delivery::parse_with_consumer(reply).map(|(_, d)| d)
+    }
+
+    /// [`Delivery::parse`], and the consumer's name.
+    pub fn parse_with_consumer(reply: &str) -> Option<(&str, Delivery)> {
         let tokens: Vec<&str> = reply.split('.').collect();
         if tokens.first() != Some(&"$JS") || tokens.get(1) != Some(&"ACK") {
             return None;
@@ -289,10 +294,11 @@ impl Delivery {
             n if n >= 11 => 4,
             _ => return None,
         };
-        Some(Delivery {
+        let delivery = Delivery {
             stream_seq: tokens.get(at + 3)?.parse().ok()?,
             timestamp_ns: tokens.get(at + 5)?.parse().ok()?,
-        })
+        };
+        Some((tokens.get(at + 1)?, delivery))
     }
 }
 
@@ -356,6 +362,10 @@ mod tests {
         );
         let v2 = "$JS.ACK._.ACCHASH.WEIR.q~.1.42.7.1700000000123456789.0.tok";
         assert_eq!(Delivery::parse(v2).map(|d| d.stream_seq), Some(42));
+        for reply in [v1, v2] {
+            let (consumer, _) = Delivery::parse_with_consumer(reply).unwrap();
+            assert_eq!(consumer, "q~");
+        }
         assert_eq!(Delivery::parse("_INBOX.x"), None);
     }
 
