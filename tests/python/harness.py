@@ -66,12 +66,13 @@ def jetstream_call(work):
 
 
 def delete_stream(stream: str) -> None:
-    """Removes a test's JetStream stream (and its consumers), and the stream its
-    doors keep their registrations and lease records in (`<stream>_DOORS`)."""
+    """Removes a test's JetStream stream (and its consumers), the stream its doors
+    keep their registrations and lease records in (`<stream>_DOORS`), and the event
+    bus's metadata map (`<stream>_MAP_BUS`)."""
     import nats.js.errors
 
     async def work(js):
-        for name in (stream, stream + "_DOORS"):
+        for name in (stream, stream + "_DOORS", stream + "_MAP_BUS"):
             try:
                 await js.delete_stream(name)
             except nats.js.errors.NotFoundError:

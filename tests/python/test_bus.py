@@ -20,10 +20,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 import harness
 
-pytestmark = [
-    pytest.mark.embedded_only(reason="the event bus runs on the embedded engine only (weir refuses [bus] with jetstream)"),
-    pytest.mark.weir_only,
-]
+pytestmark = [pytest.mark.weir_only]
 
 ROOT_KEY = "python-root-key"
 
@@ -33,6 +30,8 @@ class BusServer(harness.ServerProcess):
 
     def __init__(self, binary, retry_max_ms=400, attempts_max=20):
         super().__init__(binary, "weir")
+        # The only door with the bus on its stream (test_bus_cluster.py runs several).
+        self.serves_alone = True
         self.bus_port = harness.free_port()
         self.config = self.root / "weir.toml"
         self.config.write_text(
@@ -42,6 +41,8 @@ class BusServer(harness.ServerProcess):
             "retry_initial_ms = 50\n"
             f"retry_max_ms = {retry_max_ms}\n"
             f"attempts_max = {attempts_max}\n"
+            # On JetStream: a restarted door takes the bus back from its killed self.
+            "takeover_ms = 1000\n"
         )
 
     def argv(self):
@@ -55,9 +56,20 @@ class BusServer(harness.ServerProcess):
     def start(self, timeout_s=harness.START_TIMEOUT_S):
         os.environ["ROUTEMASTER_ROOT_KEY"] = ROOT_KEY
         try:
-            return super().start(timeout_s)
+            super().start(timeout_s)
         finally:
             del os.environ["ROUTEMASTER_ROOT_KEY"]
+        if self.stream is not None and self.serves_alone:
+            # On JetStream the door serves the bus once it holds it (at once on a
+            # stream of its own; after takeover_ms when its killed self held it).
+            assert harness.wait_for(lambda: self.health() == 200, 15.0), self.log_tail()
+        return self
+
+    def health(self) -> int:
+        try:
+            return self.call("GET", "/health", timeout=2.0)[0]
+        except OSError:
+            return 0
 
     # -- the API -----------------------------------------------------------
 
@@ -271,6 +283,7 @@ def test_a_receiver_down_for_a_while_gets_everything_after(bus):
         r.close()
 
 
+@pytest.mark.embedded_only(reason="on JetStream an event being taken at the instant of a kill comes back after lease_timeout_ms, out of order; test_bus_cluster.py kills a serving door there")
 def test_kill9_during_delivery_loses_no_acknowledged_event(bus, receiver):
     """Publishers run while weir is killed with SIGKILL and restarted, many times;
     every event acknowledged with 200 is delivered afterwards, exactly once by id."""

@@ -123,6 +123,11 @@ impl Backend {
         }
     }
 
+    /// Whether other processes (front doors) share these queues: JetStream.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, Backend::JetStream(_))
+    }
+
     /// A small map replicated with the queues, for a front door's own metadata and
     /// for choosing one door among several (compare-and-set writes); `None` on the
     /// embedded engine, whose one process keeps such things in its data directory.

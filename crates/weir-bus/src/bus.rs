@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -24,7 +25,8 @@ use weir_backend::{Backend, Queue, SeekTo};
 
 use crate::config::BusSettings;
 use crate::error::{ApiError, ApiResult};
-use crate::meta::{Meta, MetaFile, SubscriberMeta, TopicMeta};
+use crate::meta::{Meta, MetaFile, MetaStore, SubscriberMeta, TopicMeta, VERSION};
+use crate::meta_map::MetaMap;
 use crate::metrics::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
 
@@ -50,9 +52,13 @@ pub struct SubscriberRt {
 pub struct Bus {
     pub backend: Arc<Backend>,
     pub settings: BusSettings,
-    /// Shared with the blocking pool, where it is written.
-    meta_file: Arc<MetaFile>,
+    /// Shared with the blocking pool, where a file is written.
+    store: Arc<MetaStore>,
     meta: RwLock<Arc<Meta>>,
+    /// This door serves the bus: always on the embedded engine; on JetStream while
+    /// it holds the cluster's `owner` key (`owner.rs`). A door that does not answers
+    /// 503 and delivers nothing.
+    active: AtomicBool,
     /// Held across a change's edit, write and runtime update: changes are serial.
     /// Shared so that a change, once edited, finishes in a task of its own even when
     /// the request that asked for it is dropped (a client gone).
@@ -66,33 +72,88 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// Opens the metadata in `meta_dir` (see [`MetaFile::open`]) and reconciles the
-    /// backend with it; workers start with [`Bus::sync_runtime`] once the bus is in
-    /// an `Arc`.
+    /// Opens the metadata: with `meta_dir`, the file there (see [`MetaFile::open`]),
+    /// and reconciles the backend with it, the bus serving at once; with `map`
+    /// instead, nothing is read until [`Bus::activate`]. Workers start with
+    /// [`Bus::sync_runtime`] once the bus is in an `Arc`.
     pub async fn open(
         backend: Arc<Backend>,
-        meta_dir: PathBuf,
+        home: MetaHome,
         settings: BusSettings,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Bus> {
-        let (meta_file, meta) = tokio::task::spawn_blocking(move || MetaFile::open(&meta_dir))
-            .await
-            .context("reading the bus's metadata")??;
+        let (store, meta, active) = match home {
+            MetaHome::Dir(meta_dir) => {
+                let (file, meta) = tokio::task::spawn_blocking(move || MetaFile::open(&meta_dir))
+                    .await
+                    .context("reading the bus's metadata")??;
+                (MetaStore::File(file), meta, true)
+            }
+            MetaHome::Cluster => (MetaStore::Map(Box::default()), empty_meta(), false),
+        };
         let client = crate::client::build(&settings)?;
         let bus = Bus {
             in_flight: Semaphore::new(settings.deliveries_in_flight_max),
             backend,
             settings,
-            meta_file: Arc::new(meta_file),
+            store: Arc::new(store),
             meta: RwLock::new(Arc::new(meta)),
+            active: AtomicBool::new(active),
             change_lock: Arc::new(tokio::sync::Mutex::new(())),
             topics: RwLock::new(HashMap::new()),
             subscribers: Mutex::new(HashMap::new()),
             client,
             shutdown,
         };
-        bus.reconcile(None).await?;
+        if active {
+            bus.reconcile(None).await?;
+        }
         Ok(bus)
+    }
+
+    /// The cluster's map, once open (`owner.rs`).
+    pub fn set_map(&self, map: MetaMap) {
+        if let MetaStore::Map(cell) = &*self.store {
+            let _ = cell.set(map);
+        }
+    }
+
+    /// Whether this door serves the bus now.
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// This door starts serving the bus (it took the cluster's `owner` key): reads
+    /// the metadata the previous door left, brings the backend in line with it (as
+    /// at a start) and starts the workers.
+    pub async fn activate(self: &Arc<Self>) -> anyhow::Result<()> {
+        let _serial = self.hold_changes().await;
+        let MetaStore::Map(map) = &*self.store else {
+            return Ok(());
+        };
+        let Some(map) = map.get() else {
+            anyhow::bail!("the bus's metadata map is not open");
+        };
+        let meta = map.load().await.context("reading the bus's metadata")?;
+        *self.meta.write() = Arc::new(meta);
+        self.reconcile(None)
+            .await
+            .context("bringing the bus's queues in line")?;
+        self.sync_runtime();
+        self.active.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// This door stops serving the bus (another took over, or it cannot reach the
+    /// cluster): no change runs any more, the workers stop (their leases go back),
+    /// and what it knew is forgotten, to be read again if it serves later.
+    pub async fn deactivate(&self) {
+        let _serial = self.hold_changes().await;
+        self.active.store(false, Ordering::Release);
+        self.stop_workers();
+        self.subscribers.lock().clear();
+        self.topics.write().clear();
+        *self.meta.write() = Arc::new(empty_meta());
     }
 
     /// The metadata as last written.
@@ -117,6 +178,9 @@ impl Bus {
         edit: impl FnOnce(&mut Meta) -> ApiResult<R>,
     ) -> ApiResult<R> {
         let serial = Arc::clone(&self.change_lock).lock_owned().await;
+        if !self.is_active() {
+            return Err(ApiError::standby());
+        }
         let previous = self.meta();
         let mut next = Meta::clone(&previous);
         let result = edit(&mut next)?;
@@ -160,13 +224,30 @@ impl Bus {
         Err(refused)
     }
 
-    /// Writes `meta` durably (file work and fsyncs: on the blocking pool).
+    /// Writes `meta` durably: to the file (file work and fsyncs: on the blocking
+    /// pool), or to the cluster's map (what changed, compare-and-set).
     async fn write_meta(&self, meta: Arc<Meta>) -> ApiResult<()> {
-        let file = Arc::clone(&self.meta_file);
-        tokio::task::spawn_blocking(move || file.write(&meta))
-            .await
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-            .map_err(|e| ApiError::meta(&e))
+        let store = Arc::clone(&self.store);
+        if let MetaStore::Map(map) = &*store {
+            let Some(map) = map.get() else {
+                return Err(ApiError::standby());
+            };
+            return map.write(&meta).await.map_err(|e| {
+                if e.kind() == weir_backend::Kind::Conflict {
+                    tracing::warn!(error = %e, "another door changed the bus's metadata: this door no longer serves the bus");
+                    ApiError::standby()
+                } else {
+                    ApiError::engine("writing the bus's metadata", &e)
+                }
+            });
+        }
+        tokio::task::spawn_blocking(move || match &*store {
+            MetaStore::File(file) => file.write(&meta),
+            MetaStore::Map(_) => Ok(()),
+        })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError::meta(&e))
     }
 
     /// Makes the backend match the metadata: a queue (with its retention reader) per
@@ -379,6 +460,22 @@ impl Bus {
             .iter()
             .map(|(token, rt)| (token.clone(), rt.name.clone(), Arc::clone(&rt.counters)))
             .collect()
+    }
+}
+
+/// Where [`Bus::open`] finds the metadata.
+pub enum MetaHome {
+    /// `DIR/bus/meta.json` (the embedded engine's data directory).
+    Dir(PathBuf),
+    /// The cluster's map (JetStream), opened later by `owner.rs`, once the
+    /// cluster answers.
+    Cluster,
+}
+
+fn empty_meta() -> Meta {
+    Meta {
+        version: VERSION,
+        ..Meta::default()
     }
 }
 

@@ -25,6 +25,12 @@ pub const RETRY_MAX_MS_DEFAULT: u64 = 600_000;
 pub const ATTEMPTS_MAX_DEFAULT: u32 = 20;
 pub const SECRET_OVERLAP_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 pub const RETENTION_MS_DEFAULT: u64 = 0;
+/// On JetStream: how long the door serving the bus may go silent before one standing
+/// by takes over (`owner.rs`).
+pub const TAKEOVER_MS_DEFAULT: u64 = 10_000;
+/// The shortest `takeover_ms`: the serving door writes its hold every fifth of it,
+/// and one write may take a JetStream leader election (a few seconds) to go through.
+pub const TAKEOVER_MS_MIN: u64 = 1_000;
 /// The longest retry pause that may be configured: a day.
 pub const RETRY_MAX_MS_MAX: u64 = 86_400_000;
 /// A subscriber's batch is at most this many events, whatever `batch_events_max` says:
@@ -67,6 +73,9 @@ pub struct BusConfig {
     /// Events stay on disk at least this long after they were published, delivered
     /// or not, so that a subscriber can be moved back to them (replay).
     pub retention_ms: Option<u64>,
+    /// On JetStream, where one door serves the bus and the others stand by: how
+    /// long the serving door may go silent before another takes over.
+    pub takeover_ms: Option<u64>,
     /// Threads of the bus's own runtime (default: the CPU count).
     pub threads: Option<usize>,
 }
@@ -94,6 +103,7 @@ pub struct BusSettings {
     pub attempts_max: u32,
     pub secret_overlap: Duration,
     pub retention: Duration,
+    pub takeover: Duration,
     pub threads: usize,
 }
 
@@ -137,6 +147,7 @@ impl BusConfig {
             attempts_max: self.attempts_max.unwrap_or(ATTEMPTS_MAX_DEFAULT),
             secret_overlap: ms(self.secret_overlap_ms.unwrap_or(SECRET_OVERLAP_MS_DEFAULT)),
             retention: ms(self.retention_ms.unwrap_or(RETENTION_MS_DEFAULT)),
+            takeover: ms(self.takeover_ms.unwrap_or(TAKEOVER_MS_DEFAULT)),
             threads: self
                 .threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
@@ -192,6 +203,11 @@ impl BusSettings {
         if self.retry_max > Duration::from_millis(RETRY_MAX_MS_MAX) {
             return Err(format!(
                 "bus.retry_max_ms is at most {RETRY_MAX_MS_MAX} (a day)"
+            ));
+        }
+        if self.takeover < Duration::from_millis(TAKEOVER_MS_MIN) {
+            return Err(format!(
+                "bus.takeover_ms must be at least {TAKEOVER_MS_MIN}"
             ));
         }
         if self.retry_initial > self.retry_max {

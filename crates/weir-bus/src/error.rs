@@ -37,6 +37,15 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, message)
     }
 
+    /// This door does not serve the bus now (another door does, on the same
+    /// cluster): 503, worth a retry here or at the door that serves.
+    pub fn standby() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this door stands by: another weir door on the cluster serves the bus",
+        )
+    }
+
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, message)
     }

@@ -29,8 +29,10 @@ mod error;
 mod event;
 mod guard;
 mod meta;
+mod meta_map;
 mod metrics;
 mod names;
+mod owner;
 mod retention;
 mod retry;
 mod sign;
@@ -63,7 +65,9 @@ pub struct BusHandle {
 /// Opens the bus's metadata in `meta_dir` (`meta_dir/bus/meta.json`), brings
 /// `backend`'s bus queues in line with it, binds `settings.listen` and starts
 /// serving and delivering. Errors (a bad metadata file, a queue the backend
-/// refuses, an address in use) come back here, before anything runs.
+/// refuses, an address in use) come back here, before anything runs. On a shared
+/// backend (JetStream) `meta_dir` is not used: the metadata is in the cluster, read
+/// when this door comes to serve the bus (`owner.rs`); until then it answers 503.
 pub fn start(
     backend: Arc<weir_backend::Backend>,
     meta_dir: PathBuf,
@@ -81,7 +85,12 @@ pub fn start(
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("listening on {listen} (bus)"))?;
-        let bus = bus::Bus::open(backend, meta_dir, settings, shutdown_rx)
+        let home = if backend.is_shared() {
+            bus::MetaHome::Cluster
+        } else {
+            bus::MetaHome::Dir(meta_dir)
+        };
+        let bus = bus::Bus::open(backend, home, settings, shutdown_rx)
             .await
             .context("opening the bus")?;
         let bus = Arc::new(bus);
@@ -91,26 +100,18 @@ pub fn start(
     let local_addr = listener.local_addr()?;
     tracing::info!(bus = %local_addr, "bus listening");
     let serving = Arc::clone(&bus);
+    // On a shared backend one door serves the bus and the others stand by.
+    let owner = (!bus.is_active()).then(|| {
+        let door = names::new_subscriber_id();
+        Arc::new(owner::Owner::new(
+            door,
+            local_addr.to_string(),
+            bus.settings.takeover,
+        ))
+    });
     let thread = std::thread::Builder::new()
         .name("weir-bus-main".into())
-        .spawn(move || {
-            let janitor = runtime.spawn(retention::janitor(Arc::clone(&serving)));
-            let shutdown = serving.shutdown.clone();
-            runtime.block_on(api::serve(listener, Arc::clone(&serving), shutdown));
-            // A change in flight (its request may be gone) finishes before the runtime
-            // stops, or it could be cut between its metadata and the backend; no
-            // new one starts, the API being closed.
-            runtime.block_on(async {
-                let waited = tokio::time::timeout(CHANGE_GRACE, serving.hold_changes()).await;
-                if waited.is_err() {
-                    tracing::warn!("a change of the bus's metadata did not finish in time");
-                }
-            });
-            serving.stop_workers();
-            janitor.abort();
-            drop(serving);
-            runtime.shutdown_timeout(STOP_GRACE);
-        })
+        .spawn(move || run(runtime, listener, serving, owner))
         .context("starting the bus's thread")?;
     Ok(BusHandle {
         bus,
@@ -118,6 +119,41 @@ pub fn start(
         thread: parking_lot::Mutex::new(Some(thread)),
         local_addr,
     })
+}
+
+/// The bus's main thread: serves until the shutdown, then stops what runs, in order.
+fn run(
+    runtime: tokio::runtime::Runtime,
+    listener: tokio::net::TcpListener,
+    serving: Arc<bus::Bus>,
+    owner: Option<Arc<owner::Owner>>,
+) {
+    let janitor = runtime.spawn(retention::janitor(Arc::clone(&serving)));
+    let owning = owner
+        .as_ref()
+        .map(|o| runtime.spawn(Arc::clone(o).run(Arc::clone(&serving))));
+    let shutdown = serving.shutdown.clone();
+    runtime.block_on(api::serve(listener, Arc::clone(&serving), shutdown));
+    // A change in flight (its request may be gone) finishes before the runtime
+    // stops, or it could be cut between its metadata and the backend; no new one
+    // starts, the API being closed.
+    runtime.block_on(async {
+        let waited = tokio::time::timeout(CHANGE_GRACE, serving.hold_changes()).await;
+        if waited.is_err() {
+            tracing::warn!("a change of the bus's metadata did not finish in time");
+        }
+    });
+    serving.stop_workers();
+    janitor.abort();
+    if let (Some(owner), Some(owning)) = (owner, owning) {
+        owning.abort();
+        // The workers stopped: a door standing by may take over now.
+        runtime.block_on(async {
+            let _ = tokio::time::timeout(CHANGE_GRACE, owner.resign()).await;
+        });
+    }
+    drop(serving);
+    runtime.shutdown_timeout(STOP_GRACE);
 }
 
 impl BusHandle {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The format version written; a file of a newer version is refused at start.
-const VERSION: u32 = 1;
+pub const VERSION: u32 = 1;
 const FILE_NAME: &str = "meta.json";
 const TEMP_NAME: &str = "meta.json.tmp";
 /// The metadata file's size limit when read: far above what the limits allow.
@@ -76,6 +76,14 @@ pub struct Secret {
     pub created_at_ms: u64,
     /// When a rotated-out secret stops signing; `None` for the current one.
     pub expires_at_ms: Option<u64>,
+}
+
+/// Where the metadata is kept: this file on the embedded engine, the cluster's map
+/// on JetStream (`meta_map.rs`).
+pub enum MetaStore {
+    File(MetaFile),
+    /// Set once the cluster answered.
+    Map(Box<std::sync::OnceLock<crate::meta_map::MetaMap>>),
 }
 
 /// Where the metadata lives, and its last written state.

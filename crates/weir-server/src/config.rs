@@ -310,9 +310,6 @@ fn resolve_backend(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<B
         js.stream = stream.clone();
         js.subject_prefix = format!("{stream}.q");
     }
-    if overrides.bus_listen.is_some() {
-        bail!("the event bus runs on the embedded backend only (for now)");
-    }
     check_jetstream(file, &js)?;
     Ok(BackendSettings::JetStream(Box::new(js)))
 }
@@ -331,9 +328,6 @@ fn check_jetstream(
             "[backend.jetstream] replicas must be 1 to 5, not {}",
             js.replicas
         );
-    }
-    if file.bus.is_some() {
-        bail!("the event bus runs on the embedded backend only (for now); remove [bus] or use kind = \"embedded\"");
     }
     let sections = std::iter::once(&file.defaults).chain(file.queues.values());
     for q in sections {
@@ -706,7 +700,7 @@ mod tests {
     }
 
     #[test]
-    fn on_jetstream_a_proxy_may_shadow_and_record_but_there_is_no_bus() {
+    fn on_jetstream_a_proxy_may_shadow_and_record_and_the_bus_runs() {
         let backend = "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\nservers = [\"nats://127.0.0.1:4222\"]\n";
         let route = |extra: &str| {
             format!(
@@ -723,8 +717,11 @@ mod tests {
         let recording = resolved(&route("record = true\n")).unwrap();
         let proxy = recording.proxy.as_ref().unwrap();
         assert!(proxy.routes[0].record);
-        let bus = resolved(&format!("{backend}[bus]\n")).unwrap_err();
-        assert!(format!("{bus:#}").contains("event bus"), "{bus:#}");
+        let bus = resolved(&format!("{backend}[bus]\ntakeover_ms = 3000\n")).unwrap();
+        let bus = bus.bus.as_ref().unwrap();
+        assert_eq!(bus.takeover, Duration::from_millis(3000));
+        let short = resolved(&format!("{backend}[bus]\ntakeover_ms = 999\n")).unwrap_err();
+        assert!(format!("{short:#}").contains("takeover_ms"), "{short:#}");
     }
 
     #[test]

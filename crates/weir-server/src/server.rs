@@ -73,11 +73,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let http_listener = TcpListener::bind(&settings.http_listen)
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
-    let bus = match backend.engine_store() {
-        Some(_) => start_bus(&settings, &backend).await?,
-        // The config refuses [bus] with another backend.
-        None => None,
-    };
+    let bus = start_bus(&settings, &backend).await?;
     let proxy = start_proxy(&settings, &backend).await?;
     let shared = Arc::new(Shared {
         backend,
@@ -131,7 +127,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
 
 /// Starts the event bus when the settings enable it, on its own runtime (started
 /// from the blocking pool: a runtime cannot be built on this one's thread). Its
-/// queues are the backend's; its metadata is a file in the data directory.
+/// queues are the backend's; its metadata is a file in the data directory on the
+/// embedded engine, and in the cluster on JetStream (where one door serves it).
 async fn start_bus(
     settings: &Settings,
     backend: &Arc<weir_backend::Backend>,

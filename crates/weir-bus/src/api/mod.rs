@@ -77,7 +77,26 @@ pub fn router(bus: Arc<Bus>) -> Router {
         .route("/health", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&bus),
+            refuse_on_standby,
+        ))
         .with_state(bus)
+}
+
+/// Every request, `/health` included, is answered 503 by a door that does not serve
+/// the bus (on JetStream, another door does): a load balancer's health check sends
+/// clients to the door that serves.
+async fn refuse_on_standby(
+    axum::extract::State(bus): axum::extract::State<Arc<Bus>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if bus.is_active() {
+        next.run(request).await
+    } else {
+        ApiError::standby().into_response()
+    }
 }
 
 async fn pulse() -> StatusCode {

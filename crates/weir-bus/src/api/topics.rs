@@ -1,6 +1,7 @@
 //! `/topics`: publish an event (the first publisher claims the topic), list topics,
 //! delete one.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -14,7 +15,7 @@ use crate::bus::{Bus, TopicRt};
 use crate::error::{ApiError, ApiResult};
 use crate::event::parse_publish;
 use crate::meta::{Meta, TopicMeta};
-use crate::names::is_topic_name;
+use crate::names::{is_topic_name, topic_queue};
 
 /// `POST /topics/:name` with an event: 200 once it is stored (durable as the
 /// topic queue's durability says: `synced` waits for the fsync).
@@ -100,18 +101,32 @@ pub fn check_name(name: &str) -> ApiResult<()> {
 }
 
 /// `GET /topics`: `[{"name","publisher","events"}]`; `publisher` is the owner name of
-/// the token that claimed it, `events` the number ever published.
+/// the token that claimed it, `events` the number ever published (on the embedded
+/// engine, where a queue's sequence is its own) or the number it keeps now (on
+/// JetStream, where the queues share one stream's sequence).
 pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     caller(&bus, &headers)?;
     let meta = bus.meta();
+    let kept: HashMap<String, u64> = if bus.backend.is_shared() {
+        let names = meta.topics.keys().map(|n| topic_queue(n)).collect();
+        let stats = bus.backend.stats(Some(names)).await;
+        let stats = stats.map_err(|e| ApiError::engine("reading the topics' figures", &e))?;
+        stats.into_iter().map(|q| (q.name, q.items)).collect()
+    } else {
+        HashMap::new()
+    };
     let mut list = Vec::with_capacity(meta.topics.len());
     for (name, t) in &meta.topics {
         let publisher = t.publisher.as_ref().and_then(|p| meta.tokens.get(p));
-        let next = match bus.topic(name) {
-            Some(rt) => rt.queue.bounds().await.ok().map(|(_, next)| next),
-            None => None,
+        let events = if bus.backend.is_shared() {
+            kept.get(&topic_queue(name)).copied().unwrap_or(0)
+        } else {
+            let next = match bus.topic(name) {
+                Some(rt) => rt.queue.bounds().await.ok().map(|(_, next)| next),
+                None => None,
+            };
+            next.map_or(0, |next| next.saturating_sub(1))
         };
-        let events = next.map_or(0, |next| next.saturating_sub(1));
         list.push(serde_json::json!({ "name": name, "publisher": publisher, "events": events }));
     }
     Ok(json_body(serde_json::Value::Array(list).to_string()))

@@ -1,0 +1,212 @@
+//! Which door serves the bus, when several weir doors share a JetStream cluster.
+//!
+//! The bus's deliveries keep one batch in flight per subscriber, in order, and its
+//! metadata changes are read-modify-writes: both want one door at a time. So one
+//! door serves the bus (its API, its workers, its retention janitor) and the others
+//! stand by, answering 503 (a load balancer's health check on `/health` sends
+//! clients to the one that serves). The door that serves holds the cluster map's
+//! `owner` key: it writes it again (compare-and-set) every fifth of `takeover_ms`.
+//! A door standing by reads the key as often (at least every second); when its revision has not moved for
+//! `takeover_ms`, it takes the key over (compare-and-set on the revision it saw: of
+//! two standing by, one wins) and starts serving. A door that stops cleanly deletes
+//! the key, so another takes over at its next read.
+//!
+//! The door that serves stops serving when a write of the key is refused (another
+//! took it) or has not succeeded for half of `takeover_ms`, which is before anyone
+//! standing by may take over (they wait all of it, from when they saw the last
+//! write): two doors deliver at once only if one is frozen (stopped, swapped out)
+//! longer than that and then goes on; its next write of the key or of the metadata
+//! is then refused, and it stops. Deliveries are at least once either way.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use weir_backend::{Expect, Kind, SharedMap};
+
+use crate::bus::Bus;
+
+/// The longest pause between two reads of the key by a door standing by: a door
+/// that stops cleanly gives the key up, and another serves within this.
+const STANDBY_READ_MAX: Duration = Duration::from_secs(1);
+
+/// The key the serving door holds.
+pub const OWNER_KEY: &str = "owner";
+
+/// The `owner` key's value.
+#[derive(Serialize, Deserialize)]
+struct Holder {
+    /// Unique per door and start.
+    door: String,
+    /// The bus's address at that door, for the logs of the others.
+    listen: String,
+}
+
+/// What this door knows of the `owner` key.
+pub struct Owner {
+    /// Set once the cluster answered (a door may start while it does not).
+    map: std::sync::OnceLock<SharedMap>,
+    me: Bytes,
+    every: Duration,
+    takeover: Duration,
+    /// The key's revision while this door holds it.
+    held: parking_lot::Mutex<Option<u64>>,
+}
+
+impl Owner {
+    pub fn new(door: String, listen: String, takeover: Duration) -> Owner {
+        let me = serde_json::to_vec(&Holder { door, listen }).unwrap_or_default();
+        Owner {
+            map: std::sync::OnceLock::new(),
+            me: Bytes::from(me),
+            every: takeover / 5,
+            takeover,
+            held: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Opens the cluster's map (retrying while the cluster cannot be reached), then
+    /// stands by until this door holds the key, serves while it does, and again,
+    /// until the bus stops.
+    pub async fn run(self: Arc<Self>, bus: Arc<Bus>) {
+        let Some(map) = self.open(&bus).await else {
+            return;
+        };
+        bus.set_map(crate::meta_map::MetaMap::new(map.clone()));
+        let _ = self.map.set(map);
+        while !bus.is_shutting_down() {
+            let Some(revision) = self.stand_by(&bus).await else {
+                return;
+            };
+            *self.held.lock() = Some(revision);
+            tracing::info!("this door now serves the bus");
+            if let Err(e) = bus.activate().await {
+                tracing::error!(error = %format!("{e:#}"), "could not start serving the bus; letting another door try");
+                bus.deactivate().await;
+                self.resign().await;
+                tokio::time::sleep(self.takeover).await;
+                continue;
+            }
+            self.serve(&bus).await;
+            bus.deactivate().await;
+            if !bus.is_shutting_down() {
+                tracing::warn!("this door no longer serves the bus; standing by");
+            }
+        }
+    }
+
+    /// The bus's map; `None` when the bus stops first, or the backend has none.
+    async fn open(&self, bus: &Bus) -> Option<SharedMap> {
+        let mut warned = false;
+        while !bus.is_shutting_down() {
+            match bus.backend.shared_map("bus").await {
+                Ok(map) => return map,
+                Err(e) => {
+                    if !std::mem::replace(&mut warned, true) {
+                        tracing::warn!(error = %e, "the bus cannot reach its metadata in the cluster; retrying");
+                    }
+                }
+            }
+            tokio::time::sleep(self.every).await;
+        }
+        None
+    }
+
+    fn map(&self) -> Option<&SharedMap> {
+        self.map.get()
+    }
+
+    /// Reads the key every `every` until this door takes it: when it is absent, or
+    /// its revision has not moved for `takeover`. `None` when the bus stops first.
+    async fn stand_by(&self, bus: &Bus) -> Option<u64> {
+        let mut seen: Option<(u64, Instant)> = None;
+        let mut warned = false;
+        loop {
+            if bus.is_shutting_down() {
+                return None;
+            }
+            let map = self.map()?;
+            let expect = match map.get(OWNER_KEY).await {
+                Ok(None) => Some(Expect::Absent),
+                Ok(Some(e)) => match seen {
+                    Some((r, since)) if r == e.revision => {
+                        (since.elapsed() >= self.takeover).then_some(Expect::Revision(r))
+                    }
+                    _ => {
+                        if seen.is_none() {
+                            let holder = serde_json::from_slice::<Holder>(&e.value)
+                                .map(|h| h.listen)
+                                .unwrap_or_default();
+                            tracing::info!(serving = %holder, "another door serves the bus; this one stands by");
+                        }
+                        seen = Some((e.revision, Instant::now()));
+                        None
+                    }
+                },
+                Err(e) => {
+                    if !std::mem::replace(&mut warned, true) {
+                        tracing::warn!(error = %e, "the bus cannot read who serves it; retrying");
+                    }
+                    None
+                }
+            };
+            if let Some(expect) = expect {
+                match map.put(OWNER_KEY, self.me.clone(), expect).await {
+                    Ok(revision) => return Some(revision),
+                    Err(e) if e.kind() == Kind::Conflict => seen = None,
+                    Err(e) => tracing::warn!(error = %e, "taking over the bus failed; retrying"),
+                }
+            }
+            tokio::time::sleep(self.every.min(STANDBY_READ_MAX)).await;
+        }
+    }
+
+    /// Writes the key every `every` while this door holds it; returns when it no
+    /// longer does (refused, or no write for half of `takeover`) or the bus stops.
+    async fn serve(&self, bus: &Bus) {
+        let mut last_ok = Instant::now();
+        loop {
+            tokio::time::sleep(self.every).await;
+            if bus.is_shutting_down() {
+                return;
+            }
+            let (Some(revision), Some(map)) = (*self.held.lock(), self.map()) else {
+                return;
+            };
+            match map
+                .put(OWNER_KEY, self.me.clone(), Expect::Revision(revision))
+                .await
+            {
+                Ok(r) => {
+                    *self.held.lock() = Some(r);
+                    last_ok = Instant::now();
+                }
+                Err(e) if e.kind() == Kind::Conflict => {
+                    tracing::warn!("another door took the bus over");
+                    *self.held.lock() = None;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the bus could not renew its hold");
+                    if last_ok.elapsed() >= self.takeover / 2 {
+                        *self.held.lock() = None;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives the key up (at a clean stop): a door standing by takes over at its next
+    /// read rather than after `takeover`.
+    pub async fn resign(&self) {
+        let held = self.held.lock().take();
+        if let (Some(revision), Some(map)) = (held, self.map()) {
+            if let Err(e) = map.delete(OWNER_KEY, revision).await {
+                tracing::warn!(error = %e, "could not give the bus up; another door takes over after takeover_ms");
+            }
+        }
+    }
+}
