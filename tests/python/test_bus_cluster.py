@@ -11,6 +11,7 @@ covers the bus there).
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
@@ -152,3 +153,24 @@ def test_a_clean_stop_hands_the_bus_over_at_once(doors, receiver):
     status, _, body = second.call("GET", "/topics", pub)
     assert status == 200, body
     assert json.loads(body) == [{"name": "t", "publisher": "publisher", "events": 3}], body
+
+
+def test_a_frozen_door_taken_over_from_changes_nothing(doors):
+    """The serving door frozen (SIGSTOP) past the takeover time: another takes over;
+    thawed, the first one's change is refused (its renewal of the hold fails before
+    any write) and it stands by."""
+    ds = doors(2)
+    first = serving(ds)
+    standby = ds[1 - ds.index(first)]
+    first.token("before")
+    first.proc.send_signal(signal.SIGSTOP)
+    try:
+        second = serving([standby], timeout_s=TAKEOVER_MS / 1000 * 3 + 10)
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+    status, _, body = first.call("POST", "/api_tokens", ROOT_KEY, {"owner": "late"})
+    assert status == 503, body
+    status, _, body = second.call("GET", "/api_tokens", ROOT_KEY)
+    assert status == 200, body
+    assert sorted(t["name"] for t in json.loads(body)) == ["before"], body
+    assert serving([first, second]) is second

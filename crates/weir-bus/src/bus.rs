@@ -59,6 +59,8 @@ pub struct Bus {
     /// it holds the cluster's `owner` key (`owner.rs`). A door that does not answers
     /// 503 and delivers nothing.
     active: AtomicBool,
+    /// On JetStream: the `owner` key, renewed before every change of the metadata.
+    owner: std::sync::OnceLock<Arc<crate::owner::Owner>>,
     /// Held across a change's edit, write and runtime update: changes are serial.
     /// Shared so that a change, once edited, finishes in a task of its own even when
     /// the request that asked for it is dropped (a client gone).
@@ -99,6 +101,7 @@ impl Bus {
             store: Arc::new(store),
             meta: RwLock::new(Arc::new(meta)),
             active: AtomicBool::new(active),
+            owner: std::sync::OnceLock::new(),
             change_lock: Arc::new(tokio::sync::Mutex::new(())),
             topics: RwLock::new(HashMap::new()),
             subscribers: Mutex::new(HashMap::new()),
@@ -116,6 +119,11 @@ impl Bus {
         if let MetaStore::Map(cell) = &*self.store {
             let _ = cell.set(map);
         }
+    }
+
+    /// The `owner` key this door renews before a change (`owner.rs`).
+    pub fn set_owner(&self, owner: Arc<crate::owner::Owner>) {
+        let _ = self.owner.set(owner);
     }
 
     /// Whether this door serves the bus now.
@@ -209,7 +217,10 @@ impl Bus {
     /// backend refuses (no space, too many queues), puts `previous` back the same way,
     /// so that what stands is what the API answered.
     async fn apply(&self, previous: Arc<Meta>, next: Arc<Meta>) -> ApiResult<()> {
-        self.write_meta(Arc::clone(&next)).await?;
+        if let Err(e) = self.write_meta(Arc::clone(&next)).await {
+            self.reload_after_refused_write(&previous).await;
+            return Err(e);
+        }
         *self.meta.write() = next;
         let Err(e) = self.reconcile(Some(&previous)).await else {
             return Ok(());
@@ -225,21 +236,18 @@ impl Bus {
     }
 
     /// Writes `meta` durably: to the file (file work and fsyncs: on the blocking
-    /// pool), or to the cluster's map (what changed, compare-and-set).
+    /// pool), or to the cluster's map (what changed, compare-and-set), once the
+    /// `owner` key is renewed: a door another has taken over from writes nothing.
     async fn write_meta(&self, meta: Arc<Meta>) -> ApiResult<()> {
         let store = Arc::clone(&self.store);
         if let MetaStore::Map(map) = &*store {
             let Some(map) = map.get() else {
                 return Err(ApiError::standby());
             };
-            return map.write(&meta).await.map_err(|e| {
-                if e.kind() == weir_backend::Kind::Conflict {
-                    tracing::warn!(error = %e, "another door changed the bus's metadata: this door no longer serves the bus");
-                    ApiError::standby()
-                } else {
-                    ApiError::engine("writing the bus's metadata", &e)
-                }
-            });
+            if let Some(owner) = self.owner.get() {
+                owner.renew().await.map_err(|e| refused_write(&e))?;
+            }
+            return map.write(&meta).await.map_err(|e| refused_write(&e));
         }
         tokio::task::spawn_blocking(move || match &*store {
             MetaStore::File(file) => file.write(&meta),
@@ -248,6 +256,36 @@ impl Bus {
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .map_err(|e| ApiError::meta(&e))
+    }
+
+    /// After a write to the cluster's map failed (part of a change may stand, or
+    /// another door wrote since this one read): what stands there is read again and
+    /// the backend brought in line with it. A file's write leaves the old file.
+    async fn reload_after_refused_write(&self, previous: &Meta) {
+        let MetaStore::Map(map) = &*self.store else {
+            return;
+        };
+        let Some(map) = map.get() else {
+            return;
+        };
+        // A door another has taken over from touches nothing more (it stops serving
+        // at its next renewal).
+        if let Some(owner) = self.owner.get() {
+            if owner.renew().await.is_err() {
+                return;
+            }
+        }
+        match map.load().await {
+            Ok(meta) => {
+                *self.meta.write() = Arc::new(meta);
+                if let Err(e) = self.reconcile(Some(previous)).await {
+                    tracing::error!(error = %e, "could not bring the bus's queues in line after a refused write");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "could not read the bus's metadata again after a refused write")
+            }
+        }
     }
 
     /// Makes the backend match the metadata: a queue (with its retention reader) per
@@ -460,6 +498,20 @@ impl Bus {
             .iter()
             .map(|(token, rt)| (token.clone(), rt.name.clone(), Arc::clone(&rt.counters)))
             .collect()
+    }
+}
+
+/// A refused write of the cluster's map, as the API answers it: 503 either way (a
+/// conflict: this door no longer serves, or the metadata changed under it; retry).
+fn refused_write(e: &weir_backend::Error) -> ApiError {
+    if e.kind() == weir_backend::Kind::Conflict {
+        tracing::warn!(error = %e, "the bus's metadata changed under this door, or another door serves the bus now");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the bus's metadata changed under this door, or another door serves the bus now; retry",
+        )
+    } else {
+        ApiError::engine("writing the bus's metadata", e)
     }
 }
 

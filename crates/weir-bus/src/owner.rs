@@ -51,8 +51,9 @@ pub struct Owner {
     me: Bytes,
     every: Duration,
     takeover: Duration,
-    /// The key's revision while this door holds it.
-    held: parking_lot::Mutex<Option<u64>>,
+    /// The key's revision while this door holds it; held across a write of the
+    /// key, so that two writes never race each other's revision.
+    held: tokio::sync::Mutex<Option<u64>>,
 }
 
 impl Owner {
@@ -63,7 +64,7 @@ impl Owner {
             me: Bytes::from(me),
             every: takeover / 5,
             takeover,
-            held: parking_lot::Mutex::new(None),
+            held: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -76,11 +77,12 @@ impl Owner {
         };
         bus.set_map(crate::meta_map::MetaMap::new(map.clone()));
         let _ = self.map.set(map);
+        bus.set_owner(Arc::clone(&self));
         while !bus.is_shutting_down() {
             let Some(revision) = self.stand_by(&bus).await else {
                 return;
             };
-            *self.held.lock() = Some(revision);
+            *self.held.lock().await = Some(revision);
             tracing::info!("this door now serves the bus");
             if let Err(e) = bus.activate().await {
                 tracing::error!(error = %format!("{e:#}"), "could not start serving the bus; letting another door try");
@@ -172,26 +174,16 @@ impl Owner {
             if bus.is_shutting_down() {
                 return;
             }
-            let (Some(revision), Some(map)) = (*self.held.lock(), self.map()) else {
-                return;
-            };
-            match map
-                .put(OWNER_KEY, self.me.clone(), Expect::Revision(revision))
-                .await
-            {
-                Ok(r) => {
-                    *self.held.lock() = Some(r);
-                    last_ok = Instant::now();
-                }
+            match self.renew().await {
+                Ok(()) => last_ok = Instant::now(),
                 Err(e) if e.kind() == Kind::Conflict => {
                     tracing::warn!("another door took the bus over");
-                    *self.held.lock() = None;
                     return;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the bus could not renew its hold");
                     if last_ok.elapsed() >= self.takeover / 2 {
-                        *self.held.lock() = None;
+                        *self.held.lock().await = None;
                         return;
                     }
                 }
@@ -199,10 +191,39 @@ impl Owner {
         }
     }
 
+    /// Writes the key again (compare-and-set on the revision this door holds):
+    /// [`Kind::Conflict`] when this door does not hold it (any more). Before every
+    /// change of the metadata too, so that a door another has taken over from
+    /// changes nothing.
+    pub async fn renew(&self) -> weir_backend::Result<()> {
+        let mut held = self.held.lock().await;
+        let (Some(revision), Some(map)) = (*held, self.map()) else {
+            return Err(weir_backend::Error::new(
+                Kind::Conflict,
+                "this door does not serve the bus",
+            ));
+        };
+        match map
+            .put(OWNER_KEY, self.me.clone(), Expect::Revision(revision))
+            .await
+        {
+            Ok(r) => {
+                *held = Some(r);
+                Ok(())
+            }
+            Err(e) => {
+                if e.kind() == Kind::Conflict {
+                    *held = None;
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Gives the key up (at a clean stop): a door standing by takes over at its next
     /// read rather than after `takeover`.
     pub async fn resign(&self) {
-        let held = self.held.lock().take();
+        let held = self.held.lock().await.take();
         if let (Some(revision), Some(map)) = (held, self.map()) {
             if let Err(e) = map.delete(OWNER_KEY, revision).await {
                 tracing::warn!(error = %e, "could not give the bus up; another door takes over after takeover_ms");
