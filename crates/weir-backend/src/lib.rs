@@ -114,8 +114,7 @@ impl Backend {
     }
 
     /// The engine's store when the queues are in this process: for what is not on this
-    /// interface yet (a capture import, the bus's metadata directory being the data
-    /// directory).
+    /// interface yet (a capture import).
     pub fn engine_store(&self) -> Option<&weir::Store> {
         match self {
             Backend::Embedded(e) => Some(e.store()),

@@ -2,7 +2,8 @@
 //! and the one way to change them.
 //!
 //! Every change to tokens, topics or subscriptions goes through [`Bus::change`]:
-//! under one lock it edits a copy of the metadata, writes it durably (`meta.rs`),
+//! under one lock it edits a copy of the metadata, writes it durably (`meta.rs`'s
+//! file, or `meta_map.rs`'s keys in the cluster),
 //! publishes it, then brings the backend and the workers in line (`sync_runtime`).
 //! The backend follows the metadata, never the reverse: a crash between the two is
 //! repaired at the next start by `reconcile`, which creates what the metadata names

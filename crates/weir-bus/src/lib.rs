@@ -3,13 +3,14 @@
 //! Publishers POST events to topics; subscribers get them in batches by HTTP POST
 //! to a callback. Events are kept through the storage interface the other front
 //! doors use ([`weir_backend::Backend`]), and through nothing else, so that the bus
-//! can run on another backend than the embedded engine (the config refuses `[bus]`
-//! with JetStream for now): each topic is a queue (`bus:topic:NAME`), each
-//! subscriber a reader on each of its topics (an event is written once, whatever
-//! the number of subscribers), each subscriber's dead letters a queue of their own
-//! (`bus:dead:ID`). The bus's metadata (tokens, topics, subscriptions, secrets) is
-//! one small file in a directory (the embedded data directory), written atomically
-//! before the API answers (`meta.rs`).
+//! runs on the embedded engine and on JetStream alike: each topic is a queue
+//! (`bus:topic:NAME`), each subscriber a reader on each of its topics (an event is
+//! written once, whatever the number of subscribers), each subscriber's dead letters
+//! a queue of their own (`bus:dead:ID`). The bus's metadata (tokens, topics,
+//! subscriptions, secrets) is written before the API answers: one small file in the
+//! embedded data directory, written atomically (`meta.rs`), or, on JetStream, a key
+//! per item in the cluster's map (`meta_map.rs`), where one door serves the bus and
+//! the others stand by (`owner.rs`).
 //!
 //! The map: `api/` the HTTP endpoints, `bus.rs` the metadata and the runtime state
 //! and the one way to change them, `worker.rs` the delivery of one subscriber,
