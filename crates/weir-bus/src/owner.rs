@@ -84,14 +84,23 @@ impl Owner {
             };
             *self.held.lock().await = Some(revision);
             tracing::info!("this door now serves the bus");
+            // The hold is renewed from now on, while the metadata is read and the
+            // queues brought in line (which can take longer than `takeover_ms` with
+            // many topics).
+            let holding = {
+                let (owner, bus) = (Arc::clone(&self), Arc::clone(&bus));
+                tokio::spawn(async move { owner.serve(&bus).await })
+            };
             if let Err(e) = bus.activate().await {
                 tracing::error!(error = %format!("{e:#}"), "could not start serving the bus; letting another door try");
+                holding.abort();
                 bus.deactivate().await;
                 self.resign().await;
                 tokio::time::sleep(self.takeover).await;
                 continue;
             }
-            self.serve(&bus).await;
+            // Returns when the hold is lost (at once if it was lost while activating).
+            let _ = holding.await;
             bus.deactivate().await;
             if !bus.is_shutting_down() {
                 tracing::warn!("this door no longer serves the bus; standing by");
