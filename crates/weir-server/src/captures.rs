@@ -15,8 +15,10 @@
 //!
 //! An export walks the queue through the backend interface, so it works on either
 //! backend (on JetStream a queue that does not exist exports nothing, and each line
-//! costs a round trip); an import needs the embedded engine (an all-or-nothing batch
-//! into a queue it may create) and answers 501 on JetStream, saying so.
+//! costs a round trip). An import is one all-or-nothing batch on the embedded engine;
+//! on JetStream the queue gets a `record` reader that keeps what is imported (as a
+//! recording route's), and the captures go one publish each: a failure part-way
+//! says how many went in.
 //!
 //! Captures hold what clients sent, cookies and tokens included (and diff samples,
 //! pieces of answers), so the endpoints are
@@ -260,8 +262,20 @@ async fn import(
         .await
         .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "imports are closed"))?;
     let text = read_body(body).await?;
-    let store = engine_store(&shared)?;
-    let (n, first) = tokio::task::spawn_blocking(move || {
+    let (n, first) = match shared.backend.engine_store().cloned() {
+        Some(store) => import_to_engine(store, queue, text).await?,
+        None => import_to_cluster(&shared.backend, &queue, text).await?,
+    };
+    Ok(Json(json!({ "imported": n, "first_seq": first })).into_response())
+}
+
+/// On the embedded engine: one batch, all or nothing.
+async fn import_to_engine(
+    store: weir::Store,
+    queue: String,
+    text: Bytes,
+) -> Result<(usize, Option<u64>), Refusal> {
+    tokio::task::spawn_blocking(move || {
         let items = capture_file::items_of(&text, LINE_BYTES_MAX).map_err(bad_line)?;
         if items.is_empty() {
             return Ok((0, None));
@@ -271,8 +285,35 @@ async fn import(
         Ok((items.len(), first))
     })
     .await
-    .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the import failed"))??;
-    Ok(Json(json!({ "imported": n, "first_seq": first })).into_response())
+    .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the import failed"))?
+}
+
+/// On JetStream: the queue is kept by its `record` reader (as a recording route's:
+/// on an interest stream nothing is stored for a queue without readers), and the
+/// captures are published one after the other: a failure part-way is refused with
+/// how many went in before it (the error's message says).
+async fn import_to_cluster(
+    backend: &weir_backend::Backend,
+    queue: &str,
+    text: Bytes,
+) -> Result<(usize, Option<u64>), Refusal> {
+    let items = tokio::task::spawn_blocking(move || capture_file::items_of(&text, LINE_BYTES_MAX))
+        .await
+        .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the import failed"))?
+        .map_err(bad_line)?;
+    if items.is_empty() {
+        return Ok((0, None));
+    }
+    let (q, _) = backend
+        .queue_for_readers(queue, &[weir_proxy::RECORD_READER], false)
+        .await
+        .map_err(|e| backend_error(&e))?;
+    let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+    let first = q
+        .append_batch(&refs, weir_backend::AppendOptions::default())
+        .await
+        .map_err(|e| backend_error(&e))?;
+    Ok((items.len(), Some(first)))
 }
 
 /// An import's body, whole, within the size and time limits.
@@ -309,17 +350,6 @@ fn bad_line(e: LineError) -> Refusal {
         body: json!({ "error": reason, "line": e.line }),
         challenge: false,
     }
-}
-
-/// The embedded engine's store: an import appends to it directly. On JetStream it
-/// answers 501.
-fn engine_store(shared: &Shared) -> Result<weir::Store, Refusal> {
-    shared.backend.engine_store().cloned().ok_or_else(|| {
-        refuse(
-            StatusCode::NOT_IMPLEMENTED,
-            "importing captures needs the embedded backend",
-        )
-    })
 }
 
 #[cfg(test)]
