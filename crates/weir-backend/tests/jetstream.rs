@@ -1484,6 +1484,13 @@ async fn a_shared_map_writes_compare_and_set() -> TestResult {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), Kind::Conflict, "a stale revision loses: {e}");
+    // A write of the value the key already holds (a retry whose first attempt was
+    // stored, its reply lost) is done, at that revision.
+    assert_eq!(
+        map.put("a", Bytes::from("two"), Expect::Revision(r1))
+            .await?,
+        r2
+    );
     let got = map.get("a").await?.ok_or("a is gone")?;
     assert_eq!((got.value.as_ref(), got.revision), (&b"two"[..], r2));
     let rb = map.put("b-2_=", Bytes::from("bee"), Expect::Absent).await?;

@@ -48,6 +48,8 @@ pub struct SubscriberRt {
     pub stop: watch::Sender<bool>,
     /// The token's owner name, for metrics labels.
     pub name: String,
+    /// The worker's task (it ends once stopped and its batch released).
+    pub task: tokio::task::JoinHandle<()>,
 }
 
 pub struct Bus {
@@ -62,6 +64,9 @@ pub struct Bus {
     active: AtomicBool,
     /// On JetStream: the `owner` key, renewed before every change of the metadata.
     owner: std::sync::OnceLock<Arc<crate::owner::Owner>>,
+    /// On JetStream: a write of the map failed in a way that leaves what it holds
+    /// unknown here; it is read again before the next change.
+    stale: AtomicBool,
     /// Held across a change's edit, write and runtime update: changes are serial.
     /// Shared so that a change, once edited, finishes in a task of its own even when
     /// the request that asked for it is dropped (a client gone).
@@ -103,6 +108,7 @@ impl Bus {
             meta: RwLock::new(Arc::new(meta)),
             active: AtomicBool::new(active),
             owner: std::sync::OnceLock::new(),
+            stale: AtomicBool::new(false),
             change_lock: Arc::new(tokio::sync::Mutex::new(())),
             topics: RwLock::new(HashMap::new()),
             subscribers: Mutex::new(HashMap::new()),
@@ -137,6 +143,9 @@ impl Bus {
     /// at a start) and starts the workers.
     pub async fn activate(self: &Arc<Self>) -> anyhow::Result<()> {
         let _serial = self.hold_changes().await;
+        if self.is_shutting_down() {
+            anyhow::bail!("the bus is stopping");
+        }
         let MetaStore::Map(map) = &*self.store else {
             return Ok(());
         };
@@ -145,6 +154,7 @@ impl Bus {
         };
         let meta = map.load().await.context("reading the bus's metadata")?;
         *self.meta.write() = Arc::new(meta);
+        self.stale.store(false, Ordering::Release);
         self.reconcile(None)
             .await
             .context("bringing the bus's queues in line")?;
@@ -157,12 +167,45 @@ impl Bus {
     /// cluster): no change runs any more, the workers stop (their leases go back),
     /// and what it knew is forgotten, to be read again if it serves later.
     pub async fn deactivate(&self) {
-        let _serial = self.hold_changes().await;
+        // Not serving from now on: the API refuses, a change in flight writes
+        // nothing more (`may_write`), the workers stop, and are waited for (a
+        // delivery in flight gets `grace`), before anything is forgotten.
         self.active.store(false, Ordering::Release);
-        self.stop_workers();
+        self.drain_workers(crate::STOP_GRACE).await;
+        let _serial = self.hold_changes().await;
         self.subscribers.lock().clear();
         self.topics.write().clear();
         *self.meta.write() = Arc::new(empty_meta());
+    }
+
+    /// Whether this door may still change the backend and the metadata: always on
+    /// the embedded engine; on JetStream while its hold of the `owner` key is fresh
+    /// (`owner.rs`), so that a door taken over from (cut off, frozen) changes
+    /// nothing once another may serve.
+    pub fn may_write(&self) -> bool {
+        self.owner.get().is_none_or(|o| o.holds_fresh())
+    }
+
+    /// Stops every worker and waits up to `grace` for them to end (a delivery in
+    /// flight finishing, leases given back).
+    pub async fn drain_workers(&self, grace: std::time::Duration) {
+        let tasks: Vec<tokio::task::JoinHandle<()>> = {
+            let mut subs = self.subscribers.lock();
+            subs.drain()
+                .map(|(_, rt)| {
+                    let _ = rt.stop.send(true);
+                    rt.task
+                })
+                .collect()
+        };
+        let all = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("a delivery worker did not stop in time");
+        }
     }
 
     /// The metadata as last written.
@@ -190,6 +233,7 @@ impl Bus {
         if !self.is_active() {
             return Err(ApiError::standby());
         }
+        self.refresh_if_stale().await?;
         let previous = self.meta();
         let mut next = Meta::clone(&previous);
         let result = edit(&mut next)?;
@@ -248,7 +292,10 @@ impl Bus {
             if let Some(owner) = self.owner.get() {
                 owner.renew().await.map_err(|e| refused_write(&e))?;
             }
-            return map.write(&meta).await.map_err(|e| refused_write(&e));
+            return map
+                .write(&meta, || self.may_write())
+                .await
+                .map_err(|e| refused_write(&e));
         }
         tokio::task::spawn_blocking(move || match &*store {
             MetaStore::File(file) => file.write(&meta),
@@ -269,6 +316,8 @@ impl Bus {
         let Some(map) = map.get() else {
             return;
         };
+        // Until read again, what the map holds is not known here.
+        self.stale.store(true, Ordering::Release);
         // A door another has taken over from touches nothing more (it stops serving
         // at its next renewal).
         if let Some(owner) = self.owner.get() {
@@ -279,14 +328,36 @@ impl Bus {
         match map.load().await {
             Ok(meta) => {
                 *self.meta.write() = Arc::new(meta);
+                self.stale.store(false, Ordering::Release);
                 if let Err(e) = self.reconcile(Some(previous)).await {
                     tracing::error!(error = %e, "could not bring the bus's queues in line after a refused write");
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "could not read the bus's metadata again after a refused write")
+                tracing::error!(error = %e, "could not read the bus's metadata again after a refused write; it is read before the next change")
             }
         }
+    }
+
+    /// Reads the map again when a refused write left it unknown (`stale`), before a
+    /// change edits the metadata.
+    async fn refresh_if_stale(&self) -> ApiResult<()> {
+        if !self.stale.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let MetaStore::Map(map) = &*self.store else {
+            return Ok(());
+        };
+        let Some(map) = map.get() else {
+            return Err(ApiError::standby());
+        };
+        let meta = map
+            .load()
+            .await
+            .map_err(|e| ApiError::engine("reading the bus's metadata", &e))?;
+        *self.meta.write() = Arc::new(meta);
+        self.stale.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// Makes the backend match the metadata: a queue (with its retention reader) per
@@ -405,6 +476,7 @@ impl Bus {
                     !known.contains(reader.as_str()) && !running.contains(reader)
                 };
                 if orphan {
+                    self.fence()?;
                     tracing::info!(topic = %name, reader = %reader, "deleting a reader no subscription names");
                     self.backend.delete_reader(&queue.name, reader).await?;
                 }
@@ -427,6 +499,7 @@ impl Bus {
                 _ => false,
             };
             if orphan {
+                self.fence()?;
                 tracing::info!(queue = %name, "deleting a bus queue its metadata no longer names");
                 self.backend.delete_queue(&name).await?;
             }
@@ -485,10 +558,15 @@ impl Bus {
         }
     }
 
-    /// Stops every worker (at shutdown).
-    pub fn stop_workers(&self) {
-        for rt in self.subscribers.lock().values() {
-            let _ = rt.stop.send(true);
+    /// [`Bus::may_write`] as an error.
+    fn fence(&self) -> weir_backend::Result<()> {
+        if self.may_write() {
+            Ok(())
+        } else {
+            Err(weir_backend::Error::new(
+                weir_backend::Kind::Conflict,
+                "this door no longer serves the bus",
+            ))
         }
     }
 

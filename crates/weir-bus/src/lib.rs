@@ -51,7 +51,7 @@ pub use crate::config::{BusConfig, BusSettings};
 pub use crate::sign::signature;
 
 /// How long [`BusHandle::stop`] lets deliveries in flight finish.
-const STOP_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long [`BusHandle::stop`] waits for a change of the metadata in flight.
 const CHANGE_GRACE: Duration = Duration::from_secs(10);
 
@@ -135,24 +135,28 @@ fn run(
         .map(|o| runtime.spawn(Arc::clone(o).run(Arc::clone(&serving))));
     let shutdown = serving.shutdown.clone();
     runtime.block_on(api::serve(listener, Arc::clone(&serving), shutdown));
-    // A change in flight (its request may be gone) finishes before the runtime
-    // stops, or it could be cut between its metadata and the backend; no new one
-    // starts, the API being closed.
+    // No taking over from now on (nor renewing, on JetStream: the hold lapses or is
+    // given up below).
+    if let Some(owning) = owning {
+        owning.abort();
+    }
     runtime.block_on(async {
+        // A change in flight (its request may be gone) finishes before the runtime
+        // stops, or it could be cut between its metadata and the backend; no new
+        // one starts, the API being closed.
         let waited = tokio::time::timeout(CHANGE_GRACE, serving.hold_changes()).await;
         if waited.is_err() {
             tracing::warn!("a change of the bus's metadata did not finish in time");
         }
-    });
-    serving.stop_workers();
-    janitor.abort();
-    if let (Some(owner), Some(owning)) = (owner, owning) {
-        owning.abort();
+        drop(waited);
+        // Deliveries in flight get STOP_GRACE; leased events go back.
+        serving.drain_workers(STOP_GRACE).await;
+        janitor.abort();
         // The workers stopped: a door standing by may take over now.
-        runtime.block_on(async {
+        if let Some(owner) = owner {
             let _ = tokio::time::timeout(CHANGE_GRACE, owner.resign()).await;
-        });
-    }
+        }
+    });
     drop(serving);
     runtime.shutdown_timeout(STOP_GRACE);
 }

@@ -64,12 +64,23 @@ impl MetaMap {
         Ok(meta)
     }
 
-    /// Writes what differs between `meta` and what the map holds, key by key; stops
-    /// at the first refusal (what was written stays, and is known here).
-    pub async fn write(&self, meta: &Meta) -> weir_backend::Result<()> {
+    /// Writes what differs between `meta` and what the map holds, key by key, as
+    /// long as `may_write` says this door may (it still serves the bus); stops at the
+    /// first refusal (what was written stays, and is known here).
+    pub async fn write(
+        &self,
+        meta: &Meta,
+        may_write: impl Fn() -> bool,
+    ) -> weir_backend::Result<()> {
         let next = encode(meta)?;
         let mut written = self.written.lock().await;
         for (key, value) in ordered_changes(&written, &next) {
+            if !may_write() {
+                return Err(Error::new(
+                    Kind::Conflict,
+                    "this door no longer serves the bus",
+                ));
+            }
             match value {
                 Some(value) => {
                     let expect = written
@@ -132,9 +143,9 @@ fn encode(meta: &Meta) -> weir_backend::Result<BTreeMap<String, Bytes>> {
 }
 
 fn decode_into(meta: &mut Meta, key: &str, value: &[u8]) -> weir_backend::Result<()> {
-    let (kind, name) = key.split_at(key.len().min(4));
-    let name =
-        unhex(name).ok_or_else(|| invalid(format!("the bus's map has a bad key {key:?}")))?;
+    let bad = || invalid(format!("the bus's map has a bad key {key:?}"));
+    let (kind, name) = (key.get(..4).ok_or_else(bad)?, key.get(4..).ok_or_else(bad)?);
+    let name = unhex(name).ok_or_else(bad)?;
     match kind {
         TOKEN => {
             meta.tokens.insert(name, parse::<String>(key, value)?);
@@ -271,6 +282,8 @@ mod tests {
         let longest = key(SUBSCRIBER, &"x".repeat(crate::names::NAME_BYTES_MAX));
         assert!(longest.len() <= weir_backend::jetstream::map::KEY_BYTES_MAX);
         assert!(decode_into(&mut read, "tok-zz", b"\"a\"").is_err());
+        assert!(decode_into(&mut read, "abcé", b"\"a\"").is_err());
+        assert!(decode_into(&mut read, "to", b"\"a\"").is_err());
         assert!(decode_into(&mut read, "new-00", b"{}").is_err());
         assert!(decode_into(&mut read, "tok-61", b"{not json").is_err());
     }

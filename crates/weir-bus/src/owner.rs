@@ -44,6 +44,16 @@ struct Holder {
     listen: String,
 }
 
+/// The task renewing the hold; ended with this (the owner's task aborted at
+/// shutdown, or failed), so that it never renews for a door that no longer serves.
+struct Holding(tokio::task::JoinHandle<()>);
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What this door knows of the `owner` key.
 pub struct Owner {
     /// Set once the cluster answered (a door may start while it does not).
@@ -54,6 +64,8 @@ pub struct Owner {
     /// The key's revision while this door holds it; held across a write of the
     /// key, so that two writes never race each other's revision.
     held: tokio::sync::Mutex<Option<u64>>,
+    /// When this door last wrote the key while holding it; `None` when it does not.
+    renewed: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Owner {
@@ -65,6 +77,7 @@ impl Owner {
             every: takeover / 5,
             takeover,
             held: tokio::sync::Mutex::new(None),
+            renewed: parking_lot::Mutex::new(None),
         }
     }
 
@@ -82,25 +95,25 @@ impl Owner {
             let Some(revision) = self.stand_by(&bus).await else {
                 return;
             };
-            *self.held.lock().await = Some(revision);
+            self.hold(Some(revision), &mut *self.held.lock().await);
             tracing::info!("this door now serves the bus");
             // The hold is renewed from now on, while the metadata is read and the
             // queues brought in line (which can take longer than `takeover_ms` with
             // many topics).
-            let holding = {
+            let mut holding = {
                 let (owner, bus) = (Arc::clone(&self), Arc::clone(&bus));
-                tokio::spawn(async move { owner.serve(&bus).await })
+                Holding(tokio::spawn(async move { owner.serve(&bus).await }))
             };
             if let Err(e) = bus.activate().await {
                 tracing::error!(error = %format!("{e:#}"), "could not start serving the bus; letting another door try");
-                holding.abort();
+                drop(holding);
                 bus.deactivate().await;
                 self.resign().await;
                 tokio::time::sleep(self.takeover).await;
                 continue;
             }
             // Returns when the hold is lost (at once if it was lost while activating).
-            let _ = holding.await;
+            let _ = (&mut holding.0).await;
             bus.deactivate().await;
             if !bus.is_shutting_down() {
                 tracing::warn!("this door no longer serves the bus; standing by");
@@ -175,29 +188,41 @@ impl Owner {
     }
 
     /// Writes the key every `every` while this door holds it; returns when it no
-    /// longer does (refused, or no write for half of `takeover`) or the bus stops.
+    /// longer does (refused, or no write for half of `takeover`, a renewal in flight
+    /// included) or the bus stops.
     async fn serve(&self, bus: &Bus) {
-        let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(self.every).await;
             if bus.is_shutting_down() {
                 return;
             }
-            match self.renew().await {
-                Ok(()) => last_ok = Instant::now(),
-                Err(e) if e.kind() == Kind::Conflict => {
+            let Some(last) = *self.renewed.lock() else {
+                return;
+            };
+            let renewing = tokio::time::timeout_at(last + self.takeover / 2, self.renew());
+            match renewing.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if e.kind() == Kind::Conflict => {
                     tracing::warn!("another door took the bus over");
                     return;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the bus could not renew its hold");
-                    if last_ok.elapsed() >= self.takeover / 2 {
-                        *self.held.lock().await = None;
-                        return;
-                    }
+                Ok(Err(e)) => tracing::warn!(error = %e, "the bus could not renew its hold"),
+                Err(_) => {
+                    tracing::warn!("the bus could not renew its hold within half of takeover_ms; another door may take over");
+                    self.hold(None, &mut *self.held.lock().await);
+                    return;
                 }
             }
         }
+    }
+
+    /// Whether this door holds the key and wrote it less than half of `takeover`
+    /// ago: before that, no other door may take it. Checked before every write of
+    /// the metadata and every deletion of a queue or reader.
+    pub fn holds_fresh(&self) -> bool {
+        self.renewed
+            .lock()
+            .is_some_and(|at| at.elapsed() < self.takeover / 2)
     }
 
     /// Writes the key again (compare-and-set on the revision this door holds):
@@ -217,26 +242,62 @@ impl Owner {
             .await
         {
             Ok(r) => {
-                *held = Some(r);
+                self.hold(Some(r), &mut held);
                 Ok(())
             }
             Err(e) => {
                 if e.kind() == Kind::Conflict {
-                    *held = None;
+                    self.hold(None, &mut held);
                 }
                 Err(e)
             }
         }
     }
 
+    /// Records the revision this door holds (now written), or that it holds none.
+    fn hold(&self, revision: Option<u64>, held: &mut Option<u64>) {
+        *held = revision;
+        *self.renewed.lock() = revision.map(|_| Instant::now());
+    }
+
     /// Gives the key up (at a clean stop): a door standing by takes over at its next
     /// read rather than after `takeover`.
     pub async fn resign(&self) {
-        let held = self.held.lock().await.take();
+        let held = {
+            let mut held = self.held.lock().await;
+            let revision = *held;
+            self.hold(None, &mut held);
+            revision
+        };
         if let (Some(revision), Some(map)) = (held, self.map()) {
             if let Err(e) = map.delete(OWNER_KEY, revision).await {
                 tracing::warn!(error = %e, "could not give the bus up; another door takes over after takeover_ms");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hold is fresh for half of `takeover` after its last write, and never once
+    /// given up: what fences a door that may have been taken over from.
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_goes_stale_at_half_the_takeover_time() {
+        let owner = Owner::new("d".into(), "127.0.0.1:1".into(), Duration::from_secs(10));
+        assert!(!owner.holds_fresh(), "nothing held yet");
+        owner.hold(Some(7), &mut *owner.held.lock().await);
+        assert!(owner.holds_fresh());
+        tokio::time::advance(Duration::from_millis(4_900)).await;
+        assert!(owner.holds_fresh());
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert!(!owner.holds_fresh(), "5.1 s after the last write");
+        owner.hold(Some(8), &mut *owner.held.lock().await);
+        assert!(owner.holds_fresh(), "written again");
+        owner.hold(None, &mut *owner.held.lock().await);
+        assert!(!owner.holds_fresh(), "given up");
+        let e = owner.renew().await.unwrap_err();
+        assert_eq!(e.kind(), Kind::Conflict, "nothing to renew: {e}");
     }
 }

@@ -57,13 +57,14 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
         stop: stop_rx,
         counters: Arc::clone(&counters),
     };
-    tokio::spawn(supervise(worker));
+    let task = tokio::spawn(supervise(worker));
     SubscriberRt {
         notify,
         config: config_tx,
         counters,
         stop: stop_tx,
         name,
+        task,
     }
 }
 
@@ -173,6 +174,11 @@ impl Worker {
     /// have subscribed again).
     async fn delete_readers(&self, topics: Vec<String>) {
         let _held = self.bus.hold_changes().await;
+        // A door that stopped serving the bus (its metadata forgotten) deletes
+        // nothing: its worker stopped, not its subscription.
+        if !self.bus.is_active() || !self.bus.may_write() {
+            return;
+        }
         let meta = self.bus.meta();
         let current = meta.subscribers.values().find(|s| s.id == self.id);
         let topics: Vec<String> = topics

@@ -485,10 +485,9 @@ impl Doors {
     }
 
     /// `-NAK` for each of the dead door's recorded leases, as long as it is before
-    /// `until`; how many. A reader's leases are given back one after the other, in
-    /// the order of their items (the server redelivers in the order it gets them
-    /// back): a killed door's leases come back in their queue's order. Readers go
-    /// at once.
+    /// `until`; how many. A reader's leases are given back in the order of their
+    /// items (the server redelivers in the order it gets them back): a killed door's
+    /// leases come back in their queue's order.
     async fn give_back(&self, key: &str, until: Instant) -> Result<usize> {
         let deadline = Instant::now() + self.api.request_timeout;
         let subjects = self.subjects(&self.leases_filter(key), deadline).await?;
@@ -527,17 +526,21 @@ impl Doors {
         let naks = futures_util::stream::iter(by_reader.into_values())
             .map(|mut leases| async move {
                 leases.sort_unstable();
-                let mut sent = 0;
-                for (_, reply) in leases {
-                    if Instant::now() >= until {
-                        break;
-                    }
-                    let deadline = until.min(Instant::now() + self.api.request_timeout);
-                    if leases::nak(&self.api, &reply, deadline).await == leases::Nak::Confirmed {
-                        sent += 1;
-                    }
+                if Instant::now() >= until {
+                    return 0;
                 }
-                sent
+                let deadline = until.min(Instant::now() + self.api.request_timeout);
+                // Sent in order without waiting for each reply: `join_all` polls them
+                // in order, a request goes into the connection's queue when first
+                // polled, and one connection keeps its order to the server.
+                let naks = leases
+                    .iter()
+                    .map(|(_, reply)| leases::nak(&self.api, reply, deadline));
+                futures_util::future::join_all(naks)
+                    .await
+                    .into_iter()
+                    .filter(|n| *n == leases::Nak::Confirmed)
+                    .count()
             })
             .buffer_unordered(NAKS_AT_ONCE)
             .fold(0, |total, sent| std::future::ready(total + sent))

@@ -32,6 +32,9 @@ pub(crate) mod code {
     pub const NO_MESSAGE_FOUND: u64 = 10037;
     /// "wrong last sequence" (a publish expecting a subject's last sequence).
     pub const WRONG_LAST_SEQUENCE: u64 = 10071;
+    /// "wrong last sequence" too: the subject has a write in flight (a retry racing
+    /// its first attempt).
+    pub const WRONG_LAST_SEQUENCE_CONSTANT: u64 = 10164;
 }
 
 /// An error of the JetStream API, as the server sends it.

@@ -7,7 +7,8 @@
 //! value; a write can require the revision it expects
 //! (`Nats-Expected-Last-Subject-Sequence`, 0 for "absent"), which makes
 //! compare-and-set writes: of two doors writing from the same revision, one wins and
-//! the other gets [`Kind::Conflict`]. A delete purges the key's messages up to the
+//! the other gets [`Kind::Conflict`] (unless the key then holds the very value it
+//! wrote: a retried write whose first attempt was stored, its reply lost, is done). A delete purges the key's messages up to the
 //! revision it expects, so it never removes a newer value.
 //!
 //! Every read asks the stream's leader (`STREAM.MSG.GET`): a replica behind could
@@ -131,14 +132,17 @@ impl SharedMap {
             .await
     }
 
-    /// Every key and value, in the order they were last written.
+    /// Every key and value, in the order they were last written: one read per key,
+    /// each with a deadline of its own.
     pub async fn list(&self) -> Result<Vec<Entry>> {
-        let deadline = self.api.deadline();
         let filter = format!("{}>", self.prefix);
         let mut entries = Vec::new();
         let mut from = 1;
         while let Some(entry) = self
-            .leader_get(&json!({ "seq": from, "next_by_subj": filter }), deadline)
+            .leader_get(
+                &json!({ "seq": from, "next_by_subj": filter }),
+                self.api.deadline(),
+            )
             .await?
         {
             if entries.len() >= LIST_MAX {
@@ -166,9 +170,7 @@ impl SharedMap {
         headers.insert("Nats-Expected-Last-Subject-Sequence", expected.to_string());
         let deadline = self.api.deadline();
         let mut backoff = Backoff::new(deadline);
-        let mut attempts = 0;
         loop {
-            attempts += 1;
             let request = Request::new()
                 .headers(headers.clone())
                 .payload(value.clone());
@@ -176,9 +178,12 @@ impl SharedMap {
                 Sent::Reply(m) => match serde_json::from_slice::<PubAckSeq>(&m.payload) {
                     Ok(PubAckSeq { error: None, seq }) if seq > 0 => return Ok(seq),
                     Ok(PubAckSeq { error: Some(e), .. })
-                        if e.err_code == code::WRONG_LAST_SEQUENCE =>
+                        if matches!(
+                            e.err_code,
+                            code::WRONG_LAST_SEQUENCE | code::WRONG_LAST_SEQUENCE_CONSTANT
+                        ) =>
                     {
-                        return self.lost_ack(key, &value, attempts).await;
+                        return self.on_conflict(key, &value).await;
                     }
                     Ok(PubAckSeq { error: Some(e), .. }) if e.is_transient() => e.description,
                     Ok(PubAckSeq { error: Some(e), .. }) => return Err(e.to_error()),
@@ -194,15 +199,14 @@ impl SharedMap {
         }
     }
 
-    /// A conflict on a write: after a retry, the first attempt may have been stored
-    /// with its acknowledgement lost; the key holding this very value is then this
-    /// write's own.
-    async fn lost_ack(&self, key: &str, value: &Bytes, attempts: u32) -> Result<u64> {
-        if attempts > 1 {
-            if let Some(now) = self.get(key).await? {
-                if now.value == *value {
-                    return Ok(now.revision);
-                }
+    /// A conflict on a write: the key already holds this very value (an earlier
+    /// attempt of this write, or an earlier write whose acknowledgement was lost, was
+    /// stored), and then the write is done at that revision; or another writer was
+    /// first.
+    async fn on_conflict(&self, key: &str, value: &Bytes) -> Result<u64> {
+        if let Some(now) = self.get(key).await? {
+            if now.value == *value {
+                return Ok(now.revision);
             }
         }
         Err(Error::new(
@@ -232,12 +236,7 @@ impl SharedMap {
 
     /// The subject of `key`, refused when it is not a valid key.
     fn subject(&self, key: &str) -> Result<String> {
-        let valid = !key.is_empty()
-            && key.len() <= KEY_BYTES_MAX
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'-'));
-        if !valid {
+        if !valid_key(key) {
             return Err(Error::new(
                 Kind::InvalidArgument,
                 format!("map key {key:?}: 1 to {KEY_BYTES_MAX} of [A-Za-z0-9_=-]"),
@@ -268,6 +267,7 @@ impl SharedMap {
         let key = got
             .subject
             .strip_prefix(&self.prefix)
+            .filter(|k| valid_key(k))
             .ok_or_else(|| unexpected(format!("{} is not a key of this map", got.subject)))?;
         Ok(Some(Entry {
             key: key.to_owned(),
@@ -275,4 +275,13 @@ impl SharedMap {
             revision: got.seq,
         }))
     }
+}
+
+/// 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]`.
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= KEY_BYTES_MAX
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'-'))
 }
