@@ -24,10 +24,11 @@ use super::layout::{consumer_name, ConsumerInfo, Start};
 use super::Inner;
 use crate::{Error, Kind, Result};
 
+/// A `STREAM.PURGE` answer.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct Purged {
-    purged: u64,
+pub(super) struct Purged {
+    pub purged: u64,
 }
 
 #[derive(Deserialize, Default)]

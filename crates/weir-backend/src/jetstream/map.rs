@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::api::{Api, Backoff, Sent};
 use super::errors::{code, unavailable, unexpected};
+use super::queue::PubAck;
 use crate::{Error, Kind, Result};
 
 /// A key: 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]` (a subject token).
@@ -57,31 +58,20 @@ pub struct SharedMap {
     prefix: String,
 }
 
+/// A `STREAM.MSG.GET` answer (the fields weir reads).
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct MsgGet {
-    message: StoredMsg,
+pub(super) struct MsgGet {
+    pub message: StoredMsg,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct StoredMsg {
-    subject: String,
-    seq: u64,
-    data: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Purged {
-    purged: u64,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct PubAckSeq {
-    seq: u64,
-    error: Option<super::errors::ApiError>,
+pub(super) struct StoredMsg {
+    pub subject: String,
+    pub seq: u64,
+    /// Base64.
+    pub data: Option<String>,
 }
 
 impl SharedMap {
@@ -175,9 +165,9 @@ impl SharedMap {
                 .headers(headers.clone())
                 .payload(value.clone());
             let why = match self.api.send(subject.clone(), request, deadline).await {
-                Sent::Reply(m) => match serde_json::from_slice::<PubAckSeq>(&m.payload) {
-                    Ok(PubAckSeq { error: None, seq }) if seq > 0 => return Ok(seq),
-                    Ok(PubAckSeq { error: Some(e), .. })
+                Sent::Reply(m) => match serde_json::from_slice::<PubAck>(&m.payload) {
+                    Ok(PubAck { error: None, seq }) if seq > 0 => return Ok(seq),
+                    Ok(PubAck { error: Some(e), .. })
                         if matches!(
                             e.err_code,
                             code::WRONG_LAST_SEQUENCE | code::WRONG_LAST_SEQUENCE_CONSTANT
@@ -185,8 +175,8 @@ impl SharedMap {
                     {
                         return self.on_conflict(key, &value).await;
                     }
-                    Ok(PubAckSeq { error: Some(e), .. }) if e.is_transient() => e.description,
-                    Ok(PubAckSeq { error: Some(e), .. }) => return Err(e.to_error()),
+                    Ok(PubAck { error: Some(e), .. }) if e.is_transient() => e.description,
+                    Ok(PubAck { error: Some(e), .. }) => return Err(e.to_error()),
                     _ => return Err(unexpected(String::from_utf8_lossy(&m.payload))),
                 },
                 Sent::NoResponders => "no responders (stream leader election?)".to_owned(),
@@ -221,7 +211,7 @@ impl SharedMap {
         let subject = self.subject(key)?;
         let api = format!("STREAM.PURGE.{}", self.stream);
         let body = json!({ "filter": subject, "seq": revision.saturating_add(1) });
-        let purged: Purged = self.api.json(&api, &body, self.api.deadline()).await?;
+        let purged: super::admin::Purged = self.api.json(&api, &body, self.api.deadline()).await?;
         if purged.purged > 0 {
             return Ok(true);
         }

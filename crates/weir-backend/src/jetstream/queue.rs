@@ -31,8 +31,8 @@ pub(crate) const EXPIRES_HEADER: &str = "Weir-Expires";
 #[derive(Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct PubAck {
-    seq: u64,
-    error: Option<ApiError>,
+    pub seq: u64,
+    pub error: Option<ApiError>,
 }
 
 impl PubAck {

@@ -23,6 +23,7 @@ use serde_json::json;
 
 use super::errors::{code, unexpected};
 use super::layout::{consumer_name, Start};
+use super::map::MsgGet;
 use super::scan::rfc3339;
 use super::{Inner, Queue};
 use crate::{AppendOptions, Error, Kind, Result, SeekTo};
@@ -207,18 +208,6 @@ async fn first_at(
     };
     let query = json!({ "start_time": start_time, "next_by_subj": subject });
     leader_get(inner, &query, deadline).await
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct MsgGet {
-    message: StoredMsg,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct StoredMsg {
-    seq: u64,
 }
 
 /// The sequence of the message `query` names, as the stream's leader has it
