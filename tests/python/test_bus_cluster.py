@@ -107,6 +107,7 @@ def test_one_door_serves_and_another_takes_over_when_it_is_killed(doors, receive
     # The door standing by waits a whole takeover time from the last write of the
     # hold it saw, at most a fifth of it before the kill.
     assert took >= TAKEOVER_MS / 1000 * 0.8 - 0.1, f"took over after {took:.1f}s, before the takeover time"
+    print(f"kill -9 to serving: {took:.2f} s (takeover_ms {TAKEOVER_MS})")
     # The metadata came through: the tokens, the claim, the subscription.
     status, _, body = second.call("GET", "/subscriptions", sub)
     assert status == 200, body
@@ -119,6 +120,8 @@ def test_one_door_serves_and_another_takes_over_when_it_is_killed(doors, receive
     receiver.wait_for(lambda: {e["url"] for e in receiver.events()} >= {f"https://s.example/{i}" for i in range(12)}, 30.0)
     # Well before lease_timeout_ms (30 s): the killed door's leases came back at once.
     assert time.monotonic() - killed_at < 20.0
+    redelivered = min(t for t, _, body, _ in receiver.got if t > killed_at and "/5" in body.decode())
+    print(f"kill -9 to the leased batch delivered again: {redelivered - killed_at:.2f} s")
     urls = [e["url"] for e in receiver.events()]
     # At least once, and in order: the first delivery of each event comes in order.
     firsts = list(dict.fromkeys(urls))
@@ -146,6 +149,7 @@ def test_a_clean_stop_hands_the_bus_over_at_once(doors, receiver):
     second = serving([standby], timeout_s=30.0)
     took = time.monotonic() - stopped_at
     assert took < 10.0, f"took over {took:.1f}s after the stop"
+    print(f"SIGTERM to another door serving: {took:.2f} s (takeover_ms 60000)")
     # The stopped door's config, back: it stands by.
     first.start()
     time.sleep(2.0)
