@@ -26,7 +26,7 @@ use weir_backend::{Backend, Queue, SeekTo};
 
 use crate::config::BusSettings;
 use crate::error::{ApiError, ApiResult};
-use crate::meta::{Meta, MetaFile, MetaStore, SubscriberMeta, TopicMeta, VERSION};
+use crate::meta::{Meta, MetaFile, MetaStore, SubscriberMeta, TopicMeta};
 use crate::meta_map::MetaMap;
 use crate::metrics::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
@@ -97,7 +97,7 @@ impl Bus {
                     .context("reading the bus's metadata")??;
                 (MetaStore::File(file), meta, true)
             }
-            MetaHome::Cluster => (MetaStore::Map(Box::default()), empty_meta(), false),
+            MetaHome::Cluster => (MetaStore::Map(Box::default()), Meta::empty(), false),
         };
         let client = crate::client::build(&settings)?;
         let bus = Bus {
@@ -128,6 +128,22 @@ impl Bus {
         }
     }
 
+    /// The cluster's map, when the metadata is there and the map is open.
+    fn map(&self) -> Option<&MetaMap> {
+        match &*self.store {
+            MetaStore::Map(cell) => cell.get(),
+            MetaStore::File(_) => None,
+        }
+    }
+
+    /// Reads the whole metadata from the cluster's map into this door's copy.
+    async fn load_map(&self, map: &MetaMap) -> weir_backend::Result<()> {
+        let meta = map.load().await?;
+        *self.meta.write() = Arc::new(meta);
+        self.stale.store(false, Ordering::Release);
+        Ok(())
+    }
+
     /// The `owner` key this door renews before a change (`owner.rs`).
     pub fn set_owner(&self, owner: Arc<crate::owner::Owner>) {
         let _ = self.owner.set(owner);
@@ -146,15 +162,15 @@ impl Bus {
         if self.is_shutting_down() {
             anyhow::bail!("the bus is stopping");
         }
-        let MetaStore::Map(map) = &*self.store else {
+        let MetaStore::Map(_) = &*self.store else {
             return Ok(());
         };
-        let Some(map) = map.get() else {
+        let Some(map) = self.map() else {
             anyhow::bail!("the bus's metadata map is not open");
         };
-        let meta = map.load().await.context("reading the bus's metadata")?;
-        *self.meta.write() = Arc::new(meta);
-        self.stale.store(false, Ordering::Release);
+        self.load_map(map)
+            .await
+            .context("reading the bus's metadata")?;
         self.reconcile(None)
             .await
             .context("bringing the bus's queues in line")?;
@@ -175,7 +191,7 @@ impl Bus {
         let _serial = self.hold_changes().await;
         self.subscribers.lock().clear();
         self.topics.write().clear();
-        *self.meta.write() = Arc::new(empty_meta());
+        *self.meta.write() = Arc::new(Meta::empty());
     }
 
     /// Whether this door may still change the backend and the metadata: always on
@@ -310,10 +326,7 @@ impl Bus {
     /// another door wrote since this one read): what stands there is read again and
     /// the backend brought in line with it. A file's write leaves the old file.
     async fn reload_after_refused_write(&self, previous: &Meta) {
-        let MetaStore::Map(map) = &*self.store else {
-            return;
-        };
-        let Some(map) = map.get() else {
+        let Some(map) = self.map() else {
             return;
         };
         // Until read again, what the map holds is not known here.
@@ -325,10 +338,8 @@ impl Bus {
                 return;
             }
         }
-        match map.load().await {
-            Ok(meta) => {
-                *self.meta.write() = Arc::new(meta);
-                self.stale.store(false, Ordering::Release);
+        match self.load_map(map).await {
+            Ok(()) => {
                 if let Err(e) = self.reconcile(Some(previous)).await {
                     tracing::error!(error = %e, "could not bring the bus's queues in line after a refused write");
                 }
@@ -345,19 +356,12 @@ impl Bus {
         if !self.stale.load(Ordering::Acquire) {
             return Ok(());
         }
-        let MetaStore::Map(map) = &*self.store else {
-            return Ok(());
-        };
-        let Some(map) = map.get() else {
+        let Some(map) = self.map() else {
             return Err(ApiError::standby());
         };
-        let meta = map
-            .load()
+        self.load_map(map)
             .await
-            .map_err(|e| ApiError::engine("reading the bus's metadata", &e))?;
-        *self.meta.write() = Arc::new(meta);
-        self.stale.store(false, Ordering::Release);
-        Ok(())
+            .map_err(|e| ApiError::engine("reading the bus's metadata", &e))
     }
 
     /// Makes the backend match the metadata: a queue (with its retention reader) per
@@ -601,13 +605,6 @@ pub enum MetaHome {
     /// The cluster's map (JetStream), opened later by `owner.rs`, once the
     /// cluster answers.
     Cluster,
-}
-
-fn empty_meta() -> Meta {
-    Meta {
-        version: VERSION,
-        ..Meta::default()
-    }
 }
 
 fn topic_rt(queue: Queue, t: &TopicMeta, wake: Vec<Arc<Notify>>) -> TopicRt {

@@ -78,6 +78,16 @@ pub struct Secret {
     pub expires_at_ms: Option<u64>,
 }
 
+impl Meta {
+    /// No tokens, topics or subscriptions, in this weir's format.
+    pub fn empty() -> Meta {
+        Meta {
+            version: VERSION,
+            ..Meta::default()
+        }
+    }
+}
+
 /// Where the metadata is kept: this file on the embedded engine, the cluster's map
 /// on JetStream (`meta_map.rs`).
 pub enum MetaStore {
@@ -104,10 +114,7 @@ impl MetaFile {
         }
         let path = dir.join(FILE_NAME);
         let meta = match fs::metadata(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Meta {
-                version: VERSION,
-                ..Meta::default()
-            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Meta::empty(),
             Err(e) => return Err(e),
             Ok(m) if m.len() > FILE_BYTES_MAX => {
                 return Err(invalid(format!(

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use weir_backend::{Error, Expect, Kind, SharedMap};
 
-use crate::meta::{Meta, SubscriberMeta, TopicMeta, VERSION};
+use crate::meta::{Meta, SubscriberMeta, TopicMeta};
 
 const TOKEN: &str = "tok-";
 const TOPIC: &str = "top-";
@@ -48,10 +48,7 @@ impl MetaMap {
         let entries = self.map.list().await?;
         let mut written = self.written.lock().await;
         written.clear();
-        let mut meta = Meta {
-            version: VERSION,
-            ..Meta::default()
-        };
+        let mut meta = Meta::empty();
         for e in entries {
             if e.key == crate::owner::OWNER_KEY {
                 // Who serves the bus (`owner.rs`), not metadata.
@@ -244,10 +241,7 @@ mod tests {
     }
 
     fn sample() -> Meta {
-        let mut meta = Meta {
-            version: VERSION,
-            ..Meta::default()
-        };
+        let mut meta = Meta::empty();
         meta.tokens.insert("svc--00".into(), "svc".into());
         meta.tokens.insert("sub/é".into(), "reader".into());
         meta.topics.insert(
@@ -271,10 +265,7 @@ mod tests {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'=')));
         }
-        let mut read = Meta {
-            version: VERSION,
-            ..Meta::default()
-        };
+        let mut read = Meta::empty();
         for (k, v) in &encoded {
             decode_into(&mut read, k, v).unwrap();
         }

@@ -107,18 +107,18 @@ pub fn check_name(name: &str) -> ApiResult<()> {
 pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     caller(&bus, &headers)?;
     let meta = bus.meta();
-    let kept: HashMap<String, u64> = if bus.backend.is_shared() {
+    let kept: Option<HashMap<String, u64>> = if bus.backend.is_shared() {
         let names = meta.topics.keys().map(|n| topic_queue(n)).collect();
         let stats = bus.backend.stats(Some(names)).await;
         let stats = stats.map_err(|e| ApiError::engine("reading the topics' figures", &e))?;
-        stats.into_iter().map(|q| (q.name, q.items)).collect()
+        Some(stats.into_iter().map(|q| (q.name, q.items)).collect())
     } else {
-        HashMap::new()
+        None
     };
     let mut list = Vec::with_capacity(meta.topics.len());
     for (name, t) in &meta.topics {
         let publisher = t.publisher.as_ref().and_then(|p| meta.tokens.get(p));
-        let events = if bus.backend.is_shared() {
+        let events = if let Some(kept) = &kept {
             kept.get(&topic_queue(name)).copied().unwrap_or(0)
         } else {
             let next = match bus.topic(name) {
