@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import http.server
 import os
+import socket
 import threading
 import time
 
@@ -152,13 +153,21 @@ def test_a_hanging_shadow_does_not_touch_the_clients_requests(servers, proxy):
 
 def test_kill9_with_replays_queued_delivers_them_after_restart(servers, proxy):
     primary = servers()
-    shadow_port = harness.free_port()  # the shadow is down at first
+    # The shadow is down at first. Its port stays bound (not listening: connections
+    # are refused) until the shadow starts, so that no outgoing connection takes it
+    # as its own port meanwhile (a connection to a free loopback port from that very
+    # port connects to itself).
+    placeholder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    placeholder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    placeholder.bind((harness.HOST, 0))
+    shadow_port = placeholder.getsockname()[1]
     p = proxy(primary.port, [("later", shadow_port, "concurrency = 1\n")])
     for i in range(30):
         assert p.request("PUT", f"/items/{i}", f"v{i}".encode())[0] == 200
     time.sleep(0.5)
     p.kill9()
     p.start()
+    placeholder.close()
     shadow = servers(shadow_port)
     wait_for(lambda: len(set(shadow.paths())) == 30, timeout_s=40)
     if harness.on_jetstream():
