@@ -11,7 +11,9 @@
 //!   `_weir.<stream>.rec.door.<key>`, and a record per open lease,
 //!   `_weir.<stream>.rec.lease.<key>.<n>`, holding the lease's ack subject. The record
 //!   is stored (PubAck) before the item is handed to the client; when the lease ends,
-//!   a tombstone (empty, `Nats-TTL: 1s`) replaces it and then goes by itself.
+//!   a tombstone (empty, `Nats-TTL: 1s`) replaces it and then goes by itself. The
+//!   leases handed out at the same moment share a record (one write), as
+//!   [`super::records`] tells.
 //! - **A ping subject**, `_weir.<stream>.ping.<key>`, that the door answers. The NATS
 //!   server drops a connection's subscriptions the moment the connection ends (a
 //!   killed process's socket is closed by its kernel), and a request to a subject
@@ -56,21 +58,17 @@ use super::layout::StreamInfo;
 use super::leases::{self, Leases};
 use super::queue::now_ms;
 use super::queue::PubAck;
+use super::records::{self, Batcher, Record, Stored, RECORD_TTL};
 use crate::Result;
 
 /// Doors one door keeps track of; more are not pinged (with a warning).
 const DOORS_MAX: usize = 256;
 /// The doors' stream's size cap (about 150 bytes a record: 400,000 open leases).
 const STREAM_BYTES_MAX: i64 = 64 << 20;
-/// A tombstone's life: it replaces a lease's record, then goes.
-const TOMBSTONE_TTL: &str = "1s";
 /// A dead door's registration, marked dead, stays at least this long (and twice the
 /// lease timeout), so every door sees it was taken care of, and a door that was only
 /// cut off sees it when it is back; then it goes.
 const DEAD_TTL_MIN_S: u64 = 60;
-/// A lease's record goes by itself after this long (if its tombstone was lost): a
-/// lease held longer comes back after AckWait if its door is killed.
-const RECORD_TTL: &str = "86400s";
 /// Failed looks at its own registration in a row after which the door sets the
 /// doors' stream up again (it may be gone: deleted, or a restarted single server).
 const SELF_FAILURES_MAX: u32 = 8;
@@ -126,7 +124,8 @@ pub(crate) struct Doors {
     closing: AtomicBool,
     /// The ping subscription is up (it survives reconnections).
     answering: AtomicBool,
-    next: AtomicU64,
+    /// Gathers the leases recorded at once into one record.
+    batcher: Batcher,
     timeout: Duration,
     lease_timeout: Duration,
     replicas: usize,
@@ -151,7 +150,7 @@ impl Doors {
             registered: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             answering: AtomicBool::new(false),
-            next: AtomicU64::new(0),
+            batcher: Batcher::default(),
             timeout: Duration::from_millis(config.door_timeout_ms.min(DOOR_TIMEOUT_MAX_MS)),
             lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
             replicas: config.replicas,
@@ -180,34 +179,37 @@ impl Doors {
     /// lease kept alive) before it is handed out; the record's subject, or `None`
     /// when it could not be stored in time (the lease then comes back after AckWait
     /// if this door is killed).
-    pub async fn record(&self, reply: &str, expires_at_ms: u64) -> Option<Arc<str>> {
+    pub async fn record(&self, reply: &str, expires_at_ms: u64) -> Option<Arc<Record>> {
         if !self.enabled() || !self.registered.load(Ordering::Acquire) {
             return None;
         }
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let subject = format!("{}.rec.lease.{}.{n}", self.prefix, self.key());
-        let mut headers = HeaderMap::new();
-        headers.insert("Nats-TTL", RECORD_TTL);
-        let request = Request::new()
-            .headers(headers)
-            .payload(Bytes::from(format!("{reply} {expires_at_ms}")));
         let wait = self.api.request_timeout.min(RECORD_WAIT_MAX);
         let deadline = Instant::now() + wait;
-        match self.api.send(subject.clone(), request, deadline).await {
-            Sent::Reply(m) if PubAck::stored(&m.payload) => Some(subject.into()),
+        let key = self.key();
+        let subject = |n: u64| format!("{}.rec.lease.{key}.{n}", self.prefix);
+        let write = |record: Arc<Record>, body: String| async move {
+            let mut headers = HeaderMap::new();
+            headers.insert("Nats-TTL", RECORD_TTL);
+            let request = Request::new().headers(headers).payload(Bytes::from(body));
+            let sent = self
+                .api
+                .send(record.subject().to_owned(), request, deadline)
+                .await;
             // No reply in time: it may be stored all the same, so it is tombstoned
-            // when the lease ends, like a stored one.
-            Sent::Failed(_) => Some(subject.into()),
-            _ => {
-                if !self.warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        stream = %self.stream,
-                        "jetstream: a lease's record was not stored; such leases come back after AckWait if this door is killed"
-                    );
-                }
-                None
-            }
+            // when its leases end, like a stored one.
+            Stored::of(&sent)
+        };
+        let record = self
+            .batcher
+            .record(reply, expires_at_ms, subject, deadline, write)
+            .await;
+        if record.is_none() && !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                stream = %self.stream,
+                "jetstream: a lease's record was not stored; such leases come back after AckWait if this door is killed"
+            );
         }
+        record
     }
 
     /// Keeps the registration current and watches the other doors, until the doors
@@ -494,20 +496,21 @@ impl Doors {
         let replies: Vec<String> = futures_util::stream::iter(subjects)
             .map(|subject| async move {
                 if Instant::now() >= until {
-                    return None;
+                    return Vec::new();
                 }
                 let deadline = until.min(Instant::now() + self.api.request_timeout);
                 let Ok(Some((_, record))) = self.last(&subject, deadline).await else {
-                    return None;
+                    return Vec::new();
                 };
-                let (reply, expires) = parse_record(&record)?;
-                if expires != 0 && expires <= now_ms() + EXPIRY_MARGIN_MS {
-                    return None;
-                }
-                Some(reply.to_owned())
+                let soon = now_ms() + EXPIRY_MARGIN_MS;
+                records::parse(&record)
+                    .into_iter()
+                    .filter(|(_, expires)| *expires == 0 || *expires > soon)
+                    .map(|(reply, _)| reply.to_owned())
+                    .collect::<Vec<String>>()
             })
             .buffer_unordered(NAKS_AT_ONCE)
-            .filter_map(std::future::ready)
+            .flat_map(futures_util::stream::iter)
             .collect()
             .await;
         let mut by_reader: std::collections::BTreeMap<String, Vec<(u64, String)>> =
@@ -605,41 +608,12 @@ impl Doors {
     }
 }
 
-/// Replaces a lease's record with a tombstone that goes by itself (the lease ended).
-pub(crate) async fn tombstone(api: &Api, record: &str) {
-    let mut headers = HeaderMap::new();
-    headers.insert("Nats-TTL", TOMBSTONE_TTL);
-    let sent = api
-        .client
-        .publish_with_headers(record.to_owned(), headers, Bytes::new());
-    let _ = tokio::time::timeout(api.request_timeout, sent).await;
-}
-
-/// `<ack subject> <expires ms>`; `None` for a tombstone or anything else.
-fn parse_record(record: &[u8]) -> Option<(&str, u64)> {
-    let text = std::str::from_utf8(record).ok()?;
-    let (reply, expires) = text.split_once(' ')?;
-    super::layout::Delivery::parse(reply)?;
-    Some((reply, expires.parse().ok()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_records_and_pub_acks() {
-        let reply = "$JS.ACK.WEIR.q~.1.42.7.1700000000123456789.0";
-        let record = format!("{reply} 0");
-        assert_eq!(parse_record(record.as_bytes()), Some((reply, 0)));
-        let record = format!("{reply} 1700000005000");
-        assert_eq!(
-            parse_record(record.as_bytes()),
-            Some((reply, 1_700_000_005_000))
-        );
-        assert_eq!(parse_record(b""), None);
-        assert_eq!(parse_record(b"_INBOX.x 0"), None);
-        assert_eq!(parse_record(format!("{reply} soon").as_bytes()), None);
+    fn reads_pub_acks() {
         assert!(PubAck::stored(br#"{"stream":"S_DOORS","seq":7}"#));
         assert!(!PubAck::stored(
             br#"{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}"#

@@ -28,6 +28,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::api::Api;
+use super::records::Record;
 
 /// Leases one door keeps alive at once (about 150 bytes each).
 pub(crate) const KEPT_ALIVE_MAX: usize = 262_144;
@@ -46,7 +47,7 @@ const TICK_MIN: Duration = Duration::from_millis(20);
 
 struct Held {
     /// The lease's record in the doors' stream ([`super::doors`]), if stored.
-    record: Option<Arc<str>>,
+    record: Option<Arc<Record>>,
     next: Instant,
     every: Duration,
     /// Renewed by the pump (false: the queue's `open_timeout` is its AckWait).
@@ -72,10 +73,10 @@ impl Held {
 /// A lease's end, as the registry saw it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Forgot {
-    /// This door held it: its record (if any) is to be replaced by a tombstone; and
-    /// until when a `-NAK` for it may still be retried ([`Held::nak_by`]).
+    /// This door held it: its record (if any) is to lose it; and until when a `-NAK`
+    /// for it may still be retried ([`Held::nak_by`]).
     Held {
-        record: Option<Arc<str>>,
+        record: Option<Arc<Record>>,
         nak_by: Option<Instant>,
     },
     /// Other doors took this door for dead and gave it back already: it must not be
@@ -93,8 +94,8 @@ pub(crate) enum Forgot {
 pub(crate) struct Release {
     /// The lease's ack subject.
     pub reply: Arc<str>,
-    /// Its record in the doors' stream, to be tombstoned first.
-    pub record: Option<Arc<str>>,
+    /// Its record in the doors' stream, to lose it first.
+    pub record: Option<Arc<Record>>,
     /// Until when a `-NAK` nobody received (no consumer leader: an election) is
     /// tried again; `None`: once.
     pub nak_by: Option<Instant>,
@@ -139,7 +140,13 @@ impl Leases {
 
     /// Remembers an open lease (its ack subject, and its record), and renews it
     /// every third of `ack_wait` from now on when `renew`.
-    pub fn keep(&self, reply: Arc<str>, ack_wait: Duration, renew: bool, record: Option<Arc<str>>) {
+    pub fn keep(
+        &self,
+        reply: Arc<str>,
+        ack_wait: Duration,
+        renew: bool,
+        record: Option<Arc<Record>>,
+    ) {
         let every = (ack_wait / 3).max(TICK_MIN);
         let mut held = lock(&self.held);
         if held.len() >= KEPT_ALIVE_MAX {
@@ -210,9 +217,9 @@ impl Leases {
     }
 
     /// The reader `consumer` is being moved: the leases this door holds on it end
-    /// (no renewal; their confirm and release do nothing). Their records, to be
-    /// tombstoned.
-    pub fn end_consumer(&self, consumer: &str) -> Vec<Arc<str>> {
+    /// (no renewal; their confirm and release do nothing). Those recorded, with their
+    /// records, which are to lose them.
+    pub fn end_consumer(&self, consumer: &str) -> Vec<(Arc<Record>, Arc<str>)> {
         let token = format!(".{consumer}.");
         let mut held = lock(&self.held);
         let replies: Vec<Arc<str>> = held
@@ -228,8 +235,8 @@ impl Leases {
             ended.clear();
         }
         for reply in replies {
-            if let Some(h) = held.remove(&reply) {
-                records.extend(h.record);
+            if let Some(record) = held.remove(&reply).and_then(|h| h.record) {
+                records.push((record, reply.clone()));
             }
             ended.insert(reply);
         }
@@ -314,7 +321,7 @@ pub(crate) async fn nak_pump(
         // The record first: a door killed between the two leaves the lease to
         // AckWait, rather than to another door's -NAK after it went to a new holder.
         if let Some(record) = &release.record {
-            super::doors::tombstone(&api, record).await;
+            record.ended(&api, &[&release.reply]).await;
         }
         let deadline = Instant::now() + api.request_timeout;
         match (nak(&api, &release.reply, deadline).await, release.nak_by) {
@@ -411,7 +418,7 @@ mod tests {
             "b".into(),
             Duration::from_secs(60),
             true,
-            Some("rec".into()),
+            Some(Arc::new(Record::new("rec"))),
         );
         assert!(leases.due().is_empty());
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -426,7 +433,7 @@ mod tests {
         assert_eq!(leases.len(), 1);
         let release = |reply: &str, record: Option<&str>| Release {
             reply: reply.into(),
-            record: record.map(Arc::from),
+            record: record.map(|r| Arc::new(Record::new(r))),
             nak_by: None,
         };
         assert!(leases.nak(release("b", Some("rec"))));
@@ -469,7 +476,7 @@ mod tests {
             "a".into(),
             Duration::from_millis(30),
             true,
-            Some("ra".into()),
+            Some(Arc::new(Record::new("ra"))),
         );
         leases.keep("b".into(), Duration::from_millis(30), true, None);
         assert_eq!(leases.lose_all(), 2);
@@ -491,13 +498,16 @@ mod tests {
             reply("q~r", 5),
             Duration::from_secs(30),
             true,
-            Some("r5".into()),
+            Some(Arc::new(Record::new("r5"))),
         );
         leases.keep(reply("q~r", 6), Duration::from_secs(30), true, None);
         leases.keep(reply("q~rr", 7), Duration::from_secs(30), true, None);
         leases.keep(reply("q~", 8), Duration::from_secs(30), true, None);
         let records = leases.end_consumer("q~r");
-        assert_eq!(records, vec![Arc::<str>::from("r5")]);
+        assert_eq!(
+            records,
+            vec![(Arc::new(Record::new("r5")), reply("q~r", 5))]
+        );
         assert_eq!(leases.len(), 2);
         assert_eq!(leases.forget(&reply("q~r", 5)), Forgot::Ended);
         assert_eq!(leases.forget(&reply("q~r", 5)), Forgot::Unknown);

@@ -41,6 +41,7 @@ mod metrics;
 mod pull;
 mod queue;
 mod reader;
+mod records;
 mod registry;
 mod scan;
 mod seek;
@@ -410,7 +411,7 @@ impl Reader {
         {
             // After the ack: a door killed between the two leaves a record whose
             // -NAK finds the item no longer pending.
-            doors::tombstone(&self.inner.api, &record).await;
+            record.confirmed(&self.inner.api, &lease.reply).await;
         }
         self.inner.api.metrics.count(Op::Confirm, &result);
         self.inner.stats_cache.invalidate();

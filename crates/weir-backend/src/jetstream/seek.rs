@@ -155,10 +155,10 @@ impl Queue {
 
 impl Inner {
     /// The leases this door holds on `consumer` end (see [`super::leases::Leases::end_consumer`]);
-    /// their records in the doors' stream are tombstoned.
+    /// their records in the doors' stream lose them.
     pub(super) async fn end_leases(&self, consumer: &str) {
-        for record in self.leases.end_consumer(consumer) {
-            super::doors::tombstone(&self.api, &record).await;
+        for (record, reply) in self.leases.end_consumer(consumer) {
+            record.ended(&self.api, &[&reply]).await;
         }
     }
 }
