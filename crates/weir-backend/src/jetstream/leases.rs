@@ -50,6 +50,7 @@ struct Held {
     record: Option<Arc<Record>>,
     next: Instant,
     every: Duration,
+    ack_wait: Duration,
     /// Renewed by the pump (false: the queue's `open_timeout` is its AckWait).
     renew: bool,
 }
@@ -68,6 +69,21 @@ impl Held {
         (self.renew && self.every >= ELECTION_MAX)
             .then(|| (self.next + self.every / 2).min(now + NAK_RETRY_MAX))
     }
+
+    /// Until when the lease surely lasts, as far as this door knows, so that a
+    /// `-NAK` sent later may find the item another client's and is not sent (AckWait
+    /// gives it back then, if it has not already). A renewed lease: half a renewal
+    /// period past its next renewal (one renewal lost, and a margin; an election
+    /// that loses more can end it sooner, and nothing tells that here). A lease with
+    /// a fixed AckWait (`open_timeout`): five sixths of it from when it was taken.
+    fn sure_until(&self) -> Instant {
+        if self.renew {
+            self.next + self.every / 2
+        } else {
+            let taken = self.next.checked_sub(self.every).unwrap_or(self.next);
+            taken + self.ack_wait - self.ack_wait / 6
+        }
+    }
 }
 
 /// A lease's end, as the registry saw it.
@@ -78,6 +94,8 @@ pub(crate) enum Forgot {
     Held {
         record: Option<Arc<Record>>,
         nak_by: Option<Instant>,
+        /// [`Held::sure_until`].
+        sure_until: Instant,
     },
     /// Other doors took this door for dead and gave it back already: it must not be
     /// given back again (it may be another client's by now).
@@ -99,6 +117,9 @@ pub(crate) struct Release {
     /// Until when a `-NAK` nobody received (no consumer leader: an election) is
     /// tried again; `None`: once.
     pub nak_by: Option<Instant>,
+    /// Past this the `-NAK` is not sent at all ([`Held::sure_until`]); `None`: not
+    /// known (a lease not kept).
+    pub sure_until: Option<Instant>,
 }
 
 /// The leases this door keeps alive, and the way to the nak pump.
@@ -166,6 +187,7 @@ impl Leases {
                 record,
                 next,
                 every,
+                ack_wait,
                 renew,
             },
         );
@@ -188,8 +210,9 @@ impl Leases {
         if let Some(held) = lock(&self.held).remove(reply) {
             let nak_by = held.nak_by(Instant::now());
             return Forgot::Held {
-                record: held.record,
                 nak_by,
+                sure_until: held.sure_until(),
+                record: held.record,
             };
         }
         if lock(&self.lost).remove(reply) {
@@ -323,6 +346,14 @@ pub(crate) async fn nak_pump(
         if let Some(record) = &release.record {
             record.ended(&api, &[&release.reply]).await;
         }
+        if release.sure_until.is_some_and(|t| Instant::now() >= t) {
+            // Queued for too long (a burst of releases): the lease may have ended
+            // and its item gone to another client, whom a -NAK would take it from.
+            let reply = &release.reply;
+            tracing::debug!(%reply, "jetstream: a release waited past its lease; AckWait gives it back");
+            leases.nak_sent();
+            continue;
+        }
         let deadline = Instant::now() + api.request_timeout;
         match (nak(&api, &release.reply, deadline).await, release.nak_by) {
             (Nak::Confirmed, _) => {}
@@ -423,10 +454,17 @@ mod tests {
         assert!(leases.due().is_empty());
         tokio::time::sleep(Duration::from_millis(30)).await;
         assert_eq!(leases.due(), vec![Arc::<str>::from("a")]);
-        let Forgot::Held { record, nak_by } = leases.forget("a") else {
+        let Forgot::Held {
+            record,
+            nak_by,
+            sure_until,
+        } = leases.forget("a")
+        else {
             panic!("a was held");
         };
         assert_eq!(record, None);
+        // Renewed every 20 ms, the next renewal due 20 ms on: sure 10 ms past it.
+        assert!(sure_until <= Instant::now() + Duration::from_millis(30));
         // Renewed every 20 ms: too short to outlast an election, so no retries.
         assert_eq!(nak_by, None);
         assert_eq!(leases.forget("a"), Forgot::Unknown);
@@ -435,6 +473,7 @@ mod tests {
             reply: reply.into(),
             record: record.map(|r| Arc::new(Record::new(r))),
             nak_by: None,
+            sure_until: None,
         };
         assert!(leases.nak(release("b", Some("rec"))));
         leases.close();
@@ -449,18 +488,31 @@ mod tests {
         let start = Instant::now();
         // Renewed every 10 s, next at +10 s: retried until +15 s.
         leases.keep("renewed".into(), Duration::from_secs(30), true, None);
-        let Forgot::Held { nak_by, .. } = leases.forget("renewed") else {
+        let Forgot::Held {
+            nak_by, sure_until, ..
+        } = leases.forget("renewed")
+        else {
             panic!("held");
         };
         let nak_by = nak_by.expect("a 30 s lease outlasts an election");
         assert!(nak_by >= start + Duration::from_secs(15) - Duration::from_millis(1));
         assert!(nak_by <= Instant::now() + NAK_RETRY_MAX);
+        // Not sent at all past the same point (one renewal lost, half a period).
+        assert!(sure_until >= start + Duration::from_secs(15));
+        assert!(sure_until <= Instant::now() + Duration::from_secs(15));
         // An open_timeout lease is not renewed: nothing bounds it from here.
         leases.keep("fixed".into(), Duration::from_secs(60), false, None);
-        let Forgot::Held { nak_by, .. } = leases.forget("fixed") else {
+        let Forgot::Held {
+            nak_by, sure_until, ..
+        } = leases.forget("fixed")
+        else {
             panic!("held");
         };
         assert_eq!(nak_by, None);
+        // But its end is known: its AckWait from when it was taken; sent until
+        // five sixths of it.
+        assert!(sure_until >= start + Duration::from_secs(50));
+        assert!(sure_until <= Instant::now() + Duration::from_secs(50));
         // A lease of 10 s (renewed every 3.3 s) can lose two renewals in an election.
         leases.keep("short".into(), Duration::from_secs(10), true, None);
         let Forgot::Held { nak_by, .. } = leases.forget("short") else {

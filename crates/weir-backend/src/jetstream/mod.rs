@@ -421,9 +421,13 @@ impl Reader {
     /// Gives the leased item back, ahead of newer ones (`-NAK`, sent by the nak pump).
     /// Never blocks or awaits.
     pub fn release(&self, lease: &Lease) -> Result<bool> {
-        let (record, nak_by) = match self.inner.leases.forget(&lease.reply) {
-            leases::Forgot::Held { record, nak_by } => (record, nak_by),
-            leases::Forgot::Unknown => (None, None),
+        let (record, nak_by, sure_until) = match self.inner.leases.forget(&lease.reply) {
+            leases::Forgot::Held {
+                record,
+                nak_by,
+                sure_until,
+            } => (record, nak_by, Some(sure_until)),
+            leases::Forgot::Unknown => (None, None, None),
             // Given back by other doors already (this door was taken for dead).
             leases::Forgot::Lost => return Ok(true),
             // Its reader was moved: nothing to give back.
@@ -433,6 +437,7 @@ impl Reader {
             reply: lease.reply.clone(),
             record,
             nak_by,
+            sure_until,
         };
         let result = if self.inner.leases.nak(release) {
             Ok(true)
