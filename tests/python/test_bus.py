@@ -28,7 +28,7 @@ ROOT_KEY = "python-root-key"
 class BusServer(harness.ServerProcess):
     """weir with the bus on a free port; root key from ROUTEMASTER_ROOT_KEY."""
 
-    def __init__(self, binary, retry_max_ms=400, attempts_max=20):
+    def __init__(self, binary, retry_max_ms=400, attempts_max=20, retention_ms=0):
         super().__init__(binary, "weir")
         # The only door with the bus on its stream (test_bus_cluster.py runs several).
         self.serves_alone = True
@@ -43,6 +43,7 @@ class BusServer(harness.ServerProcess):
             f"attempts_max = {attempts_max}\n"
             # On JetStream: a restarted door takes the bus back from its killed self.
             "takeover_ms = 1000\n"
+            f"retention_ms = {retention_ms}\n"
         )
 
     def argv(self):
@@ -257,6 +258,33 @@ def test_every_refusal_has_its_status_and_a_json_error(bus):
         s.recv(4096)
     assert b.call("GET", "/pulse")[0] == 204
     assert b.call("GET", "/health")[0] == 200
+
+
+def test_a_new_subscriber_replays_what_the_topic_kept_from_before_it_subscribed(bus, receiver):
+    """Subscribe, then replay with `since`: the events the topic kept from before the
+    subscription are delivered, in order, then the newer ones again (on JetStream too:
+    a subscriber's reader starts at the end but may move back past its start)."""
+    b = bus(retention_ms=3_600_000)
+    pub, sub = b.token("pub"), b.token("sub")
+    for i in range(5):
+        assert b.call("POST", "/topics/t", pub, {"type": "noop", "url": f"https://a.example/{i}"})[0] == 200
+    assert b.call("POST", "/subscription", sub, {"topics": ["t"], "callback": receiver.url(), "max": 50, "timeout": 0})[0] == 204
+    for i in range(5, 7):
+        assert b.call("POST", "/topics/t", pub, {"type": "noop", "url": f"https://a.example/{i}"})[0] == 200
+    receiver.wait_for(lambda: len(receiver.events()) >= 2)
+    time.sleep(0.5)
+    urls = [e["url"] for e in receiver.events()]
+    assert urls == [f"https://a.example/{i}" for i in (5, 6)], "a new subscriber starts at the end"
+    status, _, body = b.call("POST", "/subscriber/topics/t/replay", sub, {"since": 0})
+    assert status == 200, body
+    moved = json.loads(body)
+    assert moved["seq"] == moved["oldest"] and moved["next"] > moved["seq"], moved
+    receiver.wait_for(lambda: len(receiver.events()) >= 9)
+    replayed = [e["url"] for e in receiver.events()][2:]
+    assert replayed == [f"https://a.example/{i}" for i in range(7)]
+    # The ids are the ones the events had: the two delivered before come again.
+    ids = [e["id"] for e in receiver.events()]
+    assert ids[:2] == ids[-2:] and len(set(ids)) == 7
 
 
 def test_a_receiver_down_for_a_while_gets_everything_after(bus):

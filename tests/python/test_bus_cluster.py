@@ -28,10 +28,10 @@ class ClusterBus(BusServer):
     """weir with the bus, on the test's stream, with a short takeover."""
 
     def __init__(self, binary, takeover_ms=TAKEOVER_MS, retention_ms=0):
-        super().__init__(binary)
+        super().__init__(binary, retention_ms=retention_ms)
         self.serves_alone = False
         text = self.config.read_text().replace("takeover_ms = 1000", f"takeover_ms = {takeover_ms}")
-        self.config.write_text(text + f"retention_ms = {retention_ms}\n")
+        self.config.write_text(text)
 
 
 @pytest.fixture

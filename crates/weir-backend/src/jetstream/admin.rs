@@ -124,6 +124,8 @@ impl Inner {
             Err(e) if e.kind() == Kind::NotFound => return Ok(0),
             Err(e) => return Err(e),
         };
+        // Placed first if its maker did not finish (see `Inner::place`).
+        let info = self.place(&name, info, deadline).await?;
         let flushed = info.num_pending + info.num_ack_pending;
         // Its leases through this door end, as on the engine: after the move a
         // confirm of one could acknowledge a later delivery of the same item.

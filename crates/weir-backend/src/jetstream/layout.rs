@@ -103,7 +103,7 @@ impl Layout {
     ) -> Value {
         let name = consumer_name(queue, reader);
         let (deliver_policy, opt_start_seq) = match start {
-            Start::Oldest => ("all", None),
+            Start::Oldest | Start::Placed(_) => ("all", None),
             Start::At(seq) => ("by_start_sequence", Some(seq)),
         };
         let mut request = json!({
@@ -126,6 +126,9 @@ impl Layout {
         if let Some(seq) = opt_start_seq {
             request["config"]["opt_start_seq"] = json!(seq);
         }
+        if let Start::Placed(seq) = start {
+            request["config"]["metadata"][PLACE_KEY] = json!(seq.to_string());
+        }
         request
     }
 }
@@ -138,9 +141,21 @@ pub(crate) enum Start {
     /// This stream sequence (`by_start_sequence`): after the queue's newest item when
     /// it was made. Unlike `new`, which earlier builds used, it is fixed at creation
     /// (two doors making it at once agree or find it made) and can be reset forward
-    /// later (`flush q.r`).
+    /// later (`flush q.r`), but never below it. Only for servers without
+    /// `CONSUMER.RESET` (before 2.14) now.
     At(u64),
+    /// Made `all` with [`PLACE_KEY`] naming this sequence, then moved there
+    /// (`CONSUMER.RESET`) and the key dropped: it starts as `At` does, and can later
+    /// be moved anywhere the queue keeps (the bus's replay to before a
+    /// subscription). The key in its config makes two doors' creations differ, so
+    /// only one makes it; a door that finds the key (its maker died between the two
+    /// steps, or a reply was lost) does the move. See `Inner::place`.
+    Placed(u64),
 }
+
+/// The metadata key of a reader made at the end and not yet moved there
+/// ([`Start::Placed`]): the stream sequence to move it to.
+pub(crate) const PLACE_KEY: &str = "weir.place";
 
 /// A consumer that builds of 2026-11-26 added to every stream (filtered on every
 /// queue's subject, starting at sequence 2^62) to keep every replica interested in

@@ -6,10 +6,12 @@
 //! A reader is moved in place with `CONSUMER.RESET` (nats-server 2.14 and later),
 //! which sets the consumer's next stream sequence and drops its pending leases;
 //! on an interest stream, a move forward also drops the consumer's interest in what
-//! it skips. The server lets an `all` consumer go anywhere, a `by_start_sequence`
-//! one (a reader made at the end) not below its start, and a `new` one (made by
-//! earlier builds) nowhere: the target is clamped to the start, and a `new` reader
-//! is refused with a clear error.
+//! it skips. The server lets an `all` consumer go anywhere (readers made at the end
+//! are made `all` and then moved to the end: `Start::Placed`), a `by_start_sequence`
+//! one (a reader made at the end by builds before 2026-11-27, or on servers before
+//! 2.14) not below its start, and a `new` one (made by earlier builds) nowhere: the
+//! target is clamped to the start, and a `new` reader is refused with a clear
+//! error.
 //!
 //! The leases this door holds on the reader end with the move (as on the engine):
 //! confirming one answers false and acknowledges nothing, since its item may be
@@ -112,6 +114,9 @@ impl Queue {
             Err(e) if e.kind() == Kind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        // A reader its maker did not finish placing is placed first, so that the
+        // placing is not done again, over this move, by a door that finds it later.
+        let info = inner.place(&name, info, deadline).await?;
         let floor = match info.config.deliver_policy.as_str() {
             "all" => 0,
             "by_start_sequence" => info.config.opt_start_seq,

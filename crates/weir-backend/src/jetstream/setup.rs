@@ -26,7 +26,9 @@ use super::api::Api;
 use super::config::JetStreamConfig;
 use super::connect::{self, LinkState, OwnedRuntime};
 use super::errors::{code, unavailable};
-use super::layout::{consumer_name, split_consumer, ConsumerInfo, Layout, Start, StreamInfo};
+use super::layout::{
+    consumer_name, split_consumer, ConsumerInfo, Layout, Start, StreamInfo, PLACE_KEY,
+};
 use super::leases::{self, Leases};
 use super::metrics::Metrics;
 use super::registry::{QueueEntry, ReaderEntry, Registry};
@@ -419,7 +421,10 @@ impl Inner {
         let name = consumer_name(queue, reader);
         let stream = &self.layout.stream;
         let start = match from_now {
-            true => self.start_after_newest(deadline).await?,
+            true => match self.start_after_newest(deadline).await? {
+                Start::At(seq) if self.resets_consumers() => Start::Placed(seq),
+                start => start,
+            },
             false => Start::Oldest,
         };
         let body = self
@@ -434,14 +439,15 @@ impl Inner {
             )
             .await?;
         match created {
-            Ok(info) => Ok(info),
+            Ok(info) => self.place(&name, info, deadline).await,
             Err(e)
                 if matches!(
                     e.err_code,
                     code::CONSUMER_EXISTS | code::CONSUMER_NAME_EXISTS
                 ) =>
             {
-                self.consumer_info(&name, deadline).await
+                let info = self.consumer_info(&name, deadline).await?;
+                self.place(&name, info, deadline).await
             }
             Err(e) => {
                 if e.err_code == code::STREAM_NOT_FOUND {
@@ -450,6 +456,52 @@ impl Inner {
                 Err(e.to_error())
             }
         }
+    }
+
+    /// Whether the server this door is connected to has `CONSUMER.RESET` (2.14 and
+    /// later), so that a reader made at the end can later move back past its start.
+    pub(super) fn resets_consumers(&self) -> bool {
+        let connected = self.api.client.server_info().version;
+        super::admin::resets_consumers(&ConsumerInfo::default(), &connected)
+    }
+
+    /// Moves a reader made at the end ([`Start::Placed`]) to where its
+    /// [`PLACE_KEY`] says, then drops the key (an update of its config); its state
+    /// then. A reader without the key is left as it is. Done by the door that made
+    /// it, and by any door that finds the key (the maker died between the two
+    /// steps); a second move to the same place is harmless, since nothing is read
+    /// from the reader before it is placed.
+    pub(super) async fn place(
+        &self,
+        name: &str,
+        info: ConsumerInfo,
+        deadline: Instant,
+    ) -> Result<ConsumerInfo> {
+        let Some(seq) = info.config.metadata.get(PLACE_KEY) else {
+            return Ok(info);
+        };
+        let seq: u64 = seq.parse().unwrap_or(0);
+        let stream = &self.layout.stream;
+        if seq > 0 {
+            self.end_leases(name).await;
+            let api = format!("CONSUMER.RESET.{stream}.{name}");
+            self.api
+                .json::<serde::de::IgnoredAny>(&api, &json!({ "seq": seq }), deadline)
+                .await?;
+        }
+        let api = format!("CONSUMER.INFO.{stream}.{name}");
+        let raw: serde_json::Value = self.api.json(&api, &json!({}), deadline).await?;
+        let mut config = raw.get("config").cloned().unwrap_or_default();
+        if let Some(metadata) = config
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            // The server's own keys (`_nats.*`) are its to set.
+            metadata.retain(|k, _| k != PLACE_KEY && !k.starts_with("_nats."));
+        }
+        let body = json!({ "stream_name": stream, "config": config, "action": "update" });
+        let api = format!("CONSUMER.CREATE.{stream}.{name}");
+        self.api.json(&api, &body, deadline).await
     }
 
     /// Where a reader made (or reset) now starts to get only what comes after the
