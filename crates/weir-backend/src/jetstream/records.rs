@@ -215,6 +215,8 @@ impl Stored {
 
 /// A record being gathered or written.
 struct Pending {
+    /// Its number among this door's records.
+    n: u64,
     record: Arc<Record>,
     done: watch::Sender<Option<Stored>>,
 }
@@ -255,7 +257,7 @@ impl Batcher {
         &self,
         reply: &str,
         expires_at_ms: u64,
-        subject: impl FnOnce(u64) -> String,
+        subject: impl Fn(u64) -> String,
         deadline: Instant,
         write: W,
     ) -> Option<Arc<Record>>
@@ -291,16 +293,19 @@ impl Batcher {
         }
     }
 
-    /// Adds the lease to the newest record being gathered, or to a new one.
+    /// Adds the lease to the newest record being gathered, or to a new one (when
+    /// that one is full, or named otherwise: the door registered again under a new
+    /// key meanwhile).
     fn join(
         &self,
         reply: &str,
         expires_at_ms: u64,
-        subject: impl FnOnce(u64) -> String,
+        subject: impl Fn(u64) -> String,
     ) -> (Arc<Record>, watch::Receiver<Option<Stored>>) {
         let mut state = lock(&self.state);
         if let Some(last) = state.gathering.back() {
-            if lock(&last.record.open).len() < LINES_MAX {
+            let room = lock(&last.record.open).len() < LINES_MAX;
+            if room && *last.record.subject == subject(last.n) {
                 last.record.add(reply, expires_at_ms);
                 return (last.record.clone(), last.done.subscribe());
             }
@@ -311,6 +316,7 @@ impl Batcher {
         record.add(reply, expires_at_ms);
         let (done, receiver) = watch::channel(None);
         state.gathering.push_back(Pending {
+            n,
             record: record.clone(),
             done,
         });
@@ -443,6 +449,19 @@ mod tests {
         assert!(subjects[WRITES_MAX..]
             .iter()
             .all(|s| s.as_deref() == Some(gathered.as_str())));
+    }
+
+    #[test]
+    fn a_lease_joins_a_gathering_record_only_under_the_same_name() {
+        let batcher = Batcher::default();
+        let other = "$JS.ACK.WEIR.q~.1.43.8.1700000000123456789.0";
+        let (first, _) = batcher.join(REPLY, 0, |n| format!("a.{n}"));
+        let (same, _) = batcher.join(other, 0, |n| format!("a.{n}"));
+        assert!(Arc::ptr_eq(&first, &same));
+        // Registered again under a new key: a record of its own.
+        let (renamed, _) = batcher.join(other, 0, |n| format!("b.{n}"));
+        assert_eq!(renamed.subject(), "b.1");
+        assert_eq!(first.body(), format!("{REPLY} 0\n{other} 0"));
     }
 
     #[tokio::test]
