@@ -853,13 +853,17 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     assert_eq!(items, expected);
     let records = lease_records(&client, &c.stream).await?;
     eprintln!("12 leases, {records} records");
-    assert!((1..=12).contains(&records), "{records} records");
+    // Those taken at once shared records (one write in flight, the rest gather).
+    assert!((1..12).contains(&records), "{records} records");
     let holding = |item: &str| -> std::result::Result<_, Box<dyn StdError>> {
         let t = held.iter().find(|t| data(t).as_deref() == Some(item));
         lease(t.ok_or("a lease")?)
     };
-    // One lease ends as a client would end it: confirmed, never to come back.
+    // Leases end as a client would end them: confirmed, never to come back, one
+    // alone in its record (tombstoned) and one in a shared record (its line stays:
+    // the give-back's -NAK of it finds it no longer pending).
     assert!(ra.confirm(&holding("i00")?).await?);
+    assert!(ra.confirm(&holding("i05")?).await?);
     // One of those taken at once is released: its line leaves its record, so the
     // give-back below does not take it back from door b, which holds it next.
     assert!(ra.release(&holding("i07")?)?);
@@ -881,7 +885,7 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     drop(a);
     let started = Instant::now();
     // Back at once, and in their queue's order (given back one after the other).
-    for i in (1..12).filter(|i| *i != 7) {
+    for i in (1..12).filter(|i| *i != 5 && *i != 7) {
         let got = rb.take(TakeMode::Take, Duration::from_secs(10)).await?;
         assert_eq!(data(&got), Some(format!("i{i:02}")));
     }
@@ -890,7 +894,7 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
         "back after {:?}",
         started.elapsed()
     );
-    // Neither the confirmed item nor the released one (still door b's) comes back.
+    // Neither the confirmed items nor the released one (still door b's) comes back.
     assert!(rb
         .take(TakeMode::Take, Duration::from_millis(1500))
         .await?

@@ -8,12 +8,12 @@
 //!
 //! - **A small stream of its own**, `<stream>_DOORS` (memory storage, one message per
 //!   subject, the stream's replicas): the door's registration
-//!   `_weir.<stream>.rec.door.<key>`, and a record per open lease,
+//!   `_weir.<stream>.rec.door.<key>`, and records of its open leases,
 //!   `_weir.<stream>.rec.lease.<key>.<n>`, holding the lease's ack subject. The record
-//!   is stored (PubAck) before the item is handed to the client; when the lease ends,
-//!   a tombstone (empty, `Nats-TTL: 1s`) replaces it and then goes by itself. The
-//!   leases handed out at the same moment share a record (one write), as
-//!   [`super::records`] tells.
+//!   is stored (PubAck) before the item is handed to the client. The leases handed
+//!   out at the same moment share a record (one write); a release rewrites it
+//!   without its lease, and when its last lease ends a tombstone (empty, `Nats-TTL:
+//!   1s`) replaces it and then goes by itself ([`super::records`]).
 //! - **A ping subject**, `_weir.<stream>.ping.<key>`, that the door answers. The NATS
 //!   server drops a connection's subscriptions the moment the connection ends (a
 //!   killed process's socket is closed by its kernel), and a request to a subject
@@ -187,7 +187,9 @@ impl Doors {
         let deadline = Instant::now() + wait;
         let key = self.key();
         let subject = |n: u64| format!("{}.rec.lease.{key}.{n}", self.prefix);
+        // Each write its own time (a waiter may write others' records).
         let write = |record: Arc<Record>, body: String| async move {
+            let deadline = Instant::now() + wait;
             let mut headers = HeaderMap::new();
             headers.insert("Nats-TTL", RECORD_TTL);
             let request = Request::new().headers(headers).payload(Bytes::from(body));

@@ -159,19 +159,24 @@ impl Leases {
         (leases, rx)
     }
 
-    /// Remembers an open lease (its ack subject, and its record), and renews it
-    /// every third of `ack_wait` from now on when `renew`.
+    /// Remembers an open lease (its ack subject, and its record), taken (delivered)
+    /// at `taken`, and renews it every third of `ack_wait` from then on when `renew`.
     pub fn keep(
         &self,
         reply: Arc<str>,
         ack_wait: Duration,
         renew: bool,
         record: Option<Arc<Record>>,
+        taken: Instant,
     ) {
         let every = (ack_wait / 3).max(TICK_MIN);
         let mut held = lock(&self.held);
         if held.len() >= KEPT_ALIVE_MAX {
             drop(held);
+            // Not kept, so never ended here: out of its record.
+            if let Some(record) = &record {
+                record.withdraw(&reply);
+            }
             if !self.warned.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
                     max = KEPT_ALIVE_MAX,
@@ -180,7 +185,7 @@ impl Leases {
             }
             return;
         }
-        let next = Instant::now() + every;
+        let next = taken + every;
         held.insert(
             reply,
             Held {
@@ -266,7 +271,7 @@ impl Leases {
         records
     }
 
-    /// Queues `-NAK` for the lease (after a tombstone for its record); false once the
+    /// Queues `-NAK` for the lease (after its record lost it); false once the
     /// backend is closed.
     pub fn nak(&self, release: Release) -> bool {
         let naks = lock(&self.naks);
@@ -307,6 +312,17 @@ impl Leases {
         lock(&self.naks).take();
     }
 
+    /// The records of the leases this door holds, each once.
+    pub fn records(&self) -> Vec<Arc<Record>> {
+        let mut records: Vec<Arc<Record>> = Vec::new();
+        for record in lock(&self.held).values().filter_map(|h| h.record.as_ref()) {
+            if !records.iter().any(|r| Arc::ptr_eq(r, record)) {
+                records.push(record.clone());
+            }
+        }
+        records
+    }
+
     /// The leases due for renewal now (their next renewal moved on).
     fn due(&self) -> Vec<Arc<str>> {
         let now = Instant::now();
@@ -340,41 +356,72 @@ pub(crate) async fn nak_pump(
     mut released: mpsc::UnboundedReceiver<Release>,
 ) {
     let retries = Arc::new(tokio::sync::Semaphore::new(NAK_RETRIES_MAX));
-    while let Some(release) = released.recv().await {
-        // The record first: a door killed between the two leaves the lease to
-        // AckWait, rather than to another door's -NAK after it went to a new holder.
-        if let Some(record) = &release.record {
-            record.ended(&api, &[&release.reply]).await;
+    while let Some(first) = released.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < RELEASES_AT_ONCE {
+            match released.try_recv() {
+                Ok(release) => batch.push(release),
+                Err(_) => break,
+            }
         }
-        if release.sure_until.is_some_and(|t| Instant::now() >= t) {
-            // Queued for too long (a burst of releases): the lease may have ended
-            // and its item gone to another client, whom a -NAK would take it from.
-            let reply = &release.reply;
-            tracing::debug!(%reply, "jetstream: a release waited past its lease; AckWait gives it back");
+        // The records first: a door killed between the two leaves the lease to
+        // AckWait, rather than to another door's -NAK after it went to a new
+        // holder. One write per record for all its leases released together.
+        for (record, replies) in by_record(&batch) {
+            record.ended(&api, &replies).await;
+        }
+        for release in batch {
+            give_back(&api, &retries, release).await;
             leases.nak_sent();
+        }
+    }
+}
+
+/// Releases handled together by the nak pump, at most.
+const RELEASES_AT_ONCE: usize = 256;
+
+/// The released leases' ack subjects, by record.
+fn by_record(batch: &[Release]) -> Vec<(Arc<Record>, Vec<&str>)> {
+    let mut groups: Vec<(Arc<Record>, Vec<&str>)> = Vec::new();
+    for release in batch {
+        let Some(record) = &release.record else {
             continue;
+        };
+        match groups.iter_mut().find(|(r, _)| Arc::ptr_eq(r, record)) {
+            Some((_, replies)) => replies.push(&release.reply),
+            None => groups.push((record.clone(), vec![&release.reply])),
         }
-        let deadline = Instant::now() + api.request_timeout;
-        match (nak(&api, &release.reply, deadline).await, release.nak_by) {
-            (Nak::Confirmed, _) => {}
-            (Nak::NoResponders, Some(nak_by)) if Instant::now() < nak_by => {
-                match retries.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        let api = api.clone();
-                        tokio::spawn(async move {
-                            nak_until(api, release.reply, nak_by).await;
-                            drop(permit);
-                        });
-                    }
-                    Err(_) => tracing::debug!("jetstream: too many releases waiting for a consumer leader; AckWait gives this one back"),
+    }
+    groups
+}
+
+/// One release's `-NAK` (its record already lost it), unless it waited too long.
+async fn give_back(api: &Api, retries: &Arc<tokio::sync::Semaphore>, release: Release) {
+    let reply = &release.reply;
+    if release.sure_until.is_some_and(|t| Instant::now() >= t) {
+        // Queued for too long (a burst of releases): the lease may have ended
+        // and its item gone to another client, whom a -NAK would take it from.
+        tracing::debug!(%reply, "jetstream: a release waited past its lease; AckWait gives it back");
+        return;
+    }
+    let deadline = Instant::now() + api.request_timeout;
+    match (nak(api, reply, deadline).await, release.nak_by) {
+        (Nak::Confirmed, _) => {}
+        (Nak::NoResponders, Some(nak_by)) if Instant::now() < nak_by => {
+            match retries.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let api = api.clone();
+                    tokio::spawn(async move {
+                        nak_until(api, release.reply, nak_by).await;
+                        drop(permit);
+                    });
                 }
-            }
-            _ => {
-                let reply = &release.reply;
-                tracing::debug!(%reply, "jetstream: a release was not confirmed; AckWait gives it back");
+                Err(_) => tracing::debug!("jetstream: too many releases waiting for a consumer leader; AckWait gives this one back"),
             }
         }
-        leases.nak_sent();
+        _ => {
+            tracing::debug!(%reply, "jetstream: a release was not confirmed; AckWait gives it back");
+        }
     }
 }
 
@@ -444,12 +491,19 @@ mod tests {
     #[tokio::test]
     async fn keeps_forgets_and_closes() {
         let (leases, mut rx) = Leases::new(Duration::from_millis(300));
-        leases.keep("a".into(), Duration::from_millis(60), true, None);
+        leases.keep(
+            "a".into(),
+            Duration::from_millis(60),
+            true,
+            None,
+            Instant::now(),
+        );
         leases.keep(
             "b".into(),
             Duration::from_secs(60),
             true,
             Some(Arc::new(Record::new("rec"))),
+            Instant::now(),
         );
         assert!(leases.due().is_empty());
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -487,7 +541,13 @@ mod tests {
         let (leases, _rx) = Leases::new(Duration::from_secs(30));
         let start = Instant::now();
         // Renewed every 10 s, next at +10 s: retried until +15 s.
-        leases.keep("renewed".into(), Duration::from_secs(30), true, None);
+        leases.keep(
+            "renewed".into(),
+            Duration::from_secs(30),
+            true,
+            None,
+            Instant::now(),
+        );
         let Forgot::Held {
             nak_by, sure_until, ..
         } = leases.forget("renewed")
@@ -501,7 +561,13 @@ mod tests {
         assert!(sure_until >= start + Duration::from_secs(15));
         assert!(sure_until <= Instant::now() + Duration::from_secs(15));
         // An open_timeout lease is not renewed: nothing bounds it from here.
-        leases.keep("fixed".into(), Duration::from_secs(60), false, None);
+        leases.keep(
+            "fixed".into(),
+            Duration::from_secs(60),
+            false,
+            None,
+            Instant::now(),
+        );
         let Forgot::Held {
             nak_by, sure_until, ..
         } = leases.forget("fixed")
@@ -514,11 +580,38 @@ mod tests {
         assert!(sure_until >= start + Duration::from_secs(50));
         assert!(sure_until <= Instant::now() + Duration::from_secs(50));
         // A lease of 10 s (renewed every 3.3 s) can lose two renewals in an election.
-        leases.keep("short".into(), Duration::from_secs(10), true, None);
+        leases.keep(
+            "short".into(),
+            Duration::from_secs(10),
+            true,
+            None,
+            Instant::now(),
+        );
         let Forgot::Held { nak_by, .. } = leases.forget("short") else {
             panic!("held");
         };
         assert_eq!(nak_by, None);
+    }
+
+    #[test]
+    fn releases_together_cost_one_write_per_record() {
+        let (a, b) = (Arc::new(Record::new("a")), Arc::new(Record::new("b")));
+        let release = |reply: &str, record: Option<&Arc<Record>>| Release {
+            reply: reply.into(),
+            record: record.cloned(),
+            nak_by: None,
+            sure_until: None,
+        };
+        let batch = [
+            release("1", Some(&a)),
+            release("2", Some(&b)),
+            release("3", None),
+            release("4", Some(&a)),
+        ];
+        let groups = by_record(&batch);
+        assert_eq!(groups.len(), 2);
+        assert!(Arc::ptr_eq(&groups[0].0, &a) && groups[0].1 == ["1", "4"]);
+        assert!(Arc::ptr_eq(&groups[1].0, &b) && groups[1].1 == ["2"]);
     }
 
     #[test]
@@ -529,8 +622,15 @@ mod tests {
             Duration::from_millis(30),
             true,
             Some(Arc::new(Record::new("ra"))),
+            Instant::now(),
         );
-        leases.keep("b".into(), Duration::from_millis(30), true, None);
+        leases.keep(
+            "b".into(),
+            Duration::from_millis(30),
+            true,
+            None,
+            Instant::now(),
+        );
         assert_eq!(leases.lose_all(), 2);
         assert_eq!(leases.len(), 0);
         std::thread::sleep(Duration::from_millis(20));
@@ -551,10 +651,29 @@ mod tests {
             Duration::from_secs(30),
             true,
             Some(Arc::new(Record::new("r5"))),
+            Instant::now(),
         );
-        leases.keep(reply("q~r", 6), Duration::from_secs(30), true, None);
-        leases.keep(reply("q~rr", 7), Duration::from_secs(30), true, None);
-        leases.keep(reply("q~", 8), Duration::from_secs(30), true, None);
+        leases.keep(
+            reply("q~r", 6),
+            Duration::from_secs(30),
+            true,
+            None,
+            Instant::now(),
+        );
+        leases.keep(
+            reply("q~rr", 7),
+            Duration::from_secs(30),
+            true,
+            None,
+            Instant::now(),
+        );
+        leases.keep(
+            reply("q~", 8),
+            Duration::from_secs(30),
+            true,
+            None,
+            Instant::now(),
+        );
         let records = leases.end_consumer("q~r");
         assert_eq!(
             records,

@@ -410,8 +410,13 @@ impl Reader {
         } = forgot
         {
             // After the ack: a door killed between the two leaves a record whose
-            // -NAK finds the item no longer pending.
-            record.confirmed(&self.inner.api, &lease.reply).await;
+            // -NAK finds the item no longer pending. An ack not known to be
+            // recorded leaves the item maybe pending: its line goes as a release's.
+            if matches!(result, Ok(true)) {
+                record.confirmed(&self.inner.api, &lease.reply).await;
+            } else {
+                record.ended(&self.inner.api, &[&lease.reply]).await;
+            }
         }
         self.inner.api.metrics.count(Op::Confirm, &result);
         self.inner.stats_cache.invalidate();

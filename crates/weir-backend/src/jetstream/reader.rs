@@ -117,6 +117,8 @@ impl Reader {
     /// if this one is killed ([`super::doors`]).
     async fn leased(&self, item: Item, reply: std::sync::Arc<str>) -> Taken {
         let inner = &self.inner;
+        // Its AckWait runs from its delivery, before the record's write.
+        let taken = tokio::time::Instant::now();
         let renew = self.queue.open_timeout().is_none();
         let ack_wait = self.entry.ack_wait();
         let expires_at_ms = if renew {
@@ -125,7 +127,9 @@ impl Reader {
             now_ms().saturating_add(u64::try_from(ack_wait.as_millis()).unwrap_or(u64::MAX))
         };
         let record = inner.doors.record(&reply, expires_at_ms).await;
-        inner.leases.keep(reply.clone(), ack_wait, renew, record);
+        inner
+            .leases
+            .keep(reply.clone(), ack_wait, renew, record, taken);
         let lease = Lease {
             reply,
             seq: item.seq,

@@ -26,6 +26,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_nats::HeaderMap;
@@ -57,6 +58,8 @@ pub(crate) struct Record {
     open: Mutex<Vec<(Arc<str>, u64)>>,
     /// Rewrites and the tombstone go out one at a time, in order.
     writing: tokio::sync::Mutex<()>,
+    /// The stored record still lists confirmed leases (see [`Record::refresh`]).
+    stale: AtomicBool,
 }
 
 impl std::fmt::Debug for Record {
@@ -79,6 +82,7 @@ impl Record {
             subject: subject.into(),
             open: Mutex::new(Vec::new()),
             writing: tokio::sync::Mutex::new(()),
+            stale: AtomicBool::new(false),
         }
     }
 
@@ -92,8 +96,9 @@ impl Record {
         open.len()
     }
 
-    /// Takes `reply` out of the record in memory only (it never went out).
-    fn withdraw(&self, reply: &str) {
+    /// Takes `reply` out of the record in memory only (its lease never went out, or
+    /// was not kept).
+    pub fn withdraw(&self, reply: &str) {
         lock(&self.open).retain(|(r, _)| &**r != reply);
     }
 
@@ -109,19 +114,51 @@ impl Record {
     }
 
     /// The leases ended without a confirmation (released, or their reader moved):
-    /// the stored record loses their lines (or becomes a tombstone) before this
-    /// returns, so a give-back never sends their `-NAK` after the caller's.
+    /// the stored record loses their lines (or becomes a tombstone; sent, without
+    /// waiting for the stream's answer) before this returns, so a give-back does not
+    /// send their `-NAK` after the caller's.
     pub async fn ended(&self, api: &Api, replies: &[&str]) {
         self.end(api, replies, true).await;
     }
 
+    /// Rewrites the stored record if it still lists confirmed leases: a `-NAK` of
+    /// a confirmed item does nothing, unless its reader was moved back before it
+    /// since and the item delivered often enough again (the server checks the
+    /// delivery count against its own, which a move starts again). So before a move
+    /// the door's records lose their confirmed lines.
+    pub async fn refresh(&self, api: &Api) {
+        if self.stale.load(Ordering::Acquire) {
+            self.write_current(api, true).await;
+        }
+    }
+
     async fn end(&self, api: &Api, replies: &[&str], rewrite: bool) {
+        // Taken out at once (a caller dropped while waiting below still leaves
+        // the lines out); what is written is the latest state, whoever settled last.
+        if self.settle(replies, rewrite).is_some() {
+            self.write_current(api, rewrite).await;
+        }
+    }
+
+    /// Writes what the record now holds, in order with its other writes: the
+    /// tombstone when it is empty, else (with `rewrite`) its open lines.
+    async fn write_current(&self, api: &Api, rewrite: bool) {
         let _in_order = self.writing.lock().await;
-        match self.settle(replies, rewrite) {
+        let write = {
+            let open = lock(&self.open);
+            if open.is_empty() {
+                Some(Write::Tombstone)
+            } else {
+                rewrite.then(|| Write::Rewrite(render(open.iter().map(|(r, e)| (&**r, *e)))))
+            }
+        };
+        match write {
             Some(Write::Tombstone) => {
+                self.stale.store(false, Ordering::Release);
                 publish(api, &self.subject, TOMBSTONE_TTL, Bytes::new()).await;
             }
             Some(Write::Rewrite(body)) => {
+                self.stale.store(false, Ordering::Release);
                 publish(api, &self.subject, RECORD_TTL, Bytes::from(body)).await;
             }
             None => {}
@@ -138,6 +175,9 @@ impl Record {
         }
         if open.is_empty() {
             return Some(Write::Tombstone);
+        }
+        if !rewrite {
+            self.stale.store(true, Ordering::Release);
         }
         rewrite.then(|| Write::Rewrite(render(open.iter().map(|(r, e)| (&**r, *e)))))
     }
@@ -238,6 +278,21 @@ pub(crate) struct Batcher {
     written: Notify,
 }
 
+/// A lease's place in a record, until [`Batcher::record`] answers.
+struct Joined<'a> {
+    record: &'a Arc<Record>,
+    reply: &'a str,
+    answered: bool,
+}
+
+impl Drop for Joined<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.record.withdraw(self.reply);
+        }
+    }
+}
+
 /// Ends the write in flight, even when its writer was dropped part-way.
 struct Writing<'a>(&'a Batcher);
 
@@ -266,10 +321,24 @@ impl Batcher {
         F: Future<Output = Stored>,
     {
         let (record, mut done) = self.join(reply, expires_at_ms, subject);
+        // Dropped before it answers (the client went away): the lease never goes
+        // out, so its line leaves the record in memory (the stored record keeps it
+        // until the record's next write; a give-back in between sends a -NAK that
+        // finds the item pending, or another client's: delivered once more).
+        let mut joined = Joined {
+            record: &record,
+            reply,
+            answered: false,
+        };
         loop {
             let written = self.written.notified();
             if let Some(stored) = *done.borrow() {
-                return (stored != Stored::No).then_some(record);
+                joined.answered = true;
+                return (stored != Stored::No).then(|| record.clone());
+            }
+            if Instant::now() >= deadline {
+                joined.answered = true;
+                return self.give_up(&record, reply);
             }
             if let Some((batch, guard)) = self.take() {
                 let body = batch.record.body();
@@ -282,13 +351,12 @@ impl Batcher {
                 changed = done.changed() => {
                     if changed.is_err() {
                         // Its writer was dropped part-way: it may be stored.
-                        return Some(record);
+                        joined.answered = true;
+                        return Some(record.clone());
                     }
                 }
                 () = written => {}
-                () = tokio::time::sleep_until(deadline) => {
-                    return self.give_up(&record, reply);
-                }
+                () = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
@@ -328,6 +396,14 @@ impl Batcher {
         let mut state = lock(&self.state);
         if state.writing >= WRITES_MAX {
             return None;
+        }
+        // A record all of whose leases went away before it was written is not.
+        while state
+            .gathering
+            .front()
+            .is_some_and(|p| lock(&p.record.open).is_empty())
+        {
+            state.gathering.pop_front();
         }
         let batch = state.gathering.pop_front()?;
         state.writing += 1;
@@ -389,8 +465,11 @@ mod tests {
         for reply in [REPLY, other, third] {
             record.add(reply, 0);
         }
-        // A confirmation writes nothing: its line may stay.
+        // A confirmation writes nothing: its line may stay, and the record is
+        // marked for a rewrite before its reader is moved (`refresh`).
+        assert!(!record.stale.load(Ordering::Acquire));
         assert_eq!(record.settle(&[REPLY], false), None);
+        assert!(record.stale.load(Ordering::Acquire));
         // A release rewrites the record without its line.
         assert_eq!(
             record.settle(&[other], true),
@@ -519,6 +598,57 @@ mod tests {
             next.map(|r| r.subject().to_owned()).as_deref(),
             Some(expected.as_str())
         );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_dropped_before_its_answer_leaves_its_record() {
+        let batcher = Batcher::default();
+        let far = || Instant::now() + Duration::from_secs(10);
+        let mut stuck = Box::pin(batcher.record(
+            REPLY,
+            0,
+            |n| format!("rec.{n}"),
+            far(),
+            |_, _| std::future::pending::<Stored>(),
+        ));
+        // Polled once: it takes rec.0 and writes it, forever.
+        assert!(tokio::time::timeout(Duration::from_millis(20), &mut stuck)
+            .await
+            .is_err());
+        let other = "$JS.ACK.WEIR.q~.1.43.8.1700000000123456789.0";
+        let waiting = batcher.record(
+            other,
+            0,
+            |n| format!("rec.{n}"),
+            far(),
+            |_, _| async { Stored::Yes },
+        );
+        // Its client went away while it waited for rec.1 to be written.
+        assert!(tokio::time::timeout(Duration::from_millis(20), waiting)
+            .await
+            .is_err());
+        let gathered = lock(&batcher.state)
+            .gathering
+            .front()
+            .map(|p| p.record.body());
+        assert_eq!(gathered.as_deref(), Some(""), "its line left");
+        // The empty record is never written: a lease under another name (the door
+        // registered again) gets a record of its own, and rec.1 is skipped.
+        drop(stuck);
+        let next = batcher
+            .record(
+                REPLY,
+                0,
+                |n| format!("new.{n}"),
+                far(),
+                |_, _| async { Stored::Yes },
+            )
+            .await;
+        assert_eq!(
+            next.map(|r| r.subject().to_owned()).as_deref(),
+            Some("new.2")
+        );
+        assert!(lock(&batcher.state).gathering.is_empty());
     }
 
     #[tokio::test]

@@ -160,10 +160,15 @@ impl Queue {
 
 impl Inner {
     /// The leases this door holds on `consumer` end (see [`super::leases::Leases::end_consumer`]);
-    /// their records in the doors' stream lose them.
+    /// their records in the doors' stream lose them, and the door's records lose
+    /// the lines of confirmed leases (`Record::refresh`: a move can make a stale
+    /// line's -NAK land on a new delivery).
     pub(super) async fn end_leases(&self, consumer: &str) {
         for (record, reply) in self.leases.end_consumer(consumer) {
             record.ended(&self.api, &[&reply]).await;
+        }
+        for record in self.leases.records() {
+            record.refresh(&self.api).await;
         }
     }
 }

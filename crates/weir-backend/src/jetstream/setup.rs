@@ -265,6 +265,11 @@ impl Inner {
             let Some((queue, reader)) = split_consumer(&c.name) else {
                 continue;
             };
+            if c.config.metadata.contains_key(PLACE_KEY) {
+                // Not placed yet (its maker died between the steps): it would be
+                // read from its start. Its first use here places it (`place`).
+                continue;
+            }
             if let Some(q) = self.registry.get(queue) {
                 let ack_wait = q.open_timeout().unwrap_or(lease_timeout);
                 q.add_reader(&self.layout, reader, ack_wait_of(c, ack_wait));
@@ -468,29 +473,36 @@ impl Inner {
     /// Moves a reader made at the end ([`Start::Placed`]) to where its
     /// [`PLACE_KEY`] says, then drops the key (an update of its config); its state
     /// then. A reader without the key is left as it is. Done by the door that made
-    /// it, and by any door that finds the key (the maker died between the two
-    /// steps); a second move to the same place is harmless, since nothing is read
-    /// from the reader before it is placed.
+    /// it, and by any door that finds the key (its maker died between the two steps,
+    /// or two doors made it at once). The move is made only while the reader has
+    /// delivered nothing since it was made (read again just before), so a door
+    /// finishing late never moves it back over what another door's clients took.
     pub(super) async fn place(
         &self,
         name: &str,
         info: ConsumerInfo,
         deadline: Instant,
     ) -> Result<ConsumerInfo> {
-        let Some(seq) = info.config.metadata.get(PLACE_KEY) else {
+        if !info.config.metadata.contains_key(PLACE_KEY) {
             return Ok(info);
+        }
+        let stream = &self.layout.stream;
+        let api = format!("CONSUMER.INFO.{stream}.{name}");
+        let raw: serde_json::Value = self.api.json(&api, &json!({}), deadline).await?;
+        let Some(seq) = raw["config"]["metadata"][PLACE_KEY].as_str() else {
+            // Placed meanwhile by another door.
+            return self.consumer_info(name, deadline).await;
         };
         let seq: u64 = seq.parse().unwrap_or(0);
-        let stream = &self.layout.stream;
-        if seq > 0 {
+        let untouched = raw["delivered"]["consumer_seq"].as_u64() == Some(0)
+            && raw["num_ack_pending"].as_u64().unwrap_or(0) == 0;
+        if seq > 0 && untouched {
             self.end_leases(name).await;
             let api = format!("CONSUMER.RESET.{stream}.{name}");
             self.api
                 .json::<serde::de::IgnoredAny>(&api, &json!({ "seq": seq }), deadline)
                 .await?;
         }
-        let api = format!("CONSUMER.INFO.{stream}.{name}");
-        let raw: serde_json::Value = self.api.json(&api, &json!({}), deadline).await?;
         let mut config = raw.get("config").cloned().unwrap_or_default();
         if let Some(metadata) = config
             .get_mut("metadata")
