@@ -11,9 +11,9 @@
 //!   batch, writes it (one publish, one line per lease: `<ack subject> <expires
 //!   ms>`) and tells its waiters. Alone, a lease waits one round trip; under load,
 //!   the leases that arrive during one write go in the next. (Measured on a 2-core
-//!   test cluster, docs/benchmarks.md: with 100 concurrent leases, 1 write in flight
-//!   gave lease + confirm at 0.82 x the rate without records, where one write per
-//!   lease gave 0.61 x; 4, 8 and 16 writes in flight were in between or no better.)
+//!   test cluster, docs/benchmarks.md: with 100 concurrent leases, lease + confirm
+//!   26 to 31 % faster than with one write per lease; with 10, no gain; 4, 8 and 16
+//!   writes in flight were no better.)
 //! - **A confirmed lease writes nothing.** Its line stays in the stored record: a
 //!   `-NAK` of an acknowledged item finds it no longer pending and does nothing.
 //! - **A released lease rewrites its record** without its line before its `-NAK` is
