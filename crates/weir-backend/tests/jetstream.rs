@@ -859,11 +859,6 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
         let t = held.iter().find(|t| data(t).as_deref() == Some(item));
         lease(t.ok_or("a lease")?)
     };
-    // Leases end as a client would end them: confirmed, never to come back, one
-    // alone in its record (tombstoned) and one in a shared record (its line stays:
-    // the give-back's -NAK of it finds it no longer pending).
-    assert!(ra.confirm(&holding("i00")?).await?);
-    assert!(ra.confirm(&holding("i05")?).await?);
     // One of those taken at once is released: its line leaves its record, so the
     // give-back below does not take it back from door b, which holds it next.
     assert!(ra.release(&holding("i07")?)?);
@@ -871,6 +866,29 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     let rb = b.reader(&qb, "").await?;
     let again = rb.take(TakeMode::Lease, Duration::from_secs(5)).await?;
     assert_eq!(data(&again), Some("i07".to_owned()));
+    // Leases end as a client would end them: confirmed, never to come back; one
+    // alone in its record (tombstoned), one in a record with other open leases
+    // (its line stays: the give-back's -NAK of it finds it no longer pending).
+    assert!(ra.confirm(&holding("i00")?).await?);
+    let stored = stored_lease_seqs(&client, &c.stream).await?;
+    let shared = (4..12)
+        .filter(|i| *i != 7)
+        .map(|i| format!("i{i:02}"))
+        .find(|item| {
+            holding(item).is_ok_and(|l| {
+                stored
+                    .iter()
+                    .any(|seqs| seqs.len() >= 2 && seqs.contains(&l.seq()))
+            })
+        })
+        .ok_or("no lease shares a record")?;
+    let confirmed = holding(&shared)?;
+    assert!(ra.confirm(&confirmed).await?);
+    let stored = stored_lease_seqs(&client, &c.stream).await?;
+    assert!(
+        stored.iter().any(|seqs| seqs.contains(&confirmed.seq())),
+        "a confirmed lease's line stays in its shared record"
+    );
     for i in 12..14 {
         assert_eq!(
             data(&take(&rb, TakeMode::Take).await?),
@@ -885,9 +903,12 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     drop(a);
     let started = Instant::now();
     // Back at once, and in their queue's order (given back one after the other).
-    for i in (1..12).filter(|i| *i != 5 && *i != 7) {
+    for item in (1..12)
+        .map(|i| format!("i{i:02}"))
+        .filter(|item| *item != shared && item != "i07")
+    {
         let got = rb.take(TakeMode::Take, Duration::from_secs(10)).await?;
-        assert_eq!(data(&got), Some(format!("i{i:02}")));
+        assert_eq!(data(&got), Some(item));
     }
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -902,6 +923,41 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     assert!(rb.confirm(&lease(&again)?).await?);
     b.close().await?;
     Ok(())
+}
+
+/// The stream sequences of the leases each stored lease record lists.
+async fn stored_lease_seqs(
+    client: &async_nats::Client,
+    stream: &str,
+) -> std::result::Result<Vec<Vec<u64>>, Box<dyn StdError>> {
+    let body = format!(r#"{{"subjects_filter":"_weir.{stream}.rec.lease.>"}}"#);
+    let info = client
+        .request(format!("$JS.API.STREAM.INFO.{stream}_DOORS"), body.into())
+        .await?;
+    let info: serde_json::Value = serde_json::from_slice(&info.payload)?;
+    let subjects: Vec<String> = info["state"]["subjects"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut records = Vec::new();
+    for subject in subjects {
+        let query = format!(r#"{{"last_by_subj":"{subject}"}}"#);
+        let got = client
+            .request(format!("$JS.API.DIRECT.GET.{stream}_DOORS"), query.into())
+            .await?;
+        let text = String::from_utf8_lossy(&got.payload).into_owned();
+        let seqs = text
+            .lines()
+            .filter_map(|line| {
+                let reply = line.split(' ').next()?;
+                let tokens: Vec<&str> = reply.split('.').collect();
+                let at = if tokens.len() == 9 { 5 } else { 7 };
+                tokens.get(at)?.parse().ok()
+            })
+            .collect();
+        records.push(seqs);
+    }
+    Ok(records)
 }
 
 /// How many lease records the doors' stream holds (`_weir.<stream>.rec.lease.>`).

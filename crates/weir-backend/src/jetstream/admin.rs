@@ -130,6 +130,7 @@ impl Inner {
         // Its leases through this door end, as on the engine: after the move a
         // confirm of one could acknowledge a later delivery of the same item.
         self.end_leases(&name).await;
+        self.refresh_records(deadline).await;
         let resettable = matches!(
             info.config.deliver_policy.as_str(),
             "all" | "by_start_sequence"

@@ -312,15 +312,16 @@ impl Leases {
         lock(&self.naks).take();
     }
 
-    /// The records of the leases this door holds, each once.
-    pub fn records(&self) -> Vec<Arc<Record>> {
-        let mut records: Vec<Arc<Record>> = Vec::new();
-        for record in lock(&self.held).values().filter_map(|h| h.record.as_ref()) {
-            if !records.iter().any(|r| Arc::ptr_eq(r, record)) {
-                records.push(record.clone());
-            }
-        }
-        records
+    /// The records of the leases this door holds whose stored version lists leases
+    /// no longer open ([`Record::is_stale`]), each once.
+    pub fn stale_records(&self) -> Vec<Arc<Record>> {
+        let mut seen = std::collections::HashSet::new();
+        lock(&self.held)
+            .values()
+            .filter_map(|h| h.record.as_ref())
+            .filter(|r| r.is_stale() && seen.insert(Arc::as_ptr(r)))
+            .cloned()
+            .collect()
     }
 
     /// The leases due for renewal now (their next renewal moved on).

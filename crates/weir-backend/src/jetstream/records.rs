@@ -58,7 +58,9 @@ pub(crate) struct Record {
     open: Mutex<Vec<(Arc<str>, u64)>>,
     /// Rewrites and the tombstone go out one at a time, in order.
     writing: tokio::sync::Mutex<()>,
-    /// The stored record still lists confirmed leases (see [`Record::refresh`]).
+    /// The stored record may list leases no longer open (see [`Record::refresh`]);
+    /// set with every line taken out, cleared (under the `open` lock) when what is
+    /// open is taken for a write.
     stale: AtomicBool,
 }
 
@@ -99,7 +101,14 @@ impl Record {
     /// Takes `reply` out of the record in memory only (its lease never went out, or
     /// was not kept).
     pub fn withdraw(&self, reply: &str) {
-        lock(&self.open).retain(|(r, _)| &**r != reply);
+        let mut open = lock(&self.open);
+        open.retain(|(r, _)| &**r != reply);
+        self.stale.store(true, Ordering::Release);
+    }
+
+    /// Whether the stored record may list leases no longer open.
+    pub fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Acquire)
     }
 
     /// The record's body: a line per open lease.
@@ -121,11 +130,11 @@ impl Record {
         self.end(api, replies, true).await;
     }
 
-    /// Rewrites the stored record if it still lists confirmed leases: a `-NAK` of
-    /// a confirmed item does nothing, unless its reader was moved back before it
-    /// since and the item delivered often enough again (the server checks the
-    /// delivery count against its own, which a move starts again). So before a move
-    /// the door's records lose their confirmed lines.
+    /// Rewrites the stored record if it may list leases no longer open: a `-NAK`
+    /// of a confirmed item does nothing, unless its reader was moved back before it
+    /// since and the item pending again (the server checks only that the stream
+    /// sequence is pending and the delivery sequence within what it delivered, which
+    /// a move starts again). So before a move the door's records lose such lines.
     pub async fn refresh(&self, api: &Api) {
         if self.stale.load(Ordering::Acquire) {
             self.write_current(api, true).await;
@@ -146,19 +155,23 @@ impl Record {
         let _in_order = self.writing.lock().await;
         let write = {
             let open = lock(&self.open);
-            if open.is_empty() {
+            let write = if open.is_empty() {
                 Some(Write::Tombstone)
             } else {
                 rewrite.then(|| Write::Rewrite(render(open.iter().map(|(r, e)| (&**r, *e)))))
+            };
+            if write.is_some() {
+                // What is written is what is open now; a line taken out after
+                // this sets it again.
+                self.stale.store(false, Ordering::Release);
             }
+            write
         };
         match write {
             Some(Write::Tombstone) => {
-                self.stale.store(false, Ordering::Release);
                 publish(api, &self.subject, TOMBSTONE_TTL, Bytes::new()).await;
             }
             Some(Write::Rewrite(body)) => {
-                self.stale.store(false, Ordering::Release);
                 publish(api, &self.subject, RECORD_TTL, Bytes::from(body)).await;
             }
             None => {}
@@ -173,11 +186,9 @@ impl Record {
         if open.len() == before {
             return None;
         }
+        self.stale.store(true, Ordering::Release);
         if open.is_empty() {
             return Some(Write::Tombstone);
-        }
-        if !rewrite {
-            self.stale.store(true, Ordering::Release);
         }
         rewrite.then(|| Write::Rewrite(render(open.iter().map(|(r, e)| (&**r, *e)))))
     }

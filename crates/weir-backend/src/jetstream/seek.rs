@@ -141,6 +141,7 @@ impl Queue {
         // This door's leases end first: a confirm racing the move must not
         // acknowledge an item the move makes pending again.
         inner.end_leases(&name).await;
+        inner.refresh_records(deadline).await;
         let api = format!("CONSUMER.RESET.{}.{name}", inner.layout.stream);
         let reply: ResetReply = inner
             .api
@@ -160,16 +161,21 @@ impl Queue {
 
 impl Inner {
     /// The leases this door holds on `consumer` end (see [`super::leases::Leases::end_consumer`]);
-    /// their records in the doors' stream lose them, and the door's records lose
-    /// the lines of confirmed leases (`Record::refresh`: a move can make a stale
-    /// line's -NAK land on a new delivery).
+    /// their records in the doors' stream lose them.
     pub(super) async fn end_leases(&self, consumer: &str) {
         for (record, reply) in self.leases.end_consumer(consumer) {
             record.ended(&self.api, &[&reply]).await;
         }
-        for record in self.leases.records() {
-            record.refresh(&self.api).await;
-        }
+    }
+
+    /// Before a reader is moved: the door's records that still list leases no
+    /// longer open (confirmed ones) are written again without them
+    /// (`Record::refresh`: after a move such a line's -NAK could land on a new
+    /// delivery). Concurrently, and no longer than `deadline`.
+    pub(super) async fn refresh_records(&self, deadline: tokio::time::Instant) {
+        let stale = self.leases.stale_records();
+        let refreshes = stale.iter().map(|r| r.refresh(&self.api));
+        let _ = tokio::time::timeout_at(deadline, futures_util::future::join_all(refreshes)).await;
     }
 }
 

@@ -496,8 +496,8 @@ impl Inner {
         let seq: u64 = seq.parse().unwrap_or(0);
         let untouched = raw["delivered"]["consumer_seq"].as_u64() == Some(0)
             && raw["num_ack_pending"].as_u64().unwrap_or(0) == 0;
+        // Nothing delivered, so no lease of it anywhere: straight to the move.
         if seq > 0 && untouched {
-            self.end_leases(name).await;
             let api = format!("CONSUMER.RESET.{stream}.{name}");
             self.api
                 .json::<serde::de::IgnoredAny>(&api, &json!({ "seq": seq }), deadline)
