@@ -16,6 +16,8 @@
 //!   writes in flight were no better.)
 //! - **A confirmed lease writes nothing.** Its line stays in the stored record: a
 //!   `-NAK` of an acknowledged item finds it no longer pending and does nothing.
+//!   Before a reader is moved (which can make the item pending again), the door
+//!   writes such records again without those lines ([`Record::refresh`]).
 //! - **A released lease rewrites its record** without its line before its `-NAK` is
 //!   sent (otherwise a killed door's give-back could take the item back from its next
 //!   holder). Rewrites of one record go out in order.
