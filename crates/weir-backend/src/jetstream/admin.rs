@@ -198,6 +198,11 @@ pub(super) fn resets_consumers(info: &ConsumerInfo, connected: &str) -> bool {
         .metadata
         .get("_nats.ver")
         .map_or(connected, String::as_str);
+    has_reset(version)
+}
+
+/// Whether nats-server `version` has CONSUMER.RESET (2.14 and later).
+pub(super) fn has_reset(version: &str) -> bool {
     let mut parts = version
         .trim_start_matches('v')
         .split(['.', '-'])

@@ -115,7 +115,7 @@ impl Record {
 
     /// The record's body: a line per open lease.
     fn body(&self) -> String {
-        render(lock(&self.open).iter().map(|(r, e)| (&**r, *e)))
+        lines(&lock(&self.open))
     }
 
     /// The lease ended by a confirmation: nothing is written unless it was the
@@ -160,7 +160,7 @@ impl Record {
             let write = if open.is_empty() {
                 Some(Write::Tombstone)
             } else {
-                rewrite.then(|| Write::Rewrite(render(open.iter().map(|(r, e)| (&**r, *e)))))
+                rewrite.then(|| Write::Rewrite(lines(&open)))
             };
             if write.is_some() {
                 // What is written is what is open now; a line taken out after
@@ -192,7 +192,7 @@ impl Record {
         if open.is_empty() {
             return Some(Write::Tombstone);
         }
-        rewrite.then(|| Write::Rewrite(render(open.iter().map(|(r, e)| (&**r, *e)))))
+        rewrite.then(|| Write::Rewrite(lines(&open)))
     }
 }
 
@@ -212,6 +212,11 @@ async fn publish(api: &Api, subject: &str, ttl: &'static str, body: Bytes) {
         .client
         .publish_with_headers(subject.to_owned(), headers, body);
     let _ = tokio::time::timeout(api.request_timeout, sent).await;
+}
+
+/// The body of a record whose open leases are `open`.
+fn lines(open: &[(Arc<str>, u64)]) -> String {
+    render(open.iter().map(|(r, e)| (&**r, *e)))
 }
 
 /// `<ack subject> <expires ms>` a line.

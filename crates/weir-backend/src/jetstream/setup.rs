@@ -466,8 +466,7 @@ impl Inner {
     /// Whether the server this door is connected to has `CONSUMER.RESET` (2.14 and
     /// later), so that a reader made at the end can later move back past its start.
     pub(super) fn resets_consumers(&self) -> bool {
-        let connected = self.api.client.server_info().version;
-        super::admin::resets_consumers(&ConsumerInfo::default(), &connected)
+        super::admin::has_reset(&self.api.client.server_info().version)
     }
 
     /// Moves a reader made at the end ([`Start::Placed`]) to where its
