@@ -702,12 +702,11 @@ async fn a_second_door_shares_the_queues() -> TestResult {
     let qa = a.queue("shared").await?;
     set(&qa, "from a").await?;
     let b = c.door().await?;
-    // Not learnt at connect, nor from stats, while young: the stream may not store
-    // for its reader yet, so b proves it at its first use.
-    assert!(b.existing_queue("shared")?.is_none());
+    // Learnt at connect from the stream's consumers, however young: the stream keeps
+    // what b appends to it whatever its replicas did (no proof needed).
+    assert!(b.existing_queue("shared")?.is_some());
     let listed = b.stats(None).await?;
     assert!(listed.iter().any(|q| q.name == "shared"));
-    assert!(b.existing_queue("shared")?.is_none());
     let qb = b.queue("shared").await?;
     let rb = b.reader(&qb, "").await?;
     // Another door's write reaches a reader's consumer a moment after its PubAck
@@ -728,24 +727,53 @@ async fn a_second_door_shares_the_queues() -> TestResult {
     Ok(())
 }
 
-/// A queue whose default reader is old enough (10 s) is learnt by a new door from the
-/// stream's consumers, with no proof needed at its first use.
+/// The stream keeps every item until a sweep removes what every reader of its queue
+/// confirmed: an item one reader still holds (or has yet to take) stays, whatever the
+/// others confirmed, and goes once the last reader confirms it. `stats` counts what
+/// the most-behind reader has yet to confirm at once, not at the sweep.
 #[tokio::test]
-async fn an_old_queue_is_learnt_at_connect() -> TestResult {
-    let c = cluster!("an_old_queue_is_learnt_at_connect");
-    let a = c.door().await?;
-    let q = a.queue("old").await?;
-    set(&q, "x").await?;
-    tokio::time::sleep(Duration::from_millis(10_500)).await;
-    let b = c.door().await?;
-    // `existing_queue` never waits, so the first call makes the door set up.
-    let _ = b.stats(None).await?;
-    let qb = b.existing_queue("old")?.ok_or("an old queue is learnt")?;
-    let rb = b.reader(&qb, "").await?;
-    let t = rb.take(TakeMode::Take, Duration::from_secs(2)).await?;
-    assert_eq!(data(&t), Some("x".into()));
-    a.close().await?;
-    b.close().await?;
+async fn a_sweep_keeps_what_any_reader_still_needs() -> TestResult {
+    let c = cluster!("a_sweep_keeps_what_any_reader_still_needs");
+    let js = c.door().await?;
+    let q = js.queue("sw").await?;
+    let d = js.reader(&q, "").await?;
+    let b = js.reader(&q, "b").await?;
+    for item in ["1", "2", "3", "4"] {
+        set(&q, item).await?;
+    }
+    for want in ["1", "2", "3", "4"] {
+        assert_eq!(data(&take(&d, TakeMode::Take).await?), Some(want.into()));
+    }
+    // b holds 1 and confirms 2 out of order: its ack floor stays below 1.
+    let l1 = b.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+    let l2 = b.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+    assert_eq!((data(&l1), data(&l2)), (Some("1".into()), Some("2".into())));
+    assert!(b.confirm(&lease(&l2)?).await?);
+    let stats = js.stats(Some(vec!["sw".into()])).await?;
+    assert_eq!(
+        stats.first().map(|s| s.items),
+        Some(3),
+        "1 leased, 3 and 4 pending for b"
+    );
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    // Several sweeps (one a second) later, nothing b needs went.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(stream_messages(&client, &c.stream).await? >= 3);
+    assert!(b.release(&lease(&l1)?)?);
+    for want in ["1", "3", "4"] {
+        let t = b.take(TakeMode::Take, Duration::from_secs(2)).await?;
+        assert_eq!(data(&t), Some(want.into()));
+    }
+    // Confirmed by both readers: swept away.
+    let until = Instant::now() + Duration::from_secs(5);
+    while stream_messages(&client, &c.stream).await? != 0 {
+        assert!(Instant::now() < until, "confirmed items stay in the stream");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stats = js.stats(Some(vec!["sw".into()])).await?;
+    assert_eq!(stats.first().map(|s| s.items), Some(0));
+    js.close().await?;
     Ok(())
 }
 

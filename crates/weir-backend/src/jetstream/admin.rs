@@ -1,13 +1,14 @@
 //! `delete`, `flush` and `flush_all` on the cluster.
 //!
 //! - `delete q` never loses an item a door acknowledged. Another door may still hold a
-//!   handle on `q` and `set` into it after the delete; had `q~` gone, interest
-//!   retention would drop that item the moment it was stored. So the named readers'
+//!   handle on `q` and `set` into it after the delete; had `q~` gone, the next sweep
+//!   would remove that item, kept for no reader. So the named readers'
 //!   consumers are deleted, the subject is purged, and `q~` stays: the queue starts
 //!   again, empty, and still shows in `stats` (with 0 items).
 //!   A queue kept for its readers (no `q~`, see `open_queue_for_readers`) keeps its
 //!   readers for the same reason, and loses its items.
-//! - `delete q.r` deletes the consumer `q~r` (what only it held goes with it).
+//! - `delete q.r` deletes the consumer `q~r` (what only it kept goes at the next
+//!   sweep).
 //! - `flush q` purges the subject (for every reader); `flush q.r` moves `q~r` past the
 //!   queue's newest item with CONSUMER.RESET (nats-server 2.14+), in place: there is
 //!   no moment without the consumer, when an item only it would keep (a queue kept
@@ -83,6 +84,7 @@ impl Inner {
         if let Some(q) = self.registry.get(queue) {
             q.forget_reader(reader);
         }
+        self.sweeper.mark(queue);
         self.stats_cache.invalidate();
         Ok(deleted)
     }
@@ -95,7 +97,9 @@ impl Inner {
             None => self.purge(Some(queue), deadline).await?,
             Some(reader) => {
                 weir::validate_reader_name(reader)?;
-                self.restart_reader(queue, reader, deadline).await?
+                let moved = self.restart_reader(queue, reader, deadline).await?;
+                self.sweeper.mark(queue);
+                moved
             }
         };
         self.stats_cache.invalidate();

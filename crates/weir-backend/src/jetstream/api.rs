@@ -15,6 +15,7 @@
 //! call has the same retry loop and the same error mapping, and the replies are read
 //! leniently (`#[serde(default)]` structs of only the fields weir uses).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,6 +85,70 @@ pub(crate) struct Api {
     pub request_timeout: Duration,
     /// One call, retries included.
     pub retry_for: Duration,
+    /// Whether the server this door is connected to still gets answers.
+    pub health: Arc<Health>,
+}
+
+/// How long the requests through the connected server have gone unanswered: a server
+/// that answers pings but cannot reach the rest of the cluster (cut off from its
+/// peers) keeps the client connected while every request fails. See
+/// [`super::connect::failover_watch`].
+pub(crate) struct Health {
+    epoch: std::time::Instant,
+    /// [`Health::now_ms`] at the first failure since the last answer; 0: answered.
+    failing_since_ms: AtomicU64,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            epoch: std::time::Instant::now(),
+            failing_since_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Health {
+    /// Ms since `epoch`, plus one (0 stands for "answered").
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1)
+    }
+
+    /// A request got an answer.
+    pub fn answered(&self) {
+        if self.failing_since_ms.load(Ordering::Relaxed) != 0 {
+            self.failing_since_ms.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A request got no answer (a timeout, no responders, a JetStream error of the
+    /// moment).
+    pub fn failed(&self) {
+        let now = self.now_ms();
+        let _ =
+            self.failing_since_ms
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// How long requests have failed with none answered; zero while they are.
+    pub fn failing_for(&self) -> Duration {
+        match self.failing_since_ms.load(Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since)),
+        }
+    }
+}
+
+/// Whether a reply is a JetStream error of the moment (`{"error":{"code":5xx`):
+/// JetStream's own "temporarily unavailable", which a server cut off from its peers
+/// answers to everything. Only short JSON replies are looked at.
+fn is_error_of_the_moment(payload: &[u8]) -> bool {
+    const MARK: &[u8] = b"\"error\":{\"code\":5";
+    payload.len() < 1024
+        && payload.starts_with(b"{")
+        && payload.windows(MARK.len()).any(|w| w == MARK)
 }
 
 /// `{"error": …}` or the reply proper.
@@ -108,7 +173,7 @@ impl Api {
             .max(Duration::from_millis(20));
         let request = request.timeout(Some(budget));
         let sent = self.client.send_request(subject, request);
-        match tokio::time::timeout(budget + Duration::from_millis(10), sent).await {
+        let sent = match tokio::time::timeout(budget + Duration::from_millis(10), sent).await {
             Err(_) => Sent::Failed(format!("no reply within {budget:?}")),
             Ok(Ok(message)) => Sent::Reply(message),
             Ok(Err(e)) => match e.kind() {
@@ -121,7 +186,13 @@ impl Api {
                 }
                 RequestErrorKind::TimedOut | RequestErrorKind::Other => Sent::Failed(e.to_string()),
             },
+        };
+        match &sent {
+            Sent::Reply(m) if !is_error_of_the_moment(&m.payload) => self.health.answered(),
+            Sent::Refused(_) => {}
+            _ => self.health.failed(),
         }
+        sent
     }
 
     /// Publishes without waiting for anything (acks, naks, progress), within a
@@ -275,4 +346,38 @@ fn parse<T: DeserializeOwned>(payload: &[u8]) -> Result<Response<T>> {
         let text = String::from_utf8_lossy(&payload[..payload.len().min(200)]).into_owned();
         unexpected(format!("{e}: {text}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_of_the_moment_are_told_from_answers() {
+        let unavailable = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}"#;
+        assert!(is_error_of_the_moment(unavailable));
+        assert!(is_error_of_the_moment(
+            br#"{"error":{"code":503,"err_code":10077,"description":"x"}}"#
+        ));
+        assert!(!is_error_of_the_moment(
+            br#"{"error":{"code":404,"err_code":10014,"description":"consumer not found"}}"#
+        ));
+        assert!(!is_error_of_the_moment(br#"{"stream":"S","seq":4}"#));
+        assert!(!is_error_of_the_moment(b""));
+        let mut long = br#"{"error":{"code":503}"#.to_vec();
+        long.resize(2048, b' ');
+        assert!(!is_error_of_the_moment(&long), "long replies are answers");
+    }
+
+    #[test]
+    fn health_counts_from_the_first_failure_since_an_answer() {
+        let h = Health::default();
+        assert_eq!(h.failing_for(), Duration::ZERO);
+        h.failed();
+        std::thread::sleep(Duration::from_millis(30));
+        h.failed();
+        assert!(h.failing_for() >= Duration::from_millis(30));
+        h.answered();
+        assert_eq!(h.failing_for(), Duration::ZERO);
+    }
 }

@@ -48,6 +48,16 @@ pub struct JetStreamConfig {
     pub unavailable_retry_ms: u64,
     /// How long `stats` and `/metrics` reuse one snapshot of the cluster's figures.
     pub stats_cache_ms: u64,
+    /// How often a door removes from the stream what every reader of the queues it
+    /// confirmed on has confirmed (see `sweep.rs`); 0 never does (the stream then
+    /// grows until something else purges it).
+    pub sweep_ms: u64,
+    /// The client pings a silent server after this long, and leaves it after three
+    /// pings go unanswered (see `connect.rs`).
+    pub ping_interval_ms: u64,
+    /// The door reconnects (to another server) when no request has been answered for
+    /// this long while some failed; 0 never does.
+    pub failover_ms: u64,
 }
 
 impl Default for JetStreamConfig {
@@ -69,6 +79,9 @@ impl Default for JetStreamConfig {
             request_timeout_ms: 5_000,
             unavailable_retry_ms: 10_000,
             stats_cache_ms: 1_000,
+            sweep_ms: 1_000,
+            ping_interval_ms: 2_000,
+            failover_ms: 5_000,
         }
     }
 }

@@ -12,6 +12,17 @@
 //! The client is started with `retry_on_initial_connect`: weir comes up even while
 //! the cluster is unreachable, answers `backend unavailable` until it is there, and
 //! the client reconnects by itself, for ever (`max_reconnects(None)`).
+//!
+//! A server that stops answering is left in seconds, two ways:
+//! - it is silent (hung, stopped, cut off from the door): the client pings it after
+//!   `ping_interval_ms` of silence and drops the connection when three pings in a row
+//!   go unanswered, so after three `ping_interval_ms` (6 s by default; the client's
+//!   own default, 60 s, made a door wait three minutes);
+//! - it answers pings but not requests (cut off from its peers: JetStream answers
+//!   "temporarily unavailable", or nothing): when no request of this door has been
+//!   answered for `failover_ms` while some failed ([`failover_watch`]), the door
+//!   reconnects, to another server (the client picks at random, the servers that
+//!   failed last come last).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -19,6 +30,7 @@ use std::time::Duration;
 use async_nats::{ConnectOptions, Event, ServerAddr};
 use tokio::runtime::Runtime;
 
+use super::api::Health;
 use super::config::JetStreamConfig;
 use super::metrics::Metrics;
 use crate::{Error, Kind, Result};
@@ -110,6 +122,7 @@ pub(crate) async fn options(
     config: &JetStreamConfig,
     metrics: Arc<Metrics>,
     link: Arc<LinkState>,
+    health: Arc<Health>,
 ) -> Result<ConnectOptions> {
     let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
     let mut options = ConnectOptions::new()
@@ -118,13 +131,14 @@ pub(crate) async fn options(
         .retry_on_initial_connect()
         .connection_timeout(timeout)
         .request_timeout(Some(timeout))
+        .ping_interval(Duration::from_millis(config.ping_interval_ms.max(100)))
         .reconnect_delay_callback(|attempts| {
             let ms = 100u64.saturating_mul(u64::try_from(attempts).unwrap_or(u64::MAX));
             Duration::from_millis(ms).min(RECONNECT_DELAY_MAX)
         })
         .event_callback(move |event| {
-            let (metrics, link) = (metrics.clone(), link.clone());
-            async move { on_event(event, &metrics, &link) }
+            let (metrics, link, health) = (metrics.clone(), link.clone(), health.clone());
+            async move { on_event(event, &metrics, &link, &health) }
         });
     if let Some(path) = &config.credentials_file {
         options = options.credentials_file(path).await.map_err(|e| {
@@ -147,6 +161,34 @@ pub(crate) async fn options(
     Ok(options)
 }
 
+/// Reconnects (to another server, most likely) when no request has been answered for
+/// `every` while some failed; 0 turns this off. Ends with the backend.
+pub(super) async fn failover_watch(inner: std::sync::Weak<super::Inner>, every: Duration) {
+    if every.is_zero() {
+        return;
+    }
+    let tick = (every / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let api = &inner.api;
+        let failing = api.health.failing_for();
+        if failing < every || !inner.is_up() {
+            continue;
+        }
+        let server = api.client.server_info().port;
+        tracing::warn!(
+            server_port = server,
+            failing_ms = u64::try_from(failing.as_millis()).unwrap_or(u64::MAX),
+            "jetstream: no request answered through this server; moving to another"
+        );
+        api.health.answered();
+        if let Err(e) = api.client.force_reconnect().await {
+            tracing::warn!(error = %e, "jetstream: reconnecting");
+        }
+    }
+}
+
 fn env(var: &str, setting: &str) -> Result<String> {
     std::env::var(var).map_err(|e| {
         Error::new(
@@ -156,9 +198,11 @@ fn env(var: &str, setting: &str) -> Result<String> {
     })
 }
 
-fn on_event(event: Event, metrics: &Metrics, link: &LinkState) {
+fn on_event(event: Event, metrics: &Metrics, link: &LinkState, health: &Health) {
     match event {
         Event::Connected => {
+            // A new server: its requests are counted from now.
+            health.answered();
             metrics.connected();
             tracing::info!("jetstream: connected");
         }

@@ -35,6 +35,10 @@ pub(crate) mod code {
     /// "wrong last sequence" too: the subject has a write in flight (a retry racing
     /// its first attempt).
     pub const WRONG_LAST_SEQUENCE_CONSTANT: u64 = 10164;
+    /// "duplicate message id is in process": a publish with this `Nats-Msg-Id` (an
+    /// earlier attempt of the same `set`) is still being stored. Retried: the retry
+    /// is answered with the stored item's sequence, or stores it.
+    pub const DUPLICATE_IN_PROCESS: u64 = 10158;
 }
 
 /// An error of the JetStream API, as the server sends it.
@@ -49,6 +53,9 @@ pub(crate) struct ApiError {
 impl ApiError {
     /// A failure of the moment (no leader, the cluster busy): worth retrying.
     pub fn is_transient(&self) -> bool {
+        if self.err_code == code::DUPLICATE_IN_PROCESS {
+            return true;
+        }
         self.code >= 500
             && !matches!(
                 self.err_code,
@@ -128,5 +135,7 @@ mod tests {
         assert!(!api(503, 10047, "insufficient storage").is_transient());
         assert!(!api(503, 10077, "maximum messages exceeded").is_transient());
         assert!(!api(400, 10058, "in use").is_transient());
+        // A retry of a `set` racing its first attempt: retried, not answered.
+        assert!(api(409, 10158, "duplicate message id is in process").is_transient());
     }
 }

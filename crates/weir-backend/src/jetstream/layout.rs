@@ -1,12 +1,14 @@
 //! How weir lays its queues out on JetStream: names, subjects, and the stream's and
 //! consumers' configurations.
 //!
-//! One interest-retention stream holds every queue; queue `q` is the subject
-//! `<prefix>.q`, and each of its readers is a durable pull consumer `q~r` filtered on
-//! that subject (`q~` for the default reader). `~` is outside weir's name alphabet,
-//! so `q~r` splits back unambiguously; weir's names are subject- and consumer-safe
-//! as they are (`[A-Za-z0-9_:-]`). Interest retention keeps an item until every
-//! reader has confirmed it: Kestrel's fan-out, done by the server.
+//! One stream holds every queue; queue `q` is the subject `<prefix>.q`, and each of
+//! its readers is a durable pull consumer `q~r` filtered on that subject (`q~` for the
+//! default reader). `~` is outside weir's name alphabet, so `q~r` splits back
+//! unambiguously; weir's names are subject- and consumer-safe as they are
+//! (`[A-Za-z0-9_:-]`). The stream keeps every item (limits retention, no limit set)
+//! until a door's sweep purges what every reader of its queue has confirmed
+//! (`sweep.rs`): Kestrel's fan-out. Interest retention, which did that in the server,
+//! let a replica that was down drop items a reader made meanwhile still needed.
 
 use std::time::Duration;
 
@@ -74,7 +76,7 @@ impl Layout {
         json!({
             "name": self.stream,
             "subjects": [format!("{}.>", self.prefix)],
-            "retention": "interest",
+            "retention": "limits",
             "storage": "file",
             "num_replicas": config.replicas,
             "allow_direct": true,
@@ -91,8 +93,8 @@ impl Layout {
     }
 
     /// The body of `CONSUMER.CREATE` for reader `reader` of `queue`: a durable pull
-    /// consumer that never gives up redelivering and never deletes itself (deleting a
-    /// consumer of an interest stream drops what only it held).
+    /// consumer that never gives up redelivering and never deletes itself (what only
+    /// it kept would go at the next sweep).
     pub fn consumer_request(
         &self,
         config: &JetStreamConfig,
@@ -210,55 +212,14 @@ pub(crate) struct ConsumerInfo {
     pub num_ack_pending: u64,
     pub num_waiting: u64,
     pub num_pending: u64,
-    pub cluster: Option<ClusterInfo>,
-    /// When the consumer was made, and when this info was (RFC 3339, servers' clocks).
-    pub created: String,
-    pub ts: String,
 }
-
-/// The consumer's Raft group, as its leader sees it.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct ClusterInfo {
-    pub leader: String,
-    pub replicas: Vec<PeerInfo>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(default)]
-pub(crate) struct PeerInfo {
-    pub current: bool,
-    pub offline: bool,
-}
-
-/// How old a queue's default reader must be for a door to take the queue from a
-/// listing of the stream's consumers without proving it (`interest.rs`): long past
-/// the moment every replica of the stream set the consumer up and stores for it.
-pub(crate) const LEARN_AGE_MIN: Duration = Duration::from_secs(10);
 
 impl ConsumerInfo {
-    /// How long the consumer had existed when this info was made, by the servers'
-    /// clocks; `None` when either time is missing or unreadable.
-    pub fn age(&self) -> Option<Duration> {
-        use time::format_description::well_known::Rfc3339;
-        let parse = |s: &str| time::OffsetDateTime::parse(s, &Rfc3339).ok();
-        let age = parse(&self.ts)? - parse(&self.created)?;
-        Some(Duration::try_from(age).unwrap_or(Duration::ZERO))
-    }
-
-    /// Whether a door may register this consumer's queue from a listing, unproven:
-    /// it is a default reader at least [`LEARN_AGE_MIN`] old.
+    /// Whether a door may register this consumer's queue from a listing: it is a
+    /// queue's default reader (the stream keeps what is appended to the queue from
+    /// then on whatever its replicas did, so no proof is needed).
     pub fn learnable(&self) -> bool {
         split_consumer(&self.name).is_some_and(|(_, reader)| reader.is_empty())
-            && self.age().is_some_and(|age| age >= LEARN_AGE_MIN)
-    }
-    /// Whether every replica of the consumer that is online has caught up with its
-    /// leader (so has the consumer, and with it the stream's interest, on its node).
-    pub fn replicas_current(&self) -> bool {
-        match &self.cluster {
-            None => true,
-            Some(c) => !c.leader.is_empty() && c.replicas.iter().all(|r| r.offline || r.current),
-        }
     }
 }
 
@@ -323,36 +284,24 @@ mod tests {
 
     /// One consumer of a `CONSUMER.LIST` answer of nats-server 2.15.2, as it came.
     #[test]
-    fn the_servers_listing_gives_the_times_read() {
-        let listed = r#"{"stream_name":"TSCHK","name":"q~","created":"2026-11-26T12:35:31.767204609Z","config":{"durable_name":"q~","ack_policy":"explicit","ack_wait":30000000000,"max_deliver":-1},"delivered":{"consumer_seq":0,"stream_seq":0},"ack_floor":{"consumer_seq":0,"stream_seq":0},"num_ack_pending":0,"num_redelivered":0,"num_waiting":0,"num_pending":0,"cluster":{"name":"weir","leader":"n1","replicas":[{"name":"n2","current":true,"active":1025767742,"peer":"44jzkV9D"}]},"ts":"2026-11-26T12:35:32.860795187Z"}"#;
+    fn the_servers_listing_is_read() {
+        let listed = r#"{"stream_name":"TSCHK","name":"q~","created":"2026-11-26T12:35:31.767204609Z","config":{"durable_name":"q~","ack_policy":"explicit","ack_wait":30000000000,"max_deliver":-1},"delivered":{"consumer_seq":3,"stream_seq":9},"ack_floor":{"consumer_seq":2,"stream_seq":7},"num_ack_pending":1,"num_redelivered":0,"num_waiting":0,"num_pending":4,"cluster":{"name":"weir","leader":"n1","replicas":[{"name":"n2","current":true,"active":1025767742,"peer":"44jzkV9D"}]},"ts":"2026-11-26T12:35:32.860795187Z"}"#;
         let info: ConsumerInfo = serde_json::from_str(listed).unwrap();
-        assert_eq!(info.age(), Some(Duration::from_nanos(1_093_590_578)));
-        assert!(!info.learnable(), "about a second old");
+        assert_eq!(info.ack_floor.stream_seq, 7);
+        assert_eq!((info.num_pending, info.num_ack_pending), (4, 1));
+        assert!(info.learnable());
     }
 
     #[test]
-    fn a_default_reader_is_learnt_from_a_listing_only_when_old_enough() {
-        let info = |name: &str, created: &str, ts: &str| ConsumerInfo {
+    fn only_a_default_reader_makes_its_queue_learnable() {
+        let info = |name: &str| ConsumerInfo {
             name: name.into(),
-            created: created.into(),
-            ts: ts.into(),
             ..ConsumerInfo::default()
         };
-        let old = info(
-            "q~",
-            "2026-11-26T12:00:00.5Z",
-            "2026-11-26T12:00:10.500000001Z",
-        );
-        assert_eq!(old.age(), Some(Duration::from_nanos(10_000_000_001)));
-        assert!(old.learnable());
-        assert!(!info("q~", "2026-11-26T12:00:00Z", "2026-11-26T12:00:09.999Z").learnable());
-        // A named reader's consumer is not its queue's proof; nor is a clock behind.
-        assert!(!info("q~r", "2026-11-26T12:00:00Z", "2026-11-26T13:00:00Z").learnable());
-        let behind = info("q~", "2026-11-26T12:00:10Z", "2026-11-26T12:00:00Z");
-        assert_eq!(behind.age(), Some(Duration::ZERO));
-        // Missing or unreadable times: not learnt.
-        assert!(!info("q~", "", "2026-11-26T13:00:00Z").learnable());
-        assert!(!info("q~", "yesterday", "2026-11-26T13:00:00Z").learnable());
+        assert!(info("q~").learnable());
+        assert!(!info("q~r").learnable());
+        assert!(!info("~interest").learnable());
+        assert!(!info("no-mark").learnable());
     }
 
     #[test]

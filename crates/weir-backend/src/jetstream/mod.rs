@@ -1,8 +1,9 @@
 //! The JetStream backend: queues in a NATS JetStream cluster, so that several
 //! stateless front doors share them.
 //!
-//! One interest-retention stream holds every queue (a subject each); each reader is a
-//! durable pull consumer (see [`layout`]). A publish awaits its PubAck (stored on a
+//! One stream holds every queue (a subject each); each reader is a durable pull
+//! consumer (see [`layout`]); what every reader of a queue confirmed is purged by the
+//! doors' sweeps ([`sweep`]). A publish awaits its PubAck (stored on a
 //! quorum); a take is a one-message pull and, for a plain `get`, a double ack before
 //! the reply; a lease is a delivered, unacknowledged message that the door keeps
 //! alive while its connection holds it ([`leases`]). Failures of the moment (a leader
@@ -22,8 +23,8 @@
 //!   an item leased at another door (see [`reader`]).
 //! - A `get` of a queue that does not exist creates nothing ([`JetStream::existing_default_reader`]).
 //! - Leases given back are redelivered in the order they were given back.
-//! - A new queue's first append waits until the stream stores for its default reader
-//!   ([`interest`]).
+//! - A confirmed item leaves the stream at the next sweep (`sweep_ms`), not at once:
+//!   a reader moved back (`seek`) can meet it again until then.
 //! - `flush_expired` counts nothing: the server drops expired items itself (each item
 //!   carries a `Nats-TTL`), and a take skips one that expired before that.
 
@@ -33,11 +34,11 @@ mod config;
 mod connect;
 mod doors;
 mod errors;
-mod interest;
 mod layout;
 mod leases;
 pub mod map;
 mod metrics;
+mod probe;
 mod pull;
 mod queue;
 mod reader;
@@ -47,6 +48,7 @@ mod scan;
 mod seek;
 mod setup;
 mod stats;
+mod sweep;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -98,6 +100,8 @@ pub(crate) struct Inner {
     door_id: String,
     published: AtomicU64,
     stats_cache: stats::Cache,
+    /// The queues whose confirmed items are to be purged ([`sweep`]).
+    sweeper: sweep::Sweeper,
     runtime: tokio::runtime::Handle,
 }
 
@@ -302,6 +306,9 @@ impl JetStream {
                 "backend_unavailable_retry_ms",
                 c.unavailable_retry_ms.to_string(),
             ),
+            ("backend_sweep_ms", c.sweep_ms.to_string()),
+            ("backend_ping_interval_ms", c.ping_interval_ms.to_string()),
+            ("backend_failover_ms", c.failover_ms.to_string()),
         ]
     }
 

@@ -50,8 +50,11 @@ const RELEASES_WAIT: std::time::Duration = std::time::Duration::from_millis(500)
 /// the engine (`set` then `get`). The wait is at the server (a pull with `expires`)
 /// and ends as soon as the replica has the item. Replication on a healthy cluster
 /// takes well under a millisecond. (Waiting 100 ms on every empty get after a write,
-/// without the consumer check, cost the flood benchmark a fivefold slowdown.)
+/// without the consumer check, cost the flood benchmark a fivefold slowdown.) A
+/// replica slower than that (a loaded machine, a node catching up) is waited for in
+/// such steps, the consumer checked before each, up to [`REPLICA_LAG_MAX`].
 const REPLICA_LAG: std::time::Duration = std::time::Duration::from_millis(10);
+const REPLICA_LAG_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 const RECENT_APPEND_MS: u64 = 2_000;
 
 const NO_WAIT: &[u8] = br#"{"batch":1,"no_wait":true}"#;
@@ -69,9 +72,7 @@ impl Reader {
         for _ in 0..SKIPS_MAX {
             let message = if wait.is_zero() {
                 match self.next_now().await? {
-                    None if self.appended_lately() && !self.caught_up().await? => {
-                        pull::next_until(self, Instant::now() + REPLICA_LAG).await?
-                    }
+                    None if self.appended_lately() => self.own_write().await?,
                     found => found,
                 }
             } else {
@@ -80,8 +81,11 @@ impl Reader {
             let Some(message) = message else {
                 return Ok(None);
             };
-            let probe = super::interest::is_probe(&message);
+            let probe = super::probe::is_probe(&message);
             let (item, reply) = delivered(message)?;
+            if probe || item.expires_at_ms != 0 {
+                inner.sweeper.mark(&self.queue.name);
+            }
             if probe {
                 inner.api.publish(reply.to_string(), b"+ACK").await;
                 continue;
@@ -156,6 +160,23 @@ impl Reader {
         Ok(info.delivered.stream_seq >= last)
     }
 
+    /// After a no-wait pull found nothing: this door's latest append to the queue,
+    /// once the reader's consumer has it (see [`REPLICA_LAG`]); nothing once the
+    /// consumer delivered it (to anyone) or [`REPLICA_LAG_MAX`] passed.
+    async fn own_write(&self) -> Result<Option<Message>> {
+        let until = Instant::now() + REPLICA_LAG_MAX;
+        while Instant::now() < until {
+            if self.caught_up().await? {
+                return Ok(None);
+            }
+            let step = (Instant::now() + REPLICA_LAG).min(until);
+            if let Some(message) = pull::next_until(self, step).await? {
+                return Ok(Some(message));
+            }
+        }
+        Ok(None)
+    }
+
     /// Whether this door appended to the queue within [`RECENT_APPEND_MS`].
     fn appended_lately(&self) -> bool {
         let at = self
@@ -217,6 +238,7 @@ impl Reader {
 
     /// Double ack: true once the consumer recorded it, false when the consumer is gone.
     pub(super) async fn ack(&self, reply: &str) -> Result<bool> {
+        self.inner.sweeper.mark(&self.queue.name);
         let api = &self.inner.api;
         let deadline = api.deadline();
         let mut backoff = Backoff::new(deadline);
@@ -254,7 +276,7 @@ impl Reader {
             let Some(message) = self.direct_get(seq, deadline).await? else {
                 return Ok(None);
             };
-            let probe = super::interest::is_probe(&message);
+            let probe = super::probe::is_probe(&message);
             let item = stored(message)?;
             seq = item.seq + 1;
             let expired = item.expires_at_ms != 0 && item.expires_at_ms <= now_ms();

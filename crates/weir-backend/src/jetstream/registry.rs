@@ -7,10 +7,9 @@
 //! for a queue kept for its readers (`open_queue_for_readers`, the proxy's capture
 //! queues), while one of its named readers' consumers does. The registry is filled
 //! from the stream's consumer list when the stream is first set up, and from `stats`'
-//! listings (queues whose `q~` is at least `layout::LEARN_AGE_MIN` old: surely set up
-//! on every replica), then as queues and readers are used or created, after the
-//! proof of `interest.rs`; another door's new queue is learnt when this door first
-//! names it (creating a consumer again is idempotent).
+//! listings (queues with a default reader), then as queues and readers are used or
+//! created; another door's new queue is learnt when this door first names it
+//! (creating a consumer again is idempotent).
 //! Its size is bounded by the stream's consumers (`max_consumers`).
 
 use std::collections::HashMap;

@@ -104,7 +104,7 @@ impl Scan {
                 self.next = Next::End;
                 break;
             };
-            let probe = super::interest::is_probe(&message);
+            let probe = super::probe::is_probe(&message);
             let item = kept(message)?;
             self.next = Next::Seq(item.seq.saturating_add(1));
             let expired = item.expires_at_ms != 0 && item.expires_at_ms <= now_ms();

@@ -4,9 +4,9 @@
 //! and dead letters need them).
 //!
 //! A reader is moved in place with `CONSUMER.RESET` (nats-server 2.14 and later),
-//! which sets the consumer's next stream sequence and drops its pending leases;
-//! on an interest stream, a move forward also drops the consumer's interest in what
-//! it skips. The server lets an `all` consumer go anywhere (readers made at the end
+//! which sets the consumer's next stream sequence and drops its pending leases; a
+//! move forward lets the next sweep (`sweep.rs`) remove what it skipped, if no
+//! other reader keeps it. The server lets an `all` consumer go anywhere (readers made at the end
 //! are made `all` and then moved to the end: `Start::Placed`), a `by_start_sequence`
 //! one (a reader made at the end by builds before 2026-11-27, or on servers before
 //! 2.14) not below its start, and a `new` one (made by earlier builds) nowhere: the
@@ -150,6 +150,8 @@ impl Queue {
         // And again: a lease this door took while the reset was on its way was
         // delivered before it, and may be pending again now.
         inner.end_leases(&name).await;
+        // Moved forward, it no longer keeps what it skipped.
+        inner.sweeper.mark(&self.entry.name);
         inner.stats_cache.invalidate();
         Ok(Some(if reply.reset_seq == 0 {
             target

@@ -7,9 +7,9 @@
 //! ([`Inner::ready`]: one setup at a time). Weir so comes up while the cluster is
 //! down and answers `backend unavailable` until it is there.
 //!
-//! Interest retention drops a publish to a subject no consumer is interested in, so a
-//! queue's default reader `q~` is created before the queue is handed out. Creation
-//! is idempotent across doors: a create of a consumer that exists (with this or
+//! A queue's default reader `q~` is created before the queue is handed out: the queue
+//! exists while a consumer of it does, and a sweep removes the items of a subject
+//! that has none (`sweep.rs`). Creation is idempotent across doors: a create of a consumer that exists (with this or
 //! another configuration, e.g. after a `flush q.r`) is taken as success.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use weir::StoreOptions;
 
-use super::api::Api;
+use super::api::{Api, Health};
 use super::config::JetStreamConfig;
 use super::connect::{self, LinkState, OwnedRuntime};
 use super::errors::{code, unavailable};
@@ -50,7 +50,9 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         .ok_or_else(|| Error::new(Kind::Other, "jetstream: its runtime is gone"))?;
     let metrics = Arc::new(Metrics::default());
     let link = Arc::new(LinkState::default());
-    let connect_options = connect::options(&config, metrics.clone(), link.clone()).await?;
+    let health = Arc::new(Health::default());
+    let connect_options =
+        connect::options(&config, metrics.clone(), link.clone(), health.clone()).await?;
     let client = handle
         .spawn(async move { connect_options.connect(addrs).await })
         .await
@@ -61,6 +63,7 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         metrics,
         request_timeout: Duration::from_millis(config.request_timeout_ms.max(1)),
         retry_for: Duration::from_millis(config.unavailable_retry_ms),
+        health,
     };
     let (leases, released) = Leases::new(Duration::from_millis(config.lease_timeout_ms.max(1)));
     let leases = Arc::new(leases);
@@ -86,12 +89,17 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         door_id,
         published: AtomicU64::new(0),
         stats_cache: stats::Cache::default(),
+        sweeper: super::sweep::Sweeper::default(),
         runtime: handle.clone(),
         config,
     });
     let nak_pump = handle.spawn(leases::nak_pump(api.clone(), leases.clone(), released));
     handle.spawn(leases::keepalive_pump(api, Arc::downgrade(&leases)));
     handle.spawn(super::doors::Doors::run(Arc::downgrade(&doors)));
+    let every = Duration::from_millis(inner.config.sweep_ms);
+    handle.spawn(super::sweep::pump(Arc::downgrade(&inner), every));
+    let failover = Duration::from_millis(inner.config.failover_ms);
+    handle.spawn(connect::failover_watch(Arc::downgrade(&inner), failover));
     let js = JetStream {
         inner,
         runtime: Mutex::new(runtime),
@@ -204,6 +212,8 @@ impl Inner {
     /// The stream is gone (deleted by hand): set it up again before the next call.
     pub(super) fn stream_lost(&self) {
         self.ready.store(false, Ordering::Release);
+        // A stream made again starts its sequences at 1.
+        self.sweeper.forget_purges();
     }
 
     async fn ensure_stream(&self, deadline: Instant) -> Result<()> {
@@ -249,9 +259,9 @@ impl Inner {
         }
     }
 
-    /// Fills the registry from the stream's consumers: the queues whose default
-    /// reader is old enough to need no proof ([`ConsumerInfo::learnable`]), with
-    /// their readers; the others are learnt when first used.
+    /// Fills the registry from the stream's consumers: the queues with a default
+    /// reader ([`ConsumerInfo::learnable`]), with their readers; the others are
+    /// learnt when first used.
     async fn learn_consumers(&self, deadline: Instant) -> Result<()> {
         let consumers = self.consumer_list(deadline).await?;
         let lease_timeout = self.lease_timeout();
@@ -290,11 +300,6 @@ impl Inner {
         let info = self
             .create_consumer(name, "", ack_wait, false, deadline)
             .await?;
-        // Registered (and so usable by this door's other connections) only once the
-        // stream stores what is appended to it.
-        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
-        let consumer = super::layout::consumer_name(name, "");
-        super::interest::await_interest(self, &probing, &consumer, deadline).await?;
         let entry = self.registry.add(name, &self.layout, || config);
         entry.add_reader(&self.layout, "", ack_wait_of(&info, ack_wait));
         Ok(entry)
@@ -302,10 +307,9 @@ impl Inner {
 
     /// A queue kept for `readers` only: no default reader (`q~`) is made, so an item
     /// stays until each of them confirmed it, and the queue exists while any of them
-    /// does. Each reader this door has not registered yet is created and proven to
-    /// the stream (`interest::prove_reader`) before the queue is registered, so what
-    /// is appended after this returns is stored for every one of them; an append
-    /// while none of the readers exists would not be stored at all. With
+    /// does. Each reader this door has not registered yet is created before the
+    /// queue is registered, so what is appended after this returns is kept for every
+    /// one of them (an append while none of them exists goes at the next sweep). With
     /// `new_at_end`, a consumer made here delivers only what is published after it
     /// (`by_start_sequence` one past the stream's last sequence; a door making it at
     /// the same moment finds it made); one that exists keeps where it stands.
@@ -330,20 +334,17 @@ impl Inner {
         self.ready(self.api.deadline()).await?;
         let config = self.queue_config(name);
         let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
-        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
         let mut made = Vec::with_capacity(readers.len());
         for r in readers {
             if let Some(known) = registered.as_ref().and_then(|e| e.reader(r)) {
                 made.push((*r, known.ack_wait()));
                 continue;
             }
-            // A deadline per reader: each one's replicas may take seconds to catch up.
+            // A deadline per reader: each one is a consumer creation of its own.
             let deadline = self.api.deadline();
             let info = self
                 .create_consumer(name, r, ack_wait, new_at_end, deadline)
                 .await?;
-            let consumer = consumer_name(name, r);
-            super::interest::prove_reader(self, &probing, &consumer, deadline).await?;
             made.push((*r, ack_wait_of(&info, ack_wait)));
         }
         let entry = self.registry.add(name, &self.layout, || config);
@@ -374,11 +375,6 @@ impl Inner {
         };
         let config = self.queue_config(name);
         let ack_wait = config.open_timeout.unwrap_or(self.lease_timeout());
-        // Registered, this door's appends go straight to it: the consumer may have
-        // been created a moment ago at another door, so the stream must be seen to
-        // store for it first (see `interest.rs`).
-        let probing = super::registry::QueueEntry::new(name, &self.layout, &config);
-        super::interest::await_interest(self, &probing, &consumer, deadline).await?;
         let entry = self.registry.add(name, &self.layout, || config);
         entry.add_reader(&self.layout, "", ack_wait_of(&info, ack_wait));
         Ok(Some(entry))
@@ -424,35 +420,52 @@ impl Inner {
             .await
             .map_err(|_| unavailable("too many queues being created at once"))?;
         let name = consumer_name(queue, reader);
-        let stream = &self.layout.stream;
         let start = match from_now {
             true => match self.start_after_newest(deadline).await? {
                 Start::At(seq) if self.resets_consumers() => Start::Placed(seq),
                 start => start,
             },
-            false => Start::Oldest,
+            false => {
+                self.sweep_before_new_reader(queue, reader, &name, deadline)
+                    .await?;
+                Start::Oldest
+            }
         };
         let body = self
             .layout
             .consumer_request(&self.config, queue, reader, ack_wait, start);
+        self.create_or_find(&name, &body, deadline)
+            .await
+            .map_err(|e| maybe_made(e, queue, reader))
+    }
+
+    /// `CONSUMER.CREATE` of `name`, or the consumer that exists under that name;
+    /// placed ([`Inner::place`]).
+    async fn create_or_find(
+        &self,
+        name: &str,
+        body: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<ConsumerInfo> {
+        let stream = &self.layout.stream;
         let created = self
             .api
             .json_or_api_error::<ConsumerInfo>(
                 &format!("CONSUMER.CREATE.{stream}.{name}"),
-                &body,
+                body,
                 deadline,
             )
             .await?;
         match created {
-            Ok(info) => self.place(&name, info, deadline).await,
+            Ok(info) => self.place(name, info, deadline).await,
             Err(e)
                 if matches!(
                     e.err_code,
                     code::CONSUMER_EXISTS | code::CONSUMER_NAME_EXISTS
                 ) =>
             {
-                let info = self.consumer_info(&name, deadline).await?;
-                self.place(&name, info, deadline).await
+                let info = self.consumer_info(name, deadline).await?;
+                self.place(name, info, deadline).await
             }
             Err(e) => {
                 if e.err_code == code::STREAM_NOT_FOUND {
@@ -460,6 +473,33 @@ impl Inner {
                 }
                 Err(e.to_error())
             }
+        }
+    }
+
+    /// A named reader made at the oldest item starts at what the queue keeps for its
+    /// other readers, as on the engine, not at what they all confirmed and the next
+    /// sweep would remove: so the queue is swept first (see `sweep.rs` for why a
+    /// reader made after a sweep loses nothing), when the reader does not exist yet.
+    /// A sweep that fails leaves the new reader to meet such items once.
+    async fn sweep_before_new_reader(
+        &self,
+        queue: &str,
+        reader: &str,
+        consumer: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        if reader.is_empty() {
+            return Ok(());
+        }
+        match self.consumer_info(consumer, deadline).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == Kind::NotFound => {
+                if let Err(e) = self.sweep_queue(queue).await {
+                    tracing::debug!(queue, error = %e, "jetstream: sweeping before a new reader failed");
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -546,6 +586,27 @@ impl Inner {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A reader's creation that got no answer in time may still have made it, and a
+/// reader keeps every item of its queue from then on: the error says so, and so does
+/// the log, as for a `set` whose outcome is unknown.
+fn maybe_made(e: Error, queue: &str, reader: &str) -> Error {
+    if e.kind() != Kind::Unavailable {
+        return e;
+    }
+    let shown = if reader.is_empty() {
+        queue.to_owned()
+    } else {
+        format!("{queue}.{reader}")
+    };
+    tracing::warn!(reader = %shown, error = %e, "jetstream: a reader's creation got no answer; it may exist (stats lists it, `delete` removes it)");
+    Error::new(
+        Kind::Unavailable,
+        format!(
+            "{e}; reader {shown} may have been made (stats lists it; delete {shown} removes it)"
+        ),
+    )
 }
 
 /// The consumer's AckWait as the server has it (`wanted` when it did not say).

@@ -1,11 +1,11 @@
 //! `stats`, `dump_stats` and the `/metrics` queue series from the cluster's figures.
 //!
-//! Two paged requests make a snapshot of every queue: the stream's message count per
-//! subject (`STREAM.INFO` with a subjects filter), and every consumer's state
+//! One paged request makes a snapshot of every queue: every consumer's state
 //! (`CONSUMER.LIST`). A queue is there while one of its readers' consumers is (`q~`,
-//! or a named reader of a queue kept for its readers); its `items` are its subject's
-//! messages (interest retention keeps a message for the most-behind reader, as the
-//! engine does). Per reader: `items` = pending + leased, `open_leases` = leased,
+//! or a named reader of a queue kept for its readers); its `items` are what its
+//! most-behind reader has yet to confirm (pending + leased), as on the engine (the
+//! stream keeps confirmed items until a sweep, `sweep.rs`, so its message count is
+//! not used). Per reader: `items` = pending + leased, `open_leases` = leased,
 //! `waiters` = waiting pulls (all doors), `taken` = the consumer's delivered sequence,
 //! `confirmed` = its ack floor (both since the consumer was made). `total_items` and
 //! `expired` are this door's own counters; `bytes`, `disk_bytes`, `age_ms`,
@@ -82,7 +82,6 @@ impl Inner {
     }
 
     async fn gather(&self, deadline: Instant) -> Result<Vec<QueueStats>> {
-        let counts = self.subject_counts(deadline).await?;
         let consumers = self.consumer_list(deadline).await?;
         let mut queues: BTreeMap<String, QueueStats> = BTreeMap::new();
         // A queue is there while any of its readers is: the default one (`q~`) for
@@ -92,15 +91,10 @@ impl Inner {
             if queues.contains_key(queue) {
                 continue;
             }
-            let items = counts
-                .get(&self.layout.subject(queue))
-                .copied()
-                .unwrap_or(0);
             queues.insert(
                 queue.to_owned(),
                 QueueStats {
                     name: queue.to_owned(),
-                    items,
                     ..QueueStats::default()
                 },
             );
@@ -110,6 +104,8 @@ impl Inner {
                 continue;
             };
             if let Some(q) = queues.get_mut(queue) {
+                // What the most-behind reader has yet to confirm, as on the engine.
+                q.items = q.items.max(c.num_pending + c.num_ack_pending);
                 q.open_leases += c.num_ack_pending;
                 q.waiters += c.num_waiting;
                 q.readers.push(reader_stats(reader, c));
@@ -128,11 +124,8 @@ impl Inner {
     }
 
     /// This door's counters, and the queue in its registry (learnt from the listing)
-    /// when `learn`: its default reader is old enough to need no proof
-    /// ([`ConsumerInfo::learnable`]). A younger queue, or one kept for its readers, is
-    /// registered when first used, after its proof (`interest.rs`): registered
-    /// unproven a moment after another door made it, this door's `set`s would go to
-    /// a stream that may not store them yet.
+    /// when `learn`: it has a default reader ([`ConsumerInfo::learnable`]). A queue
+    /// kept for its readers is registered when first used.
     fn add_door_counters(&self, q: &mut QueueStats, learn: bool) {
         q.readers.sort_by(|a, b| a.name.cmp(&b.name));
         let entry = if learn {
@@ -154,7 +147,7 @@ impl Inner {
     }
 
     /// Messages per subject of the stream.
-    async fn subject_counts(&self, deadline: Instant) -> Result<HashMap<String, u64>> {
+    pub(super) async fn subject_counts(&self, deadline: Instant) -> Result<HashMap<String, u64>> {
         let api = format!("STREAM.INFO.{}", self.layout.stream);
         let filter = format!("{}.>", self.layout.prefix);
         let mut counts = HashMap::new();
