@@ -53,11 +53,13 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
-    # Under scripts/test a skip hides a hole: it fails instead. The one skip allowed
-    # is a mount on a machine that cannot mount (WEIR_REQUIRE_MOUNTS unset).
+    # Under scripts/test a skip hides a hole: it fails instead. The only skips allowed
+    # are a mount on a machine that cannot mount (WEIR_REQUIRE_MOUNTS unset) and a
+    # network namespace on one that cannot make them (WEIR_REQUIRE_NETNS unset).
     if rep.skipped and os.environ.get("WEIR_SUITE_STRICT") == "1":
         reason = str(rep.longrepr[2]) if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
-        if not reason.startswith("Skipped: cannot mount"):
+        allowed = ("Skipped: cannot mount", "Skipped: network namespaces cannot be made")
+        if not reason.startswith(allowed):
             rep.outcome = "failed"
             rep.longrepr = f"skipped under WEIR_SUITE_STRICT=1: {reason}"
     setattr(item, "rep_" + rep.when, rep)

@@ -41,18 +41,20 @@ def node_pid(node: int) -> int:
     return int(Path(cluster_dir(), f"n{node}", "pid").read_text().strip())
 
 
-def weir_clients(node: int) -> int:
-    """How many clients named `weir` node `node` has."""
+def door_clients(node: int, pid: int) -> int:
+    """How many clients of the door with this pid node `node` has (a door names its
+    NATS connection `weir-<pid, hex>-<start>`)."""
     url = f"http://127.0.0.1:{monitoring_port(node)}/connz?limit=1024"
     with urllib.request.urlopen(url, timeout=5) as reply:
         connz = json.load(reply)
-    return sum(1 for c in connz.get("connections") or [] if c.get("name") == "weir")
+    mine = f"weir-{pid:x}-"
+    return sum(1 for c in connz.get("connections") or [] if c.get("name", "").startswith(mine))
 
 
-def connected_node(stopped: int | None = None) -> int:
-    """The node the (only) door is connected to; a stopped node is not asked."""
-    found = [n for n in (1, 2, 3) if n != stopped and weir_clients(n) > 0]
-    assert len(found) == 1, f"weir clients on nodes {found}"
+def connected_node(door, stopped: int | None = None) -> int:
+    """The node the door is connected to; a stopped node is not asked."""
+    found = [n for n in (1, 2, 3) if n != stopped and door_clients(n, door.proc.pid) > 0]
+    assert len(found) == 1, f"the door's clients on nodes {found}"
     return found[0]
 
 
@@ -64,7 +66,7 @@ def test_a_door_leaves_a_stopped_server_in_seconds(make_server):
     with Conn(door.addr, timeout_s=30.0) as c:
         assert c.set("fq", b"before") == b"STORED\r\n"
         stored.append(b"before")
-        node = connected_node()
+        node = connected_node(door)
         pid = node_pid(node)
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -86,7 +88,7 @@ def test_a_door_leaves_a_stopped_server_in_seconds(make_server):
             assert back_after < FAILOVER_MAX_S, (
                 f"the door stayed {back_after:.1f} s on a stopped server ({errors[-3:]})"
             )
-            connected_node(stopped=node)
+            connected_node(door, stopped=node)
             for j in range(5):
                 value = b"w%d" % j
                 assert c.set("fq", value) == b"STORED\r\n"

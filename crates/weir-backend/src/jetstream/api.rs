@@ -87,6 +87,8 @@ pub(crate) struct Api {
     pub retry_for: Duration,
     /// Whether the server this door is connected to still gets answers.
     pub health: Arc<Health>,
+    /// `<subject_prefix>.`: publishes to queues count for [`Health`].
+    pub queue_subjects: Arc<str>,
 }
 
 /// How long the requests through the connected server have gone unanswered: a server
@@ -97,6 +99,8 @@ pub(crate) struct Health {
     epoch: std::time::Instant,
     /// [`Health::now_ms`] at the first failure since the last answer; 0: answered.
     failing_since_ms: AtomicU64,
+    /// [`Health::now_ms`] at the latest failure.
+    failed_at_ms: AtomicU64,
 }
 
 impl Default for Health {
@@ -104,6 +108,7 @@ impl Default for Health {
         Health {
             epoch: std::time::Instant::now(),
             failing_since_ms: AtomicU64::new(0),
+            failed_at_ms: AtomicU64::new(0),
         }
     }
 }
@@ -127,28 +132,43 @@ impl Health {
     /// moment).
     pub fn failed(&self) {
         let now = self.now_ms();
+        self.failed_at_ms.store(now, Ordering::Relaxed);
         let _ =
             self.failing_since_ms
                 .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// How long requests have failed with none answered; zero while they are.
-    pub fn failing_for(&self) -> Duration {
-        match self.failing_since_ms.load(Ordering::Relaxed) {
-            0 => Duration::ZERO,
-            since => Duration::from_millis(self.now_ms().saturating_sub(since)),
+    /// How long requests have failed with none answered, when one failed within
+    /// `recent` (a door that stopped asking is not stuck); zero otherwise.
+    pub fn failing_for(&self, recent: Duration) -> Duration {
+        let since = self.failing_since_ms.load(Ordering::Relaxed);
+        let now = self.now_ms();
+        let last = self.failed_at_ms.load(Ordering::Relaxed);
+        let recent_ms = u64::try_from(recent.as_millis()).unwrap_or(u64::MAX);
+        if since == 0 || now.saturating_sub(last) > recent_ms {
+            return Duration::ZERO;
         }
+        Duration::from_millis(now.saturating_sub(since))
     }
 }
 
-/// Whether a reply is a JetStream error of the moment (`{"error":{"code":5xx`):
-/// JetStream's own "temporarily unavailable", which a server cut off from its peers
-/// answers to everything. Only short JSON replies are looked at.
+/// Whether a reply is a JetStream error of the moment (see
+/// [`ApiError::is_transient`]): JetStream's own "temporarily unavailable", which a
+/// server cut off from its peers answers to everything. A lasting refusal (the
+/// stream full) is an answer. Only short JSON replies naming an error are parsed.
 fn is_error_of_the_moment(payload: &[u8]) -> bool {
-    const MARK: &[u8] = b"\"error\":{\"code\":5";
-    payload.len() < 1024
-        && payload.starts_with(b"{")
-        && payload.windows(MARK.len()).any(|w| w == MARK)
+    const MARK: &[u8] = b"\"error\"";
+    if payload.len() >= 1024
+        || !payload.starts_with(b"{")
+        || !payload.windows(MARK.len()).any(|w| w == MARK)
+    {
+        return false;
+    }
+    #[derive(Deserialize)]
+    struct Refused {
+        error: ApiError,
+    }
+    serde_json::from_slice::<Refused>(payload).is_ok_and(|r| r.error.is_transient())
 }
 
 /// `{"error": …}` or the reply proper.
@@ -172,6 +192,7 @@ impl Api {
             .min(self.request_timeout)
             .max(Duration::from_millis(20));
         let request = request.timeout(Some(budget));
+        let counted = self.tells_health(&subject);
         let sent = self.client.send_request(subject, request);
         let sent = match tokio::time::timeout(budget + Duration::from_millis(10), sent).await {
             Err(_) => Sent::Failed(format!("no reply within {budget:?}")),
@@ -187,12 +208,24 @@ impl Api {
                 RequestErrorKind::TimedOut | RequestErrorKind::Other => Sent::Failed(e.to_string()),
             },
         };
-        match &sent {
-            Sent::Reply(m) if !is_error_of_the_moment(&m.payload) => self.health.answered(),
-            Sent::Refused(_) => {}
-            _ => self.health.failed(),
+        if counted {
+            match &sent {
+                Sent::Reply(m) if !is_error_of_the_moment(&m.payload) => self.health.answered(),
+                Sent::Refused(_) => {}
+                _ => self.health.failed(),
+            }
         }
         sent
+    }
+
+    /// Whether an attempt on `subject` says if the connected server can serve this
+    /// door: the JetStream API, acks and publishes to queues do (they need the
+    /// cluster); a Direct Get does not (any replica answers from its own copy, a
+    /// server cut off from its peers too), nor do the doors' pings and records.
+    fn tells_health(&self, subject: &str) -> bool {
+        (subject.starts_with("$JS.API.") && !subject.starts_with("$JS.API.DIRECT.GET."))
+            || subject.starts_with("$JS.ACK.")
+            || subject.starts_with(&*self.queue_subjects)
     }
 
     /// Publishes without waiting for anything (acks, naks, progress), within a
@@ -356,8 +389,12 @@ mod tests {
     fn errors_of_the_moment_are_told_from_answers() {
         let unavailable = br#"{"type":"io.nats.jetstream.api.v1.consumer_info_response","error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}"#;
         assert!(is_error_of_the_moment(unavailable));
+        // A lasting refusal (the stream full) is an answer.
+        assert!(!is_error_of_the_moment(
+            br#"{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}"#
+        ));
         assert!(is_error_of_the_moment(
-            br#"{"error":{"code":503,"err_code":10077,"description":"x"}}"#
+            br#"{"error":{"code":409,"err_code":10158,"description":"duplicate message id is in process"}}"#
         ));
         assert!(!is_error_of_the_moment(
             br#"{"error":{"code":404,"err_code":10014,"description":"consumer not found"}}"#
@@ -372,12 +409,16 @@ mod tests {
     #[test]
     fn health_counts_from_the_first_failure_since_an_answer() {
         let h = Health::default();
-        assert_eq!(h.failing_for(), Duration::ZERO);
+        let recent = Duration::from_secs(60);
+        assert_eq!(h.failing_for(recent), Duration::ZERO);
         h.failed();
         std::thread::sleep(Duration::from_millis(30));
         h.failed();
-        assert!(h.failing_for() >= Duration::from_millis(30));
+        assert!(h.failing_for(recent) >= Duration::from_millis(30));
+        // No failure within the last 10 ms: a door that stopped asking is not stuck.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(h.failing_for(Duration::from_millis(10)), Duration::ZERO);
         h.answered();
-        assert_eq!(h.failing_for(), Duration::ZERO);
+        assert_eq!(h.failing_for(recent), Duration::ZERO);
     }
 }

@@ -20,9 +20,11 @@
 //!   own default, 60 s, made a door wait three minutes);
 //! - it answers pings but not requests (cut off from its peers: JetStream answers
 //!   "temporarily unavailable", or nothing): when no request of this door has been
-//!   answered for `failover_ms` while some failed ([`failover_watch`]), the door
-//!   reconnects, to another server (the client picks at random, the servers that
-//!   failed last come last).
+//!   answered for `failover_ms` while they kept failing ([`failover_watch`]), the
+//!   door reconnects, most likely to another server (the client picks at random; a
+//!   server it failed to connect to comes last, the one it leaves does not). Direct
+//!   Gets and the doors' pings do not count: a server cut off from its peers still
+//!   answers those from its own copy and its own clients.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -123,10 +125,13 @@ pub(crate) async fn options(
     metrics: Arc<Metrics>,
     link: Arc<LinkState>,
     health: Arc<Health>,
+    door_id: &str,
 ) -> Result<ConnectOptions> {
     let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
     let mut options = ConnectOptions::new()
-        .name("weir")
+        // The door's id (`weir-<pid>-<start>`, hex): which door a connection on a
+        // server's `/connz` is.
+        .name(door_id)
         .max_reconnects(None)
         .retry_on_initial_connect()
         .connection_timeout(timeout)
@@ -172,7 +177,8 @@ pub(super) async fn failover_watch(inner: std::sync::Weak<super::Inner>, every: 
         tokio::time::sleep(tick).await;
         let Some(inner) = inner.upgrade() else { return };
         let api = &inner.api;
-        let failing = api.health.failing_for();
+        // A failure within the last tick: a door that stopped asking is not stuck.
+        let failing = api.health.failing_for(tick * 2);
         if failing < every || !inner.is_up() {
             continue;
         }

@@ -5,10 +5,12 @@
 //! message (`{"seq", "next_by_subj"}`; a walk from a time starts with
 //! `{"start_time", "next_by_subj"}`), which any replica may answer. The walk ends at
 //! the queue's last message when it began (a Direct Get `last_by_subj`), so a queue
-//! appended to as fast as it is read still ends. Probes and expired items are left
-//! out. A message confirmed by every reader while the walk runs is not there; one
-//! confirmed a moment before may still be, on a replica that has not applied the
-//! confirm yet. Likewise the newest message, which ends the walk, is as a replica
+//! appended to as fast as it is read still ends. It starts after what every reader
+//! of the queue had confirmed when it began (their lowest ack floor: a sweep removes
+//! that at any moment, `sweep.rs`); probes and expired items are left out. An item
+//! confirmed by a reader out of order, while the items before it are not, is still
+//! walked (it is kept, as it is on the engine), and so may be one confirmed by every
+//! reader while the walk runs. Likewise the newest message, which ends the walk, is as a replica
 //! knows it: one appended a moment before the walk began may be left out.
 //! One request per item: an export of n items costs n round trips, fine for the
 //! walks it serves (an operator's export), not for a hot path.
@@ -30,8 +32,9 @@ use crate::{Result, ScanFrom};
 /// Where a walk's next step starts.
 #[derive(Clone, Copy)]
 enum Next {
-    /// The first step: the oldest item, or the first appended at this Unix ms or later.
-    Start(Option<u64>),
+    /// The first step of a walk from a time: the first item appended at this Unix ms
+    /// or later.
+    Time(u64),
     Seq(u64),
     End,
 }
@@ -43,6 +46,8 @@ pub struct Scan {
     next: Next,
     /// The last seq of the walk (0: nothing to walk).
     last: u64,
+    /// Where what some reader keeps begins (see `Inner::kept_from`).
+    kept_from: u64,
 }
 
 impl JetStream {
@@ -63,18 +68,22 @@ impl JetStream {
             Some(message) => sequence(message.headers.as_ref())?,
             None => 0,
         };
+        // What every reader confirmed is not kept, though a sweep may not have
+        // removed it yet: the walk starts after it.
+        let kept_from = inner.kept_from(queue, deadline).await?;
         let next = match (from, last) {
             (_, 0) => Next::End,
-            (ScanFrom::Oldest, _) => Next::Start(None),
+            (ScanFrom::Oldest, _) => Next::Seq(kept_from),
             // A time past what RFC 3339 writes (the year 9999): every item is older.
             (ScanFrom::Time(ms), _) if rfc3339(ms).is_err() => Next::End,
-            (ScanFrom::Time(ms), _) => Next::Start(Some(ms)),
+            (ScanFrom::Time(ms), _) => Next::Time(ms),
         };
         Ok(Scan {
             inner: Arc::clone(inner),
             subject,
             next,
             last,
+            kept_from,
         })
     }
 }
@@ -90,9 +99,10 @@ impl Scan {
             let query = match self.next {
                 Next::End => break,
                 Next::Seq(seq) if seq > self.last => break,
-                Next::Seq(seq) => json!({"seq": seq, "next_by_subj": subject}),
-                Next::Start(None) => json!({"seq": 1, "next_by_subj": subject}),
-                Next::Start(Some(ms)) => {
+                Next::Seq(seq) => {
+                    json!({"seq": seq.max(self.kept_from), "next_by_subj": subject})
+                }
+                Next::Time(ms) => {
                     json!({"start_time": rfc3339(ms)?, "next_by_subj": subject})
                 }
             };
@@ -108,7 +118,7 @@ impl Scan {
             let item = kept(message)?;
             self.next = Next::Seq(item.seq.saturating_add(1));
             let expired = item.expires_at_ms != 0 && item.expires_at_ms <= now_ms();
-            if item.seq > self.last || probe || expired {
+            if item.seq > self.last || item.seq < self.kept_from || probe || expired {
                 continue;
             }
             page.push(item);

@@ -71,7 +71,7 @@ impl Queue {
         let inner = &self.inner;
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;
-        bounds(inner, &inner.layout.subject(&self.entry.name), deadline).await
+        bounds(inner, &self.entry.name, deadline).await
     }
 
     /// The first message on the queue's subject stored at `ms` or later, within
@@ -80,8 +80,7 @@ impl Queue {
         let inner = &self.inner;
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;
-        let subject = inner.layout.subject(&self.entry.name);
-        target(inner, &subject, SeekTo::Time(ms), deadline).await
+        target(inner, &self.entry.name, SeekTo::Time(ms), deadline).await
     }
 
     /// Whether the reader's consumer exists (this door's registry, else the cluster).
@@ -133,8 +132,7 @@ impl Queue {
                 format!("moving reader {name} needs nats-server 2.14 or later (CONSUMER.RESET)"),
             ));
         }
-        let subject = inner.layout.subject(&self.entry.name);
-        let target = target(inner, &subject, to, deadline)
+        let target = target(inner, &self.entry.name, to, deadline)
             .await?
             .max(floor)
             .max(1);
@@ -184,11 +182,13 @@ impl Inner {
 /// The sequence `to` names on one subject, within its [`bounds`].
 async fn target(
     inner: &Inner,
-    subject: &str,
+    queue: &str,
     to: SeekTo,
     deadline: tokio::time::Instant,
 ) -> Result<u64> {
-    let (oldest, next) = bounds(inner, subject, deadline).await?;
+    let subject = inner.layout.subject(queue);
+    let subject = subject.as_str();
+    let (oldest, next) = bounds(inner, queue, deadline).await?;
     let seq = match to {
         SeekTo::Seq(seq) => seq,
         SeekTo::Time(ms) => first_at(inner, subject, ms, deadline)
@@ -199,16 +199,17 @@ async fn target(
     Ok(seq.clamp(oldest, next))
 }
 
-/// `(oldest, next)` of one subject; see [`Queue::bounds`].
-async fn bounds(
-    inner: &Inner,
-    subject: &str,
-    deadline: tokio::time::Instant,
-) -> Result<(u64, u64)> {
+/// `(oldest, next)` of one queue; see [`Queue::bounds`]. The oldest is the first
+/// message some reader still keeps (after the lowest ack floor of its readers): below
+/// it every reader confirmed, and a sweep may remove it at any moment, so a reader
+/// moved there could be promised items that are gone a moment later.
+async fn bounds(inner: &Inner, queue: &str, deadline: tokio::time::Instant) -> Result<(u64, u64)> {
     let Start::At(next) = inner.start_after_newest(deadline).await? else {
         return Err(unexpected("the stream's last sequence is unknown"));
     };
-    let query = json!({ "seq": 1, "next_by_subj": subject });
+    let kept_from = inner.kept_from(queue, deadline).await?;
+    let subject = inner.layout.subject(queue);
+    let query = json!({ "seq": kept_from, "next_by_subj": subject });
     let oldest = leader_get(inner, &query, deadline).await?.unwrap_or(next);
     Ok((oldest, next.max(oldest)))
 }

@@ -38,12 +38,17 @@ use crate::{Error, Kind, Result};
 /// How often the background task tries to set the stream up while it cannot.
 const SETUP_RETRY: Duration = Duration::from_secs(2);
 
+/// Listings of the stream's consumers made before giving up when each changed while
+/// it was made.
+const NAMES_TRIES: usize = 5;
+
 /// How long `close` waits for queued releases to be sent.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> Result<JetStream> {
     let layout = Layout::new(&config)?;
-    let addrs = connect::server_addrs(&config)?;
+    // Checked before anything starts: a bad URL fails the start at once.
+    connect::server_addrs(&config)?;
     let runtime = OwnedRuntime::new()?;
     let handle = runtime
         .handle()
@@ -51,23 +56,18 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     let metrics = Arc::new(Metrics::default());
     let link = Arc::new(LinkState::default());
     let health = Arc::new(Health::default());
-    let connect_options =
-        connect::options(&config, metrics.clone(), link.clone(), health.clone()).await?;
-    let client = handle
-        .spawn(async move { connect_options.connect(addrs).await })
-        .await
-        .map_err(|e| Error::new(Kind::Other, format!("jetstream: connecting: {e}")))?
-        .map_err(|e| Error::new(Kind::Unavailable, format!("backend unavailable: {e}")))?;
+    let door_id = door_id();
+    let client = connect_client(&config, &handle, &metrics, &link, &health, &door_id).await?;
     let api = Api {
         client,
         metrics,
         request_timeout: Duration::from_millis(config.request_timeout_ms.max(1)),
         retry_for: Duration::from_millis(config.unavailable_retry_ms),
         health,
+        queue_subjects: format!("{}.", layout.prefix).into(),
     };
     let (leases, released) = Leases::new(Duration::from_millis(config.lease_timeout_ms.max(1)));
     let leases = Arc::new(leases);
-    let door_id = door_id();
     let doors = Arc::new(super::doors::Doors::new(
         api.clone(),
         leases.clone(),
@@ -107,6 +107,32 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     };
     first_setup(&js).await?;
     Ok(js)
+}
+
+/// The NATS client, connected on `handle` (in the background while the cluster is
+/// unreachable: `retry_on_initial_connect`).
+async fn connect_client(
+    config: &JetStreamConfig,
+    handle: &tokio::runtime::Handle,
+    metrics: &Arc<Metrics>,
+    link: &Arc<LinkState>,
+    health: &Arc<Health>,
+    door_id: &str,
+) -> Result<async_nats::Client> {
+    let addrs = connect::server_addrs(config)?;
+    let options = connect::options(
+        config,
+        metrics.clone(),
+        link.clone(),
+        health.clone(),
+        door_id,
+    )
+    .await?;
+    handle
+        .spawn(async move { options.connect(addrs).await })
+        .await
+        .map_err(|e| Error::new(Kind::Other, format!("jetstream: connecting: {e}")))?
+        .map_err(|e| Error::new(Kind::Unavailable, format!("backend unavailable: {e}")))
 }
 
 /// Sets the stream up now if the cluster answers; otherwise leaves it to a background
@@ -242,21 +268,38 @@ impl Inner {
         Ok(())
     }
 
-    /// Every consumer of the stream, by name.
+    /// Every consumer of the stream, by name. The listing comes in pages by offset,
+    /// so a consumer deleted between two pages would shift the next page past a name
+    /// that is still there: a listing whose total changed is made again (a sweep must
+    /// not miss a reader).
     pub(super) async fn consumer_names(&self, deadline: Instant) -> Result<Vec<String>> {
         let api = format!("CONSUMER.NAMES.{}", self.layout.stream);
-        let mut names = Vec::new();
-        loop {
-            let page: NamesPage = self
-                .api
-                .json(&api, &json!({ "offset": names.len() }), deadline)
-                .await?;
-            let got = page.consumers.len();
-            names.extend(page.consumers);
-            if got == 0 || names.len() >= page.total {
+        for _ in 0..NAMES_TRIES {
+            let mut names = Vec::new();
+            let mut total = None;
+            let steady = loop {
+                let page: NamesPage = self
+                    .api
+                    .json(&api, &json!({ "offset": names.len() }), deadline)
+                    .await?;
+                if *total.get_or_insert(page.total) != page.total {
+                    break false;
+                }
+                let got = page.consumers.len();
+                names.extend(page.consumers);
+                if got == 0 || names.len() >= page.total {
+                    break names.len() == page.total;
+                }
+            };
+            if steady {
+                names.sort_unstable();
+                names.dedup();
                 return Ok(names);
             }
         }
+        Err(unavailable(
+            "the stream's consumers kept changing while they were listed",
+        ))
     }
 
     /// Fills the registry from the stream's consumers: the queues with a default
@@ -595,11 +638,14 @@ fn maybe_made(e: Error, queue: &str, reader: &str) -> Error {
     if e.kind() != Kind::Unavailable {
         return e;
     }
-    let shown = if reader.is_empty() {
-        queue.to_owned()
-    } else {
-        format!("{queue}.{reader}")
-    };
+    if reader.is_empty() {
+        // A queue's default reader: the queue may exist, empty (harmless).
+        return Error::new(
+            Kind::Unavailable,
+            format!("{e}; queue {queue} may have been made (stats lists it)"),
+        );
+    }
+    let shown = format!("{queue}.{reader}");
     tracing::warn!(reader = %shown, error = %e, "jetstream: a reader's creation got no answer; it may exist (stats lists it, `delete` removes it)");
     Error::new(
         Kind::Unavailable,

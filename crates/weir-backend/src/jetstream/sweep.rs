@@ -24,8 +24,9 @@
 //! `before`, or one whose floor could not be read, is left marked for the next sweep.
 //!
 //! Why that loses nothing: every message at or below a reader's ack floor is confirmed
-//! by it, and floors only rise (a reader moved back, `seek`, goes to what some reader's
-//! floor still keeps). A reader made after step 4 was made after every floor was read
+//! by it, and floors only rise, but for a reader moved back (`seek`), which goes no
+//! lower than the lowest floor + 1 read just before the move ([`Inner::kept_from`]),
+//! so not below a sweep's bound (the floors it read were no higher). A reader made after step 4 was made after every floor was read
 //! in step 3 and after `last` (step 1), so whatever is appended after its creation has
 //! a sequence above every floor and above `last`, and stays. What it gets of what came
 //! before is what the stream still kept when it was made, as on the engine. And every
@@ -45,6 +46,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::admin::Purged;
+use super::errors::unavailable;
 use super::layout::split_consumer;
 use super::Inner;
 use crate::{Kind, Result};
@@ -52,12 +54,15 @@ use crate::{Kind, Result};
 /// Every this many sweeps, every queue with items is swept, marked or not.
 const FULL_EVERY: u64 = 30;
 
+/// Queues one sweep takes on; the others stay marked for the next.
+const QUEUES_PER_SWEEP: usize = 1_000;
+
 /// The queues to sweep, and how far each was purged by this door.
 #[derive(Default)]
 pub(crate) struct Sweeper {
     marked: Mutex<HashSet<String>>,
-    /// The bound of this door's last purge of each queue (bounded by the queues
-    /// that have items: a queue swept with no items left is forgotten).
+    /// The bound of this door's last purge of each queue; cleared whole when it
+    /// holds more queues than the stream may have readers (`max_consumers`).
     purged: Mutex<HashMap<String, u64>>,
 }
 
@@ -124,6 +129,13 @@ impl Inner {
         if queues.is_empty() && !full {
             return Ok(());
         }
+        if queues.len() > QUEUES_PER_SWEEP {
+            let later: Vec<String> = queues.iter().skip(QUEUES_PER_SWEEP).cloned().collect();
+            for q in &later {
+                queues.remove(q);
+            }
+            self.sweeper.mark_all(later);
+        }
         let result = self.sweep_queues(&mut queues, full).await;
         // What was not swept (all of it, after an error) waits for the next sweep.
         self.sweeper.mark_all(queues);
@@ -149,9 +161,15 @@ impl Inner {
         };
         let before = self.consumer_names(deadline).await?;
         if full {
-            queues.extend(self.queues_with_items(deadline).await?);
+            let room = QUEUES_PER_SWEEP.saturating_sub(queues.len());
+            queues.extend(
+                self.queues_with_items(deadline)
+                    .await?
+                    .into_iter()
+                    .take(room),
+            );
         }
-        let floors = self.floors(queues, &before, deadline).await;
+        let floors = self.floors(queues, &before, None).await;
         let after = self.consumer_names(deadline).await?;
         let before: HashSet<&str> = before.iter().map(String::as_str).collect();
         let mut done = Vec::new();
@@ -166,7 +184,7 @@ impl Inner {
             let bound = f
                 .and_then(|f| f.lowest)
                 .map_or(end, |floor| floor.saturating_add(1).min(end));
-            self.purge_below(queue, bound, deadline).await?;
+            self.purge_below(queue, bound, self.api.deadline()).await?;
             done.push(queue.clone());
         }
         for queue in done {
@@ -175,12 +193,13 @@ impl Inner {
         Ok(())
     }
 
-    /// Step 3: the lowest ack floor of each queue's readers in `names`.
+    /// Step 3: the lowest ack floor of each queue's readers in `names`; each read
+    /// within `deadline`, or a retry window of its own.
     async fn floors(
         &self,
         queues: &HashSet<String>,
         names: &[String],
-        deadline: Instant,
+        deadline: Option<Instant>,
     ) -> HashMap<String, Floors> {
         let mut floors: HashMap<String, Floors> = HashMap::new();
         for name in names {
@@ -191,6 +210,7 @@ impl Inner {
                 continue;
             }
             let f = floors.entry(queue.to_owned()).or_default();
+            let deadline = deadline.unwrap_or_else(|| self.api.deadline());
             match self.consumer_info(name, deadline).await {
                 Ok(info) => {
                     let floor = info.ack_floor.stream_seq;
@@ -202,6 +222,25 @@ impl Inner {
             }
         }
         floors
+    }
+
+    /// The first stream sequence some reader of `queue` still keeps: its readers'
+    /// lowest ack floor + 1 (1 when it has none). What is below it every reader
+    /// confirmed, and a sweep may remove at any moment.
+    pub(super) async fn kept_from(&self, queue: &str, deadline: Instant) -> Result<u64> {
+        let names = self.consumer_names(deadline).await?;
+        let queues = HashSet::from([queue.to_owned()]);
+        let floors = self.floors(&queues, &names, Some(deadline)).await;
+        match floors.get(queue) {
+            Some(f) if f.unread => Err(unavailable(format!(
+                "the positions of the readers of queue {queue} could not be read"
+            ))),
+            Some(Floors {
+                lowest: Some(floor),
+                ..
+            }) => Ok(floor.saturating_add(1)),
+            _ => Ok(1),
+        }
     }
 
     /// The queues whose subjects hold messages.
