@@ -62,6 +62,54 @@ pub enum DoorBackend {
     Embedded,
 }
 
+/// What a failover round does to the stream leader's node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fault {
+    /// SIGKILL; restarted after the round.
+    Kill,
+    /// SIGSTOP (hung, its sockets open); SIGCONT after the round.
+    Stop,
+    /// Cut from the other nodes, still reachable by clients; healed after the round
+    /// (needs network namespaces: the cluster is then started with NATS_NETNS=1).
+    CutPeers,
+    /// Cut from everyone; healed after the round (network namespaces too).
+    CutAll,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Stop => "stop",
+            Fault::CutPeers => "cut-peers",
+            Fault::CutAll => "cut-all",
+        }
+    }
+
+    fn needs_netns(self) -> bool {
+        matches!(self, Fault::CutPeers | Fault::CutAll)
+    }
+
+    /// Does it to node `n`; the instant it was done.
+    async fn apply(self, cluster: &NatsCluster, n: usize) -> Result<Instant> {
+        match self {
+            Fault::Kill => cluster.kill_node(n).await,
+            Fault::Stop => cluster.signal_node(n, libc::SIGSTOP),
+            Fault::CutPeers => cluster.cut(n, "peers").await,
+            Fault::CutAll => cluster.cut(n, "all").await,
+        }
+    }
+
+    /// Undoes it, and waits until the cluster is ready again.
+    async fn undo(self, cluster: &NatsCluster, n: usize) -> Result<()> {
+        match self {
+            Fault::Kill => cluster.restart_node(n).await,
+            Fault::Stop => cluster.signal_node(n, libc::SIGCONT).map(|_| ()),
+            Fault::CutPeers | Fault::CutAll => cluster.heal(n).await,
+        }
+    }
+}
+
 pub struct ClusterParams {
     pub connections: Vec<usize>,
     pub rounds: usize,
@@ -72,6 +120,8 @@ pub struct ClusterParams {
     pub queues: usize,
     pub item_bytes: usize,
     pub failover_rounds: usize,
+    /// The faults measured, each in `failover_rounds` rounds.
+    pub failover_faults: Vec<Fault>,
     pub failover_writers: usize,
     /// Load before the kill.
     pub failover_load: Duration,
@@ -125,7 +175,7 @@ pub async fn run(p: &ClusterParams, bins: &Binaries, bar: &ProgressBar) -> Resul
     let failover_steps = if p.skip_failover {
         0
     } else {
-        p.failover_rounds * 2
+        p.failover_rounds * 2 * p.failover_faults.len()
     };
     bar.set_length((flood_steps + failover_steps) as u64);
     bar.set_message("starting the NATS cluster");
@@ -136,6 +186,7 @@ pub async fn run(p: &ClusterParams, bins: &Binaries, bar: &ProgressBar) -> Resul
         p.nats_dir.as_deref(),
         bins.work_dir.as_deref(),
         p.nats_base,
+        !p.skip_failover && p.failover_faults.iter().any(|f| f.needs_netns()),
     )
     .await?;
     let admin = Admin::connect(&cluster.urls).await?;
@@ -709,7 +760,7 @@ fn flood_chart() -> ChartSpec<'static> {
 fn failover_chart() -> ChartSpec<'static> {
     ChartSpec {
         file: "cluster-failover",
-        title: "cluster: leader SIGKILL to the first ack after it",
+        title: "cluster: a fault at the leader to the first ack after it",
         x_label: "round",
         y_label: "seconds",
         x_key: "round",
@@ -768,14 +819,15 @@ async fn failover_compare(b: &Bench<'_>, bar: &ProgressBar) -> Result<Report> {
     let mut r = Report::new(
         "cluster-failover",
         format!(
-            "cluster failover: {} writers, one ack in flight each; stream leader SIGKILLed after {:.1} s of load",
+            "cluster failover: {} writers, one ack in flight each; the stream leader's node faulted ({}) after {:.1} s of load",
             b.p.failover_writers,
+            b.p.failover_faults.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "),
             b.p.failover_load.as_secs_f64()
         ),
     );
     let result = failover_rounds(b, &s, bar, &mut r).await;
     if result.is_ok() {
-        failover_notes(&mut r, &s);
+        failover_notes(&mut r, &s, &b.p.failover_faults);
     }
     let FailoverSetup {
         weir_stream,
@@ -804,21 +856,28 @@ async fn failover_rounds(
             .await
     })
     .await?;
-    for round in 0..b.p.failover_rounds {
+    for (fault, round) in b
+        .p
+        .failover_faults
+        .iter()
+        .flat_map(|&f| (0..b.p.failover_rounds).map(move |r| (f, r)))
+    {
         let order = if round % 2 == 0 {
             [Writer::Weir, Writer::Nats]
         } else {
             [Writer::Nats, Writer::Weir]
         };
         for w in order {
-            bar.set_message(format!("failover {} round {}", w.name(), round + 1));
-            let fr = failover_round(b, s, w)
+            let step = format!("failover {} {} round {}", fault.name(), w.name(), round + 1);
+            bar.set_message(step.clone());
+            let fr = failover_round(b, s, w, fault)
                 .await
-                .with_context(|| format!("failover {} round {}", w.name(), round + 1))?;
+                .with_context(|| step.clone())?;
             let o = &fr.outcome;
             r.rows.push(
                 Row::new()
                     .with("round", round as u64 + 1)
+                    .with("fault", fault.name())
                     .with("writer", w.name())
                     .with("killed", fr.killed.clone())
                     .with(
@@ -842,9 +901,14 @@ async fn failover_rounds(
     Ok(())
 }
 
-/// Load, kill the stream leader, wait for the first ack after it, stop; then restart
-/// the node and wait until the streams have 3 current replicas again.
-async fn failover_round(b: &Bench<'_>, s: &FailoverSetup, w: Writer) -> Result<FailoverRound> {
+/// Load, fault the stream leader's node, wait for the first ack after it, stop; then
+/// undo the fault and wait until the streams have 3 current replicas again.
+async fn failover_round(
+    b: &Bench<'_>,
+    s: &FailoverSetup,
+    w: Writer,
+    fault: Fault,
+) -> Result<FailoverRound> {
     let rec = Arc::new(Recorder::default());
     let writers = match w {
         Writer::Weir => {
@@ -891,11 +955,17 @@ async fn failover_round(b: &Bench<'_>, s: &FailoverSetup, w: Writer) -> Result<F
         }
     };
     let node = node_of(&killed)?;
-    let kill_at = b.cluster.kill_node(node).await?;
+    let kill_at = match fault.apply(&b.cluster, node).await {
+        Ok(at) => at,
+        Err(e) => {
+            failover::finish(&rec, writers).await?;
+            return Err(e);
+        }
+    };
     rec.set_kill(kill_at);
     let (events, new_leader) = after_kill(b, &rec, writers, stream, kill_at).await;
     let rss_peak = max_rss(&rss.finish());
-    b.cluster.restart_node(node).await?;
+    fault.undo(&b.cluster, node).await?;
     for st in [&s.nats_stream, &s.weir_stream] {
         if st == &s.nats_stream || b.jetstream() {
             b.admin.wait_current(st, 3, Duration::from_secs(60)).await?;
@@ -933,49 +1003,53 @@ async fn after_kill(
     (events, leader)
 }
 
-/// Medians, the ratio and the goal.
-fn failover_notes(r: &mut Report, s: &FailoverSetup) {
-    let gaps = |w: Writer| -> (Vec<f64>, usize) {
-        let rows: Vec<_> = r
-            .rows
-            .iter()
-            .filter(|x| x.get("writer").is_some_and(|c| c.text() == w.name()))
-            .collect();
-        let gaps: Vec<f64> = rows
-            .iter()
-            .filter_map(|x| x.get("gap_s")?.as_f64())
-            .collect();
-        let lost = rows.len() - gaps.len();
-        (gaps, lost)
-    };
-    let ((wg, wl), (ng, nl)) = (gaps(Writer::Weir), gaps(Writer::Nats));
-    let (wm, nm) = (median(wg.clone()), median(ng.clone()));
-    r.notes.push(format!(
-        "median gap: weir {} s (rounds {}{}), nats {} s (rounds {}{})",
-        wm.map_or("-".into(), |v| format!("{v:.2}")),
-        list(&wg),
-        if wl > 0 {
-            format!("; {wl} without recovery")
-        } else {
-            String::new()
-        },
-        nm.map_or("-".into(), |v| format!("{v:.2}")),
-        list(&ng),
-        if nl > 0 {
-            format!("; {nl} without recovery")
-        } else {
-            String::new()
-        },
-    ));
-    if let (Some(w), Some(n)) = (wm, nm) {
-        let ratio = w / n;
+/// Medians, the ratio and the goal, per fault.
+fn failover_notes(r: &mut Report, s: &FailoverSetup, faults: &[Fault]) {
+    for &fault in faults {
+        let gaps = |w: Writer| -> (Vec<f64>, usize) {
+            let rows: Vec<_> = r
+                .rows
+                .iter()
+                .filter(|x| x.get("writer").is_some_and(|c| c.text() == w.name()))
+                .filter(|x| x.get("fault").is_some_and(|c| c.text() == fault.name()))
+                .collect();
+            let gaps: Vec<f64> = rows
+                .iter()
+                .filter_map(|x| x.get("gap_s")?.as_f64())
+                .collect();
+            let lost = rows.len() - gaps.len();
+            (gaps, lost)
+        };
+        let ((wg, wl), (ng, nl)) = (gaps(Writer::Weir), gaps(Writer::Nats));
+        let (wm, nm) = (median(wg.clone()), median(ng.clone()));
+        let lost = |n: usize| {
+            if n > 0 {
+                format!("; {n} without recovery")
+            } else {
+                String::new()
+            }
+        };
         r.notes.push(format!(
-            "goal weir gap <= 2 x nats gap: {ratio:.2} {}",
-            if ratio <= 2.0 { "met" } else { "NOT met" }
+            "{}: median gap weir {} s (rounds {}{}), nats {} s (rounds {}{})",
+            fault.name(),
+            wm.map_or("-".into(), |v| format!("{v:.2}")),
+            list(&wg),
+            lost(wl),
+            nm.map_or("-".into(), |v| format!("{v:.2}")),
+            list(&ng),
+            lost(nl),
         ));
+        if let (Some(w), Some(n)) = (wm, nm) {
+            let ratio = w / n;
+            r.notes.push(format!(
+                "{}: goal weir gap <= 2 x nats gap: {ratio:.2} {}",
+                fault.name(),
+                if ratio <= 2.0 { "met" } else { "NOT met" }
+            ));
+        }
     }
     r.notes.push(format!(
-        "gap = SIGKILL of the stream leader's nats-server to the first ack completing more than {} ms after it; weir writes to stream {}, nats to {}",
+        "gap = the fault at the stream leader's nats-server to the first ack completing more than {} ms after it; weir writes to stream {}, nats to {} (raw publishers ping their server every 2 s, as weir does)",
         failover::IN_FLIGHT.as_millis(),
         s.weir_stream,
         s.nats_stream

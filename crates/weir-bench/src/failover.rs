@@ -121,7 +121,10 @@ pub async fn nats_writers(
     let data = Bytes::from(payload(item_bytes));
     let mut set = JoinSet::new();
     for i in 0..tasks {
+        // Pings every 2 s, as weir's doors do (`ping_interval_ms`): with the client's
+        // 60 s default a publisher stays on a stopped server for minutes.
         let client = async_nats::ConnectOptions::new()
+            .ping_interval(Duration::from_secs(2))
             .max_reconnects(None)
             .connect(urls.to_vec())
             .await

@@ -490,6 +490,11 @@ struct ClusterArgs {
     /// Failover rounds (weir and raw NATS each) [3; quick: 1].
     #[arg(long, value_name = "N")]
     failover_rounds: Option<usize>,
+    /// What the failover measurement does to the stream leader's node, each in its
+    /// rounds: kill (SIGKILL), stop (SIGSTOP), cut-peers, cut-all (network namespaces:
+    /// root and iproute2) [kill].
+    #[arg(long, value_delimiter = ',', value_name = "FAULT,...", default_value = "kill")]
+    failover_faults: Vec<cluster::Fault>,
     /// Writers of the failover measurement (one write in flight each) [8].
     #[arg(long, value_name = "N", default_value_t = 8)]
     failover_writers: usize,
@@ -546,6 +551,7 @@ impl ClusterArgs {
             queues: self.cluster_queues,
             item_bytes: self.cluster_item_bytes,
             failover_rounds: pick(self.failover_rounds, 3, 1),
+            failover_faults: self.failover_faults.clone(),
             failover_writers: self.failover_writers.max(1),
             failover_load: std::time::Duration::from_secs_f64(
                 self.failover_load_seconds

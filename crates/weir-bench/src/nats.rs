@@ -158,11 +158,14 @@ pub struct NatsCluster {
 impl NatsCluster {
     /// Starts n1..n3 with client ports `base`..`base+2` in `dir` (kept afterwards), or
     /// in a temporary directory under `work_dir` (removed afterwards).
+    /// With `netns`, each node runs in a network namespace of its own
+    /// (`NATS_NETNS=1`), so that [`NatsCluster::cut`] can part it from the others.
     pub async fn start(
         tools: &Tools,
         dir: Option<&Path>,
         work_dir: Option<&Path>,
         base: u16,
+        netns: bool,
     ) -> Result<NatsCluster> {
         let (dir, temp) = match dir {
             Some(d) => (d.to_path_buf(), None),
@@ -181,17 +184,29 @@ impl NatsCluster {
         if let Ok(mut c) = CLUSTERS.lock() {
             c.push((script.clone(), dir.clone(), temp.is_some()));
         }
-        let cluster = NatsCluster {
+        let mut cluster = NatsCluster {
             script,
-            urls: (0..3)
-                .map(|i| format!("nats://127.0.0.1:{}", base + i))
-                .collect(),
+            urls: Vec::new(),
             dir,
             _temp: temp,
         };
-        cluster
-            .script_run(&["start".into(), base.to_string()], "start")
-            .await?;
+        let mut cmd = tokio::process::Command::new(&cluster.script);
+        cmd.arg("start").arg(&cluster.dir).arg(base.to_string());
+        if netns {
+            cmd.env("NATS_NETNS", "1");
+        }
+        let what = format!("scripts/nats-cluster start {}", cluster.dir.display());
+        run_command(&mut cmd, &what).await?;
+        let urls = cluster.script_run(&["urls".into()], "urls").await?;
+        cluster.urls = urls
+            .trim()
+            .split(',')
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if cluster.urls.len() != 3 {
+            bail!("scripts/nats-cluster urls: expected 3 URLs, got {urls:?}");
+        }
         Ok(cluster)
     }
 
@@ -213,13 +228,7 @@ impl NatsCluster {
     /// SIGKILLs node `n` (1..3) and waits until it is gone; returns the instant the
     /// signal was sent (taken just before sending it).
     pub async fn kill_node(&self, n: usize) -> Result<Instant> {
-        let pid_file = self.dir.join(format!("n{n}")).join("pid");
-        let text = std::fs::read_to_string(&pid_file)
-            .with_context(|| format!("reading {}", pid_file.display()))?;
-        let pid: u32 = text
-            .trim()
-            .parse()
-            .with_context(|| format!("{}: not a pid: {text:?}", pid_file.display()))?;
+        let pid = self.pid(n)?;
         let at = Instant::now();
         sys::signal(pid, libc::SIGKILL).with_context(|| format!("killing node n{n}"))?;
         while sys::process_exists(pid) {
@@ -229,6 +238,42 @@ impl NatsCluster {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(at)
+    }
+
+    /// Sends `sig` to node `n` (1..3); the instant it was sent.
+    pub fn signal_node(&self, n: usize, sig: libc::c_int) -> Result<Instant> {
+        let pid = self.pid(n)?;
+        let at = Instant::now();
+        sys::signal(pid, sig).with_context(|| format!("signalling node n{n}"))?;
+        Ok(at)
+    }
+
+    fn pid(&self, n: usize) -> Result<u32> {
+        let pid_file = self.dir.join(format!("n{n}")).join("pid");
+        let text = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("reading {}", pid_file.display()))?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("{}: not a pid: {text:?}", pid_file.display()))
+    }
+
+    /// Cuts node `n` off (`all`, `peers` or `clients`: scripts/nats-cluster `cut`; a
+    /// cluster started with `netns`); the instant the cut was made.
+    pub async fn cut(&self, n: usize, shape: &str) -> Result<Instant> {
+        let at = Instant::now();
+        self.script_run(
+            &["cut".into(), n.to_string(), shape.into()],
+            &format!("cut {n} {shape}"),
+        )
+        .await?;
+        Ok(at)
+    }
+
+    /// Undoes the cuts of node `n` and waits until the cluster is ready again.
+    pub async fn heal(&self, n: usize) -> Result<()> {
+        self.script_run(&["heal".into(), n.to_string()], &format!("heal {n}"))
+            .await
+            .map(|_| ())
     }
 
     /// Starts node `n` again and waits until the cluster is ready (the script's own
@@ -310,8 +355,10 @@ impl StreamState {
 
 impl Admin {
     pub async fn connect(urls: &[String]) -> Result<Admin> {
+        // The bench's own view must not stay on a server it stopped or cut off.
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(5))
+            .ping_interval(Duration::from_secs(1))
             .max_reconnects(None)
             .connect(urls.to_vec())
             .await
