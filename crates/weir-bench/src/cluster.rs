@@ -856,11 +856,10 @@ async fn failover_rounds(
             .await
     })
     .await?;
-    for (fault, round) in b
-        .p
-        .failover_faults
-        .iter()
-        .flat_map(|&f| (0..b.p.failover_rounds).map(move |r| (f, r)))
+    for (fault, round) in
+        b.p.failover_faults
+            .iter()
+            .flat_map(|&f| (0..b.p.failover_rounds).map(move |r| (f, r)))
     {
         let order = if round % 2 == 0 {
             [Writer::Weir, Writer::Nats]
@@ -901,23 +900,21 @@ async fn failover_rounds(
     Ok(())
 }
 
-/// Load, fault the stream leader's node, wait for the first ack after it, stop; then
-/// undo the fault and wait until the streams have 3 current replicas again.
-async fn failover_round(
+/// The writers of one failover measurement, started.
+async fn start_writers(
     b: &Bench<'_>,
     s: &FailoverSetup,
     w: Writer,
-    fault: Fault,
-) -> Result<FailoverRound> {
-    let rec = Arc::new(Recorder::default());
-    let writers = match w {
+    rec: &Arc<Recorder>,
+) -> Result<Writers> {
+    Ok(match w {
         Writer::Weir => {
             failover::weir_writers(
                 s.door.addr,
                 b.p.failover_writers,
                 "failover",
                 b.p.item_bytes,
-                &rec,
+                rec,
             )
             .await?
         }
@@ -928,11 +925,23 @@ async fn failover_round(
                 &s.nats_subject,
                 b.p.item_bytes,
                 b.p.nats_ack_timeout,
-                &rec,
+                rec,
             )
             .await?
         }
-    };
+    })
+}
+
+/// Load, fault the stream leader's node, wait for the first ack after it, stop; then
+/// undo the fault and wait until the streams have 3 current replicas again.
+async fn failover_round(
+    b: &Bench<'_>,
+    s: &FailoverSetup,
+    w: Writer,
+    fault: Fault,
+) -> Result<FailoverRound> {
+    let rec = Arc::new(Recorder::default());
+    let writers = start_writers(b, s, w, &rec).await?;
     let pids: Vec<u32> = if w == Writer::Weir {
         s.door.pid.into_iter().collect()
     } else {

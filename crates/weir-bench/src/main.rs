@@ -493,7 +493,12 @@ struct ClusterArgs {
     /// What the failover measurement does to the stream leader's node, each in its
     /// rounds: kill (SIGKILL), stop (SIGSTOP), cut-peers, cut-all (network namespaces:
     /// root and iproute2) [kill].
-    #[arg(long, value_delimiter = ',', value_name = "FAULT,...", default_value = "kill")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "FAULT,...",
+        default_value = "kill"
+    )]
     failover_faults: Vec<cluster::Fault>,
     /// Writers of the failover measurement (one write in flight each) [8].
     #[arg(long, value_name = "N", default_value_t = 8)]
