@@ -26,11 +26,14 @@
 //! Why that loses nothing: every message at or below a reader's ack floor is confirmed
 //! by it, and floors only rise, but for a reader moved back (`seek`), which goes no
 //! lower than the lowest floor + 1 read just before the move ([`Inner::kept_from`]),
-//! so not below a sweep's bound (the floors it read were no higher). A reader made after step 4 was made after every floor was read
-//! in step 3 and after `last` (step 1), so whatever is appended after its creation has
-//! a sequence above every floor and above `last`, and stays. What it gets of what came
-//! before is what the stream still kept when it was made, as on the engine. And every
-//! replica purges the same messages, in the same place of the stream's log.
+//! so not below a sweep's bound (the floors it read were no higher; the one narrow
+//! case, a move back to items the last other reader confirms in that very moment, is
+//! in `docs/cluster.md`). A reader made after step 4 was made after every floor was
+//! read in step 3 and after `last` (step 1), so whatever is appended after its
+//! creation has a sequence above every floor and above `last`, and stays. What it
+//! gets of what came before is what the stream still kept when it was made, as on the
+//! engine. And every replica purges the same messages, in the same place of the
+//! stream's log.
 //!
 //! Every `FULL_EVERY` sweeps, every queue with items in the stream is swept as well, so
 //! what a door confirmed just before it died goes too. A queue is purged again only
@@ -275,8 +278,8 @@ impl Inner {
         }
         let mut done = lock(&self.sweeper.purged);
         done.insert(queue.to_owned(), bound);
-        // Bounded: the entries of queues no longer marked anywhere are dropped once
-        // there are more of them than the stream may have consumers.
+        // Bounded: cleared whole past `max_consumers` entries (a queue then purged
+        // again costs one Raft round, nothing else).
         if done.len() > usize::try_from(self.config.max_consumers).unwrap_or(usize::MAX) {
             done.clear();
         }
