@@ -81,23 +81,28 @@ class NetCluster:
             if n == skip:
                 continue
             conns = self.monitoring(n, "/connz?limit=1024").get("connections") or []
-            if any(c.get("name", "").startswith(mine) for c in conns):
-                found.append(n)
-        assert len(found) == 1, f"the door's clients on nodes {found}"
-        return found[0]
+            found += [(c.get("start", ""), n) for c in conns if c.get("name", "").startswith(mine)]
+        assert found, "the door has no connection"
+        # A node healed a moment ago can still list the door's connection from before
+        # the cut: the newest connection is the live one (RFC 3339 sorts).
+        return max(found)[1]
 
-    def stream_leader(self, stream: str) -> int:
-        for n in (1, 2, 3):
-            try:
-                jsz = self.monitoring(n, "/jsz?streams=true")
-            except OSError:
-                continue
-            for account in jsz.get("account_details") or []:
-                for s in account.get("stream_detail") or []:
-                    leader = (s.get("cluster") or {}).get("leader", "")
-                    if s.get("name") == stream and leader:
-                        return int(leader[1])
-        raise AssertionError(f"no leader of {stream} found")
+    def stream_leader(self, stream: str, timeout_s: float = 30.0) -> int:
+        """The node leading `stream`, once it has a leader (an election may be on)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for n in (1, 2, 3):
+                try:
+                    jsz = self.monitoring(n, "/jsz?streams=true")
+                except OSError:
+                    continue
+                for account in jsz.get("account_details") or []:
+                    for s in account.get("stream_detail") or []:
+                        leader = (s.get("cluster") or {}).get("leader", "")
+                        if s.get("name") == stream and leader:
+                            return int(leader[1])
+            assert time.monotonic() < deadline, f"no leader of {stream} found"
+            time.sleep(0.5)
 
     def pid(self, node: int) -> int:
         return int(Path(self.dir, f"n{node}", "pid").read_text().strip())
@@ -113,9 +118,10 @@ def net():
     d = tempfile.mkdtemp(prefix="weir-netns-")
     base = int(os.environ.get("WEIR_TEST_NATS_BASE", "26222")) + 1000
     env = dict(os.environ, NATS_NETNS="1")
-    subprocess.run([str(CLUSTER_SCRIPT), "start", d, str(base)], check=True, timeout=90,
-                   env=env, capture_output=True)
     try:
+        started = subprocess.run([str(CLUSTER_SCRIPT), "start", d, str(base)], timeout=150,
+                                 env=env, capture_output=True)
+        assert started.returncode == 0, started.stderr.decode(errors="replace")
         yield NetCluster(d)
     finally:
         subprocess.run([str(CLUSTER_SCRIPT), "stop", d], timeout=90, capture_output=True)
@@ -192,8 +198,10 @@ class Faults:
 
     def cut(self, node: int, shape: str, hold_s: float) -> None:
         self.net.run("cut", str(node), shape)
-        time.sleep(hold_s)
-        self.net.run("heal", str(node))
+        try:
+            time.sleep(hold_s)
+        finally:
+            self.net.run("heal", str(node))
 
     def stop(self, node: int, hold_s: float) -> None:
         pid = self.net.pid(node)

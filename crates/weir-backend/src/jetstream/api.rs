@@ -89,6 +89,9 @@ pub(crate) struct Api {
     pub health: Arc<Health>,
     /// `<subject_prefix>.`: publishes to queues count for [`Health`].
     pub queue_subjects: Arc<str>,
+    /// `<stream>_`: the doors' stream and the maps' (`<stream>_DOORS`,
+    /// `<stream>_MAP_*`), whose requests do not count for [`Health`].
+    pub side_streams: Arc<str>,
 }
 
 /// How long the requests through the connected server have gone unanswered: a server
@@ -219,13 +222,16 @@ impl Api {
     }
 
     /// Whether an attempt on `subject` says if the connected server can serve this
-    /// door: the JetStream API, acks and publishes to queues do (they need the
-    /// cluster); a Direct Get does not (any replica answers from its own copy, a
-    /// server cut off from its peers too), nor do the doors' pings and records.
+    /// door: the JetStream API on the queues' stream, acks and publishes to queues do
+    /// (they need the cluster); a Direct Get does not (any replica answers from its
+    /// own copy, a server cut off from its peers too), nor do the doors' pings, their
+    /// stream's and the maps' requests (a door runs those on its own, every 250 ms,
+    /// and a server cut off from its peers was seen to keep answering them).
     fn tells_health(&self, subject: &str) -> bool {
-        (subject.starts_with("$JS.API.") && !subject.starts_with("$JS.API.DIRECT.GET."))
-            || subject.starts_with("$JS.ACK.")
-            || subject.starts_with(&*self.queue_subjects)
+        let Some(api) = subject.strip_prefix("$JS.API.") else {
+            return subject.starts_with("$JS.ACK.") || subject.starts_with(&*self.queue_subjects);
+        };
+        !api.starts_with("DIRECT.GET.") && !api.contains(&*self.side_streams)
     }
 
     /// Publishes without waiting for anything (acks, naks, progress), within a

@@ -23,15 +23,6 @@ use super::Inner;
 use crate::{Error, Kind, Result};
 
 pub(crate) const FLAGS_HEADER: &str = "Weir-Flags";
-/// How long a publish answered "duplicate message id is in process" is retried under
-/// its message id. That answer comes from a stream leader that proposed the first
-/// attempt and never applied it: the proposal was lost in a change of leader (Raft
-/// applies a committed entry within milliseconds), and the leader keeps the id "in
-/// process" for the whole duplicate window (2 minutes), so retrying it cannot succeed.
-/// Past this the item is published again under a new id: stored at least once
-/// (twice only if the lost-looking proposal did commit after all).
-const IN_PROCESS_MAX: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// The longest one publish attempt waits for its PubAck before trying again.
 const ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_millis(1_000);
 pub(crate) const EXPIRES_HEADER: &str = "Weir-Expires";
@@ -126,7 +117,7 @@ fn headers(inner: &Inner, flags: u32, expires: u64, now: u64) -> HeaderMap {
 }
 
 /// A message id no other publish of any door has: this door's id and a counter.
-pub(super) fn msg_id(inner: &Inner) -> String {
+fn msg_id(inner: &Inner) -> String {
     let n = inner.published.fetch_add(1, Ordering::Relaxed);
     format!("{}.{n}", inner.door_id)
 }
@@ -144,18 +135,20 @@ fn header_bytes(headers: &HeaderMap) -> usize {
         .sum::<usize>()
 }
 
-/// Publishes until a PubAck, retrying with the same headers (so the same Msg-Id),
-/// but see [`IN_PROCESS_MAX`].
+/// Publishes until a PubAck, retrying with the same headers (so the same Msg-Id). A
+/// retry answered "duplicate message id is in process" is retried too: the stream's
+/// leader proposed the first attempt and has not applied it yet (it may still commit,
+/// once a quorum answers; a change of leader clears the mark), so a new id could store
+/// the item twice; past the deadline the outcome is unknown (`backend unavailable`).
 pub(super) async fn publish(
     inner: &Inner,
     queue: &QueueEntry,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     data: Bytes,
     deadline: tokio::time::Instant,
 ) -> Result<u64> {
     let mut backoff = Backoff::new(deadline);
     let mut checked_stream = false;
-    let mut in_process_since: Option<tokio::time::Instant> = None;
     loop {
         let request = Request::new()
             .headers(headers.clone())
@@ -171,15 +164,6 @@ pub(super) async fn publish(
         {
             Sent::Reply(m) => match serde_json::from_slice::<PubAck>(&m.payload) {
                 Ok(PubAck { error: None, seq }) if seq > 0 => return Ok(seq),
-                Ok(PubAck { error: Some(e), .. }) if e.err_code == code::DUPLICATE_IN_PROCESS => {
-                    let since = *in_process_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() >= IN_PROCESS_MAX {
-                        headers.insert("Nats-Msg-Id", msg_id(inner));
-                        in_process_since = None;
-                        tracing::debug!(subject = %queue.subject, "jetstream: a publish stuck in process is sent again under a new message id");
-                    }
-                    e.description
-                }
                 Ok(PubAck { error: Some(e), .. }) if e.is_transient() => e.description,
                 Ok(PubAck { error: Some(e), .. }) => return Err(e.to_error()),
                 _ => return Err(unexpected(String::from_utf8_lossy(&m.payload))),

@@ -132,14 +132,16 @@ impl Queue {
                 format!("moving reader {name} needs nats-server 2.14 or later (CONSUMER.RESET)"),
             ));
         }
-        let target = target(inner, &self.entry.name, to, deadline)
-            .await?
-            .max(floor)
-            .max(1);
         // This door's leases end first: a confirm racing the move must not
         // acknowledge an item the move makes pending again.
         inner.end_leases(&name).await;
         inner.refresh_records(deadline).await;
+        // Where to, read last, just before the move: what some reader keeps
+        // (`Inner::kept_from`) can only have risen meanwhile.
+        let target = target(inner, &self.entry.name, to, deadline)
+            .await?
+            .max(floor)
+            .max(1);
         let api = format!("CONSUMER.RESET.{}.{name}", inner.layout.stream);
         let reply: ResetReply = inner
             .api

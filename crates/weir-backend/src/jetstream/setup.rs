@@ -65,6 +65,7 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         retry_for: Duration::from_millis(config.unavailable_retry_ms),
         health,
         queue_subjects: format!("{}.", layout.prefix).into(),
+        side_streams: format!("{}_", layout.stream).into(),
     };
     let (leases, released) = Leases::new(Duration::from_millis(config.lease_timeout_ms.max(1)));
     let leases = Arc::new(leases);
@@ -273,33 +274,46 @@ impl Inner {
     /// that is still there: a listing whose total changed is made again (a sweep must
     /// not miss a reader).
     pub(super) async fn consumer_names(&self, deadline: Instant) -> Result<Vec<String>> {
-        let api = format!("CONSUMER.NAMES.{}", self.layout.stream);
         for _ in 0..NAMES_TRIES {
-            let mut names = Vec::new();
-            let mut total = None;
-            let steady = loop {
-                let page: NamesPage = self
-                    .api
-                    .json(&api, &json!({ "offset": names.len() }), deadline)
-                    .await?;
-                if *total.get_or_insert(page.total) != page.total {
-                    break false;
-                }
-                let got = page.consumers.len();
-                names.extend(page.consumers);
-                if got == 0 || names.len() >= page.total {
-                    break names.len() == page.total;
-                }
-            };
-            if steady {
-                names.sort_unstable();
-                names.dedup();
+            if let Some(names) = self.names_once(deadline).await? {
                 return Ok(names);
             }
         }
         Err(unavailable(
             "the stream's consumers kept changing while they were listed",
         ))
+    }
+
+    /// One listing; `None` when the consumers changed while it was paged. Each page
+    /// after the first starts one name back and must begin with the name the last
+    /// page ended with (the names come sorted), and the total must not change: a
+    /// deletion and a creation between two pages leave the total as it was but shift
+    /// the names.
+    async fn names_once(&self, deadline: Instant) -> Result<Option<Vec<String>>> {
+        let api = format!("CONSUMER.NAMES.{}", self.layout.stream);
+        let mut names: Vec<String> = Vec::new();
+        let mut total = None;
+        loop {
+            let offset = names.len().saturating_sub(1);
+            let page: NamesPage = self
+                .api
+                .json(&api, &json!({ "offset": offset }), deadline)
+                .await?;
+            if *total.get_or_insert(page.total) != page.total {
+                return Ok(None);
+            }
+            let mut got = page.consumers.into_iter();
+            if let Some(last) = names.last() {
+                if got.next().as_ref() != Some(last) {
+                    return Ok(None);
+                }
+            }
+            let before = names.len();
+            names.extend(got);
+            if names.len() == before || names.len() >= page.total {
+                return Ok((names.len() == page.total).then_some(names));
+            }
+        }
     }
 
     /// Fills the registry from the stream's consumers: the queues with a default
@@ -537,7 +551,7 @@ impl Inner {
         match self.consumer_info(consumer, deadline).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == Kind::NotFound => {
-                if let Err(e) = self.sweep_queue(queue).await {
+                if let Err(e) = self.sweep_queue(queue, deadline).await {
                     tracing::debug!(queue, error = %e, "jetstream: sweeping before a new reader failed");
                 }
                 Ok(())

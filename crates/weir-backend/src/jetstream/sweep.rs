@@ -139,25 +139,32 @@ impl Inner {
             }
             self.sweeper.mark_all(later);
         }
-        let result = self.sweep_queues(&mut queues, full).await;
+        let result = self.sweep_queues(&mut queues, full, None).await;
         // What was not swept (all of it, after an error) waits for the next sweep.
         self.sweeper.mark_all(queues);
         result
     }
 
-    /// Sweeps one queue now (a new reader is about to be made).
-    pub(super) async fn sweep_queue(&self, queue: &str) -> Result<()> {
+    /// Sweeps one queue now, within `deadline` (a new reader is about to be made).
+    pub(super) async fn sweep_queue(&self, queue: &str, deadline: Instant) -> Result<()> {
         let mut queues = HashSet::from([queue.to_owned()]);
-        self.sweep_queues(&mut queues, false).await?;
+        self.sweep_queues(&mut queues, false, Some(deadline))
+            .await?;
         if !queues.is_empty() {
             self.sweeper.mark_all(queues);
         }
         Ok(())
     }
 
-    /// Sweeps `queues`, removing each one that is done from it.
-    async fn sweep_queues(&self, queues: &mut HashSet<String>, full: bool) -> Result<()> {
-        let deadline = self.api.deadline();
+    /// Sweeps `queues`, removing each one that is done from it; every request within
+    /// `within`, or each with a retry window of its own.
+    async fn sweep_queues(
+        &self,
+        queues: &mut HashSet<String>,
+        full: bool,
+        within: Option<Instant>,
+    ) -> Result<()> {
+        let deadline = within.unwrap_or_else(|| self.api.deadline());
         let end = match self.start_after_newest(deadline).await? {
             super::layout::Start::At(seq) => seq,
             _ => return Ok(()),
@@ -172,7 +179,7 @@ impl Inner {
                     .take(room),
             );
         }
-        let floors = self.floors(queues, &before, None).await;
+        let floors = self.floors(queues, &before, within).await;
         let after = self.consumer_names(deadline).await?;
         let before: HashSet<&str> = before.iter().map(String::as_str).collect();
         let mut done = Vec::new();
@@ -187,7 +194,8 @@ impl Inner {
             let bound = f
                 .and_then(|f| f.lowest)
                 .map_or(end, |floor| floor.saturating_add(1).min(end));
-            self.purge_below(queue, bound, self.api.deadline()).await?;
+            let deadline = within.unwrap_or_else(|| self.api.deadline());
+            self.purge_below(queue, bound, deadline).await?;
             done.push(queue.clone());
         }
         for queue in done {
