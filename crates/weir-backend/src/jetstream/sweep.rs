@@ -182,11 +182,15 @@ impl Inner {
         let floors = self.floors(queues, &before, within).await;
         let after = self.consumer_names(deadline).await?;
         let before: HashSet<&str> = before.iter().map(String::as_str).collect();
+        // The queues that gained a reader between the two listings.
+        let grew: HashSet<&str> = after
+            .iter()
+            .filter(|c| !before.contains(c.as_str()))
+            .filter_map(|c| split_consumer(c).map(|(q, _)| q))
+            .collect();
         let mut done = Vec::new();
         for queue in queues.iter() {
-            let newcomer = after.iter().any(|c| {
-                !before.contains(c.as_str()) && split_consumer(c).is_some_and(|(q, _)| q == queue)
-            });
+            let newcomer = grew.contains(queue.as_str());
             let f = floors.get(queue.as_str());
             if newcomer || f.is_some_and(|f| f.unread) {
                 continue;
