@@ -9,8 +9,9 @@
 //!
 //! A queue's default reader `q~` is created before the queue is handed out: the queue
 //! exists while a consumer of it does, and a sweep removes the items of a subject
-//! that has none (`sweep.rs`). Creation is idempotent across doors: a create of a consumer that exists (with this or
-//! another configuration, e.g. after a `flush q.r`) is taken as success.
+//! that has none (`sweep.rs`). Creation is idempotent across doors: a create of a
+//! consumer that exists (with this or another configuration, e.g. after a `flush q.r`) is
+//! taken as success.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -47,8 +48,6 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> Result<JetStream> {
     let layout = Layout::new(&config)?;
-    // Checked before anything starts: a bad URL fails the start at once.
-    connect::server_addrs(&config)?;
     let runtime = OwnedRuntime::new()?;
     let handle = runtime
         .handle()
