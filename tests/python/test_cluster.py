@@ -233,6 +233,8 @@ class Reader(threading.Thread):
         self.addr, self.queue = addr, queue.encode()
         self.stop_event = threading.Event()
         self.confirmed: list[bytes] = []
+        # Each confirmed lease's (asked for, END read) on time.monotonic().
+        self.spans: list[tuple[bytes, float, float]] = []
         # Handed out, `/close` sent, and answered neither `END` nor with a reply
         # other than `SERVER_ERROR backend unavailable`: its ack may have been
         # recorded with its reply lost in an election, so it may or may not come back.
@@ -260,6 +262,8 @@ class Reader(threading.Thread):
             conn.close()
 
     def one(self, conn: Conn) -> None:
+        # Before the ask: the item was handed out after this.
+        asked = time.monotonic()
         conn.send(b"get %s/open\r\n" % self.queue)
         values = conn.read_values(15.0)
         if not values:
@@ -273,6 +277,7 @@ class Reader(threading.Thread):
         if line == b"END\r\n":
             self.unsettled.discard(value)
             self.confirmed.append(value)
+            self.spans.append((value, asked, time.monotonic()))
             return
         if not line.startswith(b"SERVER_ERROR backend unavailable"):
             self.unsettled.discard(value)
@@ -337,7 +342,16 @@ def test_nats_node_killed_under_load_loses_nothing(make_server):
     assert not unexpected, f"replies to set other than STORED or backend unavailable: {unexpected[:3]}"
     confirmed = [v for r in readers for v in r.confirmed]
     assert confirmed, f"the readers confirmed nothing: {[r.errors[:3] for r in readers]}"
-    assert len(confirmed) == len(set(confirmed)), "a confirmed item was delivered again"
+    # The same item confirmed twice is allowed only as two leases at once around a
+    # consumer leader's failure (docs/cluster.md, "Leases"): the second handed out
+    # before the first's END. Handed out after an END, it came back confirmed.
+    spans = sorted(span for r in readers for span in r.spans)
+    again_after_end = [
+        (a, b) for a, b in zip(spans, spans[1:]) if a[0] == b[0] and b[1] >= a[2]
+    ]
+    assert not again_after_end, f"confirmed items delivered again: {again_after_end[:3]}"
+    overlapping = len(confirmed) - len(set(confirmed))
+    print(f"{overlapping} items leased to two readers at once and confirmed by both")
     stopped = time.monotonic()
     rest = drain_patiently(door.addr, "fo")
     acked = {v for w in writers for v in w.acked}
