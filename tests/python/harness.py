@@ -255,6 +255,12 @@ class ServerProcess:
         ]
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> "ServerProcess":
+        self.start_no_wait()
+        self.wait_accepting(timeout_s)
+        return self
+
+    def start_no_wait(self) -> None:
+        """Starts the process without waiting for it to accept connections."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
         if self.config_toml is not None:
@@ -280,8 +286,6 @@ class ServerProcess:
             cwd=str(self.root),
             env=env,
         )
-        self.wait_accepting(timeout_s)
-        return self
 
     def wait_accepting(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import harness
 from harness import Conn, Writer, check_acked_survived, drain, value_reply, wait_for
 
 pytestmark = pytest.mark.weir_only
@@ -111,3 +112,56 @@ def test_idle_shutdown_with_hundreds_of_queues_takes_milliseconds(make_server):
     srv.start()
     with Conn(srv.addr) as c:
         assert all(c.get(f"many{i}") == b"x" for i in range(200))
+
+
+# After the first line of the server's log (the handlers are installed before it): the
+# store opening, JetStream's connect and setup, the listeners, the bus and the proxy.
+START_UP_DELAYS_MS = [0, 1, 2, 5, 10, 20, 40, 80, 160]
+
+
+def first_log_line(srv: "harness.ServerProcess", timeout_s: float = 10.0) -> None:
+    """Waits (polling each millisecond) until the process has written a log line."""
+    marker = b"descriptor budget"
+    header = b"===== start #%d:" % srv.starts  # the log is appended to at each start
+    deadline = time.monotonic() + timeout_s
+    while marker not in srv.log_path.read_bytes().rpartition(header)[2]:
+        assert srv.proc.poll() is None, f"exited with {srv.proc.returncode}\n{srv.log_tail()}"
+        assert time.monotonic() < deadline, "no log line"
+        time.sleep(0.001)
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_at_every_start_up_phase_stops_gracefully(make_server):
+    """A SIGTERM while the store opens, JetStream connects, the listeners bind or the
+    bus and the proxy start: exit 0 and a store that opens again with its items (the
+    handlers were installed after the accept loop served, so SIGTERM at start-up took
+    the default action: exit -15, nothing closed)."""
+    srv = make_server()
+    bus_port, proxy_port, target_port = (harness.free_port() for _ in range(3))
+    srv.config_toml = (srv.config_toml or "") + (
+        "[bus]\n"
+        'root_key = "start-up-test-root-key"\n'
+        f'listen = "{harness.HOST}:{bus_port}"\n'
+        "[[proxy.listen]]\n"
+        'name = "main"\n'
+        f'addr = "{harness.HOST}:{proxy_port}"\n'
+        "[[proxy.routes]]\n"
+        'name = "api"\n'
+        f'targets = ["http://{harness.HOST}:{target_port}"]\n'
+    )
+    srv.start()
+    with Conn(srv.addr) as c:
+        assert c.set("su", b"kept") == b"STORED\r\n"
+    srv.sigterm()
+    assert srv.wait_exit(EXIT_WITHIN_S) == 0
+    codes = {}
+    for delay_ms in START_UP_DELAYS_MS:
+        srv.start_no_wait()
+        first_log_line(srv)
+        time.sleep(delay_ms / 1000)
+        srv.proc.send_signal(signal.SIGTERM)
+        codes[delay_ms] = srv.wait_exit(EXIT_WITHIN_S * 2)
+    assert all(code == 0 for code in codes.values()), f"exit codes by delay (ms): {codes}"
+    srv.start()
+    with Conn(srv.addr) as c:
+        assert c.get("su") == b"kept"

@@ -32,3 +32,4 @@ pub mod request;
 pub mod server;
 pub mod shared;
 pub mod shutdown;
+pub mod signals;

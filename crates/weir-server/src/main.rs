@@ -15,6 +15,7 @@ use weir_server::capture_cli::{self, CaptureCommand};
 use weir_server::config::{self, FileConfig, Overrides};
 use weir_server::diff_cli::{self, DiffCommand};
 use weir_server::replay_cli::{self, ReplayArgs};
+use weir_server::signals::Signals;
 
 #[derive(Parser)]
 #[command(
@@ -207,10 +208,27 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let backend = Arc::new(runtime.block_on(weir_server::server::open_backend(
-        &settings,
-        settings.store.files_open_max,
-    ))?);
+    // First of all: a signal from here on stops the start gracefully.
+    let mut signals = {
+        let _entered = runtime.enter();
+        Signals::install().context("installing the SIGTERM and SIGINT handlers")?
+    };
+    let opened = runtime.block_on(async {
+        tokio::select! {
+            biased;
+            opened = weir_server::server::open_backend(&settings, settings.store.files_open_max) => {
+                opened.map(Some)
+            }
+            why = signals.recv() => {
+                tracing::info!("{why} while the store opened: stopped before serving");
+                Ok(None)
+            }
+        }
+    })?;
+    let Some(opened) = opened else {
+        return Ok(());
+    };
+    let backend = Arc::new(opened);
     let handle = weir_proxy::start(Arc::clone(&backend), proxy)?;
     let shared = weir_server::shared::Shared::for_proxy(settings, Arc::clone(&backend), handle);
     runtime.block_on(async {
@@ -218,13 +236,8 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
             Some(_) => Some(weir_server::http::spawn(Arc::clone(&shared)).await?),
             None => None,
         };
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: stopping the proxy"),
-            _ = int.recv() => tracing::info!("SIGINT: stopping the proxy"),
-        }
+        let why = signals.recv().await;
+        tracing::info!("{why}: stopping the proxy");
         shared.begin_shutdown();
         if let Some(http) = http {
             let _ = tokio::time::timeout(Duration::from_secs(1), http).await;

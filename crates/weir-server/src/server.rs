@@ -35,6 +35,7 @@ use crate::parse::{binary_error, CommandKind};
 use crate::reply;
 use crate::shared::{RuntimeLimits, Shared};
 use crate::shutdown::Shutdown;
+use crate::signals::Signals;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
@@ -63,18 +64,91 @@ async fn listen(addr: &str) -> io::Result<TcpListener> {
         .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
 }
 
-/// Runs the server until it is shut down; returns once the store is closed.
-pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
-    let files_open_max = files_open_max(settings.max_connections);
-    let backend = Arc::new(open_backend(&settings, files_open_max).await?);
+/// What a start opens after the store, before it serves the first client.
+struct Doors {
+    listener: TcpListener,
+    http_listener: TcpListener,
+    bus: Option<weir_bus::BusHandle>,
+    proxy: Option<weir_proxy::ProxyHandle>,
+}
+
+/// Binds the listeners and starts the bus and the proxy.
+async fn open_doors(
+    settings: &Settings,
+    backend: &Arc<weir_backend::Backend>,
+) -> anyhow::Result<Doors> {
     let listener = listen(&settings.listen)
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let http_listener = TcpListener::bind(&settings.http_listen)
         .await
         .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
-    let bus = start_bus(&settings, &backend).await?;
-    let proxy = start_proxy(&settings, &backend).await?;
+    let bus = start_bus(settings, backend).await?;
+    let proxy = start_proxy(settings, backend).await?;
+    Ok(Doors {
+        listener,
+        http_listener,
+        bus,
+        proxy,
+    })
+}
+
+/// Opens the store and the doors; None when a signal came first (after closing
+/// what was opened). A failed start closes the store too.
+async fn start(
+    settings: &Settings,
+    files_open_max: usize,
+    signals: &mut Signals,
+) -> anyhow::Result<Option<(Arc<weir_backend::Backend>, Doors)>> {
+    // Biased: a start that is done goes on to serve, and the signal that came
+    // meanwhile shuts it down as in operation.
+    let opened = tokio::select! {
+        biased;
+        opened = open_backend(settings, files_open_max) => opened?,
+        why = signals.recv() => {
+            tracing::info!("{why} while the store opened: stopped before serving");
+            return Ok(None);
+        }
+    };
+    let backend = Arc::new(opened);
+    let doors = tokio::select! {
+        biased;
+        doors = open_doors(settings, &backend) => Some(doors),
+        why = signals.recv() => {
+            tracing::info!("{why} during start-up: stopped before serving");
+            None
+        }
+    };
+    match doors {
+        Some(Ok(doors)) => Ok(Some((backend, doors))),
+        Some(Err(e)) => {
+            if let Err(closing) = backend.close().await {
+                tracing::warn!(error = %closing, "closing the store after a failed start");
+            }
+            Err(e)
+        }
+        None => {
+            backend.close().await.context("closing the store")?;
+            tracing::info!("stopped");
+            Ok(None)
+        }
+    }
+}
+
+/// Runs the server until it is shut down; returns once the store is closed.
+pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    // First of all: a signal from here on stops the start gracefully.
+    let mut signals = Signals::install().context("installing the SIGTERM and SIGINT handlers")?;
+    let files_open_max = files_open_max(settings.max_connections);
+    let Some((backend, doors)) = start(&settings, files_open_max, &mut signals).await? else {
+        return Ok(());
+    };
+    let Doors {
+        listener,
+        http_listener,
+        bus,
+        proxy,
+    } = doors;
     let shared = Arc::new(Shared {
         backend,
         files_open_max,
@@ -90,7 +164,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     });
     let workers = Workers::start(settings.threads.saturating_sub(1))?;
     log_listening(&listener, &http_listener, &settings)?;
-    tokio::spawn(on_signals(Arc::clone(&shared)));
+    tokio::spawn(on_signals(Arc::clone(&shared), signals));
     let http_limits = crate::http::HttpLimits {
         max_connections: settings.http_max_connections,
         header_timeout: Duration::from_millis(settings.http_header_timeout_ms),
@@ -258,19 +332,9 @@ fn files_open_max(max_connections: usize) -> usize {
 }
 
 /// SIGTERM and SIGINT start a graceful shutdown.
-async fn on_signals(shared: Arc<Shared>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; shut down with the shutdown command");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
+async fn on_signals(shared: Arc<Shared>, mut signals: Signals) {
+    let why = signals.recv().await;
+    tracing::info!("{why}: shutting down");
     shared.begin_shutdown();
 }
 
