@@ -123,10 +123,10 @@ impl Embedded {
         .await
     }
 
-    pub async fn flush_all(&self) -> Result<()> {
+    pub async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
         let store = self.store.clone();
         blocking(move || {
-            for queue in store.queues() {
+            for queue in store.queues().into_iter().filter(|q| !keep(q.name())) {
                 queue.flush()?;
             }
             Ok(())

@@ -261,11 +261,12 @@ impl Backend {
         }
     }
 
-    /// `flush_all`: every item of every queue; queues and readers stay.
-    pub async fn flush_all(&self) -> Result<()> {
+    /// `flush_all`: every item of every queue but those `keep` names; queues and
+    /// readers stay.
+    pub async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
         match self {
-            Backend::Embedded(e) => e.flush_all().await,
-            Backend::JetStream(j) => Box::pin(j.flush_all()).await,
+            Backend::Embedded(e) => e.flush_all(keep).await,
+            Backend::JetStream(j) => Box::pin(j.flush_all(keep)).await,
         }
     }
 

@@ -155,7 +155,7 @@ fn futures_are_send(js: &JetStream, q: &Queue, r: &Reader, l: &weir_backend::jet
     send(js.delete_queue("q"));
     send(js.delete_reader("q", "r"));
     send(js.flush("q", None));
-    send(js.flush_all());
+    send(js.flush_all(|_| false));
     send(js.stats(None));
     send(js.close());
     send(q.append(Bytes::new(), AppendOptions::default()));
@@ -536,7 +536,7 @@ async fn flushes() -> TestResult {
     assert!(take(&d, TakeMode::Take).await?.is_none());
     set(&q, "4").await?;
     set(&other, "5").await?;
-    js.flush_all().await?;
+    js.flush_all(|_| false).await?;
     assert!(take(&d, TakeMode::Take).await?.is_none());
     let g = js.reader(&other, "").await?;
     assert!(take(&g, TakeMode::Take).await?.is_none());
@@ -1192,7 +1192,7 @@ async fn unreachable_cluster_is_unavailable_not_a_hang() -> TestResult {
         Some(Kind::Unavailable)
     );
     assert_eq!(
-        js.flush_all().await.err().map(|e| e.kind()),
+        js.flush_all(|_| false).await.err().map(|e| e.kind()),
         Some(Kind::Unavailable)
     );
     assert!(

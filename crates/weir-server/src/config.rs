@@ -107,6 +107,7 @@ pub struct ServerSection {
     pub shutdown_grace_ms: Option<u64>,
     pub get_keys_max: Option<usize>,
     pub flush_all_reply: Option<String>,
+    pub reserved_queues_writable: Option<bool>,
     pub http_max_connections: Option<usize>,
     pub http_header_timeout_ms: Option<u64>,
     /// Turns on the HTTP port's admin endpoints (`/captures/...`), which then want
@@ -144,6 +145,9 @@ pub struct Limits {
     pub get_keys_max: usize,
     /// `flush_all` answers Kestrel's `Flushed all queues.` instead of memcache's `OK`.
     pub flush_all_kestrel: bool,
+    /// `delete` and `flush` of the bus's and the proxy's queues work (they are
+    /// refused by default: those doors own them).
+    pub reserved_queues_writable: bool,
 }
 
 impl Default for Limits {
@@ -158,6 +162,7 @@ impl Default for Limits {
             shutdown_enabled: false,
             get_keys_max: GET_KEYS_MAX_DEFAULT,
             flush_all_kestrel: false,
+            reserved_queues_writable: false,
         }
     }
 }
@@ -438,6 +443,9 @@ pub fn resolve_limits(s: &ServerSection) -> anyhow::Result<Limits> {
             Some("kestrel") => true,
             Some(other) => bail!("flush_all_reply must be \"ok\" or \"kestrel\", not {other:?}"),
         },
+        reserved_queues_writable: s
+            .reserved_queues_writable
+            .unwrap_or(d.reserved_queues_writable),
     };
     if !(1..=GET_KEYS_MAX_MAX).contains(&limits.get_keys_max) {
         bail!("get_keys_max must be 1 to {GET_KEYS_MAX_MAX}");

@@ -47,8 +47,8 @@ impl KeyError {
 /// (`proxy:capture:*`). Their owners name every reader such a queue has; a `get` (or
 /// a `set`, on JetStream) of one would add a default reader that nobody reads, which
 /// keeps every item, and items a `set` adds are not theirs. So `set`, `get` and
-/// `monitor` refuse them; `stats`, `delete` and `flush` (of the queue or of one named
-/// reader) work.
+/// `monitor` refuse them, `delete` and `flush` too unless `reserved_queues_writable`,
+/// and `flush_all` leaves them alone; `stats` shows them.
 pub fn is_reserved(queue: &str) -> bool {
     queue.starts_with("bus:") || queue.starts_with("proxy:capture:")
 }

@@ -83,6 +83,7 @@ pub struct RuntimeLimits {
     shutdown_enabled: AtomicBool,
     get_keys_max: AtomicUsize,
     flush_all_kestrel: AtomicBool,
+    reserved_queues_writable: AtomicBool,
 }
 
 impl RuntimeLimits {
@@ -96,6 +97,7 @@ impl RuntimeLimits {
             shutdown_enabled: AtomicBool::new(false),
             get_keys_max: AtomicUsize::new(0),
             flush_all_kestrel: AtomicBool::new(false),
+            reserved_queues_writable: AtomicBool::new(false),
         };
         r.set(limits);
         r
@@ -111,6 +113,13 @@ impl RuntimeLimits {
         self.shutdown_enabled.store(l.shutdown_enabled, Relaxed);
         self.get_keys_max.store(l.get_keys_max, Relaxed);
         self.flush_all_kestrel.store(l.flush_all_kestrel, Relaxed);
+        self.reserved_queues_writable
+            .store(l.reserved_queues_writable, Relaxed);
+    }
+
+    /// Whether `delete` and `flush` may touch the bus's and the proxy's queues.
+    pub fn reserved_queues_writable(&self) -> bool {
+        self.reserved_queues_writable.load(Relaxed)
     }
 
     /// Whether `flush_all` answers Kestrel's text instead of `OK`.

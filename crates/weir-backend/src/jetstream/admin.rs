@@ -106,10 +106,24 @@ impl Inner {
         Ok(flushed)
     }
 
-    pub(super) async fn flush_all(&self) -> Result<()> {
+    /// Purges the whole stream at once; when a queue holding items is to be kept,
+    /// each other queue's subject instead.
+    pub(super) async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
-        self.purge(None, deadline).await?;
+        let counts = self.subject_counts(deadline).await?;
+        let prefix = format!("{}.", self.layout.prefix);
+        let queues: Vec<&str> = counts
+            .keys()
+            .filter_map(|subject| subject.strip_prefix(&prefix))
+            .collect();
+        if queues.iter().any(|q| keep(q)) {
+            for queue in queues.into_iter().filter(|q| !keep(q)) {
+                self.purge(Some(queue), deadline).await?;
+            }
+        } else {
+            self.purge(None, deadline).await?;
+        }
         self.stats_cache.invalidate();
         Ok(())
     }

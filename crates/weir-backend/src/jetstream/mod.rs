@@ -252,8 +252,8 @@ impl JetStream {
         result
     }
 
-    pub async fn flush_all(&self) -> Result<()> {
-        let result = self.inner.flush_all().await;
+    pub async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
+        let result = self.inner.flush_all(keep).await;
         self.inner.api.metrics.count(Op::Admin, &result);
         result
     }

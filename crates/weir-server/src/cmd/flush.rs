@@ -3,9 +3,17 @@
 
 use super::{put_failure, Ctx, Flow};
 use crate::reply;
-use crate::request::ReadKey;
+use crate::request::{is_reserved, ReadKey};
 
 pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow {
+    if is_reserved(key.queue) && !ctx.shared.limits.reserved_queues_writable() {
+        // The bus and the proxy own these: a delete from here broke every publish to
+        // the topic until a restart.
+        if !noreply {
+            ctx.out.put(reply::RESERVED_QUEUE);
+        }
+        return Flow::Continue;
+    }
     let reader = (!key.reader.is_empty()).then_some(key.reader);
     let result = ctx.shared.backend.flush(key.queue, reader).await;
     if !noreply {

@@ -1,4 +1,5 @@
-//! `flush_all [0] [noreply]`: drop every item of every queue (queues and readers stay).
+//! `flush_all [0] [noreply]`: drop every item of every queue (queues and readers stay)
+//! but the bus's and the proxy's (`bus:*`, `proxy:capture:*`).
 //!
 //! Replies `OK`, what every memcache client's flush call expects (Node's `memcached`,
 //! gomemcache, pymemcache, python-memcached, spymemcached, xmemcached); Kestrel
@@ -9,7 +10,12 @@ use super::{put_failure, Ctx, Flow};
 use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
-    let result = ctx.shared.backend.flush_all().await;
+    // The bus's and the proxy's queues are theirs: never flushed from here.
+    let result = ctx
+        .shared
+        .backend
+        .flush_all(crate::request::is_reserved)
+        .await;
     if !noreply {
         match result {
             Ok(()) if ctx.shared.limits.flush_all_kestrel() => {

@@ -192,6 +192,15 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
             "ok"
         },
     );
+    stat_text(
+        out,
+        "reserved_queues_writable",
+        if limits.reserved_queues_writable() {
+            "yes"
+        } else {
+            "no"
+        },
+    );
     // Where the queues live, and the backend's own restart-only settings.
     stat_text(out, "backend", shared.backend.kind_name());
     for (key, value) in shared.backend.settings() {

@@ -1,0 +1,44 @@
+"""The bus's queues belong to the bus: the memcache door's `delete`, `flush` and
+`flush_all` leave a topic's queue alone (a `delete bus:topic:NAME`, which the docs
+listed as allowed, made every publish to that topic answer 500 until a restart, and
+`flush_all` dropped the events waiting for subscribers)."""
+
+from __future__ import annotations
+
+import time
+
+from harness import Conn
+from test_bus import bus, receiver  # noqa: F401 - fixtures
+
+RESERVED = (
+    b"CLIENT_ERROR reserved queue: bus:* belongs to the event bus and proxy:capture:* "
+    b"to the proxy (stats works; delete and flush only with reserved_queues_writable = true)\r\n"
+)
+
+
+def test_the_memcache_door_cannot_break_a_topic(bus, receiver):  # noqa: F811
+    b = bus()
+    pub, sub = b.token("pub"), b.token("sub")
+    # Deliveries refused for now: the events wait in the subscriber's reader.
+    receiver.status = 503
+    body = {"topics": ["t"], "callback": receiver.url(), "max": 50, "timeout": 0}
+    assert b.call("POST", "/subscription", sub, body)[0] == 204
+    for i in range(3):
+        event = {"type": "noop", "url": f"https://a.example/{i}"}
+        assert b.call("POST", "/topics/t", pub, event)[0] == 200
+    with Conn(b.addr) as c:
+        assert c.set("plain", b"flushed") == b"STORED\r\n"
+        for line in (b"delete bus:topic:t\r\n", b"flush bus:topic:t\r\n"):
+            c.send(line)
+            assert c.read_line() == RESERVED, line
+        c.send(b"flush_all\r\n")
+        assert c.read_line() == b"OK\r\n"
+        assert c.get("plain") is None, "flush_all flushes the other queues"
+    event = {"type": "noop", "url": "https://a.example/3"}
+    status, _, reply = b.call("POST", "/topics/t", pub, event)
+    assert status == 200, reply
+    receiver.status = 204
+    receiver.wait_for(lambda: len(receiver.events()) >= 4)
+    time.sleep(0.3)
+    urls = [e["url"] for e in receiver.events()]
+    assert urls == [f"https://a.example/{i}" for i in range(4)], urls
