@@ -1747,3 +1747,50 @@ async fn a_shared_map_writes_compare_and_set() -> TestResult {
     other.close().await?;
     Ok(())
 }
+
+/// `max_bytes` of the doors' stream (what nats-server reserves in memory per replica).
+async fn doors_stream_bytes(
+    client: &async_nats::Client,
+    stream: &str,
+) -> std::result::Result<u64, Box<dyn StdError>> {
+    let info = client
+        .request(format!("$JS.API.STREAM.INFO.{stream}_DOORS"), "".into())
+        .await?;
+    let info: serde_json::Value = serde_json::from_slice(&info.payload)?;
+    info["config"]["max_bytes"]
+        .as_u64()
+        .ok_or_else(|| format!("no max_bytes in {info}").into())
+}
+
+/// The doors' stream reserves `doors_stream_bytes` (8 MiB by default; it was 64 MiB,
+/// and 14 stream names filled a 1 GB test cluster), and a door started with another
+/// size sets it.
+#[tokio::test]
+async fn the_doors_stream_is_sized_by_its_setting() -> TestResult {
+    let c = cluster!("the_doors_stream_is_sized_by_its_setting");
+    let a = c.door().await?;
+    a.queue("ds").await?;
+    let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
+    let client = async_nats::connect(addrs).await?;
+    let until = Instant::now() + Duration::from_secs(10);
+    while door_registrations(&client, &c.stream).await?.is_empty() {
+        assert!(Instant::now() < until, "the door never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(doors_stream_bytes(&client, &c.stream).await?, 8 << 20);
+    let config = JetStreamConfig {
+        doors_stream_bytes: 2 << 20,
+        ..c.config()
+    };
+    let b = JetStream::connect(config, StoreOptions::default()).await?;
+    b.queue("ds").await?;
+    let until = Instant::now() + Duration::from_secs(10);
+    while doors_stream_bytes(&client, &c.stream).await? != 2 << 20 {
+        assert!(
+            Instant::now() < until,
+            "the second door did not resize the stream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}

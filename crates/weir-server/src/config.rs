@@ -334,6 +334,10 @@ fn check_jetstream(
             js.replicas
         );
     }
+    let least = weir_backend::jetstream::DOORS_STREAM_BYTES_MIN;
+    if js.doors_stream_bytes < least {
+        bail!("[backend.jetstream] doors_stream_bytes must be at least {least}");
+    }
     let sections = std::iter::once(&file.defaults).chain(file.queues.values());
     for q in sections {
         if q.expire_to.is_some() {

@@ -58,7 +58,14 @@ pub struct JetStreamConfig {
     /// The door reconnects (to another server) when no request has been answered for
     /// this long while some failed; 0 never does.
     pub failover_ms: u64,
+    /// The size cap of the doors' stream (`<stream>_DOORS`: registrations and lease
+    /// records, about 150 bytes an open lease). nats-server reserves it in memory on
+    /// each of the stream's replicas, for as long as the stream exists.
+    pub doors_stream_bytes: u64,
 }
+
+/// The least `doors_stream_bytes`: a few thousand open leases.
+pub const DOORS_STREAM_BYTES_MIN: u64 = 1 << 20;
 
 impl Default for JetStreamConfig {
     fn default() -> Self {
@@ -82,6 +89,9 @@ impl Default for JetStreamConfig {
             sweep_ms: 1_000,
             ping_interval_ms: 2_000,
             failover_ms: 5_000,
+            // About 55,000 open leases of all doors together. It was 64 MiB: 14
+            // stream names used a test cluster's 1 GB of memory up.
+            doors_stream_bytes: 8 << 20,
         }
     }
 }

@@ -63,8 +63,6 @@ use crate::Result;
 
 /// Doors one door keeps track of; more are not pinged (with a warning).
 const DOORS_MAX: usize = 256;
-/// The doors' stream's size cap (about 150 bytes a record: 400,000 open leases).
-const STREAM_BYTES_MAX: i64 = 64 << 20;
 /// A dead door's registration, marked dead, stays at least this long (and twice the
 /// lease timeout), so every door sees it was taken care of, and a door that was only
 /// cut off sees it when it is back; then it goes.
@@ -129,6 +127,8 @@ pub(crate) struct Doors {
     timeout: Duration,
     lease_timeout: Duration,
     replicas: usize,
+    /// The stream's `max_bytes` (`doors_stream_bytes`).
+    stream_bytes: u64,
     warned: AtomicBool,
 }
 
@@ -154,6 +154,9 @@ impl Doors {
             timeout: Duration::from_millis(config.door_timeout_ms.min(DOOR_TIMEOUT_MAX_MS)),
             lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
             replicas: config.replicas,
+            stream_bytes: config
+                .doors_stream_bytes
+                .max(super::config::DOORS_STREAM_BYTES_MIN),
             warned: AtomicBool::new(false),
         }
     }
@@ -270,7 +273,7 @@ impl Doors {
             "allow_direct": true,
             "allow_msg_ttl": true,
             "max_msgs_per_subject": 1,
-            "max_bytes": STREAM_BYTES_MAX,
+            "max_bytes": self.stream_bytes,
             "discard": "old",
         });
         self.api

@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use async_nats::connection::State;
 use bytes::Bytes;
-pub use config::JetStreamConfig;
+pub use config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
 pub use scan::Scan;
 use tokio::sync::Semaphore;
 use weir::{AppendOptions, QueueConfig, QueueStats, StoreOptions, TakeMode};
@@ -309,6 +309,10 @@ impl JetStream {
             ("backend_sweep_ms", c.sweep_ms.to_string()),
             ("backend_ping_interval_ms", c.ping_interval_ms.to_string()),
             ("backend_failover_ms", c.failover_ms.to_string()),
+            (
+                "backend_doors_stream_bytes",
+                c.doors_stream_bytes.to_string(),
+            ),
         ]
     }
 
