@@ -104,7 +104,13 @@ pub(crate) struct Health {
     failing_since_ms: AtomicU64,
     /// [`Health::now_ms`] at the latest failure.
     failed_at_ms: AtomicU64,
+    /// [`Health::now_ms`] when a stall was last logged, and stalls since not logged.
+    stall_logged_ms: AtomicU64,
+    stalls_unlogged: AtomicU64,
 }
+
+/// At most one stall line per this long (a partition stalls every call).
+const STALL_LOG_EVERY_MS: u64 = 10_000;
 
 impl Default for Health {
     fn default() -> Self {
@@ -112,6 +118,8 @@ impl Default for Health {
             epoch: std::time::Instant::now(),
             failing_since_ms: AtomicU64::new(0),
             failed_at_ms: AtomicU64::new(0),
+            stall_logged_ms: AtomicU64::new(0),
+            stalls_unlogged: AtomicU64::new(0),
         }
     }
 }
@@ -139,6 +147,32 @@ impl Health {
         let _ =
             self.failing_since_ms
                 .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// A call waited a whole attempt for a reply that never came (a lost reply, a
+    /// server or leader gone): logged, at most once every [`STALL_LOG_EVERY_MS`].
+    pub fn stalled(&self, api: &str, waited: Duration) {
+        let now = self.now_ms();
+        let last = self.stall_logged_ms.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < STALL_LOG_EVERY_MS {
+            self.stalls_unlogged.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if self
+            .stall_logged_ms
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            self.stalls_unlogged.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let unlogged = self.stalls_unlogged.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            api,
+            waited_ms = waited.as_millis(),
+            others_since_last_line = unlogged,
+            "jetstream: no reply within the request timeout; retrying"
+        );
     }
 
     /// How long requests have failed with none answered, when one failed within
@@ -270,6 +304,7 @@ impl Api {
         let mut backoff = Backoff::new(deadline);
         loop {
             let request = Request::new().payload(payload.clone());
+            let started = Instant::now();
             let why = match self.send(subject.clone(), request, deadline).await {
                 Sent::Reply(message) => match parse::<T>(&message.payload)? {
                     Response::Ok(value) => return Ok(Ok(value)),
@@ -277,7 +312,13 @@ impl Api {
                     Response::Err { error } => return Ok(Err(error)),
                 },
                 Sent::NoResponders => "no responders (is JetStream up, with a leader?)".to_owned(),
-                Sent::Failed(why) => why,
+                Sent::Failed(why) => {
+                    let waited = started.elapsed();
+                    if waited >= self.request_timeout {
+                        self.health.stalled(api, waited);
+                    }
+                    why
+                }
                 Sent::Refused(e) => return Err(e),
             };
             if !backoff.pause(&self.metrics).await {
