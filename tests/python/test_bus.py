@@ -387,4 +387,8 @@ def test_idle_sockets_at_the_cap_do_not_lock_out_a_publisher(bus, mode):
             assert status == 200, body
         # Those past the cap made room by closing the oldest: at most 20 held.
         assert idle.closed() >= 10
+    with urllib.request.urlopen(f"http://{harness.HOST}:{b.http_port}/metrics", timeout=5) as r:
+        page = r.read().decode()
+    evicted = [l for l in page.splitlines() if l.startswith("weir_bus_api_connections_evicted_total ")]
+    assert evicted and int(evicted[0].split()[1]) >= 10, evicted
     assert b.alive()
