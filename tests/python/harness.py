@@ -578,3 +578,77 @@ def check_acked_survived(writers: list[Writer], drained: list[bytes]) -> None:
     sent = {v for w in writers for v in w.sent}
     unknown = [v for v in drained if v not in sent]
     assert not unknown, f"items never sent came back: {unknown[:3]}"
+
+
+class IdleSockets:
+    """`n` connections to an HTTP listener that hold their place under its connection
+    cap without a request in flight (issue 32): they send nothing (`mode="silent"`),
+    or the start of a request head and then one more byte every 0.2 s, never
+    finishing it (`mode="slow-head"`). Closed on `close()` or leaving the `with`."""
+
+    HEAD = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+
+    def __init__(self, port: int, n: int, mode: str = "silent"):
+        assert mode in ("silent", "slow-head"), mode
+        self.socks: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = None
+        for _ in range(n):
+            s = socket.create_connection((HOST, port), timeout=5)
+            if mode == "slow-head":
+                self._send(s, self.HEAD)
+            self.socks.append(s)
+        if mode == "slow-head":
+            self.thread = threading.Thread(target=self._trickle, daemon=True)
+            self.thread.start()
+
+    @staticmethod
+    def _send(s: socket.socket, data: bytes) -> None:
+        try:
+            s.sendall(data)
+        except OSError:
+            pass  # closed by the listener (evicted): that is allowed
+
+    def _trickle(self) -> None:
+        while not self.stop.wait(0.2):
+            for s in self.socks:
+                self._send(s, b"a")
+
+    def closed(self) -> int:
+        """How many the listener has closed (EOF or reset) by now."""
+        n = 0
+        for s in self.socks:
+            s.settimeout(0.01)
+            try:
+                # Anything but EOF (a 408, say) is read and the socket checked again.
+                while s.recv(65536) != b"":
+                    pass
+                n += 1
+            except socket.timeout:
+                pass
+            except OSError:
+                n += 1
+        return n
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        for s in self.socks:
+            s.close()
+
+    def __enter__(self) -> "IdleSockets":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def served_within(request, timeout_s: float = 5.0):
+    """`request()`'s result, which must come within `timeout_s` (on a loaded machine
+    too; a listener locked out by idle sockets refuses or resets it instead)."""
+    started = time.monotonic()
+    result = request()
+    took = time.monotonic() - started
+    assert took < timeout_s, f"served after {took:.2f} s"
+    return result

@@ -28,7 +28,7 @@ ROOT_KEY = "python-root-key"
 class BusServer(harness.ServerProcess):
     """weir with the bus on a free port; root key from ROUTEMASTER_ROOT_KEY."""
 
-    def __init__(self, binary, retry_max_ms=400, attempts_max=20, retention_ms=0):
+    def __init__(self, binary, retry_max_ms=400, attempts_max=20, retention_ms=0, extra=""):
         super().__init__(binary, "weir")
         # The only door with the bus on its stream (test_bus_cluster.py runs several).
         self.serves_alone = True
@@ -44,6 +44,8 @@ class BusServer(harness.ServerProcess):
             # On JetStream: a restarted door takes the bus back from its killed self.
             "takeover_ms = 1000\n"
             f"retention_ms = {retention_ms}\n"
+            # More `[bus]` settings of a test's own.
+            + extra
         )
 
     def argv(self):
@@ -366,3 +368,27 @@ def test_kill9_during_delivery_loses_no_acknowledged_event(bus, receiver):
                 seen.add(e["id"])
                 firsts.append(int(e["url"].rsplit("/", 1)[1]))
         assert firsts == sorted(firsts)
+
+
+@pytest.mark.parametrize("mode", ["silent", "slow-head"])
+def test_idle_sockets_at_the_cap_do_not_lock_out_a_publisher(bus, mode):
+    """Issue 32: 30 connections that send nothing (or trickle a head) against
+    `connections_max = 20` must not keep a publish from being served. The head
+    timeout (10 s) is longer than the test: only making room at the cap (closing the
+    connection idle the longest) lets the publisher in."""
+    b = bus(extra="connections_max = 20\nheader_timeout_ms = 10000\n")
+    pub = b.token("publisher")
+    with harness.IdleSockets(b.bus_port, 30, mode) as idle:
+        time.sleep(0.3)
+        for i in range(3):
+            status, _, body = harness.served_within(
+                lambda: b.call("POST", "/topics/orders", pub, {"type": "update", "url": f"https://s.example/o/{i}"}, timeout=5.0)
+            )
+            assert status == 200, body
+        # Those past the cap made room by closing the oldest: at most 20 held.
+        assert idle.closed() >= 10
+    with urllib.request.urlopen(f"http://{harness.HOST}:{b.http_port}/metrics", timeout=5) as r:
+        page = r.read().decode()
+    evicted = [l for l in page.splitlines() if l.startswith("weir_bus_api_connections_evicted_total ")]
+    assert evicted and int(evicted[0].split()[1]) >= 10, evicted
+    assert b.alive()

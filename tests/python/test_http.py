@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 
@@ -98,4 +99,29 @@ def test_http_connections_are_capped_and_half_sent_headers_time_out(make_server)
     finally:
         for s in held:
             s.close()
+    assert server.alive()
+
+
+@pytest.mark.parametrize("mode", ["silent", "slow-head"])
+def test_idle_sockets_at_the_cap_do_not_lock_out_a_real_client(make_server, mode):
+    """Issue 32: 30 connections that send nothing (or trickle a head) against
+    `http_max_connections = 20` must not keep `/health` from being served. The head
+    timeout (10 s) is longer than the test: only making room at the cap (closing the
+    connection idle the longest) lets the real client in."""
+    import harness
+
+    server = weir_with_config(
+        make_server, "[server]\nhttp_max_connections = 20\nhttp_header_timeout_ms = 10000\n"
+    )
+    with harness.IdleSockets(server.http_port, 30, mode) as idle:
+        time.sleep(0.3)
+        for _ in range(3):
+            status, _ = harness.served_within(lambda: fetch(server, "/health"))
+            assert status == 200
+        status, body = harness.served_within(lambda: fetch(server, "/metrics"))
+        assert status == 200
+        evicted = [l for l in body.splitlines() if l.startswith("weir_http_connections_evicted_total ")]
+        assert evicted and int(evicted[0].split()[1]) >= 10, evicted
+        # Those past the cap made room by closing the oldest: at most 20 held.
+        assert idle.closed() >= 10
     assert server.alive()

@@ -10,6 +10,7 @@ import os
 import socket
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -67,12 +68,13 @@ class Server:
 
 
 class ProxyServer(harness.ServerProcess):
-    def __init__(self, binary, primary_port, shadows):
+    def __init__(self, binary, primary_port, shadows, proxy_settings=""):
         super().__init__(binary, "weir")
         self.proxy_port = harness.free_port()
         self.config = self.root / "weir.toml"
-        # On JetStream, the harness's own settings (short leases) come first.
-        text = (self.config_toml or "") + (
+        # On JetStream, the harness's own settings (short leases) come first; then
+        # the test's own `[proxy]` settings, if any.
+        text = (self.config_toml or "") + (f"[proxy]\n{proxy_settings}" if proxy_settings else "") + (
             "[[proxy.listen]]\n"
             'name = "main"\n'
             f'addr = "{harness.HOST}:{self.proxy_port}"\n'
@@ -521,3 +523,41 @@ def test_a_recording_is_bounded_by_its_queues_max_age(servers, proxy, monkeypatc
     wait_for(lambda: len(export(p)) == 3)
     # Gone within the age (whole seconds on JetStream, rounded up) and a margin.
     wait_for(lambda: export(p) == [], timeout_s=10)
+
+
+@pytest.mark.parametrize("mode", ["silent", "slow-head"])
+def test_idle_sockets_at_the_cap_do_not_lock_out_a_real_client(servers, proxy, mode):
+    """Issue 32: 30 connections that send nothing (or trickle a head) against
+    `connections_max = 20` must not keep a request from being proxied. The head
+    timeout (10 s) is longer than the test: only making room at the cap (closing the
+    connection idle the longest) lets the real client in."""
+    primary = servers()
+    p = proxy(primary.port, [], "connections_max = 20\nheader_timeout_ms = 10000\n")
+    with harness.IdleSockets(p.proxy_port, 30, mode) as idle:
+        time.sleep(0.3)
+        for i in range(3):
+            status, body, _ = harness.served_within(lambda: p.request("GET", f"/real/{i}"))
+            assert (status, body) == (200, b"Hello world!")
+        # Those past the cap made room by closing the oldest: at most 20 held.
+        assert idle.closed() >= 10
+    with urllib.request.urlopen(f"http://{harness.HOST}:{p.http_port}/metrics", timeout=5) as r:
+        page = r.read().decode()
+    assert 'weir_proxy_connections_evicted_total{listener="main"} ' in page, page[-2000:]
+    assert p.alive()
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_head_timeout(servers, proxy):
+    """Issue 32, item 3: hyper-util tells HTTP/1 from HTTP/2 by a read that had no
+    deadline, so a socket that sent nothing was held for ever. With
+    `header_timeout_ms = 700` it is closed within a few seconds, silent or not."""
+    primary = servers()
+    p = proxy(primary.port, [], "header_timeout_ms = 700\n")
+    with harness.IdleSockets(p.proxy_port, 10, "silent") as silent, harness.IdleSockets(
+        p.proxy_port, 10, "slow-head"
+    ) as slow:
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and silent.closed() + slow.closed() < 20:
+            time.sleep(0.2)
+        assert (silent.closed(), slow.closed()) == (10, 10)
+        assert p.request("GET", "/after")[0] == 200
+    assert p.alive()

@@ -21,6 +21,7 @@
 
 pub mod embedded;
 mod error;
+pub mod http_conns;
 pub mod jetstream;
 
 use std::time::Duration;

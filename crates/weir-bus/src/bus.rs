@@ -77,6 +77,8 @@ pub struct Bus {
     pub in_flight: Semaphore,
     pub client: reqwest::Client,
     pub shutdown: watch::Receiver<bool>,
+    /// Idle API connections closed at `connections_max` for a new one (`api::serve`).
+    pub api_connections_evicted: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Bus {
@@ -114,6 +116,7 @@ impl Bus {
             subscribers: Mutex::new(HashMap::new()),
             client,
             shutdown,
+            api_connections_evicted: Arc::default(),
         };
         if active {
             bus.reconcile(None).await?;

@@ -80,6 +80,11 @@ pub fn render(bus: &Bus, stats: &[QueueStats], out: &mut String) {
     };
     gauge(out, "weir_bus_topics", "Topics of the event bus.", "gauge");
     let _ = writeln!(out, "weir_bus_topics {}", bus.meta().topics.len());
+    let evicted = "weir_bus_api_connections_evicted_total";
+    let help = "Idle API connections closed at connections_max for a new one.";
+    gauge(out, evicted, help, "counter");
+    let n = bus.api_connections_evicted.load(Relaxed);
+    let _ = writeln!(out, "{evicted} {n}");
     let series: [Series; 6] = [
         (
             "weir_bus_subscriber_queued",

@@ -62,6 +62,8 @@ pub struct ProxyHandle {
     proxy: Arc<Proxy>,
     shadows: Shadows,
     addrs: Vec<(String, SocketAddr)>,
+    /// Per listener: idle connections closed at `connections_max` for a new one.
+    evicted: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
     shutdown: watch::Sender<bool>,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -91,15 +93,19 @@ pub fn start(
     }
     let mut addrs = Vec::new();
     let mut serving = Vec::new();
+    let mut evicted = Vec::new();
     for (name, listener) in listeners {
         addrs.push((name.clone(), listener.local_addr()?));
         tracing::info!(listener = %name, addr = %listener.local_addr()?, "proxy listening");
+        let counter = Arc::default();
+        evicted.push((name.clone(), Arc::clone(&counter)));
         serving.push(runtime.spawn(server::serve(
             listener,
             name.into(),
             Arc::clone(&proxy),
             Arc::clone(&settings),
             shutdown_rx.clone(),
+            counter,
         )));
     }
     let mut done = shutdown_rx.clone();
@@ -123,6 +129,7 @@ pub fn start(
         proxy,
         shadows,
         addrs,
+        evicted,
         shutdown: shutdown_tx,
         thread: parking_lot::Mutex::new(Some(thread)),
     })
@@ -366,6 +373,7 @@ impl ProxyHandle {
             })
             .collect();
         metrics::render(&routes, &rows, out);
+        metrics::render_evicted(&self.evicted, out);
         metrics::render_diffs(&self.diff_report(), out);
     }
 

@@ -65,6 +65,26 @@ pub fn render(routes: &[(&str, &RouteCounters)], shadows: &[ShadowRow<'_>], out:
     render_shadows(shadows, out);
 }
 
+/// Appends, per listener, the idle connections closed at `connections_max` for a
+/// new one.
+pub fn render_evicted(listeners: &[(String, std::sync::Arc<AtomicU64>)], out: &mut String) {
+    let m = "weir_proxy_connections_evicted_total";
+    head(
+        out,
+        m,
+        "Idle client connections closed at connections_max for a new one, per listener.",
+        "counter",
+    );
+    for (name, n) in listeners {
+        let _ = writeln!(
+            out,
+            "{m}{{listener=\"{}\"}} {}",
+            label(name),
+            n.load(Relaxed)
+        );
+    }
+}
+
 fn head(out: &mut String, m: &str, help: &str, kind: &str) {
     let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} {kind}");
 }

@@ -1,10 +1,17 @@
 //! The proxy's listeners: HTTP/1.1 and HTTP/2 over cleartext (h2c, by prior
-//! knowledge) on the same port. Limits: `connections_max` per listener (one more is
-//! closed as soon as it is accepted), `header_bytes_max` for a request head (over it
-//! hyper answers 431), `header_timeout_ms` to send a head. On stop, each connection
-//! finishes its request in flight; after 2 s the rest are dropped. A connection
-//! upgraded to a tunnel (WebSocket) keeps its slot until the tunnel ends.
+//! knowledge) on the same port. Limits: `connections_max` per listener (at the cap,
+//! the connection idle the longest is closed for the newcomer, so idle sockets cannot
+//! lock clients out; one more is refused only when all are in the middle of a
+//! request or tunnels), `header_bytes_max` for a request head (over it hyper answers
+//! 431), `header_timeout_ms` to send a head: the first one whatever the protocol
+//! detection (hyper-util's `auto` builder reads before hyper's own header timeout
+//! starts), later ones on HTTP/1 by hyper. The cap and the first head's deadline are
+//! `weir_backend::http_conns`, shared with the bus and the HTTP port. On stop, each
+//! connection finishes its request in flight; after 2 s the rest are dropped. A
+//! connection upgraded to a tunnel (WebSocket) keeps its slot until the tunnel ends,
+//! and is never evicted.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +19,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::watch;
+use weir_backend::http_conns::{MarkedBody, Slot, Slots};
 
 use crate::config::ProxySettings;
 use crate::forward::{handle, Proxy};
@@ -29,17 +37,20 @@ const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// is given back when both have ended.
 #[derive(Clone)]
 pub struct ConnectionSlot {
-    _permit: Arc<OwnedSemaphorePermit>,
+    _slot: Arc<Slot>,
 }
 
+/// Serves `listener` until `shutdown`; `evicted` counts the idle connections closed
+/// at `connections_max` for a new one.
 pub async fn serve(
     listener: TcpListener,
     name: Arc<str>,
     proxy: Arc<Proxy>,
     settings: Arc<ProxySettings>,
     mut shutdown: watch::Receiver<bool>,
+    evicted: Arc<AtomicU64>,
 ) {
-    let slots = Arc::new(Semaphore::new(settings.connections_max));
+    let slots = Slots::new(settings.connections_max, settings.header_timeout, evicted);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -54,8 +65,11 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!(listener = %name, "proxy connection refused: connections_max reached");
+        let Some(slot) = slots.admit() else {
+            tracing::debug!(
+                listener = %name,
+                "proxy connection refused: connections_max reached, none idle"
+            );
             continue;
         };
         while connections.try_join_next().is_some() {}
@@ -66,9 +80,7 @@ pub async fn serve(
             Arc::clone(&settings),
             shutdown.clone(),
         );
-        let slot = ConnectionSlot {
-            _permit: Arc::new(slot),
-        };
+        let slot = Arc::new(slot);
         connections.spawn(async move {
             serve_connection(stream, client, proxy, name, settings, stop, slot).await;
         });
@@ -90,13 +102,47 @@ async fn serve_connection(
     name: Arc<str>,
     settings: Arc<ProxySettings>,
     mut stop: watch::Receiver<bool>,
-    slot: ConnectionSlot,
+    slot: Arc<Slot>,
 ) {
+    let (marking, listener) = (Arc::clone(&slot), Arc::clone(&name));
     let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-        let (proxy, name) = (Arc::clone(&proxy), Arc::clone(&name));
-        req.extensions_mut().insert(slot.clone());
-        async move { Ok::<_, std::convert::Infallible>(handle(proxy, name, client, req).await) }
+        let (proxy, name, slot) = (Arc::clone(&proxy), Arc::clone(&name), Arc::clone(&marking));
+        let mark = slot.begin_request();
+        req.extensions_mut().insert(ConnectionSlot {
+            _slot: Arc::clone(&slot),
+        });
+        async move {
+            let response = handle(proxy, name, client, req).await;
+            if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                // Now a tunnel (it holds a `ConnectionSlot`): busy until it ends.
+                slot.retire();
+            }
+            let response = response.map(|body| MarkedBody::new(body, mark));
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
+    let builder = builder(&settings);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+        why = slot.closing() => {
+            tracing::debug!(%listener, ?why, "proxy connection closed");
+            return;
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "proxy connection ended with an error");
+    }
+}
+
+/// hyper's settings for a client connection: HTTP/1's header timeout and head size,
+/// HTTP/2's pings and header list size.
+fn builder(settings: &ProxySettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -109,16 +155,5 @@ async fn serve_connection(
         .keep_alive_interval(Some(H2_KEEP_ALIVE))
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
         .max_header_list_size(u32::try_from(settings.header_bytes_max).unwrap_or(u32::MAX));
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        _ = stop.changed() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "proxy connection ended with an error");
-    }
+    builder
 }

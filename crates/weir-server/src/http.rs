@@ -3,10 +3,13 @@
 //! and the engine's stats (see `metrics.rs`); with an admin key, the capture
 //! endpoints of `captures.rs`.
 //!
-//! Its own accept loop rather than `axum::serve`, for two limits: at most
-//! `http_max_connections` connections at once (one more is closed as soon as it is
-//! accepted), and `http_header_timeout_ms` for a client to send a request head (hyper
-//! closes it after that), so that half-sent requests cannot pile up and hold memory.
+//! Its own accept loop rather than `axum::serve`, for two limits, kept by
+//! `weir_backend::http_conns` like on the bus's and the proxy's listeners: at most
+//! `http_max_connections` connections at once (at the cap, the connection idle the
+//! longest is closed for the newcomer, so idle sockets cannot lock clients out; one
+//! more is refused only when all are in the middle of a request), and
+//! `http_header_timeout_ms` for a client to send a request head (the connection is
+//! closed after that), so that half-sent requests cannot pile up and hold memory.
 //! On shutdown every connection is told to close once its request in flight is
 //! answered; idle keep-alive connections close at once.
 
@@ -20,10 +23,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use hyper::server::conn::http1;
+use hyper::service::{service_fn, Service};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use weir_backend::http_conns::{MarkedBody, Slot, Slots};
 
 use crate::shared::Shared;
 
@@ -47,7 +51,11 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .merge(crate::captures::routes())
         .with_state(Arc::clone(&shared));
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = Slots::new(
+        limits.max_connections,
+        limits.header_timeout,
+        Arc::clone(&shared.metrics.http_connections_evicted),
+    );
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -62,10 +70,10 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        let Some(slot) = slots.admit() else {
             tracing::debug!(
                 max = limits.max_connections,
-                "HTTP connection refused: too many open"
+                "HTTP connection refused: all open ones are in the middle of a request"
             );
             drop(stream);
             continue;
@@ -75,8 +83,7 @@ pub async fn serve(
         let app = app.clone();
         let shared = Arc::clone(&shared);
         connections.spawn(async move {
-            let _slot = slot;
-            serve_connection(stream, app, &shared, limits.header_timeout).await;
+            serve_connection(stream, app, &shared, limits.header_timeout, slot).await;
         });
     }
     drop(listener);
@@ -104,13 +111,27 @@ pub async fn spawn(
     Ok(tokio::spawn(serve(listener, shared, limits)))
 }
 
+/// One connection until it closes, shutdown, or `slot` tells it to close (evicted
+/// while idle, or no request head within `header_timeout`).
 async fn serve_connection(
     stream: TcpStream,
     app: Router,
     shared: &Shared,
     header_timeout: Duration,
+    slot: Slot,
 ) {
-    let service = TowerToHyperService::new(app);
+    let slot = Arc::new(slot);
+    let marking = Arc::clone(&slot);
+    let inner = TowerToHyperService::new(app);
+    let service = service_fn(move |req| {
+        let mark = marking.begin_request();
+        let answer = inner.call(req);
+        async move {
+            answer
+                .await
+                .map(|r| r.map(|body| MarkedBody::new(body, mark)))
+        }
+    });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
@@ -121,6 +142,10 @@ async fn serve_connection(
         _ = shared.shutdown.wait() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        why = slot.closing() => {
+            tracing::debug!(?why, "HTTP connection closed");
+            return;
         }
     };
     if let Err(e) = result {

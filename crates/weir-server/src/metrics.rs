@@ -74,6 +74,9 @@ pub struct Metrics {
     pub connections_current: AtomicU64,
     pub connections_total: AtomicU64,
     pub connections_refused: AtomicU64,
+    /// Idle HTTP-port connections closed at `http_max_connections` for a new one
+    /// (shared with the port's `weir_backend::http_conns::Slots`).
+    pub http_connections_evicted: std::sync::Arc<AtomicU64>,
     loops: Box<[LoopMetrics]>,
     /// What `stats reset` subtracts from the counters `stats` shows.
     stats_baseline: std::sync::Mutex<StatsBaseline>,
@@ -124,6 +127,7 @@ impl Metrics {
             connections_current: AtomicU64::new(0),
             connections_total: AtomicU64::new(0),
             connections_refused: AtomicU64::new(0),
+            http_connections_evicted: std::sync::Arc::new(AtomicU64::new(0)),
             loops: (0..loops.max(1)).map(|_| LoopMetrics::default()).collect(),
             stats_baseline: std::sync::Mutex::new(StatsBaseline::default()),
         }
@@ -213,6 +217,11 @@ impl Metrics {
                 self.connections_refused.load(Relaxed),
             ),
             (
+                "weir_http_connections_evicted_total",
+                "Idle HTTP-port connections closed at http_max_connections for a new one.",
+                self.http_connections_evicted.load(Relaxed),
+            ),
+            (
                 "weir_bytes_read_total",
                 "Bytes read from memcache clients.",
                 self.bytes_read(),
@@ -236,6 +245,14 @@ impl Metrics {
         for (name, help, value) in counters {
             single(&mut out, name, "counter", help, value);
         }
+        self.render_commands(&mut out);
+        self.render_latency(&mut out);
+        self.render_queues(stats, &mut out);
+        out
+    }
+
+    /// Requests by command.
+    fn render_commands(&self, out: &mut String) {
         out.push_str(
             "# HELP weir_commands_total Requests by command.\n# TYPE weir_commands_total counter\n",
         );
@@ -247,9 +264,6 @@ impl Metrics {
                 self.command_count(kind)
             );
         }
-        self.render_latency(&mut out);
-        self.render_queues(stats, &mut out);
-        out
     }
 
     /// The request-duration histogram, in seconds.

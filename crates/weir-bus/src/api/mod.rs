@@ -6,10 +6,13 @@
 //! the credentials checks and the accept loop. Every refusal is an [`ApiError`]:
 //! a status and `{"error": MESSAGE}`.
 //!
-//! Its own accept loop rather than `axum::serve`, for two limits: at most
-//! `connections_max` connections at once (one more is closed as soon as it is
-//! accepted) and `header_timeout_ms` for a request head, so that idle or half-sent
-//! requests cannot pile up.
+//! Its own accept loop rather than `axum::serve`, for two limits, kept by
+//! `weir_backend::http_conns` like on the server's HTTP port and the proxy: at most
+//! `connections_max` connections at once (at the cap, the connection idle the
+//! longest is closed for the newcomer, so idle sockets cannot lock clients out; one
+//! more is refused only when all are in the middle of a request) and
+//! `header_timeout_ms` for a request head, so that idle or half-sent requests cannot
+//! pile up.
 
 mod dead_letters;
 mod replay;
@@ -26,10 +29,12 @@ use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use axum::Router;
 use hyper::server::conn::http1;
+use hyper::service::{service_fn, Service};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
+use weir_backend::http_conns::{MarkedBody, Slot, Slots};
 
 use crate::auth::{basic_user, same_secret};
 use crate::bus::Bus;
@@ -225,8 +230,12 @@ pub fn json_object(body: &[u8]) -> ApiResult<serde_json::Map<String, serde_json:
 /// Serves the API on `listener` until `shutdown` turns true.
 pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Receiver<bool>) {
     let app = router(Arc::clone(&bus));
-    let slots = Arc::new(Semaphore::new(bus.settings.connections_max));
     let header_timeout = bus.settings.header_timeout;
+    let slots = Slots::new(
+        bus.settings.connections_max,
+        header_timeout,
+        Arc::clone(&bus.api_connections_evicted),
+    );
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -241,10 +250,10 @@ pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Re
                 continue;
             }
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        let Some(slot) = slots.admit() else {
             tracing::debug!(
                 max = bus.settings.connections_max,
-                "bus connection refused: too many open"
+                "bus connection refused: all open ones are in the middle of a request"
             );
             drop(stream);
             continue;
@@ -253,8 +262,7 @@ pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Re
         let app = app.clone();
         let shutdown = shutdown.clone();
         connections.spawn(async move {
-            let _slot = slot;
-            serve_connection(stream, app, shutdown, header_timeout).await;
+            serve_connection(stream, app, shutdown, header_timeout, slot).await;
         });
     }
     drop(listener);
@@ -272,14 +280,28 @@ pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Re
     }
 }
 
+/// One connection until it closes, the bus stops, or `slot` tells it to close
+/// (evicted while idle, or no request head within `header_timeout`).
 async fn serve_connection(
     stream: TcpStream,
     app: Router,
     mut shutdown: watch::Receiver<bool>,
     header_timeout: Duration,
+    slot: Slot,
 ) {
     let _ = stream.set_nodelay(true);
-    let service = TowerToHyperService::new(app);
+    let slot = Arc::new(slot);
+    let marking = Arc::clone(&slot);
+    let inner = TowerToHyperService::new(app);
+    let service = service_fn(move |req| {
+        let mark = marking.begin_request();
+        let answer = inner.call(req);
+        async move {
+            answer
+                .await
+                .map(|r| r.map(|body| MarkedBody::new(body, mark)))
+        }
+    });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout)
@@ -290,6 +312,10 @@ async fn serve_connection(
         _ = shutdown.changed() => {
             conn.as_mut().graceful_shutdown();
             conn.await
+        }
+        why = slot.closing() => {
+            tracing::debug!(?why, "bus connection closed");
+            return;
         }
     };
     if let Err(e) = result {
