@@ -412,19 +412,34 @@ def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_p
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return p
 
+    def health() -> tuple[int, bytes]:
+        import http.client
+
+        h = http.client.HTTPConnection(harness.HOST, door.http_port, timeout=10)
+        try:
+            h.request("GET", "/health")
+            r = h.getresponse()
+            return r.status, r.read()
+        finally:
+            h.close()
+
     nats = None
     try:
         door.start()  # NATS is not there: weir comes up anyway
+        # A readiness check: 503 while the cluster is out of reach (it was 200).
+        assert health() == (503, b"backend unavailable\n")
         with Conn(door.addr, timeout_s=20.0) as c:
             reply = c.set("u", b"1")
             assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply
             nats = start_nats()
             assert wait_for(lambda: c.set("u", b"2") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
+            assert health() == (200, b"ok\n")
             assert c.get("u") == b"2"
             nats.kill()
             nats.wait(10)
             reply = c.set("u", b"3")
             assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply
+            assert wait_for(lambda: health()[0] == 503, 10.0, 0.2), "health stayed 200"
             nats = start_nats()
             assert wait_for(lambda: c.set("u", b"4") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
             # "3" was answered SERVER_ERROR: its outcome is unknown (the client may

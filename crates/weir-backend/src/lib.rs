@@ -333,6 +333,16 @@ impl Backend {
     }
 
     /// The backend's own `/metrics` series (embedded: none).
+    /// Whether requests can be served now: always on the engine; on JetStream, while
+    /// connected to the cluster with the stream set up (`/health` and
+    /// `weir_backend_up` say so).
+    pub fn is_up(&self) -> bool {
+        match self {
+            Backend::Embedded(_) => true,
+            Backend::JetStream(j) => j.is_up(),
+        }
+    }
+
     pub fn render_metrics(&self, out: &mut String) {
         match self {
             Backend::Embedded(_) => {}

@@ -156,6 +156,10 @@ async fn serve_connection(
 async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
     if shared.shutdown.is_triggered() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else if !shared.backend.is_up() {
+        // A readiness check: on JetStream with the cluster out of reach every
+        // command waits, then fails; a load balancer should send clients elsewhere.
+        (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
     } else {
         (StatusCode::OK, "ok\n")
     }

@@ -329,8 +329,12 @@ impl JetStream {
     }
 
     pub fn render_metrics(&self, out: &mut String) {
-        let up = self.inner.is_up() && self.inner.ready.load(Ordering::Acquire);
-        self.inner.api.metrics.render(out, up);
+        self.inner.api.metrics.render(out, self.is_up());
+    }
+
+    /// Connected to the cluster, with the stream set up (`weir_backend_up`).
+    pub fn is_up(&self) -> bool {
+        self.inner.is_up() && self.inner.ready.load(Ordering::Acquire)
     }
 
     /// A graceful shutdown has begun. Leases released from now on (the connections
