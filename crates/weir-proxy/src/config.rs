@@ -122,6 +122,9 @@ pub struct RouteConfig {
     /// does.
     pub health_path: Option<String>,
     pub health_interval_ms: Option<u64>,
+    /// Forward `Upgrade: websocket` (default false: an upgrade is dropped, the
+    /// request forwarded as a plain one).
+    pub websocket: Option<bool>,
     /// An upgraded (WebSocket) connection with no byte either way for this long is
     /// closed.
     pub websocket_idle_ms: Option<u64>,
@@ -203,6 +206,8 @@ pub struct RouteSettings {
     pub remove_query: Vec<String>,
     pub health_path: Option<String>,
     pub health_interval: Duration,
+    /// `Upgrade: websocket` is forwarded (no other upgrade ever is).
+    pub websocket: bool,
     pub websocket_idle: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
@@ -420,6 +425,7 @@ fn resolve_route(
         remove_query: r.remove_query.clone(),
         health_path: r.health_path.clone(),
         health_interval: ms(r.health_interval_ms, HEALTH_INTERVAL_MS_DEFAULT),
+        websocket: r.websocket.unwrap_or(false),
         websocket_idle: ms(r.websocket_idle_ms, WEBSOCKET_IDLE_MS_DEFAULT),
         sequential,
         shadows,

@@ -4,8 +4,9 @@
 //! passed, on its own task, and a failure to capture is counted, never answered.
 //!
 //! Refusals carry `x-weir-proxy-error` with the reason: 404 when no route matches,
-//! 413 over `body_bytes_max`, 502 when no target answers, 504 when the target does
-//! not answer within `request_timeout_ms`.
+//! 405 for `CONNECT`, 413 over `body_bytes_max`, 502 when no target answers (or one
+//! answers `101` to a request that did not upgrade), 504 when the target does not
+//! answer within `request_timeout_ms`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -163,6 +164,10 @@ pub async fn handle(
     client: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    if req.method() == hyper::Method::CONNECT {
+        // A tunnel to wherever the client names, past the routes: never.
+        return refusal(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not proxied");
+    }
     let host = req
         .headers()
         .get(HOST)
@@ -188,8 +193,9 @@ pub async fn handle(
         return refusal(StatusCode::NOT_FOUND, &reason);
     };
     route.counters.requests.fetch_add(1, Relaxed);
-    if let Some(protocol) = crate::upgrade::requested(req.headers()) {
-        let response = crate::upgrade::forward(route, client, req, protocol).await;
+    // Any other upgrade is dropped with the hop-by-hop headers: a plain request.
+    if crate::upgrade::websocket(route, &req) {
+        let response = crate::upgrade::forward(route, client, req).await;
         route.counters.count_status(response.status());
         return response;
     }
@@ -435,32 +441,72 @@ async fn send(
                 .headers_mut()
                 .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         }
-        match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
-            Ok(Ok(response)) => return (from_target(response, s.request_timeout), true),
-            Ok(Err(_)) if out.too_large.as_ref().is_some_and(|t| t.load(Relaxed)) => {
-                return (too_large(s), false);
-            }
-            Ok(Err(e)) => {
-                let connect = e.is_connect();
-                if connect {
-                    route.balancer.mark_down(index, s.down);
-                }
-                tracing::debug!(route = %s.name, target = %target.authority, error = %e, "target failed");
-                let reason = format!("target {} failed: {}", target.authority, error_chain(&e));
-                last = refusal(StatusCode::BAD_GATEWAY, &reason);
-                if !connect {
-                    // It may have been sent: only a failed connection is tried again.
-                    return (last, false);
-                }
-            }
-            Err(_) => {
-                let ms = s.request_timeout.as_millis();
-                let reason = format!("target {} did not answer within {ms} ms", target.authority);
-                last = refusal(StatusCode::GATEWAY_TIMEOUT, &reason);
-            }
+        let sent = tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await;
+        match outcome(route, out.too_large.as_deref(), (index, target), sent) {
+            Attempt::Answer(response, from_target) => return (response, from_target),
+            Attempt::Again(refused) => last = refused,
         }
     }
     (last, false)
+}
+
+/// What one attempt came to: an answer for the client (true when the target's), or
+/// a failure after which the next target may be tried.
+enum Attempt {
+    Answer(Response<ProxyBody>, bool),
+    Again(Response<ProxyBody>),
+}
+
+/// A target's answer, a failure, or the time running out.
+type Sent = Result<
+    Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    tokio::time::error::Elapsed,
+>;
+
+/// The client's answer to one attempt on `target` (its index in the balancer):
+/// whose fault a failure is, and whether another target may be tried.
+fn outcome(
+    route: &RouteRt,
+    too_large_body: Option<&std::sync::atomic::AtomicBool>,
+    (index, target): (usize, &Target),
+    sent: Sent,
+) -> Attempt {
+    let s = &route.settings;
+    match sent {
+        Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            // It would turn the client's connection into a tunnel it never asked
+            // for, past the routes.
+            let reason = format!(
+                "target {} answered 101 to a request that did not upgrade",
+                target.authority
+            );
+            Attempt::Answer(refusal(StatusCode::BAD_GATEWAY, &reason), false)
+        }
+        Ok(Ok(response)) => Attempt::Answer(from_target(response, s.request_timeout), true),
+        Ok(Err(_)) if too_large_body.is_some_and(|t| t.load(Relaxed)) => {
+            Attempt::Answer(too_large(s), false)
+        }
+        Ok(Err(e)) => {
+            let connect = e.is_connect();
+            if connect {
+                route.balancer.mark_down(index, s.down);
+            }
+            tracing::debug!(route = %s.name, target = %target.authority, error = %e, "target failed");
+            let reason = format!("target {} failed: {}", target.authority, error_chain(&e));
+            let refused = refusal(StatusCode::BAD_GATEWAY, &reason);
+            if connect {
+                Attempt::Again(refused)
+            } else {
+                // It may have been sent: only a failed connection is tried again.
+                Attempt::Answer(refused, false)
+            }
+        }
+        Err(_) => {
+            let ms = s.request_timeout.as_millis();
+            let reason = format!("target {} did not answer within {ms} ms", target.authority);
+            Attempt::Again(refusal(StatusCode::GATEWAY_TIMEOUT, &reason))
+        }
+    }
 }
 
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
