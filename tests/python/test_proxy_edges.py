@@ -365,3 +365,79 @@ def test_connect_is_refused(targets, proxy):
         assert target.requests() == []
     finally:
         c.close()
+
+
+# -- 7: request framing ------------------------------------------------------------
+
+MALFORMED_CHUNKED = {
+    "bad size": b"zz\r\nhello\r\n0\r\n\r\n",
+    "0x prefix": b"0x5\r\nhello\r\n0\r\n\r\n",
+    "bare LF": b"5\nhello\n0\n\n",
+    "huge size": b"ffffffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+    "huge extension": b"5;" + b"e" * 100_000 + b"\r\nhello\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_CHUNKED))
+def test_a_malformed_chunked_body_is_a_400(targets, proxy, name):
+    target = targets()
+    p = proxy(route("any", target.port))
+    c = p.client()
+    try:
+        c.send(b"POST /up HTTP/1.1\r\nhost: example\r\ntransfer-encoding: chunked\r\n\r\n")
+        r = c.ask(MALFORMED_CHUNKED[name])
+        assert r.status == 400, (r.status_line, r.body)
+        assert r.header("x-weir-proxy-error") is not None, r.headers
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("coding", [b"gzip, chunked", b"identity, chunked", b"chunked, chunked"])
+def test_a_transfer_coding_other_than_chunked_is_a_501(targets, proxy, coding):
+    target = targets()
+    p = proxy(route("any", target.port))
+    c = p.client()
+    try:
+        r = c.ask(b"POST /up HTTP/1.1\r\nhost: example\r\ntransfer-encoding: " + coding + b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        assert r.status == 501, (r.status_line, r.body)
+        assert r.header("x-weir-proxy-error") is not None
+        assert target.requests() == []
+    finally:
+        c.close()
+
+
+def test_host_is_required_once_in_http11_and_optional_in_http10(targets, proxy):
+    target = targets()
+    p = proxy(route("any", target.port))
+    for request, status in [
+        (b"GET /a HTTP/1.1\r\nhost: one\r\nhost: two\r\n\r\n", 400),
+        (b"GET /a HTTP/1.1\r\n\r\n", 400),
+        (b"GET /a HTTP/1.1\r\nhost: one\r\n\r\n", 200),
+        (b"GET /a HTTP/1.0\r\n\r\n", 200),
+        (b"GET /a HTTP/1.0\r\nhost: one\r\nhost: two\r\n\r\n", 400),
+    ]:
+        c = p.client()
+        try:
+            r = c.ask(request)
+            assert r.status == status, (request, r.status_line, r.body)
+            if status == 400:
+                assert r.header("x-weir-proxy-error") is not None
+        finally:
+            c.close()
+    assert len(target.requests()) == 2
+
+
+def test_the_header_count_cap_is_a_setting(targets, proxy):
+    target = targets()
+    p = proxy(route("any", target.port), proxy_extra="headers_max = 20\n")
+
+    def ask(n):
+        extra = b"".join(b"x-h%d: v\r\n" % i for i in range(n))
+        c = p.client()
+        try:
+            return c.ask(b"GET /a HTTP/1.1\r\nhost: example\r\n" + extra + b"\r\n").status
+        finally:
+            c.close()
+
+    assert ask(15) == 200
+    assert ask(25) == 431

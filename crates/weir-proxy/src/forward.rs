@@ -3,10 +3,12 @@
 //! for a shadow: capturing is one append to the route's queue after the body has
 //! passed, on its own task, and a failure to capture is counted, never answered.
 //!
-//! Refusals carry `x-weir-proxy-error` with the reason: 404 when no route matches,
-//! 405 for `CONNECT`, 413 over `body_bytes_max`, 502 when no target answers (or one
-//! answers `101` to a request that did not upgrade), 504 when the target does not
-//! answer within `request_timeout_ms`.
+//! Refusals carry `x-weir-proxy-error` with the reason: 400 for a request framed
+//! wrongly (`framing.rs`) or a body that broke off or was malformed, 501 for a
+//! transfer coding other than `chunked`, 404 when no route matches, 405 for
+//! `CONNECT`, 413 over `body_bytes_max`, 502 when no target answers (or one answers
+//! `101` to a request that did not upgrade), 504 when the target does not answer
+//! within `request_timeout_ms`.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,7 +29,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::balance::Balancer;
-use crate::capture::{BodyEnd, BoxError, Captured, CapturedResponse, TeeBody};
+use crate::capture::{BodyEnd, BodyState, BoxError, Captured, CapturedResponse, TeeBody};
 use crate::config::{RouteSettings, Target};
 use crate::headers;
 use crate::metrics::RouteCounters;
@@ -164,6 +166,9 @@ pub async fn handle(
     client: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    if let Some(refused) = crate::framing::check(&req) {
+        return refused;
+    }
     if req.method() == hyper::Method::CONNECT {
         // A tunnel to wherever the client names, past the routes: never.
         return refusal(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not proxied");
@@ -309,8 +314,8 @@ fn too_large(s: &RouteSettings) -> Response<ProxyBody> {
 struct Outgoing {
     whole: Option<Bytes>,
     stream: Option<ProxyBody>,
-    /// Set when a streamed body passed `body_bytes_max`.
-    too_large: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// What became of a streamed body (past `body_bytes_max`, broken).
+    state: Option<Arc<BodyState>>,
 }
 
 /// Prepares the body and starts its capture. A body of known length within the
@@ -331,12 +336,12 @@ async fn outgoing_body(
     let mut out = Outgoing {
         whole: None,
         stream: None,
-        too_large: None,
+        state: None,
     };
     let mut end = None;
     if !bodyless(&body) {
         let capture_max = captured.is_some().then_some(s.capture_bytes_max);
-        let (tee, too_large, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
+        let (tee, state, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
         end = Some(body_end);
         if declared.is_some_and(|n| n <= s.capture_bytes_max) {
             match tokio::time::timeout(s.request_timeout, tee.collect()).await {
@@ -356,7 +361,7 @@ async fn outgoing_body(
             }
         } else {
             out.stream = Some(tee.boxed());
-            out.too_large = Some(too_large);
+            out.state = Some(state);
         }
     }
     let pending = captured.map(|(queue, captured)| Pending {
@@ -442,7 +447,7 @@ async fn send(
                 .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         }
         let sent = tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await;
-        match outcome(route, out.too_large.as_deref(), (index, target), sent) {
+        match outcome(route, out.state.as_deref(), (index, target), sent) {
             Attempt::Answer(response, from_target) => return (response, from_target),
             Attempt::Again(refused) => last = refused,
         }
@@ -467,7 +472,7 @@ type Sent = Result<
 /// whose fault a failure is, and whether another target may be tried.
 fn outcome(
     route: &RouteRt,
-    too_large_body: Option<&std::sync::atomic::AtomicBool>,
+    body: Option<&BodyState>,
     (index, target): (usize, &Target),
     sent: Sent,
 ) -> Attempt {
@@ -483,8 +488,14 @@ fn outcome(
             Attempt::Answer(refusal(StatusCode::BAD_GATEWAY, &reason), false)
         }
         Ok(Ok(response)) => Attempt::Answer(from_target(response, s.request_timeout), true),
-        Ok(Err(_)) if too_large_body.is_some_and(|t| t.load(Relaxed)) => {
+        Ok(Err(_)) if body.is_some_and(|b| b.too_large.load(Relaxed)) => {
             Attempt::Answer(too_large(s), false)
+        }
+        Ok(Err(_)) if body.is_some_and(|b| b.broken.load(Relaxed)) => {
+            // The client's body failed (cut short, a malformed chunk): its fault, not
+            // the target's.
+            let reason = "the request body broke off or was malformed";
+            Attempt::Answer(refusal(StatusCode::BAD_REQUEST, reason), false)
         }
         Ok(Err(e)) => {
             let connect = e.is_connect();

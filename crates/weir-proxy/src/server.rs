@@ -1,7 +1,7 @@
 //! The proxy's listeners: HTTP/1.1 and HTTP/2 over cleartext (h2c, by prior
 //! knowledge) on the same port. Limits: `connections_max` per listener (one more is
-//! closed as soon as it is accepted), `header_bytes_max` for a request head (over it
-//! hyper answers 431), `header_timeout_ms` to send a head. On stop, each connection
+//! closed as soon as it is accepted), `header_bytes_max` for a request head and
+//! `headers_max` for its fields (over either hyper answers 431), `header_timeout_ms` to send a head. On stop, each connection
 //! finishes its request in flight; after 2 s the rest are dropped. A connection
 //! upgraded to a tunnel (WebSocket) keeps its slot until the tunnel ends.
 
@@ -102,6 +102,7 @@ async fn serve_connection(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_timeout)
+        .max_headers(settings.headers_max)
         .max_buf_size(settings.header_bytes_max.max(8192));
     builder
         .http2()
