@@ -441,3 +441,27 @@ def test_the_header_count_cap_is_a_setting(targets, proxy):
 
     assert ask(15) == 200
     assert ask(25) == 431
+
+
+# -- 15: the status line -----------------------------------------------------------
+
+
+def test_an_http10_targets_answer_goes_out_in_the_clients_version(targets, proxy):
+    target = targets("http10")
+    p = proxy(route("any", target.port))
+    c = p.client()
+    try:
+        for _ in range(3):
+            r = c.ask(b"GET /a HTTP/1.1\r\nhost: example\r\n\r\n")
+            assert (r.version, r.status, r.body) == ("HTTP/1.1", 200, b"ok"), r.status_line
+            assert (r.header("connection") or "").lower() != "close"
+        assert not c.closed()
+    finally:
+        c.close()
+    # An HTTP/1.0 client gets HTTP/1.0.
+    c = p.client()
+    try:
+        r = c.ask(b"GET /a HTTP/1.0\r\nhost: example\r\n\r\n")
+        assert (r.version, r.status, r.body) == ("HTTP/1.0", 200, b"ok"), r.status_line
+    finally:
+        c.close()

@@ -8,7 +8,8 @@
 //! transfer coding other than `chunked`, 404 when no route matches, 405 for
 //! `CONNECT`, 413 over `body_bytes_max`, 502 when no target answers (or one answers
 //! `101` to a request that did not upgrade), 504 when the target does not answer
-//! within `request_timeout_ms`.
+//! within `request_timeout_ms`. Answers go out in the client's HTTP version, whatever
+//! the target's: an HTTP/1.0 status line would end a keep-alive client's connection.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST};
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -447,7 +448,7 @@ async fn send(
                 .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         }
         let sent = tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await;
-        match outcome(route, out.state.as_deref(), (index, target), sent) {
+        match outcome(route, head, out.state.as_deref(), (index, target), sent) {
             Attempt::Answer(response, from_target) => return (response, from_target),
             Attempt::Again(refused) => last = refused,
         }
@@ -472,6 +473,7 @@ type Sent = Result<
 /// whose fault a failure is, and whether another target may be tried.
 fn outcome(
     route: &RouteRt,
+    head: &hyper::http::request::Parts,
     body: Option<&BodyState>,
     (index, target): (usize, &Target),
     sent: Sent,
@@ -487,7 +489,9 @@ fn outcome(
             );
             Attempt::Answer(refusal(StatusCode::BAD_GATEWAY, &reason), false)
         }
-        Ok(Ok(response)) => Attempt::Answer(from_target(response, s.request_timeout), true),
+        Ok(Ok(response)) => {
+            Attempt::Answer(from_target(response, s.request_timeout, head.version), true)
+        }
         Ok(Err(_)) if body.is_some_and(|b| b.too_large.load(Relaxed)) => {
             Attempt::Answer(too_large(s), false)
         }
@@ -580,11 +584,17 @@ fn rewrite_query(query: Option<&str>, s: &RouteSettings) -> String {
     }
 }
 
-/// A target's answer, less hop-by-hop headers, its body streamed; it fails (and the
-/// client's connection with it) when nothing comes for `idle`.
-pub(crate) fn from_target(response: Response<Incoming>, idle: Duration) -> Response<ProxyBody> {
+/// A target's answer, less hop-by-hop headers, in the client's HTTP `version`, its
+/// body streamed; it fails (and the client's connection with it) when nothing comes
+/// for `idle`.
+pub(crate) fn from_target(
+    response: Response<Incoming>,
+    idle: Duration,
+    version: Version,
+) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
+    parts.version = version;
     Response::from_parts(parts, crate::idle::IdleBody::new(body, idle).boxed())
 }
 

@@ -85,7 +85,7 @@ pub async fn forward(
         Err(refused) => return refused,
     };
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return from_target(response, s.request_timeout);
+        return from_target(response, s.request_timeout, head.version);
     }
     if !has_token(response.headers(), UPGRADE, "websocket") {
         return refusal(
@@ -110,6 +110,7 @@ pub async fn forward(
     });
     let (mut parts, _) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
+    parts.version = head.version;
     parts
         .headers
         .insert(CONNECTION, HeaderValue::from_static("upgrade"));
