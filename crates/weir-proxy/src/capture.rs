@@ -118,15 +118,26 @@ pub enum BodyEnd {
     Incomplete,
 }
 
+/// What became of a client's body as it streamed to the target: when the target's
+/// request fails, this says whether the client's body was the cause.
+#[derive(Debug, Default)]
+pub struct BodyState {
+    /// It passed `body_bytes_max`.
+    pub too_large: AtomicBool,
+    /// Reading it failed: it broke off, or was malformed (a bad chunk).
+    pub broken: AtomicBool,
+}
+
 /// Streams `inner` on, keeping a copy up to `capture_max` bytes, and fails past
-/// `body_max` bytes (setting `too_large`, so the proxy answers 413).
+/// `body_max` bytes (setting `too_large`, so the proxy answers 413); a failure to
+/// read `inner` sets `broken` (the proxy answers 400).
 pub struct TeeBody<B> {
     inner: B,
     copy: Option<BytesMut>,
     seen: u64,
     capture_max: u64,
     body_max: u64,
-    too_large: Arc<AtomicBool>,
+    state: Arc<BodyState>,
     end: Option<oneshot::Sender<BodyEnd>>,
 }
 
@@ -135,19 +146,19 @@ impl<B> TeeBody<B> {
         inner: B,
         capture_max: Option<u64>,
         body_max: u64,
-    ) -> (TeeBody<B>, Arc<AtomicBool>, oneshot::Receiver<BodyEnd>) {
+    ) -> (TeeBody<B>, Arc<BodyState>, oneshot::Receiver<BodyEnd>) {
         let (tx, rx) = oneshot::channel();
-        let too_large = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(BodyState::default());
         let body = TeeBody {
             inner,
             copy: capture_max.map(|_| BytesMut::new()),
             seen: 0,
             capture_max: capture_max.unwrap_or(0),
             body_max,
-            too_large: Arc::clone(&too_large),
+            state: Arc::clone(&state),
             end: Some(tx),
         };
-        (body, too_large, rx)
+        (body, state, rx)
     }
 
     fn finish(&mut self, end: BodyEnd) {
@@ -203,6 +214,7 @@ where
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
+                this.state.broken.store(true, Relaxed);
                 this.finish(BodyEnd::Incomplete);
                 Poll::Ready(Some(Err(e.into())))
             }
@@ -210,7 +222,7 @@ where
                 if let Some(data) = frame.data_ref() {
                     this.seen += data.len() as u64;
                     if this.seen > this.body_max {
-                        this.too_large.store(true, Relaxed);
+                        this.state.too_large.store(true, Relaxed);
                         this.finish(BodyEnd::Incomplete);
                         return Poll::Ready(Some(Err(Box::new(BodyTooLarge(this.body_max)))));
                     }
@@ -300,7 +312,7 @@ mod tests {
         let (body, too_large, end) =
             TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), Some(3), 4);
         assert!(body.collect().await.is_err());
-        assert!(too_large.load(Relaxed));
+        assert!(too_large.too_large.load(Relaxed));
         assert!(matches!(end.await.unwrap(), BodyEnd::Incomplete));
     }
 }

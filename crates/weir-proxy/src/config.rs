@@ -24,6 +24,10 @@ pub const HEALTH_INTERVAL_MS_DEFAULT: u64 = 5_000;
 pub const WEBSOCKET_IDLE_MS_DEFAULT: u64 = 300_000;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4_096;
 pub const HEADER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// Header fields in an HTTP/1.1 request head (hyper's own default); more is 431.
+pub const HEADERS_MAX_DEFAULT: usize = 100;
+/// `headers_max` at most: hyper sets aside room for that many fields per request.
+pub const HEADERS_MAX_MAX: usize = 10_000;
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 pub const SHADOW_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 pub const SHADOW_RETRIES_DEFAULT: u32 = 2;
@@ -59,6 +63,8 @@ pub struct ProxyConfig {
     pub connections_max: Option<usize>,
     /// Largest request head (request line and headers) taken from a client.
     pub header_bytes_max: Option<usize>,
+    /// Most header fields in an HTTP/1.1 request head (more is 431).
+    pub headers_max: Option<usize>,
     /// Time a client has to send a request head.
     pub header_timeout_ms: Option<u64>,
     /// Threads of the proxy's own runtime (default: the CPU count).
@@ -122,6 +128,9 @@ pub struct RouteConfig {
     /// does.
     pub health_path: Option<String>,
     pub health_interval_ms: Option<u64>,
+    /// Forward `Upgrade: websocket` (default false: an upgrade is dropped, the
+    /// request forwarded as a plain one).
+    pub websocket: Option<bool>,
     /// An upgraded (WebSocket) connection with no byte either way for this long is
     /// closed.
     pub websocket_idle_ms: Option<u64>,
@@ -175,6 +184,7 @@ pub struct ProxySettings {
     pub routes: Vec<RouteSettings>,
     pub connections_max: usize,
     pub header_bytes_max: usize,
+    pub headers_max: usize,
     pub header_timeout: Duration,
     pub threads: usize,
     pub tls: Arc<rustls::ClientConfig>,
@@ -203,6 +213,8 @@ pub struct RouteSettings {
     pub remove_query: Vec<String>,
     pub health_path: Option<String>,
     pub health_interval: Duration,
+    /// `Upgrade: websocket` is forwarded (no other upgrade ever is).
+    pub websocket: bool,
     pub websocket_idle: Duration,
     pub sequential: bool,
     pub shadows: Vec<ShadowSettings>,
@@ -307,6 +319,7 @@ impl ProxyConfig {
                 "header_bytes_max",
                 self.header_bytes_max.unwrap_or(HEADER_BYTES_MAX_DEFAULT),
             )?,
+            headers_max: headers_max(self.headers_max)?,
             header_timeout: Duration::from_millis(positive(
                 "header_timeout_ms",
                 self.header_timeout_ms.unwrap_or(HEADER_TIMEOUT_MS_DEFAULT) as usize,
@@ -318,6 +331,14 @@ impl ProxyConfig {
             )?,
             tls,
         })
+    }
+}
+
+/// `headers_max`: 1 to [`HEADERS_MAX_MAX`], [`HEADERS_MAX_DEFAULT`] when absent.
+fn headers_max(v: Option<usize>) -> Result<usize, String> {
+    match v.unwrap_or(HEADERS_MAX_DEFAULT) {
+        n @ 1..=HEADERS_MAX_MAX => Ok(n),
+        _ => Err(format!("proxy.headers_max: 1 to {HEADERS_MAX_MAX}")),
     }
 }
 
@@ -420,6 +441,7 @@ fn resolve_route(
         remove_query: r.remove_query.clone(),
         health_path: r.health_path.clone(),
         health_interval: ms(r.health_interval_ms, HEALTH_INTERVAL_MS_DEFAULT),
+        websocket: r.websocket.unwrap_or(false),
         websocket_idle: ms(r.websocket_idle_ms, WEBSOCKET_IDLE_MS_DEFAULT),
         sequential,
         shadows,

@@ -3,9 +3,13 @@
 //! for a shadow: capturing is one append to the route's queue after the body has
 //! passed, on its own task, and a failure to capture is counted, never answered.
 //!
-//! Refusals carry `x-weir-proxy-error` with the reason: 404 when no route matches,
-//! 413 over `body_bytes_max`, 502 when no target answers, 504 when the target does
-//! not answer within `request_timeout_ms`.
+//! Refusals carry `x-weir-proxy-error` with the reason: 400 for a request framed
+//! wrongly (`framing.rs`) or a body that broke off or was malformed, 501 for a
+//! transfer coding other than `chunked`, 404 when no route matches, 405 for
+//! `CONNECT`, 413 over `body_bytes_max`, 502 when no target answers (or one answers
+//! `101` to a request that did not upgrade), 504 when the target does not answer
+//! within `request_timeout_ms`. Answers go out in the client's HTTP version, whatever
+//! the target's: an HTTP/1.0 status line would end a keep-alive client's connection.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,14 +23,14 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST};
-use hyper::{Request, Response, StatusCode, Uri};
+use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::balance::Balancer;
-use crate::capture::{BodyEnd, BoxError, Captured, CapturedResponse, TeeBody};
+use crate::capture::{BodyEnd, BodyState, BoxError, Captured, CapturedResponse, TeeBody};
 use crate::config::{RouteSettings, Target};
 use crate::headers;
 use crate::metrics::RouteCounters;
@@ -163,6 +167,13 @@ pub async fn handle(
     client: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
+    if let Some(refused) = crate::framing::check(&req) {
+        return refused;
+    }
+    if req.method() == hyper::Method::CONNECT {
+        // A tunnel to wherever the client names, past the routes: never.
+        return refusal(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not proxied");
+    }
     let host = req
         .headers()
         .get(HOST)
@@ -188,8 +199,9 @@ pub async fn handle(
         return refusal(StatusCode::NOT_FOUND, &reason);
     };
     route.counters.requests.fetch_add(1, Relaxed);
-    if let Some(protocol) = crate::upgrade::requested(req.headers()) {
-        let response = crate::upgrade::forward(route, client, req, protocol).await;
+    // Any other upgrade is dropped with the hop-by-hop headers: a plain request.
+    if crate::upgrade::websocket(route, &req) {
+        let response = crate::upgrade::forward(route, client, req).await;
         route.counters.count_status(response.status());
         return response;
     }
@@ -303,8 +315,8 @@ fn too_large(s: &RouteSettings) -> Response<ProxyBody> {
 struct Outgoing {
     whole: Option<Bytes>,
     stream: Option<ProxyBody>,
-    /// Set when a streamed body passed `body_bytes_max`.
-    too_large: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// What became of a streamed body (past `body_bytes_max`, broken).
+    state: Option<Arc<BodyState>>,
 }
 
 /// Prepares the body and starts its capture. A body of known length within the
@@ -325,12 +337,12 @@ async fn outgoing_body(
     let mut out = Outgoing {
         whole: None,
         stream: None,
-        too_large: None,
+        state: None,
     };
     let mut end = None;
     if !bodyless(&body) {
         let capture_max = captured.is_some().then_some(s.capture_bytes_max);
-        let (tee, too_large, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
+        let (tee, state, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
         end = Some(body_end);
         if declared.is_some_and(|n| n <= s.capture_bytes_max) {
             match tokio::time::timeout(s.request_timeout, tee.collect()).await {
@@ -350,7 +362,7 @@ async fn outgoing_body(
             }
         } else {
             out.stream = Some(tee.boxed());
-            out.too_large = Some(too_large);
+            out.state = Some(state);
         }
     }
     let pending = captured.map(|(queue, captured)| Pending {
@@ -435,32 +447,81 @@ async fn send(
                 .headers_mut()
                 .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
         }
-        match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
-            Ok(Ok(response)) => return (from_target(response, s.request_timeout), true),
-            Ok(Err(_)) if out.too_large.as_ref().is_some_and(|t| t.load(Relaxed)) => {
-                return (too_large(s), false);
-            }
-            Ok(Err(e)) => {
-                let connect = e.is_connect();
-                if connect {
-                    route.balancer.mark_down(index, s.down);
-                }
-                tracing::debug!(route = %s.name, target = %target.authority, error = %e, "target failed");
-                let reason = format!("target {} failed: {}", target.authority, error_chain(&e));
-                last = refusal(StatusCode::BAD_GATEWAY, &reason);
-                if !connect {
-                    // It may have been sent: only a failed connection is tried again.
-                    return (last, false);
-                }
-            }
-            Err(_) => {
-                let ms = s.request_timeout.as_millis();
-                let reason = format!("target {} did not answer within {ms} ms", target.authority);
-                last = refusal(StatusCode::GATEWAY_TIMEOUT, &reason);
-            }
+        let sent = tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await;
+        match outcome(route, head, out.state.as_deref(), (index, target), sent) {
+            Attempt::Answer(response, from_target) => return (response, from_target),
+            Attempt::Again(refused) => last = refused,
         }
     }
     (last, false)
+}
+
+/// What one attempt came to: an answer for the client (true when the target's), or
+/// a failure after which the next target may be tried.
+enum Attempt {
+    Answer(Response<ProxyBody>, bool),
+    Again(Response<ProxyBody>),
+}
+
+/// A target's answer, a failure, or the time running out.
+type Sent = Result<
+    Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    tokio::time::error::Elapsed,
+>;
+
+/// The client's answer to one attempt on `target` (its index in the balancer):
+/// whose fault a failure is, and whether another target may be tried.
+fn outcome(
+    route: &RouteRt,
+    head: &hyper::http::request::Parts,
+    body: Option<&BodyState>,
+    (index, target): (usize, &Target),
+    sent: Sent,
+) -> Attempt {
+    let s = &route.settings;
+    match sent {
+        Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            // It would turn the client's connection into a tunnel it never asked
+            // for, past the routes.
+            let reason = format!(
+                "target {} answered 101 to a request that did not upgrade",
+                target.authority
+            );
+            Attempt::Answer(refusal(StatusCode::BAD_GATEWAY, &reason), false)
+        }
+        Ok(Ok(response)) => {
+            Attempt::Answer(from_target(response, s.request_timeout, head.version), true)
+        }
+        Ok(Err(_)) if body.is_some_and(|b| b.too_large.load(Relaxed)) => {
+            Attempt::Answer(too_large(s), false)
+        }
+        Ok(Err(_)) if body.is_some_and(|b| b.broken.load(Relaxed)) => {
+            // The client's body failed (cut short, a malformed chunk): its fault, not
+            // the target's.
+            let reason = "the request body broke off or was malformed";
+            Attempt::Answer(refusal(StatusCode::BAD_REQUEST, reason), false)
+        }
+        Ok(Err(e)) => {
+            let connect = e.is_connect();
+            if connect {
+                route.balancer.mark_down(index, s.down);
+            }
+            tracing::debug!(route = %s.name, target = %target.authority, error = %e, "target failed");
+            let reason = format!("target {} failed: {}", target.authority, error_chain(&e));
+            let refused = refusal(StatusCode::BAD_GATEWAY, &reason);
+            if connect {
+                Attempt::Again(refused)
+            } else {
+                // It may have been sent: only a failed connection is tried again.
+                Attempt::Answer(refused, false)
+            }
+        }
+        Err(_) => {
+            let ms = s.request_timeout.as_millis();
+            let reason = format!("target {} did not answer within {ms} ms", target.authority);
+            Attempt::Again(refusal(StatusCode::GATEWAY_TIMEOUT, &reason))
+        }
+    }
 }
 
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -523,11 +584,17 @@ fn rewrite_query(query: Option<&str>, s: &RouteSettings) -> String {
     }
 }
 
-/// A target's answer, less hop-by-hop headers, its body streamed; it fails (and the
-/// client's connection with it) when nothing comes for `idle`.
-pub(crate) fn from_target(response: Response<Incoming>, idle: Duration) -> Response<ProxyBody> {
+/// A target's answer, less hop-by-hop headers, in the client's HTTP `version`, its
+/// body streamed; it fails (and the client's connection with it) when nothing comes
+/// for `idle`.
+pub(crate) fn from_target(
+    response: Response<Incoming>,
+    idle: Duration,
+    version: Version,
+) -> Response<ProxyBody> {
     let (mut parts, body) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
+    parts.version = version;
     Response::from_parts(parts, crate::idle::IdleBody::new(body, idle).boxed())
 }
 

@@ -1,6 +1,7 @@
 //! What the proxy does to headers on the way to a target: hop-by-hop headers go
 //! (RFC 9110 7.6.1: `Connection` and the headers it names, `Keep-Alive`,
-//! `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`), the client is
+//! `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`, and h2c's
+//! `HTTP2-Settings`, RFC 7540 3.2.1, named or not), the client is
 //! recorded (`X-Forwarded-For`, `-Proto`, `-Host` and `Forwarded`), the route's
 //! rewrites apply, and `Host` becomes the target's unless the route keeps the
 //! client's or names another.
@@ -11,8 +12,9 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST};
 
 use crate::config::{RouteSettings, Target};
 
-const HOP_BY_HOP: [&str; 8] = [
+const HOP_BY_HOP: [&str; 9] = [
     "connection",
+    "http2-settings",
     "keep-alive",
     "proxy-authenticate",
     "proxy-authorization",

@@ -5,12 +5,13 @@
 //! backlog on disk, and a restart resumes the replays where they stood.
 //!
 //! The map: `config.rs` the `[proxy]` section, `route.rs` matching, `forward.rs`
-//! the request path, `headers.rs` what a target gets, `balance.rs` round-robin and
-//! passive health, `health.rs` active health checks, `capture.rs` the captured form and the body tee, `shadow.rs`
-//! replays, `record.rs` routes that keep their captures, `capture_file.rs` captures
-//! as JSON lines (export, import), `replay.rs` replays to any URL (`weir replay`),
-//! `upgrade.rs` WebSocket, `idle.rs` stalled answers, `server.rs` the listeners,
-//! `metrics.rs` `/metrics`.
+//! the request path, `framing.rs` the framing a request needs (`Host`, transfer
+//! codings), `headers.rs` what a target gets, `balance.rs` round-robin and passive
+//! health, `health.rs` active health checks, `capture.rs` the captured form and the
+//! body tee, `shadow.rs` replays, `record.rs` routes that keep their captures,
+//! `capture_file.rs` captures as JSON lines (export, import), `replay.rs` replays to
+//! any URL (`weir replay`), `upgrade.rs` WebSocket, `idle.rs` stalled answers,
+//! `server.rs` the listeners, `metrics.rs` `/metrics`.
 //!
 //! It keeps its captures through `weir_backend`, the interface the memcache door
 //! uses, so a route's shadows and recording run on the embedded engine or on a
@@ -25,6 +26,7 @@ pub mod config;
 mod diff;
 mod differ;
 mod forward;
+mod framing;
 mod headers;
 mod health;
 mod idle;

@@ -2,8 +2,8 @@
 //! knowledge) on the same port. Limits: `connections_max` per listener (at the cap,
 //! the connection idle the longest is closed for the newcomer, so idle sockets cannot
 //! lock clients out; one more is refused only when all are in the middle of a
-//! request or tunnels), `header_bytes_max` for a request head (over it hyper answers
-//! 431), `header_timeout_ms` to send a head: the first one whatever the protocol
+//! request or tunnels), `header_bytes_max` for a request head and `headers_max` for its
+//! fields (over either hyper answers 431), `header_timeout_ms` to send a head: the first one whatever the protocol
 //! detection (hyper-util's `auto` builder reads before hyper's own header timeout
 //! starts), later ones on HTTP/1 by hyper. The cap and the first head's deadline are
 //! `weir_backend::http_conns`, shared with the bus and the HTTP port. On stop, each
@@ -148,6 +148,7 @@ fn builder(settings: &ProxySettings) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_timeout)
+        .max_headers(settings.headers_max)
         .max_buf_size(settings.header_bytes_max.max(8192));
     builder
         .http2()

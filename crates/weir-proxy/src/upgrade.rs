@@ -1,18 +1,24 @@
-//! Upgrades (WebSocket): a request with `Connection: upgrade` and an `Upgrade`
-//! header goes to a target with both kept (they are hop-by-hop, removed from every
-//! other request); when the target answers `101 Switching Protocols`, the client's
-//! connection and the target's are joined and bytes are copied both ways until
-//! either side closes, or until no byte has passed either way for the route's
-//! `websocket_idle_ms` (5 minutes by default). Upgraded requests are not captured
-//! nor replayed, and not retried. HTTP/1.1 only (an HTTP/2 client cannot upgrade
-//! this way).
+//! Upgrades (WebSocket): on a route with `websocket = true`, an HTTP/1.1 `GET` with
+//! `Connection: upgrade` and `Upgrade: websocket` goes to a target with both kept
+//! (they are hop-by-hop, removed from every other request); when the target answers
+//! `101 Switching Protocols` to websocket, the client's connection and the target's
+//! are joined and bytes are copied both ways until either side closes, or until no
+//! byte has passed either way for the route's `websocket_idle_ms` (5 minutes by
+//! default). Upgraded requests are not captured nor replayed, and not retried.
+//! HTTP/1.1 only (an HTTP/2 client cannot upgrade this way).
+//!
+//! Every other upgrade (`h2c`, `TLS/1.0`, websocket on a route without the setting)
+//! is dropped: the request goes on as a plain one, without `Upgrade`. A tunnel
+//! passes bytes the proxy never routes nor checks, so only the one protocol a route
+//! asked for may open one: an h2c tunnel would carry any request to any path past
+//! the routes, their header rules, limits and capture.
 
 use std::net::SocketAddr;
 
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, HeaderValue, CONNECTION, UPGRADE};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, UPGRADE};
 use hyper::upgrade::OnUpgrade;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode, Version};
 use hyper_util::rt::TokioIo;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -21,32 +27,39 @@ use std::time::{Duration, Instant};
 /// Bytes a tunnel copies at a time, per direction.
 const PUMP_BUFFER_BYTES: usize = 16 * 1024;
 
+use crate::config::Target;
 use crate::forward::{
     empty, error_chain, from_target, refusal, upstream_request, ProxyBody, RouteRt,
 };
 use crate::headers;
 
-/// The protocol asked for, when the request asks to upgrade.
-pub fn requested(headers: &HeaderMap) -> Option<HeaderValue> {
-    let asks = headers
-        .get_all(CONNECTION)
+/// Whether `req` is a WebSocket upgrade the route forwards: `websocket = true`, an
+/// HTTP/1.1 `GET`, `Connection: upgrade`, and `websocket` among the protocols of
+/// `Upgrade`. Any other upgrade is not one: the request goes on as a plain one.
+pub fn websocket(route: &RouteRt, req: &Request<Incoming>) -> bool {
+    route.settings.websocket
+        && req.version() == Version::HTTP_11
+        && req.method() == Method::GET
+        && has_token(req.headers(), CONNECTION, "upgrade")
+        && has_token(req.headers(), UPGRADE, "websocket")
+}
+
+/// Whether some value of the list header `name` has `token` (case aside).
+fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
+    headers
+        .get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    if asks {
-        headers.get(UPGRADE).cloned()
-    } else {
-        None
-    }
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// Forwards an upgrade request and, on `101`, joins the two connections.
+/// Forwards a WebSocket upgrade request and, on `101` to websocket, joins the two
+/// connections; a `101` to another protocol is a 502.
 pub async fn forward(
     route: &RouteRt,
     client: SocketAddr,
     req: Request<Incoming>,
-    protocol: HeaderValue,
 ) -> Response<ProxyBody> {
     let s = &route.settings;
     let (mut head, body) = req.into_parts();
@@ -64,29 +77,24 @@ pub async fn forward(
     outgoing
         .headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    outgoing.headers_mut().insert(UPGRADE, protocol);
-    let mut response =
-        match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                if e.is_connect() {
-                    route.balancer.mark_down(index, s.down);
-                }
-                return refusal(
-                    StatusCode::BAD_GATEWAY,
-                    &format!("target {} failed: {}", target.authority, error_chain(&e)),
-                );
-            }
-            Err(_) => {
-                let ms = s.request_timeout.as_millis();
-                return refusal(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    &format!("target {} did not answer within {ms} ms", target.authority),
-                );
-            }
-        };
+    outgoing
+        .headers_mut()
+        .insert(UPGRADE, HeaderValue::from_static("websocket"));
+    let mut response = match ask(route, outgoing, index, target).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return from_target(response, s.request_timeout);
+        return from_target(response, s.request_timeout, head.version);
+    }
+    if !has_token(response.headers(), UPGRADE, "websocket") {
+        return refusal(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "target {} switched to another protocol than websocket",
+                target.authority
+            ),
+        );
     }
     let Some(client_side) = client_side else {
         return refusal(
@@ -95,7 +103,6 @@ pub async fn forward(
         );
     };
     let target_side = hyper::upgrade::on(&mut response);
-    let accepted = response.headers().get(UPGRADE).cloned();
     let idle = s.websocket_idle;
     tokio::spawn(async move {
         join(client_side, target_side, idle).await;
@@ -103,13 +110,44 @@ pub async fn forward(
     });
     let (mut parts, _) = response.into_parts();
     headers::remove_hop_by_hop(&mut parts.headers);
+    parts.version = head.version;
     parts
         .headers
         .insert(CONNECTION, HeaderValue::from_static("upgrade"));
-    if let Some(p) = accepted {
-        parts.headers.insert(UPGRADE, p);
-    }
+    parts
+        .headers
+        .insert(UPGRADE, HeaderValue::from_static("websocket"));
     Response::from_parts(parts, empty())
+}
+
+/// Sends the upgrade request to `target` (its index in the balancer): the target's
+/// answer, or the refusal the client gets when there is none in time.
+async fn ask(
+    route: &RouteRt,
+    outgoing: Request<ProxyBody>,
+    index: usize,
+    target: &Target,
+) -> Result<Response<Incoming>, Response<ProxyBody>> {
+    let s = &route.settings;
+    match tokio::time::timeout(s.request_timeout, route.client.request(outgoing)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => {
+            if e.is_connect() {
+                route.balancer.mark_down(index, s.down);
+            }
+            Err(refusal(
+                StatusCode::BAD_GATEWAY,
+                &format!("target {} failed: {}", target.authority, error_chain(&e)),
+            ))
+        }
+        Err(_) => {
+            let ms = s.request_timeout.as_millis();
+            Err(refusal(
+                StatusCode::GATEWAY_TIMEOUT,
+                &format!("target {} did not answer within {ms} ms", target.authority),
+            ))
+        }
+    }
 }
 
 /// Copies bytes both ways between the upgraded client and target connections until

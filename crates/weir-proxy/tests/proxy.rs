@@ -544,7 +544,7 @@ async fn websockets_pass_through() {
     use futures_util::{SinkExt, StreamExt};
     let addr = start_ws_echo().await;
     let cfg = format!(
-        "{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\nwebsocket_idle_ms = 400\n",
+        "{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\nwebsocket = true\nwebsocket_idle_ms = 400\n",
         listen_toml()
     );
     let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
@@ -829,7 +829,7 @@ async fn served(base: &str) -> bool {
 async fn upgraded_connections_keep_their_place_in_connections_max() {
     let addr = start_ws_echo().await;
     let cfg = format!(
-        "connections_max = 2\n{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\n",
+        "connections_max = 2\n{}[[routes]]\nname = \"ws\"\ntargets = [\"http://{addr}\"]\nwebsocket = true\n",
         listen_toml()
     );
     let mut p = start(tempfile::tempdir().unwrap(), &cfg).await;
