@@ -213,22 +213,12 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         let _entered = runtime.enter();
         Signals::install().context("installing the SIGTERM and SIGINT handlers")?
     };
-    let opened = runtime.block_on(async {
-        tokio::select! {
-            biased;
-            opened = weir_server::server::open_backend(&settings, settings.store.files_open_max) => {
-                opened.map(Some)
-            }
-            why = signals.recv() => {
-                tracing::info!("{why} while the store opened: stopped before serving");
-                Ok(None)
-            }
-        }
-    })?;
-    let Some(opened) = opened else {
-        return Ok(());
-    };
-    let backend = Arc::new(opened);
+    // The open is not cut short by a signal (it would go on, unclosed): the signal
+    // waits in `signals` and stops the proxy as soon as it is started.
+    let backend = Arc::new(runtime.block_on(weir_server::server::open_backend(
+        &settings,
+        settings.store.files_open_max,
+    ))?);
     let handle = weir_proxy::start(Arc::clone(&backend), proxy)?;
     let shared = weir_server::shared::Shared::for_proxy(settings, Arc::clone(&backend), handle);
     runtime.block_on(async {

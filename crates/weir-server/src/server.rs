@@ -93,44 +93,41 @@ async fn open_doors(
     })
 }
 
-/// Opens the store and the doors; None when a signal came first (after closing
-/// what was opened). A failed start closes the store too.
+/// Opens the store and the doors. A signal meanwhile does not cut the start short
+/// (an open cancelled half-way would go on on the blocking pool, unclosed, and a
+/// bus or proxy starting would race the store's close): it is returned, and the
+/// server shuts down as soon as it is started, by the graceful path. A failed
+/// start closes the store.
 async fn start(
     settings: &Settings,
     files_open_max: usize,
     signals: &mut Signals,
-) -> anyhow::Result<Option<(Arc<weir_backend::Backend>, Doors)>> {
-    // Biased: a start that is done goes on to serve, and the signal that came
-    // meanwhile shuts it down as in operation.
-    let opened = tokio::select! {
-        biased;
-        opened = open_backend(settings, files_open_max) => opened?,
-        why = signals.recv() => {
-            tracing::info!("{why} while the store opened: stopped before serving");
-            return Ok(None);
-        }
-    };
-    let backend = Arc::new(opened);
-    let doors = tokio::select! {
-        biased;
-        doors = open_doors(settings, &backend) => Some(doors),
-        why = signals.recv() => {
-            tracing::info!("{why} during start-up: stopped before serving");
-            None
-        }
-    };
-    match doors {
-        Some(Ok(doors)) => Ok(Some((backend, doors))),
-        Some(Err(e)) => {
-            if let Err(closing) = backend.close().await {
-                tracing::warn!(error = %closing, "closing the store after a failed start");
+) -> anyhow::Result<(Arc<weir_backend::Backend>, Doors, Option<&'static str>)> {
+    let work = async {
+        let backend = Arc::new(open_backend(settings, files_open_max).await?);
+        match open_doors(settings, &backend).await {
+            Ok(doors) => Ok((backend, doors)),
+            Err(e) => {
+                if let Err(closing) = backend.close().await {
+                    tracing::warn!(error = %closing, "closing the store after a failed start");
+                }
+                Err(e)
             }
-            Err(e)
         }
-        None => {
-            backend.close().await.context("closing the store")?;
-            tracing::info!("stopped");
-            Ok(None)
+    };
+    tokio::pin!(work);
+    let mut signalled = None;
+    loop {
+        tokio::select! {
+            biased;
+            started = &mut work => {
+                let (backend, doors) = started?;
+                return Ok((backend, doors, signalled));
+            }
+            why = signals.recv(), if signalled.is_none() => {
+                tracing::info!("{why} during start-up: stopping as soon as started");
+                signalled = Some(why);
+            }
         }
     }
 }
@@ -140,9 +137,7 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     // First of all: a signal from here on stops the start gracefully.
     let mut signals = Signals::install().context("installing the SIGTERM and SIGINT handlers")?;
     let files_open_max = files_open_max(settings.max_connections);
-    let Some((backend, doors)) = start(&settings, files_open_max, &mut signals).await? else {
-        return Ok(());
-    };
+    let (backend, doors, signalled) = start(&settings, files_open_max, &mut signals).await?;
     let Doors {
         listener,
         http_listener,
@@ -164,6 +159,10 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     });
     let workers = Workers::start(settings.threads.saturating_sub(1))?;
     log_listening(&listener, &http_listener, &settings)?;
+    if signalled.is_some() {
+        // Nothing is served: the accept loop ends at once, then the usual stop.
+        shared.begin_shutdown();
+    }
     tokio::spawn(on_signals(Arc::clone(&shared), signals));
     let http_limits = crate::http::HttpLimits {
         max_connections: settings.http_max_connections,

@@ -48,7 +48,7 @@ impl Inner {
         if !names.contains(&prefix) && names.iter().any(|n| n.starts_with(&prefix)) {
             // A queue kept for its readers: their consumers are what keeps its next
             // items (it has no `q~`), so they stay and only the items go.
-            self.purge(Some(queue), deadline).await?;
+            self.purge(queue, deadline).await?;
             self.stats_cache.invalidate();
             return Ok(true);
         }
@@ -62,7 +62,7 @@ impl Inner {
         if let Some(q) = self.registry.get(queue) {
             q.forget_named_readers();
         }
-        self.purge(Some(queue), deadline).await?;
+        self.purge(queue, deadline).await?;
         self.stats_cache.invalidate();
         Ok(existed)
     }
@@ -94,7 +94,7 @@ impl Inner {
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let flushed = match reader {
-            None => self.purge(Some(queue), deadline).await?,
+            None => self.purge(queue, deadline).await?,
             Some(reader) => {
                 weir::validate_reader_name(reader)?;
                 let moved = self.restart_reader(queue, reader, deadline).await?;
@@ -106,23 +106,21 @@ impl Inner {
         Ok(flushed)
     }
 
-    /// Purges the whole stream at once; when a queue holding items is to be kept,
-    /// each other queue's subject instead.
+    /// Purges each queue's subject that holds items, but those `keep` names (never
+    /// the whole stream at once: a kept queue empty when the subjects were counted
+    /// could have an item stored before the purge). Each purge has a deadline of
+    /// its own.
     pub(super) async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let counts = self.subject_counts(deadline).await?;
         let prefix = format!("{}.", self.layout.prefix);
-        let queues: Vec<&str> = counts
+        let queues = counts
             .keys()
             .filter_map(|subject| subject.strip_prefix(&prefix))
-            .collect();
-        if queues.iter().any(|q| keep(q)) {
-            for queue in queues.into_iter().filter(|q| !keep(q)) {
-                self.purge(Some(queue), deadline).await?;
-            }
-        } else {
-            self.purge(None, deadline).await?;
+            .filter(|queue| !keep(queue));
+        for queue in queues {
+            self.purge(queue, self.api.deadline()).await?;
         }
         self.stats_cache.invalidate();
         Ok(())
@@ -187,12 +185,9 @@ impl Inner {
     }
 
     /// Purges one queue's subject, or the whole stream; how many items went.
-    async fn purge(&self, queue: Option<&str>, deadline: tokio::time::Instant) -> Result<u64> {
+    async fn purge(&self, queue: &str, deadline: tokio::time::Instant) -> Result<u64> {
         let api = format!("STREAM.PURGE.{}", self.layout.stream);
-        let body = match queue {
-            Some(q) => json!({ "filter": self.layout.subject(q) }),
-            None => json!({}),
-        };
+        let body = json!({ "filter": self.layout.subject(queue) });
         match self.api.json::<Purged>(&api, &body, deadline).await {
             Ok(p) => Ok(p.purged),
             Err(e) if e.kind() == Kind::NotFound => {
