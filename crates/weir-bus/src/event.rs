@@ -4,8 +4,15 @@
 //! The stored form is routemaster's event object without its topic,
 //! `{"type":..,"url":..,"t":..,"data":..}`: delivery only prefixes it with the topic
 //! and the event's id, so an event is never parsed again on its way out (the
-//! CloudEvents form, an option, does parse it).
+//! CloudEvents form, an option, does parse it, keeping `data` as raw text).
+//!
+//! A publish's `data` must be JSON every common receiver parses (issue 32): nested
+//! at most `data_depth_max` deep, numbers within a 64-bit float's range, strings
+//! without lone surrogates. What is stored is never converted to a
+//! `serde_json::Value` again on its way out: an event stored before the check (or
+//! written by other means) is rendered as stored, never replaced by a placeholder.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -36,8 +43,9 @@ struct Stored<'a> {
     data: Option<&'a RawValue>,
 }
 
-/// Checks a publish body and returns the event as stored; the error says what is wrong.
-pub fn parse_publish(body: &[u8], now_ms: u64) -> Result<Vec<u8>, String> {
+/// Checks a publish body and returns the event as stored; the error says what is
+/// wrong. `data` may nest `depth_max` levels deep (`bus.data_depth_max`).
+pub fn parse_publish(body: &[u8], now_ms: u64, depth_max: usize) -> Result<Vec<u8>, String> {
     let p: Publish =
         serde_json::from_slice(body).map_err(|e| format!("bad event: invalid JSON ({e})"))?;
     let kind = p.kind.ok_or("bad event: `type` is missing")?;
@@ -56,6 +64,9 @@ pub fn parse_publish(body: &[u8], now_ms: u64) -> Result<Vec<u8>, String> {
         )?,
     };
     let data = p.data.as_deref().filter(|d| d.get() != "null");
+    if let Some(data) = data {
+        check_data(data, depth_max)?;
+    }
     let stored = Stored {
         kind: &kind,
         url: &url,
@@ -63,6 +74,57 @@ pub fn parse_publish(body: &[u8], now_ms: u64) -> Result<Vec<u8>, String> {
         data,
     };
     serde_json::to_vec(&stored).map_err(|e| format!("bad event: {e}"))
+}
+
+/// Refuses `data` a common receiver cannot parse: nested deeper than `depth_max`
+/// (routemaster-drain's Ruby parser stops past 100 levels, `serde_json` past 128), a
+/// number beyond a 64-bit float (Go's and Python's parsers refuse `1e999`), a
+/// lone surrogate escape (`"\ud800"`: not Unicode).
+pub fn check_data(data: &RawValue, depth_max: usize) -> Result<(), String> {
+    if depth(data.get().as_bytes(), depth_max) > depth_max {
+        return Err(format!(
+            "bad event: `data` nests too deep: at most {depth_max} levels of arrays and objects (bus.data_depth_max)"
+        ));
+    }
+    // Within the depth limit (at most 96, under serde_json's 128) the parse cannot
+    // hit the recursion limit: what fails is a number or a string.
+    match serde_json::from_str::<serde_json::Value>(data.get()) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "bad event: `data` holds what receivers refuse ({e}): every number must fit a 64-bit float, every string be Unicode (no lone surrogate)"
+        )),
+    }
+}
+
+/// How deep the valid JSON text `json` nests (0 for a scalar, 1 for `[]`); the
+/// count stops once it passes `limit`. A byte scan, no recursion: any depth is safe.
+fn depth(json: &[u8], limit: usize) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > limit {
+                    break;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// An event's URL, as routemaster checked it: `https`, with a host, no query string.
@@ -84,9 +146,12 @@ pub fn is_stored_event(stored: &[u8]) -> bool {
 }
 
 /// The event as delivered in routemaster's format: topic and id, then the stored
-/// fields. `stored` must pass [`is_stored_event`].
-pub fn delivered(topic: &str, id: &str, stored: &[u8]) -> Vec<u8> {
-    debug_assert!(is_stored_event(stored));
+/// fields; `None` when `stored` does not pass [`is_stored_event`].
+pub fn delivered(topic: &str, id: &str, stored: &[u8]) -> Option<Vec<u8>> {
+    if !is_stored_event(stored) {
+        return None;
+    }
+    let fields = stored.strip_prefix(b"{")?;
     let mut out = Vec::with_capacity(stored.len() + topic.len() + id.len() + 24);
     out.extend_from_slice(b"{\"topic\":");
     // Topic names and ids are plain ASCII (`[a-z_]`, digits, `.`): no escaping needed.
@@ -95,8 +160,8 @@ pub fn delivered(topic: &str, id: &str, stored: &[u8]) -> Vec<u8> {
     out.extend_from_slice(b"\",\"id\":\"");
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(b"\",");
-    out.extend_from_slice(&stored[1..]);
-    out
+    out.extend_from_slice(fields);
+    Some(out)
 }
 
 /// An event's id: topic, the topic's epoch, the event's seq in the topic's queue.
@@ -118,37 +183,75 @@ pub fn routemaster_batch<'a>(events: impl Iterator<Item = &'a [u8]>) -> Vec<u8> 
     out
 }
 
+/// An event in its delivered form, its `data` kept as raw text (any depth, any
+/// number: what was stored comes out unchanged).
+#[derive(Deserialize)]
+struct Delivered<'a> {
+    #[serde(borrow)]
+    topic: Cow<'a, str>,
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    url: Cow<'a, str>,
+    t: u64,
+    #[serde(borrow, default)]
+    data: Option<&'a RawValue>,
+}
+
+#[derive(Serialize)]
+struct CloudEvent<'a> {
+    specversion: &'static str,
+    id: &'a str,
+    source: String,
+    #[serde(rename = "type")]
+    kind: String,
+    subject: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    datacontenttype: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a RawValue>,
+}
+
 /// A batch body as `application/cloudevents-batch+json`: each event becomes a
 /// CloudEvent (`id`, `source` `/topics/TOPIC`, `type` `weir.bus.TYPE`, `subject` the
-/// event's URL, `time` from `t`, `data`).
-pub fn cloudevents_batch<'a>(events: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
-    let out: Vec<serde_json::Value> = events
-        .map(|e| {
-            let v: serde_json::Value = serde_json::from_slice(e).unwrap_or_default();
-            let field = |k: &str| v.get(k).cloned().unwrap_or(serde_json::Value::Null);
-            let topic = v.get("topic").and_then(|t| t.as_str()).unwrap_or("");
-            let kind = v.get("type").and_then(|t| t.as_str()).unwrap_or("noop");
-            let t_ms = v.get("t").and_then(|t| t.as_u64()).unwrap_or(0);
-            let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(t_ms);
-            let mut ce = serde_json::json!({
-                "specversion": "1.0",
-                "id": field("id"),
-                "source": format!("/topics/{topic}"),
-                "type": format!("weir.bus.{kind}"),
-                "subject": field("url"),
-            });
+/// event's URL, `time` from `t`, `data` as stored). An event not in the delivered
+/// form fails the whole body, with the reason: never a placeholder in its stead.
+pub fn cloudevents_batch<'a>(events: impl Iterator<Item = &'a [u8]>) -> Result<Vec<u8>, String> {
+    let mut parsed = Vec::new();
+    for (i, e) in events.enumerate() {
+        let d: Delivered = serde_json::from_slice(e)
+            .map_err(|err| format!("event {i} of the batch has no CloudEvents form: {err}"))?;
+        parsed.push(d);
+    }
+    let out: Vec<CloudEvent> = parsed.iter().map(cloudevent).collect();
+    serde_json::to_vec(&out).map_err(|e| format!("could not write the CloudEvents batch: {e}"))
+}
+
+fn cloudevent<'a>(d: &'a Delivered<'a>) -> CloudEvent<'a> {
+    // Out of RFC 3339's range (only an event stored without the check): no `time`,
+    // which CloudEvents allows.
+    let time = std::time::UNIX_EPOCH
+        .checked_add(std::time::Duration::from_millis(d.t))
+        .filter(|_| d.t <= TIMESTAMP_MS_MAX)
+        .and_then(|time| {
             let mut rfc3339 = String::new();
-            if write!(rfc3339, "{}", humantime::format_rfc3339_millis(time)).is_ok() {
-                ce["time"] = rfc3339.into();
-            }
-            if let Some(data) = v.get("data") {
-                ce["datacontenttype"] = "application/json".into();
-                ce["data"] = data.clone();
-            }
-            ce
-        })
-        .collect();
-    serde_json::to_vec(&out).unwrap_or_else(|_| b"[]".to_vec())
+            write!(rfc3339, "{}", humantime::format_rfc3339_millis(time)).ok()?;
+            Some(rfc3339)
+        });
+    CloudEvent {
+        specversion: "1.0",
+        id: &d.id,
+        source: format!("/topics/{}", d.topic),
+        kind: format!("weir.bus.{}", d.kind),
+        subject: &d.url,
+        time,
+        datacontenttype: d.data.map(|_| "application/json"),
+        data: d.data,
+    }
 }
 
 #[cfg(test)]
@@ -160,6 +263,7 @@ mod tests {
         let stored = parse_publish(
             br#"{"type":"update","url":"https://a.example/orders/17","timestamp":5,"data":{"x":[1,2]},"extra":1}"#,
             99,
+            64,
         )
         .unwrap();
         assert_eq!(
@@ -167,12 +271,13 @@ mod tests {
             br#"{"type":"update","url":"https://a.example/orders/17","t":5,"data":{"x":[1,2]}}"#
         );
         assert!(is_stored_event(&stored));
-        let no_time = parse_publish(br#"{"type":"noop","url":"https://a.example/1"}"#, 99).unwrap();
+        let no_time =
+            parse_publish(br#"{"type":"noop","url":"https://a.example/1"}"#, 99, 64).unwrap();
         assert_eq!(
             no_time,
             br#"{"type":"noop","url":"https://a.example/1","t":99}"#
         );
-        let out = delivered("orders", &event_id("orders", 10, 3), &no_time);
+        let out = delivered("orders", &event_id("orders", 10, 3), &no_time).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["topic"], "orders");
         assert_eq!(v["id"], "orders.0000000a.3");
@@ -215,7 +320,7 @@ mod tests {
             (b"\xff\xfe", "invalid JSON"),
         ];
         for (body, want) in bad {
-            let e = parse_publish(body, 1).unwrap_err();
+            let e = parse_publish(body, 1, 64).unwrap_err();
             assert!(e.contains(want), "{} -> {e}", String::from_utf8_lossy(body));
         }
     }
@@ -226,17 +331,20 @@ mod tests {
             "t",
             "t.00000001.1",
             br#"{"type":"create","url":"https://x/1","t":0,"data":{"k":1}}"#,
-        );
+        )
+        .unwrap();
         let b = delivered(
             "t",
             "t.00000001.2",
             br#"{"type":"delete","url":"https://x/2","t":1000}"#,
-        );
+        )
+        .unwrap();
         let rm: serde_json::Value =
             serde_json::from_slice(&routemaster_batch([&a[..], &b[..]].into_iter())).unwrap();
         assert_eq!(rm.as_array().map(Vec::len), Some(2));
         let ce: serde_json::Value =
-            serde_json::from_slice(&cloudevents_batch([&a[..], &b[..]].into_iter())).unwrap();
+            serde_json::from_slice(&cloudevents_batch([&a[..], &b[..]].into_iter()).unwrap())
+                .unwrap();
         assert_eq!(ce[0]["specversion"], "1.0");
         assert_eq!(ce[0]["type"], "weir.bus.create");
         assert_eq!(ce[0]["source"], "/topics/t");

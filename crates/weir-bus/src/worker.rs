@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
 
 use crate::bus::{Bus, SubscriberRt};
-use crate::event::{cloudevents_batch, delivered, event_id, is_stored_event, routemaster_batch};
+use crate::event::{cloudevents_batch, delivered, event_id, routemaster_batch};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, SubscriberMeta};
 use crate::metrics::SubscriberCounters;
@@ -400,12 +400,10 @@ impl Worker {
             };
             let item = taken.item;
             let pending = match &source.topic {
-                Some((topic, epoch)) if is_stored_event(&item.data) => {
+                Some((topic, epoch)) => {
                     let id = event_id(topic, *epoch, item.seq);
-                    let event = delivered(topic, &id, &item.data);
-                    Some((id, event))
+                    delivered(topic, &id, &item.data).map(|event| (id, event))
                 }
-                Some(_) => None,
                 None if item.seq >= source.redrive_below => {
                     source.reader.release(&lease)?;
                     return Ok(None);
@@ -499,7 +497,7 @@ impl Worker {
         let (body, content_type) = match cfg.format {
             Format::Routemaster => (routemaster_batch(events), "application/json"),
             Format::Cloudevents => (
-                cloudevents_batch(events),
+                cloudevents_batch(events)?,
                 "application/cloudevents-batch+json",
             ),
         };
@@ -633,7 +631,8 @@ mod tests {
             "t",
             "t.00000001.9",
             br#"{"type":"noop","url":"https://x/1","t":1}"#,
-        );
+        )
+        .unwrap();
         assert_eq!(dead_letter_id(&event).as_deref(), Some("t.00000001.9"));
         assert_eq!(dead_letter_id(b"hello"), None);
         assert_eq!(dead_letter_id(br#"{"topic":"t"}"#), None);

@@ -65,8 +65,24 @@ pub async fn list(
     let events = oldest(&bus, &id, limit)
         .await
         .map_err(|e| ApiError::engine("listing dead letters", &e))?;
-    let body = serde_json::json!({ "count": count, "events": events });
-    Ok(json_body(body.to_string()))
+    Ok(json_body(listing(count, &events)?))
+}
+
+/// The listing's body. The events go out as their stored text (`json!` would convert
+/// them to `Value`s and panic on one no `Value` holds, like `1e999` or 200 levels).
+fn listing(count: u64, events: &[Box<RawValue>]) -> ApiResult<String> {
+    #[derive(serde::Serialize)]
+    struct Listing<'a> {
+        count: u64,
+        events: &'a [Box<RawValue>],
+    }
+    serde_json::to_string(&Listing { count, events }).map_err(|e| {
+        tracing::error!(error = %e, "could not write the dead-letter listing");
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "listing dead letters: could not write the listing",
+        )
+    })
 }
 
 /// The oldest `limit` dead letters the queue keeps, walked without consuming them;
