@@ -254,6 +254,18 @@ fn cloudevent<'a>(d: &'a Delivered<'a>) -> CloudEvent<'a> {
     }
 }
 
+/// The body of `GET /subscriber/dead_letters`, `{"count": N, "events": [...]}`: the
+/// events go out as their stored text (`json!` would convert them to `Value`s and
+/// panic on one no `Value` holds, like `1e999` or 200 levels).
+pub fn dead_letter_listing(count: u64, events: &[Box<RawValue>]) -> Result<String, String> {
+    #[derive(Serialize)]
+    struct Listing<'a> {
+        count: u64,
+        events: &'a [Box<RawValue>],
+    }
+    serde_json::to_string(&Listing { count, events }).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +363,159 @@ mod tests {
         assert_eq!(ce[0]["data"]["k"], 1);
         assert_eq!(ce[1]["time"], "1970-01-01T00:00:01.000Z");
         assert!(ce[1].get("data").is_none());
+    }
+}
+
+/// Arbitrary JSON (deep, huge numbers, odd unicode, big arrays) through every form
+/// an event takes: publish, both delivery formats, the dead-letter listing and the
+/// re-drive's reading of a dead letter. Nothing panics; what the publish accepts,
+/// and what was stored without the check, comes out intact.
+#[cfg(test)]
+mod props {
+    use std::collections::HashMap;
+
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::worker::dead_letter_id;
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| serde_json::Number::from_f64(f).map_or("0".into(), |n| n.to_string())),
+            // Any digits and exponent: `1e999`, `-123e-4567`, 40-digit integers.
+            "-?(0|[1-9][0-9]{0,40})(\\.[0-9]{1,20})?([eE][+-]?[0-9]{1,4})?",
+        ]
+    }
+
+    fn string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>().prop_map(|s| serde_json::Value::String(s).to_string()),
+            // Escapes: lone and paired surrogates, NUL, a quote and a backslash.
+            Just(r#""\ud800""#.to_string()),
+            Just(r#""x\udc00""#.to_string()),
+            Just(r#""\ud83d\ude00""#.to_string()),
+            Just(r#""\u0000\"\\]}""#.to_string()),
+        ]
+    }
+
+    fn json() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            number(),
+            string(),
+        ];
+        let tree = leaf.prop_recursive(6, 128, 8, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..8).prop_map(|v| format!("[{}]", v.join(","))),
+                vec((string(), inner), 0..8).prop_map(|kv| {
+                    let fields: Vec<String> = kv.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        });
+        prop_oneof![
+            4 => tree.clone(),
+            // Deep: up to 140 levels of arrays or objects around a value.
+            2 => (tree, 0usize..140, any::<bool>()).prop_map(|(v, n, objects)| {
+                if objects {
+                    format!("{}{v}{}", r#"{"k":"#.repeat(n), "}".repeat(n))
+                } else {
+                    format!("{}{v}{}", "[".repeat(n), "]".repeat(n))
+                }
+            }),
+            // Big arrays.
+            1 => vec(number(), 0..3000).prop_map(|v| format!("[{}]", v.join(","))),
+        ]
+    }
+
+    /// The fields of each object of a JSON array, as raw text.
+    fn raw_objects(body: &[u8]) -> Vec<HashMap<String, Box<RawValue>>> {
+        serde_json::from_slice(body).unwrap()
+    }
+
+    /// Every form of a stored event: the data comes out as stored (`None`: no data).
+    fn check_forms(stored: &[u8], data: Option<&str>) {
+        let event = delivered("t", "t.00000001.7", stored).unwrap();
+        let rm = routemaster_batch([&event[..], &event[..]].into_iter());
+        let ce = cloudevents_batch([&event[..]].into_iter()).unwrap();
+        let listed = RawValue::from_string(String::from_utf8(event.clone()).unwrap()).unwrap();
+        let listing = dead_letter_listing(1, &[listed]).unwrap();
+        #[derive(Deserialize)]
+        struct Listing {
+            count: u64,
+            events: Vec<HashMap<String, Box<RawValue>>>,
+        }
+        let listing: Listing = serde_json::from_str(&listing).unwrap();
+        assert_eq!(listing.count, 1);
+        let rm = raw_objects(&rm);
+        let ce = raw_objects(&ce);
+        assert_eq!(rm.len(), 2);
+        for e in [&rm[0], &rm[1], &ce[0], &listing.events[0]] {
+            assert_eq!(e["id"].get(), r#""t.00000001.7""#);
+        }
+        for e in [&rm[0], &rm[1], &listing.events[0]] {
+            assert_eq!(e.get("data").map(|d| d.get()), data);
+        }
+        // A CloudEvent has no `data` for a stored `null` (a publish stores none).
+        let ce_data = data.filter(|d| *d != "null");
+        assert_eq!(ce[0].get("data").map(|d| d.get()), ce_data);
+        assert_eq!(ce[0]["type"].get(), r#""weir.bus.update""#);
+        assert_eq!(dead_letter_id(&event).as_deref(), Some("t.00000001.7"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn publish_accepts_only_what_receivers_parse_and_keeps_it_intact(
+            data in json(),
+            depth_max in 1usize..=96,
+        ) {
+            let body = format!(r#"{{"type":"update","url":"https://x.example/1","data":{data}}}"#);
+            match parse_publish(body.as_bytes(), 5, depth_max) {
+                Ok(stored) => {
+                    prop_assert!(depth(data.as_bytes(), usize::MAX) <= depth_max);
+                    // A receiver on serde_json (limit 128, no number past f64) parses
+                    // the batch, and reads the data as the publisher wrote it.
+                    let event = delivered("t", "t.00000001.7", &stored).unwrap();
+                    let batch = routemaster_batch([&event[..]].into_iter());
+                    let parsed: serde_json::Value = serde_json::from_slice(&batch).unwrap();
+                    let sent: serde_json::Value = serde_json::from_str(&data).unwrap();
+                    prop_assert_eq!(&parsed[0]["data"], &sent);
+                    check_forms(&stored, (data != "null").then_some(data.as_str()));
+                }
+                Err(e) => {
+                    prop_assert!(e.starts_with("bad event: `data`"), "{}", e);
+                    let too_deep = depth(data.as_bytes(), usize::MAX) > depth_max;
+                    prop_assert_eq!(too_deep, e.contains("nests too deep"), "{}", e);
+                    if !too_deep {
+                        prop_assert!(serde_json::from_str::<serde_json::Value>(&data).is_err());
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn events_stored_without_the_check_come_out_as_stored(data in json()) {
+            let stored = format!(r#"{{"type":"update","url":"https://x.example/1","t":5,"data":{data}}}"#);
+            check_forms(stored.as_bytes(), Some(&data));
+        }
+    }
+
+    #[test]
+    fn depth_counts_brackets_outside_strings_only() {
+        assert_eq!(depth(b"1", 10), 0);
+        assert_eq!(depth(b"[]", 10), 1);
+        assert_eq!(depth(br#"{"a":[{"b":"[[[\"[["}]}"#, 10), 3);
+        assert_eq!(depth(br#"["\\",[1]]"#, 10), 2);
+        // Counting stops past the limit.
+        assert_eq!(depth(&b"[".repeat(100_000), 5), 6);
     }
 }

@@ -599,7 +599,7 @@ fn message_id(batch: &Batch) -> String {
 
 /// The id of a dead letter (an event in its delivered form), or `None` when the
 /// item is not one.
-fn dead_letter_id(data: &[u8]) -> Option<String> {
+pub(crate) fn dead_letter_id(data: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Head {
         id: String,
