@@ -227,3 +227,126 @@ async fn the_depth_limit_is_the_configs() {
     assert!(b.contains("at most 3 levels"), "{b}");
     bus.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_receiver_keeps_refusing_is_split_until_only_the_poison_event_is_dead_lettered()
+{
+    let recv = Receiver::start().await;
+    *recv.refuse_containing.lock() = Some(b"poison".to_vec());
+    let mut cfg = config();
+    cfg.attempts_max = Some(4);
+    let mut bus = TestBus::start(cfg).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    for i in 0..8 {
+        let url = if i == 5 {
+            "https://x.example/poison".to_string()
+        } else {
+            format!("https://x.example/{i}")
+        };
+        assert_eq!(bus.publish(&publisher, "t", &url).await, StatusCode::OK);
+    }
+    // Subscribed after the publishes, moved back to the first: one batch of 8.
+    bus.subscribe(
+        &sub,
+        json!({"topics": ["t"], "callback": recv.url("s"), "max": 8, "timeout": 0}),
+    )
+    .await;
+    let (s, v) = bus
+        .json(
+            "POST",
+            "/subscriber/topics/t/replay",
+            &sub,
+            json!({"seq": 1}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let until = Instant::now() + WAIT;
+    let dead = loop {
+        let (_, v) = bus.get("/subscriber/dead_letters", &sub).await;
+        if v["count"] == 1 {
+            break v;
+        }
+        assert!(Instant::now() < until, "dead letters: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(dead["events"][0]["url"], "https://x.example/poison");
+    let urls: Vec<String> = recv
+        .wait_events("s", 7, WAIT)
+        .await
+        .iter()
+        .map(|e| e["url"].as_str().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = [0, 1, 2, 3, 4, 6, 7]
+        .iter()
+        .map(|i| format!("https://x.example/{i}"))
+        .collect();
+    assert_eq!(urls, want, "every other event delivered once, in order");
+    // The whole batch was refused twice, then halves, quarters...: no batch with
+    // the poison event was tried more than attempts_max times.
+    let refused = recv.all("s").iter().filter(|d| d.status == 400).count();
+    assert!(refused <= 2 + 2 + 2 + 4, "{refused} refusals");
+    bus.stop().await;
+    recv.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_refuses_everything_costs_a_few_parts_not_each_event() {
+    let recv = Receiver::start().await;
+    recv.status.store(400, SeqCst);
+    let mut cfg = config();
+    cfg.attempts_max = Some(2);
+    let mut bus = TestBus::start(cfg).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    for i in 0..8 {
+        let url = format!("https://x.example/{i}");
+        assert_eq!(bus.publish(&publisher, "t", &url).await, StatusCode::OK);
+    }
+    bus.subscribe(
+        &sub,
+        json!({"topics": ["t"], "callback": recv.url("s"), "max": 8, "timeout": 0}),
+    )
+    .await;
+    let (s, v) = bus
+        .json(
+            "POST",
+            "/subscriber/topics/t/replay",
+            &sub,
+            json!({"seq": 1}),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let until = Instant::now() + WAIT;
+    let dead = loop {
+        let (_, v) = bus.get("/subscriber/dead_letters", &sub).await;
+        if v["count"] == 8 {
+            break v;
+        }
+        assert!(Instant::now() < until, "dead letters: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let urls: Vec<&str> = dead["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["url"].as_str().unwrap())
+        .collect();
+    let want: Vec<String> = (0..8).map(|i| format!("https://x.example/{i}")).collect();
+    assert_eq!(urls, want);
+    // 8 -> 4 -> 2 -> 1 refused twice each; the first event dead-lettered, the rest
+    // (1, 2..4, 4..8) go whole: 7 parts of 2 attempts, where splitting every part
+    // down to single events would take 15.
+    let tries: Vec<usize> = recv
+        .all("s")
+        .iter()
+        .map(|d| {
+            serde_json::from_slice::<Vec<serde_json::Value>>(&d.body)
+                .unwrap()
+                .len()
+        })
+        .collect();
+    assert_eq!(tries, [8, 8, 4, 4, 2, 2, 1, 1, 1, 1, 2, 2, 4, 4]);
+    bus.stop().await;
+    recv.stop();
+}
