@@ -78,8 +78,9 @@ pub fn parse_publish(body: &[u8], now_ms: u64, depth_max: usize) -> Result<Vec<u
 
 /// Refuses `data` a common receiver cannot parse: nested deeper than `depth_max`
 /// (routemaster-drain's Ruby parser stops past 100 levels, `serde_json` past 128), a
-/// number beyond a 64-bit float (Go's and Python's parsers refuse `1e999`), a
-/// lone surrogate escape (`"\ud800"`: not Unicode).
+/// number beyond a 64-bit float (Go's `encoding/json` and `serde_json` refuse `1e999`,
+/// Python's `json` turns it into infinity, which no JSON can hold), a lone surrogate
+/// escape (`"\ud800"`: not Unicode).
 pub fn check_data(data: &RawValue, depth_max: usize) -> Result<(), String> {
     if depth(data.get().as_bytes(), depth_max) > depth_max {
         return Err(format!(
