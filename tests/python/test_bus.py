@@ -392,3 +392,40 @@ def test_idle_sockets_at_the_cap_do_not_lock_out_a_publisher(bus, mode):
     evicted = [l for l in page.splitlines() if l.startswith("weir_bus_api_connections_evicted_total ")]
     assert evicted and int(evicted[0].split()[1]) >= 10, evicted
     assert b.alive()
+
+
+def test_event_data_receivers_cannot_parse_is_refused_and_the_rest_reaches_python(bus, receiver):
+    """Issue 32: a publish whose `data` nests 127 levels or holds `1e999` was stored
+    (200) and then broke the dead-letter listing and CloudEvents; it is 400 with the
+    reason, and what is accepted reaches a Python receiver exactly as published."""
+    b = bus()
+    pub, sub = b.token("pub"), b.token("sub")
+    subscription = {"topics": ["t"], "callback": receiver.url(), "max": 10, "timeout": 50}
+    assert b.call("POST", "/subscription", sub, subscription)[0] == 204
+
+    def publish(data):
+        body = '{"type":"update","url":"https://a.example/1","data":' + data + "}"
+        return b.call("POST", "/topics/t", pub, body.encode())
+
+    for data, reason in [
+        ("[" * 127 + "1" + "]" * 127, "nests too deep: at most 64 levels"),
+        ("[" * 65 + "1" + "]" * 65, "nests too deep: at most 64 levels"),
+        ("1e999", "number out of range"),
+        ('{"a":[-1e400]}', "number out of range"),
+        ('"\\ud800"', "surrogate"),
+    ]:
+        status, _, raw = publish(data)
+        assert status == 400, (data[:20], raw)
+        error = json.loads(raw)["error"]
+        assert error.startswith("bad event: `data`") and reason in error, error
+    deep = "[" * 64 + "1" + "]" * 64
+    for data in [deep, "123456789012345678901234567890", '"\\ud83d\\ude00"']:
+        assert publish(data)[0] == 200, data
+    receiver.wait_for(lambda: len(receiver.events()) == 3)
+    assert [e["data"] for e in receiver.events()] == [
+        json.loads(deep),
+        123456789012345678901234567890,
+        "\U0001f600",
+    ]
+    status, _, raw = b.call("GET", "/subscriber/dead_letters", sub)
+    assert (status, json.loads(raw)) == (200, {"count": 0, "events": []})

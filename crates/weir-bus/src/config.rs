@@ -9,6 +9,14 @@ use serde::Deserialize;
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:22135";
 pub const PUBLISH_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// How deep an event's `data` may nest (`[[1]]` is 2): well within what common
+/// receivers parse (routemaster-drain's Ruby `JSON.parse` stops past 100, Rust's
+/// `serde_json` past 128) once a batch wraps it in two more levels, a dead-letter
+/// listing in three.
+pub const DATA_DEPTH_MAX_DEFAULT: usize = 64;
+/// The deepest `data_depth_max` that may be configured: 98 levels in a batch, 99 in
+/// a dead-letter listing, still within Ruby's 100.
+pub const DATA_DEPTH_MAX_MAX: usize = 96;
 pub const TOPICS_MAX_DEFAULT: usize = 1_000;
 pub const SUBSCRIBERS_MAX_DEFAULT: usize = 200;
 pub const TOKENS_MAX_DEFAULT: usize = 10_000;
@@ -54,6 +62,8 @@ pub struct BusConfig {
     /// addresses (otherwise refused, when subscribing and at each connection).
     pub allow_private_networks: Option<bool>,
     pub publish_bytes_max: Option<usize>,
+    /// How deep a published event's `data` may nest; deeper is refused with 400.
+    pub data_depth_max: Option<usize>,
     pub topics_max: Option<usize>,
     pub subscribers_max: Option<usize>,
     pub tokens_max: Option<usize>,
@@ -88,6 +98,7 @@ pub struct BusSettings {
     pub allow_http: bool,
     pub allow_private_networks: bool,
     pub publish_bytes_max: usize,
+    pub data_depth_max: usize,
     pub topics_max: usize,
     pub subscribers_max: usize,
     pub tokens_max: usize,
@@ -126,6 +137,7 @@ impl BusConfig {
             allow_http: self.allow_http.unwrap_or(false),
             allow_private_networks: self.allow_private_networks.unwrap_or(false),
             publish_bytes_max: self.publish_bytes_max.unwrap_or(PUBLISH_BYTES_MAX_DEFAULT),
+            data_depth_max: self.data_depth_max.unwrap_or(DATA_DEPTH_MAX_DEFAULT),
             topics_max: self.topics_max.unwrap_or(TOPICS_MAX_DEFAULT),
             subscribers_max: self.subscribers_max.unwrap_or(SUBSCRIBERS_MAX_DEFAULT),
             tokens_max: self.tokens_max.unwrap_or(TOKENS_MAX_DEFAULT),
@@ -161,6 +173,7 @@ impl BusSettings {
     fn validate(&self) -> Result<(), String> {
         let positive = [
             ("publish_bytes_max", self.publish_bytes_max as u64),
+            ("data_depth_max", self.data_depth_max as u64),
             ("topics_max", self.topics_max as u64),
             ("subscribers_max", self.subscribers_max as u64),
             ("tokens_max", self.tokens_max as u64),
@@ -182,6 +195,11 @@ impl BusSettings {
         if self.subscribers_max > SUBSCRIBERS_MAX_MAX {
             return Err(format!(
                 "bus.subscribers_max is at most {SUBSCRIBERS_MAX_MAX} (readers per topic queue)"
+            ));
+        }
+        if self.data_depth_max > DATA_DEPTH_MAX_MAX {
+            return Err(format!(
+                "bus.data_depth_max is at most {DATA_DEPTH_MAX_MAX} (receivers refuse deeper JSON)"
             ));
         }
         if self.batch_events_max > BATCH_EVENTS_MAX_MAX {
@@ -283,6 +301,20 @@ mod tests {
                 ..BusConfig::default()
             },
             "delivery_timeout_ms",
+        );
+        bad(
+            BusConfig {
+                data_depth_max: Some(97),
+                ..BusConfig::default()
+            },
+            "data_depth_max is at most 96",
+        );
+        bad(
+            BusConfig {
+                data_depth_max: Some(0),
+                ..BusConfig::default()
+            },
+            "data_depth_max must be at least 1",
         );
     }
 }

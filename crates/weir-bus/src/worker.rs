@@ -7,7 +7,12 @@
 //! failed attempt is retried, the same batch with the same `webhook-id`, after an
 //! exponential backoff with jitter (`retry.rs`); after `attempts_max` failures its
 //! events are appended to the subscriber's dead-letter queue and confirmed on their
-//! topics. A crash at any point leaves the leased events pending: they are delivered
+//! topics. A batch the receiver refuses twice in a row (a 4xx other than 408 and 429)
+//! is split in two, then again, so that one event it cannot take goes to the dead
+//! letters alone and its neighbours are delivered (issue 32); after a part is
+//! dead-lettered, splitting waits for a part to get through (a receiver that refuses
+//! everything would otherwise cost every event its own attempts).
+//! A crash at any point leaves the leased events pending: they are delivered
 //! again after restart (at-least-once; each event's `id` lets a receiver de-duplicate).
 //!
 //! Re-driven dead letters come first in a batch: the worker takes from the
@@ -25,7 +30,7 @@ use tokio::time::Instant;
 use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
 
 use crate::bus::{Bus, SubscriberRt};
-use crate::event::{cloudevents_batch, delivered, event_id, is_stored_event, routemaster_batch};
+use crate::event::{cloudevents_batch, delivered, event_id, routemaster_batch};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, SubscriberMeta};
 use crate::metrics::SubscriberCounters;
@@ -38,6 +43,9 @@ use crate::sign::signature_header;
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Bytes of a receiver's answer kept for the log when it refuses a batch.
 const REFUSAL_BODY_LOG_BYTES: usize = 200;
+/// Refusals (a 4xx other than 408 and 429) of the same batch in a row after which it
+/// is split in two: one event a receiver cannot take then costs only itself.
+const SPLIT_AFTER_REFUSALS: u32 = 2;
 
 /// Starts the worker of a subscriber (its token's owner is `name`) on the current
 /// runtime.
@@ -130,6 +138,44 @@ struct Batch {
     events: Vec<Pending>,
     /// Bytes of the events, bounded by `batch_bytes_max` (plus one event).
     bytes: usize,
+}
+
+/// How the delivery of a part of a batch ended.
+enum Outcome {
+    /// Confirmed.
+    Delivered,
+    /// Failed `attempts_max` times: in the dead letters (or left pending when they
+    /// could not be written).
+    DeadLettered,
+    /// Refused `SPLIT_AFTER_REFUSALS` times in a row: to be split in two.
+    Split,
+    /// The worker was stopped; the part's leases are still held.
+    Stopped,
+}
+
+/// A failed attempt: why, and whether the receiver refused what was sent (it would
+/// refuse it again: a split may isolate the event it cannot take).
+struct Failure {
+    reason: String,
+    refused: bool,
+}
+
+impl Failure {
+    fn refusal(reason: String) -> Failure {
+        Failure {
+            reason,
+            refused: true,
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(reason: String) -> Failure {
+        Failure {
+            reason,
+            refused: false,
+        }
+    }
 }
 
 /// How a wait ended.
@@ -289,7 +335,7 @@ impl Worker {
         };
         loop {
             if self.stopped() {
-                release_all(&batch);
+                release_all(&batch.sources, &batch.events);
                 return None;
             }
             let max = usize::try_from(cfg.max_events).unwrap_or(usize::MAX).max(1);
@@ -310,7 +356,7 @@ impl Worker {
             };
             match self.wait(Some(wake_at), true).await {
                 Woken::Stop => {
-                    release_all(&batch);
+                    release_all(&batch.sources, &batch.events);
                     return None;
                 }
                 Woken::ConfigChanged if batch.events.is_empty() => {
@@ -400,12 +446,10 @@ impl Worker {
             };
             let item = taken.item;
             let pending = match &source.topic {
-                Some((topic, epoch)) if is_stored_event(&item.data) => {
+                Some((topic, epoch)) => {
                     let id = event_id(topic, *epoch, item.seq);
-                    let event = delivered(topic, &id, &item.data);
-                    Some((id, event))
+                    delivered(topic, &id, &item.data).map(|event| (id, event))
                 }
-                Some(_) => None,
                 None if item.seq >= source.redrive_below => {
                     source.reader.release(&lease)?;
                     return Ok(None);
@@ -435,44 +479,87 @@ impl Worker {
         }
     }
 
-    /// Delivers `batch` until it is confirmed or dead-lettered. False when the
-    /// worker was stopped meanwhile (the batch's leases are released).
+    /// Delivers `batch` until every event is confirmed or dead-lettered. False when
+    /// the worker was stopped meanwhile (the leases not yet settled are released).
+    /// A part the receiver keeps refusing is split in two, first half first, so
+    /// that an event it cannot take costs only itself (issue 32). Once a part is
+    /// dead-lettered, parts are not split again until one is delivered: a receiver
+    /// that refuses everything (a 401) costs a few parts' attempts, not each event's.
     async fn deliver(&mut self, batch: Batch) -> bool {
-        if batch.events.is_empty() {
-            return true;
+        let Batch {
+            sources, events, ..
+        } = batch;
+        // Parts still to deliver, the next one last.
+        let mut parts = vec![events];
+        let mut may_split = true;
+        while let Some(mut part) = parts.pop() {
+            if part.is_empty() {
+                continue;
+            }
+            match self.deliver_part(&sources, &part, may_split).await {
+                Outcome::Delivered => may_split = true,
+                Outcome::DeadLettered => may_split = false,
+                Outcome::Split => {
+                    let second = part.split_off(part.len() / 2);
+                    tracing::info!(subscriber = %self.id, first = part.len(), second = second.len(), "the receiver keeps refusing a batch: split in two");
+                    parts.push(second);
+                    parts.push(part);
+                }
+                Outcome::Stopped => {
+                    parts.push(part);
+                    for part in &parts {
+                        release_all(&sources, part);
+                    }
+                    return false;
+                }
+            }
         }
-        let msg_id = message_id(&batch);
-        let mut attempts = 0u32;
+        true
+    }
+
+    /// Delivers `events` as one batch until it is confirmed or dead-lettered, or
+    /// (when `may_split` and it holds more than one event) the receiver refused it
+    /// `SPLIT_AFTER_REFUSALS` times in a row: it is then to be split.
+    async fn deliver_part(
+        &mut self,
+        sources: &[Source],
+        events: &[Pending],
+        may_split: bool,
+    ) -> Outcome {
+        let msg_id = message_id(events);
+        let (mut attempts, mut refusals) = (0u32, 0u32);
         loop {
             if self.stopped() {
-                release_all(&batch);
-                return false;
+                return Outcome::Stopped;
             }
             let cfg = self.config.borrow_and_update().clone();
             let started = std::time::Instant::now();
-            match self.send(&cfg, &msg_id, &batch).await {
+            match self.send(&cfg, &msg_id, events).await {
                 Ok(()) => {
-                    self.confirm(&batch).await;
-                    tracing::debug!(subscriber = %self.id, events = batch.events.len(), ms = started.elapsed().as_millis() as u64, "batch delivered");
-                    return true;
+                    self.confirm(sources, events).await;
+                    tracing::debug!(subscriber = %self.id, events = events.len(), ms = started.elapsed().as_millis() as u64, "batch delivered");
+                    return Outcome::Delivered;
                 }
-                Err(reason) => {
+                Err(failure) => {
                     attempts += 1;
+                    refusals = if failure.refused { refusals + 1 } else { 0 };
                     self.counters.failed_attempts.fetch_add(1, Relaxed);
-                    tracing::warn!(subscriber = %self.id, attempt = attempts, events = batch.events.len(), "delivery failed: {reason}");
+                    tracing::warn!(subscriber = %self.id, attempt = attempts, events = events.len(), "delivery failed: {}", failure.reason);
                 }
+            }
+            if may_split && events.len() > 1 && refusals >= SPLIT_AFTER_REFUSALS {
+                return Outcome::Split;
             }
             let settings = &self.bus.settings;
             if attempts >= settings.attempts_max {
-                self.dead_letter(&batch).await;
-                return true;
+                self.dead_letter(sources, events).await;
+                return Outcome::DeadLettered;
             }
             let pause = backoff(attempts, settings.retry_initial, settings.retry_max);
             // A publish does not cut the pause short; a changed subscription (a fixed
             // callback) does.
             if let Woken::Stop = self.wait(Some(Instant::now() + pause), false).await {
-                release_all(&batch);
-                return false;
+                return Outcome::Stopped;
             }
         }
     }
@@ -482,7 +569,12 @@ impl Worker {
     /// since the subscription; an IP-literal URL is not resolved, so the resolver's
     /// check does not see it). Signed once a delivery slot is held, so the timestamp
     /// is the time of sending.
-    async fn send(&self, cfg: &SubscriberMeta, msg_id: &str, batch: &Batch) -> Result<(), String> {
+    async fn send(
+        &self,
+        cfg: &SubscriberMeta,
+        msg_id: &str,
+        events: &[Pending],
+    ) -> Result<(), Failure> {
         let settings = &self.bus.settings;
         let policy = Policy {
             allow_http: settings.allow_http,
@@ -495,11 +587,12 @@ impl Worker {
             .acquire()
             .await
             .map_err(|_| "the bus is closing".to_string())?;
-        let events = batch.events.iter().map(|p| p.event.as_slice());
+        let events = events.iter().map(|p| p.event.as_slice());
         let (body, content_type) = match cfg.format {
             Format::Routemaster => (routemaster_batch(events), "application/json"),
+            // An event with no CloudEvents form fails every attempt alike: a refusal.
             Format::Cloudevents => (
-                cloudevents_batch(events),
+                cloudevents_batch(events).map_err(Failure::refusal)?,
                 "application/cloudevents-batch+json",
             ),
         };
@@ -526,14 +619,22 @@ impl Worker {
         }
         let text = response.text().await.unwrap_or_default();
         let text: String = text.chars().take(REFUSAL_BODY_LOG_BYTES).collect();
-        Err(format!("the callback answered {status}: {text}"))
+        Err(Failure {
+            reason: format!("the callback answered {status}: {text}"),
+            // 408 and 429 ask for a later try; other 4xx refuse what was sent.
+            refused: status.is_client_error()
+                && status != reqwest::StatusCode::REQUEST_TIMEOUT
+                && status != reqwest::StatusCode::TOO_MANY_REQUESTS,
+        })
     }
 
     /// Confirms every event of a delivered batch and counts it.
-    async fn confirm(&self, batch: &Batch) {
+    async fn confirm(&self, sources: &[Source], events: &[Pending]) {
         let now_ms = self.now_ms();
-        for p in &batch.events {
-            let source = &batch.sources[p.source];
+        for p in events {
+            let Some(source) = sources.get(p.source) else {
+                continue;
+            };
             if let Err(e) = source.reader.confirm(&p.lease).await {
                 tracing::error!(subscriber = %self.id, error = %e, "could not confirm a delivered event");
             }
@@ -546,51 +647,55 @@ impl Worker {
     /// Moves a batch that failed `attempts_max` times to the dead-letter queue: the
     /// events are appended there first, then confirmed where they came from, so a
     /// crash between the two delivers them again rather than losing them.
-    async fn dead_letter(&self, batch: &Batch) {
+    async fn dead_letter(&self, sources: &[Source], events: &[Pending]) {
         let queue = match self.bus.backend.existing_queue(&dead_queue(&self.id)) {
             Ok(Some(q)) => q,
             Ok(None) => {
                 tracing::error!(subscriber = %self.id, "no dead-letter queue; the batch stays pending");
-                release_all(batch);
+                release_all(sources, events);
                 return;
             }
             Err(e) => {
                 tracing::error!(subscriber = %self.id, error = %e, "dead-letter queue unavailable; the batch stays pending");
-                release_all(batch);
+                release_all(sources, events);
                 return;
             }
         };
-        let items: Vec<&[u8]> = batch.events.iter().map(|p| p.event.as_slice()).collect();
+        let items: Vec<&[u8]> = events.iter().map(|p| p.event.as_slice()).collect();
         match queue.append_batch(&items, AppendOptions::default()).await {
             Ok(_) => {
-                for p in &batch.events {
-                    let _ = batch.sources[p.source].reader.confirm(&p.lease).await;
+                for p in events {
+                    if let Some(source) = sources.get(p.source) {
+                        let _ = source.reader.confirm(&p.lease).await;
+                    }
                 }
                 self.counters
                     .dead_lettered
-                    .fetch_add(batch.events.len() as u64, Relaxed);
-                tracing::warn!(subscriber = %self.id, events = batch.events.len(), "batch moved to the dead-letter queue");
+                    .fetch_add(events.len() as u64, Relaxed);
+                tracing::warn!(subscriber = %self.id, events = events.len(), "batch moved to the dead-letter queue");
             }
             Err(e) => {
                 tracing::error!(subscriber = %self.id, error = %e, "could not dead-letter a batch; it stays pending");
-                release_all(batch);
+                release_all(sources, events);
             }
         }
     }
 }
 
 /// Gives a batch's leases back, ahead of newer events.
-fn release_all(batch: &Batch) {
-    for p in &batch.events {
-        let _ = batch.sources[p.source].reader.release(&p.lease);
+fn release_all(sources: &[Source], events: &[Pending]) {
+    for p in events {
+        if let Some(source) = sources.get(p.source) {
+            let _ = source.reader.release(&p.lease);
+        }
     }
 }
 
 /// The `webhook-id` of a batch: a digest of its events' ids, the same on every
 /// attempt of the same batch.
-fn message_id(batch: &Batch) -> String {
+fn message_id(events: &[Pending]) -> String {
     let mut h = Sha256::new();
-    for p in &batch.events {
+    for p in events {
         h.update(p.id.as_bytes());
         h.update(b",");
     }
@@ -601,7 +706,7 @@ fn message_id(batch: &Batch) -> String {
 
 /// The id of a dead letter (an event in its delivered form), or `None` when the
 /// item is not one.
-fn dead_letter_id(data: &[u8]) -> Option<String> {
+pub(crate) fn dead_letter_id(data: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Head {
         id: String,
@@ -633,7 +738,8 @@ mod tests {
             "t",
             "t.00000001.9",
             br#"{"type":"noop","url":"https://x/1","t":1}"#,
-        );
+        )
+        .unwrap();
         assert_eq!(dead_letter_id(&event).as_deref(), Some("t.00000001.9"));
         assert_eq!(dead_letter_id(b"hello"), None);
         assert_eq!(dead_letter_id(br#"{"topic":"t"}"#), None);

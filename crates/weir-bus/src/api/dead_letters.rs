@@ -15,6 +15,7 @@ use weir_backend::{Kind, ScanFrom};
 use super::{client, json_body};
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
+use crate::event::dead_letter_listing;
 use crate::names::dead_queue;
 
 pub const LIST_DEFAULT: usize = 100;
@@ -65,8 +66,14 @@ pub async fn list(
     let events = oldest(&bus, &id, limit)
         .await
         .map_err(|e| ApiError::engine("listing dead letters", &e))?;
-    let body = serde_json::json!({ "count": count, "events": events });
-    Ok(json_body(body.to_string()))
+    let body = dead_letter_listing(count, &events).map_err(|e| {
+        tracing::error!(error = %e, "could not write the dead-letter listing");
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "listing dead letters: could not write the listing",
+        )
+    })?;
+    Ok(json_body(body))
 }
 
 /// The oldest `limit` dead letters the queue keeps, walked without consuming them;

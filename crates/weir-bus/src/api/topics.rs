@@ -34,7 +34,9 @@ pub async fn publish(
         }
     }
     let body = read_body(&bus, body, bus.settings.publish_bytes_max).await?;
-    let stored = parse_publish(&body, bus.backend.now_ms()).map_err(ApiError::bad_request)?;
+    let depth_max = bus.settings.data_depth_max;
+    let stored =
+        parse_publish(&body, bus.backend.now_ms(), depth_max).map_err(ApiError::bad_request)?;
     let rt = match rt {
         Some(rt) if rt.publisher.as_deref() == Some(token.as_str()) => rt,
         _ => claim(&bus, &name, &token).await?,

@@ -227,6 +227,9 @@ pub struct Receiver {
     pub status: Arc<AtomicU16>,
     /// Answer 500 to this many more POSTs before answering `status`.
     pub fail_next: Arc<AtomicUsize>,
+    /// Answer 400 to every POST whose body contains these bytes (a receiver that
+    /// cannot take one event refuses its whole batch).
+    pub refuse_containing: Arc<Mutex<Option<Vec<u8>>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -235,6 +238,7 @@ struct RecvState {
     got: Arc<Mutex<Vec<Delivery>>>,
     status: Arc<AtomicU16>,
     fail_next: Arc<AtomicUsize>,
+    refuse_containing: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 async fn record(
@@ -247,7 +251,18 @@ async fn record(
         .fail_next
         .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
         .is_ok();
-    let status = if failing { 500 } else { s.status.load(SeqCst) };
+    let refused = s
+        .refuse_containing
+        .lock()
+        .as_ref()
+        .is_some_and(|poison| body.windows(poison.len()).any(|w| w == poison.as_slice()));
+    let status = if failing {
+        500
+    } else if refused {
+        400
+    } else {
+        s.status.load(SeqCst)
+    };
     s.got.lock().push(Delivery {
         at: Instant::now(),
         path: name,
@@ -268,6 +283,7 @@ impl Receiver {
             got: Arc::default(),
             status: Arc::new(AtomicU16::new(204)),
             fail_next: Arc::default(),
+            refuse_containing: Arc::default(),
         };
         let app = axum::Router::new()
             .route("/cb/{name}", axum::routing::post(record))
@@ -282,6 +298,7 @@ impl Receiver {
             got: state.got,
             status: state.status,
             fail_next: state.fail_next,
+            refuse_containing: state.refuse_containing,
             task,
         }
     }
