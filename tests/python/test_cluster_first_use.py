@@ -48,7 +48,10 @@ def first_sets(addr, queues: list[str]) -> list[tuple[float, bytes]]:
     def one(c: Conn, queue: str) -> None:
         go.wait()
         t0 = time.monotonic()
-        reply = c.set(queue, b"first")
+        try:
+            reply = c.set(queue, b"first")
+        except (OSError, TimeoutError, AssertionError) as e:
+            reply = repr(e).encode()
         out.append((time.monotonic() - t0, reply))
 
     threads = [threading.Thread(target=one, args=(c, q)) for c, q in zip(conns, queues)]

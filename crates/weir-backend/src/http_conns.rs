@@ -122,6 +122,7 @@ impl Slots {
             id,
             close,
             head_deadline: now + self.inner.head_timeout,
+            begun: AtomicU64::new(0),
         })
     }
 
@@ -167,6 +168,8 @@ pub struct Slot {
     id: u64,
     close: Arc<Notify>,
     head_deadline: Instant,
+    /// Requests begun, counted here too: an evicted connection's entry is gone.
+    begun: AtomicU64,
 }
 
 impl Slot {
@@ -174,6 +177,7 @@ impl Slot {
     /// evicted until the mark, moved into the response body by [`MarkedBody`], is
     /// dropped.
     pub fn begin_request(&self) -> RequestMark {
+        self.begun.fetch_add(1, Relaxed);
         if let Some(e) = self.inner.lock().open.get_mut(&self.id) {
             e.in_flight += 1;
             e.begun += 1;
@@ -202,6 +206,16 @@ impl Slot {
 
     /// The connection is no longer served as HTTP (it became a tunnel): it keeps
     /// its place for as long as this slot lives, but is never evicted.
+    /// How an evicted connection ends: one that never began a request is dropped;
+    /// one that did (it is between requests, or it began one just as it was chosen:
+    /// the accept task and the connection's own task do not see each other at
+    /// once) is shut down gracefully, so a request begun is answered, within the
+    /// head timeout. hyper closes an idle HTTP/1 connection at once on a graceful
+    /// shutdown, and sends HTTP/2's GOAWAY.
+    pub fn drain_after_eviction(&self) -> Option<Duration> {
+        (self.begun.load(Relaxed) > 0).then_some(self.inner.head_timeout)
+    }
+
     pub fn retire(&self) {
         if let Some(e) = self.inner.lock().open.get_mut(&self.id) {
             e.evictable = false;
@@ -293,6 +307,22 @@ mod tests {
         assert_eq!(slots.open(), 2, "the evicted place was already given away");
         drop((second, third));
         assert_eq!(slots.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_evicted_connection_that_began_a_request_is_drained_not_dropped() {
+        let (slots, _) = slots(1, 7_000);
+        let silent = slots.admit().expect("below the cap");
+        assert_eq!(silent.drain_after_eviction(), None);
+        let kept_alive = slots.admit().expect("the silent one makes room");
+        drop(kept_alive.begin_request());
+        let _newcomer = slots.admit().expect("the one between requests makes room");
+        // Its entry is gone, but what it began is still known.
+        assert_eq!(
+            kept_alive.drain_after_eviction(),
+            Some(Duration::from_millis(7_000))
+        );
+        drop(silent);
     }
 
     #[tokio::test]

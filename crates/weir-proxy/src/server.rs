@@ -20,7 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_backend::http_conns::{MarkedBody, Slot, Slots};
+use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
 
 use crate::config::ProxySettings;
 use crate::forward::{handle, Proxy};
@@ -132,6 +132,10 @@ async fn serve_connection(
         }
         why = slot.closing() => {
             tracing::debug!(%listener, ?why, "proxy connection closed");
+            if let (Closing::Evicted, Some(within)) = (why, slot.drain_after_eviction()) {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(within, conn).await;
+            }
             return;
         }
     };

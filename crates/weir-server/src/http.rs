@@ -27,7 +27,7 @@ use hyper::service::{service_fn, Service};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use weir_backend::http_conns::{MarkedBody, Slot, Slots};
+use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
 
 use crate::shared::Shared;
 
@@ -145,6 +145,10 @@ async fn serve_connection(
         }
         why = slot.closing() => {
             tracing::debug!(?why, "HTTP connection closed");
+            if let (Closing::Evicted, Some(within)) = (why, slot.drain_after_eviction()) {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(within, conn).await;
+            }
             return;
         }
     };

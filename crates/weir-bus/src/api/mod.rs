@@ -34,7 +34,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use weir_backend::http_conns::{MarkedBody, Slot, Slots};
+use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
 
 use crate::auth::{basic_user, same_secret};
 use crate::bus::Bus;
@@ -315,6 +315,10 @@ async fn serve_connection(
         }
         why = slot.closing() => {
             tracing::debug!(?why, "bus connection closed");
+            if let (Closing::Evicted, Some(within)) = (why, slot.drain_after_eviction()) {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(within, conn).await;
+            }
             return;
         }
     };
