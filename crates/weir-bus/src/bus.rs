@@ -79,6 +79,9 @@ pub struct Bus {
     pub shutdown: watch::Receiver<bool>,
     /// Idle API connections closed at `connections_max` for a new one (`api::serve`).
     pub api_connections_evicted: Arc<std::sync::atomic::AtomicU64>,
+    /// Topics whose queue was found deleted outside the bus (said once each; at
+    /// most `topics_max` names).
+    gone_said: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Bus {
@@ -117,6 +120,7 @@ impl Bus {
             client,
             shutdown,
             api_connections_evicted: Arc::default(),
+            gone_said: Mutex::default(),
         };
         if active {
             bus.reconcile(None).await?;
@@ -269,6 +273,30 @@ impl Bus {
             .await
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
         Ok(result)
+    }
+
+    /// The queue of topic `name` (or a subscriber's reader on it) was found gone
+    /// under its handle: deleted outside the bus (the memcache port with
+    /// `reserved_queues_writable`, a tool on the cluster). The bus makes its queues
+    /// and readers again as its metadata has them (a subscriber's reader at the
+    /// topic's end: what the deleted queue held is gone), and says so once per
+    /// topic. Before, every publish to the topic answered 500 and its workers
+    /// logged an error every second until a restart.
+    pub async fn topic_gone(&self, name: &str) -> weir_backend::Result<()> {
+        let _held = self.hold_changes().await;
+        if !self.is_active() || !self.may_write() {
+            return Ok(());
+        }
+        let meta = self.meta();
+        self.reconcile(Some(&meta)).await?;
+        let first = self.gone_said.lock().insert(name.to_owned());
+        if first {
+            tracing::warn!(
+                topic = name,
+                "bus: the topic's queue was deleted outside the bus; made again (the events it held are gone)"
+            );
+        }
+        Ok(())
     }
 
     /// Holds changes off while the caller works on readers (replay), so that no

@@ -339,7 +339,10 @@ impl Worker {
                 return None;
             }
             let max = usize::try_from(cfg.max_events).unwrap_or(usize::MAX).max(1);
-            self.fill(&mut batch, max).await;
+            if self.fill(&mut batch, max).await && batch.events.is_empty() {
+                batch.sources = self.sources(&cfg).await;
+                continue;
+            }
             if batch.events.len() >= max || batch.bytes >= self.bus.settings.batch_bytes_max {
                 return Some(batch);
             }
@@ -401,7 +404,10 @@ impl Worker {
     /// Leases events into `batch` until it holds `max` events or `batch_bytes_max`
     /// bytes, or every source is empty: re-driven dead letters first, then one
     /// event per topic in turn.
-    async fn fill(&self, batch: &mut Batch, max: usize) {
+    /// True when a topic's reader was found gone (its queue deleted outside the
+    /// bus): the bus has made it again, and the sources are to be built again.
+    async fn fill(&self, batch: &mut Batch, max: usize) -> bool {
+        let mut gone = false;
         let bytes_max = self.bus.settings.batch_bytes_max;
         let full = |b: &Batch| b.events.len() >= max || b.bytes >= bytes_max;
         let mut empty = vec![false; batch.sources.len()];
@@ -416,6 +422,15 @@ impl Worker {
                             batch.events.push(p);
                         }
                         Ok(None) => *done = true,
+                        Err(e) if e.kind() == weir_backend::Kind::NotFound => {
+                            if let Some((topic, _)) = &batch.sources[i].topic {
+                                if let Err(e) = self.bus.topic_gone(topic).await {
+                                    tracing::error!(subscriber = %self.id, topic, error = %e, "could not make a deleted topic's queue again");
+                                }
+                            }
+                            gone = true;
+                            *done = true;
+                        }
                         Err(e) => {
                             tracing::error!(subscriber = %self.id, error = %e, "could not take an event");
                             *done = true;
@@ -427,6 +442,7 @@ impl Worker {
                 }
             }
         }
+        gone
     }
 
     /// Leases the next event of one source. `Ok(None)` when it has none for now.

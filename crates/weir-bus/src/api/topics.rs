@@ -41,10 +41,24 @@ pub async fn publish(
         Some(rt) if rt.publisher.as_deref() == Some(token.as_str()) => rt,
         _ => claim(&bus, &name, &token).await?,
     };
-    rt.queue
-        .append(&stored, AppendOptions::default())
-        .await
-        .map_err(|e| ApiError::engine("publishing", &e))?;
+    let rt = match rt.queue.append(&stored, AppendOptions::default()).await {
+        Ok(_) => rt,
+        // Deleted outside the bus: made again, and the event goes there.
+        Err(e) if e.kind() == weir_backend::Kind::NotFound => {
+            bus.topic_gone(&name)
+                .await
+                .map_err(|e| ApiError::engine("making the topic's queue again", &e))?;
+            let rt = bus
+                .topic(&name)
+                .ok_or_else(|| ApiError::engine("publishing", &e))?;
+            rt.queue
+                .append(&stored, AppendOptions::default())
+                .await
+                .map_err(|e| ApiError::engine("publishing", &e))?;
+            rt
+        }
+        Err(e) => return Err(ApiError::engine("publishing", &e)),
+    };
     for worker in &rt.wake {
         worker.notify_one();
     }
