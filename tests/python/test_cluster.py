@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -431,6 +432,15 @@ def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_p
         with Conn(door.addr, timeout_s=20.0) as c:
             reply = c.set("u", b"1")
             assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply
+            # Said once, with the address; not once per attempt (every 0.1 to 2 s).
+            log = door.log_path.read_text(errors="replace")
+            said = [l for l in log.splitlines() if "jetstream::connect: jetstream: cannot reach NATS" in l]
+            assert len(said) == 1 and f"127.0.0.1:{port}" in said[0], said
+            # The set was refused opening its queue: counted.
+            with urllib.request.urlopen(f"http://{harness.HOST}:{door.http_port}/metrics", timeout=10) as r:
+                page = r.read().decode()
+            assert 'weir_backend_requests_total{op="open",result="unavailable"} 0' not in page
+            assert 'weir_backend_requests_total{op="open",result="unavailable"}' in page
             nats = start_nats()
             assert wait_for(lambda: c.set("u", b"2") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
             assert health() == (200, b"ok\n")

@@ -175,7 +175,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn init_logging(level: &str) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
+    // The NATS client logs each event at info, every reconnection attempt included;
+    // weir logs what matters of them itself (a streak of failures once, with the
+    // servers). A level that names async_nats keeps its own say.
+    let level = match level.contains("async_nats") {
+        true => level.to_owned(),
+        false => format!("{level},async_nats=warn"),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
         .with_context(|| format!("bad log level {level:?}"))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -313,8 +313,12 @@ impl Api {
                 },
                 Sent::NoResponders => "no responders (is JetStream up, with a leader?)".to_owned(),
                 Sent::Failed(why) => {
+                    // A lost reply while connected; not connected, every call
+                    // waits (the link's own log line says why).
                     let waited = started.elapsed();
-                    if waited >= self.request_timeout {
+                    let connected =
+                        self.client.connection_state() == async_nats::connection::State::Connected;
+                    if waited >= self.request_timeout && connected {
                         self.health.stalled(api, waited);
                     }
                     why

@@ -74,13 +74,54 @@ impl Drop for OwnedRuntime {
     }
 }
 
-/// The last problem the client reported, for the `backend unavailable` message.
+/// The last problem the client reported, for the `backend unavailable` message, and
+/// what the log has said of the link: a streak of failed connection attempts is
+/// logged once, naming the servers, and its end once.
 #[derive(Default)]
 pub(crate) struct LinkState {
     last_problem: Mutex<String>,
+    /// The configured servers, as the log names them.
+    servers: String,
+    /// A streak of failures is under way (its first one was logged).
+    failing: std::sync::atomic::AtomicBool,
+    /// Failures of the streak not logged.
+    unlogged: std::sync::atomic::AtomicU64,
 }
 
 impl LinkState {
+    pub fn new(config: &JetStreamConfig) -> LinkState {
+        LinkState {
+            servers: config.servers.join(","),
+            ..LinkState::default()
+        }
+    }
+
+    /// A failure of the link: logged when it starts a streak, counted otherwise.
+    fn failed(&self, what: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.set(format!("{what} (NATS servers {})", self.servers));
+        if self.failing.swap(true, Relaxed) {
+            self.unlogged.fetch_add(1, Relaxed);
+            tracing::debug!("jetstream: {what}");
+            return;
+        }
+        tracing::warn!(
+            servers = %self.servers,
+            "jetstream: {what}; the client keeps trying (each attempt is logged at debug level until it connects)"
+        );
+    }
+
+    /// Connected: ends a streak of failures, saying how long it was.
+    fn connected(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.failing.swap(false, Relaxed) {
+            let attempts = self.unlogged.swap(0, Relaxed).saturating_add(1);
+            tracing::info!(servers = %self.servers, failures = attempts, "jetstream: connected again");
+        } else {
+            tracing::info!("jetstream: connected");
+        }
+    }
+
     fn set(&self, problem: String) {
         *self
             .last_problem
@@ -210,20 +251,14 @@ fn on_event(event: Event, metrics: &Metrics, link: &LinkState, health: &Health) 
             // A new server: its requests are counted from now.
             health.answered();
             metrics.connected();
-            tracing::info!("jetstream: connected");
+            link.connected();
         }
-        Event::Disconnected => {
-            link.set("disconnected from NATS".to_owned());
-            tracing::warn!("jetstream: disconnected; reconnecting");
-        }
+        Event::Disconnected => link.failed("disconnected from NATS; reconnecting"),
         Event::ServerError(e) => {
             link.set(format!("NATS server error: {e}"));
             tracing::warn!("jetstream: server error: {e}");
         }
-        Event::ClientError(e) => {
-            link.set(format!("NATS client error: {e}"));
-            tracing::warn!("jetstream: client error: {e}");
-        }
+        Event::ClientError(e) => link.failed(&format!("cannot reach NATS: {e}")),
         other => tracing::info!("jetstream: {other}"),
     }
 }

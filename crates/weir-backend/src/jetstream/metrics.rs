@@ -22,10 +22,13 @@ pub(crate) enum Op {
     Release,
     Admin,
     Stats,
+    /// Opening a queue or a reader (making it when new): a command refused because
+    /// it could not be opened counts here.
+    Open,
 }
 
-const OPS: [&str; 8] = [
-    "append", "take", "lease", "peek", "confirm", "release", "admin", "stats",
+const OPS: [&str; 9] = [
+    "append", "take", "lease", "peek", "confirm", "release", "admin", "stats", "open",
 ];
 const RESULTS: [&str; 3] = ["ok", "error", "unavailable"];
 

@@ -172,7 +172,9 @@ impl JetStream {
 
     /// The queue, created (its default reader's consumer) on first use.
     pub async fn queue(&self, name: &str) -> Result<Queue> {
-        let entry = self.inner.open_queue(name).await?;
+        let opened = self.inner.open_queue(name).await;
+        self.inner.api.metrics.count(Op::Open, &opened);
+        let entry = opened?;
         Ok(Queue {
             entry,
             inner: self.inner.clone(),
@@ -187,10 +189,12 @@ impl JetStream {
         readers: &[&str],
         new_at_end: bool,
     ) -> Result<(Queue, Vec<Reader>)> {
-        let (entry, readers) = self
+        let opened = self
             .inner
             .open_queue_for_readers(name, readers, new_at_end)
-            .await?;
+            .await;
+        self.inner.api.metrics.count(Op::Open, &opened);
+        let (entry, readers) = opened?;
         let handles = readers
             .into_iter()
             .map(|r| Reader {
@@ -222,7 +226,9 @@ impl JetStream {
 
     /// The reader `name` of `queue` (its consumer created on first use).
     pub async fn reader(&self, queue: &Queue, name: &str) -> Result<Reader> {
-        let entry = self.inner.open_reader(&queue.entry, name).await?;
+        let opened = self.inner.open_reader(&queue.entry, name).await;
+        self.inner.api.metrics.count(Op::Open, &opened);
+        let entry = opened?;
         Ok(Reader {
             queue: queue.entry.clone(),
             entry,

@@ -53,7 +53,7 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         .handle()
         .ok_or_else(|| Error::new(Kind::Other, "jetstream: its runtime is gone"))?;
     let metrics = Arc::new(Metrics::default());
-    let link = Arc::new(LinkState::default());
+    let link = Arc::new(LinkState::new(&config));
     let health = Arc::new(Health::default());
     let door_id = door_id();
     let client = connect_client(&config, &handle, &metrics, &link, &health, &door_id).await?;
