@@ -441,6 +441,11 @@ def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_p
                 page = r.read().decode()
             assert 'weir_backend_requests_total{op="open",result="unavailable"} 0' not in page
             assert 'weir_backend_requests_total{op="open",result="unavailable"}' in page
+            # Down for longer than unavailable_retry_ms: known down, refused at once
+            # (each command waited the whole retry for a connection that did not come).
+            reply = c.set("u", b"1")
+            assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply
+            assert b"not connected to NATS for" in reply, reply
             nats = start_nats()
             assert wait_for(lambda: c.set("u", b"2") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
             assert health() == (200, b"ok\n")

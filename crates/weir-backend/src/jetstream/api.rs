@@ -104,6 +104,8 @@ pub(crate) struct Health {
     failing_since_ms: AtomicU64,
     /// [`Health::now_ms`] at the latest failure.
     failed_at_ms: AtomicU64,
+    /// [`Health::now_ms`] since the link to NATS has been down; 0: connected.
+    down_since_ms: AtomicU64,
     /// [`Health::now_ms`] when a stall was last logged, and stalls since not logged.
     stall_logged_ms: AtomicU64,
     stalls_unlogged: AtomicU64,
@@ -120,6 +122,7 @@ impl Default for Health {
             failed_at_ms: AtomicU64::new(0),
             stall_logged_ms: AtomicU64::new(0),
             stalls_unlogged: AtomicU64::new(0),
+            down_since_ms: AtomicU64::new(0),
         }
     }
 }
@@ -147,6 +150,31 @@ impl Health {
         let _ =
             self.failing_since_ms
                 .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The client lost its connection, or failed to make one.
+    pub fn link_down(&self) {
+        let now = self.now_ms();
+        let _ = self
+            .down_since_ms
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The client is connected.
+    pub fn link_up(&self) {
+        self.down_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// How long the link has been down, when it has for at least `known`: calls
+    /// then fail at once instead of each waiting `unavailable_retry_ms` for a
+    /// connection that did not come within the last one.
+    pub fn known_down(&self, known: Duration) -> Option<Duration> {
+        let since = self.down_since_ms.load(Ordering::Relaxed);
+        if since == 0 {
+            return None;
+        }
+        let down = Duration::from_millis(self.now_ms().saturating_sub(since));
+        (down >= known).then_some(down)
     }
 
     /// A call waited a whole attempt for a reply that never came (a lost reply, a
@@ -224,6 +252,12 @@ impl Api {
 
     /// One attempt, within the request timeout and the call's deadline.
     pub async fn send(&self, subject: String, request: Request, deadline: Instant) -> Sent {
+        if let Some(down) = self.health.known_down(self.retry_for) {
+            return Sent::Refused(unavailable(format!(
+                "not connected to NATS for {} s",
+                down.as_secs()
+            )));
+        }
         let budget = deadline
             .saturating_duration_since(Instant::now())
             .min(self.request_timeout)

@@ -250,15 +250,22 @@ fn on_event(event: Event, metrics: &Metrics, link: &LinkState, health: &Health) 
         Event::Connected => {
             // A new server: its requests are counted from now.
             health.answered();
+            health.link_up();
             metrics.connected();
             link.connected();
         }
-        Event::Disconnected => link.failed("disconnected from NATS; reconnecting"),
+        Event::Disconnected => {
+            health.link_down();
+            link.failed("disconnected from NATS; reconnecting");
+        }
         Event::ServerError(e) => {
             link.set(format!("NATS server error: {e}"));
             tracing::warn!("jetstream: server error: {e}");
         }
-        Event::ClientError(e) => link.failed(&format!("cannot reach NATS: {e}")),
+        Event::ClientError(e) => {
+            health.link_down();
+            link.failed(&format!("cannot reach NATS: {e}"));
+        }
         other => tracing::info!("jetstream: {other}"),
     }
 }
