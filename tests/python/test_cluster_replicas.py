@@ -70,8 +70,37 @@ def move_leader_to(stream: str, consumer: str, node: int, how: str) -> None:
 
 
 def a_follower(stream: str) -> int:
-    """A node that does not lead the stream."""
-    return stream_leader(stream) % 3 + 1
+    """A node that leads neither the stream nor the cluster's metadata. Killing the
+    metadata leader holds every creation up for its election (4 to 9 s, plus the
+    request that waited on it): a new queue's first set then ran past
+    unavailable_retry_ms now and then, which is not what this test is about."""
+    from test_cluster_unknown import meta_leader
+
+    avoid = {stream_leader(stream), meta_leader()}
+    return next(n for n in (1, 2, 3) if n not in avoid)
+
+
+def get_answered(c: Conn, key: str) -> bytes | None:
+    """`get key`, asked again while it answers `SERVER_ERROR backend unavailable`.
+    With a node killed, a new reader's consumer elects its first leader among the
+    two nodes left, and the consumer leader of the doors' stream may be on the
+    killed node too: now and then that takes longer than unavailable_retry_ms, and
+    the get answers `SERVER_ERROR` with the reader maybe made (docs/cluster.md), as
+    a client then asks again. A reader's creation takes no item."""
+    for _ in range(3):
+        c.send(f"get {key}\r\n".encode())
+        line = c.read_line(timeout_s=30)
+        if line.startswith(b"SERVER_ERROR backend unavailable"):
+            print(f"get {key}: {line[:120]!r}; asked again")
+            continue
+        if line == b"END\r\n":
+            return None
+        parts = line.split()
+        assert parts[0] == b"VALUE" and len(parts) == 4, line
+        value = c.read_exact(int(parts[3]) + 2)[:-2]
+        assert c.read_line() == b"END\r\n"
+        return value
+    raise AssertionError(f"get {key} never answered")
 
 
 @pytest.mark.timeout(240)
@@ -92,7 +121,7 @@ def test_made_while_a_node_is_down_gets_every_item(make_server, made, how):
         try:
             # Made now, with one replica of its consumer down.
             if made == "reader":
-                assert c.get(f"{queue}+r") is None
+                assert get_answered(c, f"{queue}+r") is None
             stored = []
             t0 = time.monotonic()
             for i in range(ITEMS):
@@ -108,7 +137,7 @@ def test_made_while_a_node_is_down_gets_every_item(make_server, made, how):
             print(f"first set of the {made}'s queue: {first_set_s:.2f} s")
             assert first_set_s < FIRST_SET_MAX_S
             if made == "queue":
-                assert c.get(f"{queue}+r") == stored[0]
+                assert get_answered(c, f"{queue}+r") == stored[0]
                 stored = stored[1:]
             # The default reader takes (and confirms) every item.
             taken = [c.get(queue) for _ in range(ITEMS)]
