@@ -294,7 +294,11 @@ def test_a_removed_shadows_reader_goes_on_the_engine_and_is_named_on_jetstream(s
     wait_for(lambda: queue_stats(p).get("queue_proxy:capture:api+b_items") == 3)
     p.kill9()
     text = p.config.read_text()
-    p.config.write_text(text[: text.index('[[proxy.routes.shadows]]\nname = "b"')])
+    # Deleting a capture queue's reader by hand needs reserved_queues_writable.
+    p.config.write_text(
+        text[: text.index('[[proxy.routes.shadows]]\nname = "b"')]
+        + "[server]\nreserved_queues_writable = true\n"
+    )
     p.start()
     b_items = "queue_proxy:capture:api+b_items"
     if harness.on_jetstream():
@@ -503,6 +507,10 @@ def test_a_recording_keeps_its_captures_and_a_new_shadow_starts_at_its_end(serve
     assert r.returncode == 0, r.stderr
     assert sorted(target.paths()) == [f"/r/{i}" for i in range(6)]
     with harness.Conn(p.addr) as c:
+        # The proxy's queues are its own: refused until the config allows it.
+        assert c.request(b"flush proxy:capture:api.record\r\n").startswith(b"CLIENT_ERROR reserved queue")
+        p.config.write_text(p.config.read_text() + "[server]\nreserved_queues_writable = true\n")
+        assert c.request(b"reload\r\n") == b"Reloaded config.\r\n"
         assert c.request(b"flush proxy:capture:api.record\r\n") == b"END\r\n"
     wait_for(lambda: export(p) == [])
 
