@@ -450,7 +450,11 @@ def test_unreachable_nats_answers_server_error_and_reconnects(make_server, tmp_p
             assert wait_for(lambda: c.set("u", b"2") == b"STORED\r\n", 20.0, 0.5), "no reconnect"
             assert health() == (200, b"ok\n")
             assert c.get("u") == b"2"
-            nats.kill()
+            # Stopped, not killed: a kill -9 of the only replica can lose the ack
+            # of "2" written a moment before (nats-server syncs every 2 minutes),
+            # and "2" then came back (1 run in 11); what is tested here is the
+            # door without its server.
+            nats.terminate()
             nats.wait(10)
             reply = c.set("u", b"3")
             assert reply.startswith(b"SERVER_ERROR backend unavailable"), reply

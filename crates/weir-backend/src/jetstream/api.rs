@@ -253,10 +253,16 @@ impl Api {
     /// One attempt, within the request timeout and the call's deadline.
     pub async fn send(&self, subject: String, request: Request, deadline: Instant) -> Sent {
         if let Some(down) = self.health.known_down(self.retry_for) {
-            return Sent::Refused(unavailable(format!(
-                "not connected to NATS for {} s",
-                down.as_secs()
-            )));
+            // The client's own state decides: an event that marked the link down
+            // (a client error while connected) must not refuse calls that can go.
+            if self.client.connection_state() == async_nats::connection::State::Connected {
+                self.health.link_up();
+            } else {
+                return Sent::Refused(unavailable(format!(
+                    "not connected to NATS for {} s",
+                    down.as_secs()
+                )));
+            }
         }
         let budget = deadline
             .saturating_duration_since(Instant::now())
