@@ -160,7 +160,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     let workers = Workers::start(settings.threads.saturating_sub(1))?;
     log_listening(&listener, &http_listener, &settings)?;
     if signalled.is_some() {
-        // Nothing is served: the accept loop ends at once, then the usual stop.
+        // The graceful stop at once: the accept loop ends (a connection already
+        // waiting may get its requests answered first), then the usual stop.
         shared.begin_shutdown();
     }
     tokio::spawn(on_signals(Arc::clone(&shared), signals));

@@ -3,8 +3,8 @@
 //! A start installs these first, before the store opens and before anything listens,
 //! so a signal during start-up is never fatal: the start finishes (it is bounded
 //! work, and one cut short half-way would leave a store opening on the blocking pool
-//! unclosed), serves nothing, and stops by the graceful path, exit 0, as a signal in
-//! operation does. Handlers installed once
+//! unclosed), and the server stops at once by the graceful path, exit 0, as a signal
+//! in operation does. Handlers installed once
 //! the server listened left a window (opening the store, connecting to JetStream,
 //! starting the bus and the proxy) where SIGTERM took the default action: exit 143,
 //! nothing closed.
