@@ -652,3 +652,17 @@ def served_within(request, timeout_s: float = 5.0):
     took = time.monotonic() - started
     assert took < timeout_s, f"served after {took:.2f} s"
     return result
+
+
+def backend_retries(server: "ServerProcess") -> float:
+    """`weir_backend_retries_total` on the server's `/metrics` (JetStream)."""
+    import urllib.request
+
+    url = f"http://{HOST}:{server.http_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("weir_backend_retries_total")
+    )

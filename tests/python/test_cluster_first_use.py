@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -26,17 +25,6 @@ ROUNDS = 5
 CONNECTIONS = 4
 # The door's request_timeout_ms (5 s): a lost reply waits it out before the retry.
 REQUEST_TIMEOUT_S = 5.0
-
-
-def retries(door) -> float:
-    url = f"http://{harness.HOST}:{door.http_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("weir_backend_retries_total")
-    )
 
 
 def first_sets(addr, queues: list[str]) -> list[tuple[float, bytes]]:
@@ -68,7 +56,7 @@ def first_sets(addr, queues: list[str]) -> list[tuple[float, bytes]]:
 @pytest.mark.parametrize("shape", ["one_queue", "a_queue_each"])
 def test_first_sets_at_once_do_not_stall(make_server, shape):
     door = make_server().start()
-    before = retries(door)
+    before = harness.backend_retries(door)
     worst = 0.0
     for r in range(ROUNDS):
         if shape == "one_queue":
@@ -78,7 +66,7 @@ def test_first_sets_at_once_do_not_stall(make_server, shape):
         got = first_sets(door.addr, queues)
         assert [reply for _, reply in got] == [b"STORED\r\n"] * CONNECTIONS, got
         worst = max([worst] + [took for took, _ in got])
-    print(f"slowest first set: {worst:.2f} s; retries {retries(door) - before:.0f}")
+    print(f"slowest first set: {worst:.2f} s; retries {harness.backend_retries(door) - before:.0f}")
     # Retries are printed, not asserted: a loaded machine may delay a background
     # call (sweeps, the doors' pings) into one. A lost reply shows as the stall.
     assert worst < REQUEST_TIMEOUT_S, f"a first set waited {worst:.2f} s (a lost reply?)"

@@ -173,20 +173,9 @@ def test_a_set_retried_while_in_process_is_stored_once(make_server):
     got += drain_patiently(door.addr, queue)
     assert got == [b"before", b"once"], got
     # The first attempt waited 1 s; the retries met it in process.
-    retries = backend_retries(door)
+    retries = harness.backend_retries(door)
     print(f"retries: {retries}")
     assert retries >= 2, retries
-
-
-def backend_retries(door) -> float:
-    url = f"http://{harness.HOST}:{door.http_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("weir_backend_retries_total")
-    )
 
 
 @pytest.mark.timeout(180)
