@@ -77,3 +77,38 @@ def test_a_topic_queue_deleted_anyway_is_made_again(server_bin, receiver):  # no
         assert said == 1 or (harness.on_jetstream() and said == 0), log[-2000:]
     finally:
         b.stop()
+
+
+def test_a_topic_queue_deleted_mid_delivery_is_made_again(server_bin, receiver):  # noqa: F811
+    """The queue deleted while the worker holds a batch: the worker delivers it,
+    finds the queue gone when it looks for its next batch, and must not give up on the
+    topic (before: it left the topic out of its sources until the subscription
+    changed, so the events published next were never delivered)."""
+    b = BusServer(server_bin)
+    b.config.write_text(b.config.read_text() + "[server]\nreserved_queues_writable = true\n")
+    b.start()
+    try:
+        pub, sub = b.token("pub"), b.token("sub")
+        receiver.status = 503
+        body = {"topics": ["t"], "callback": receiver.url(), "max": 50, "timeout": 0}
+        assert b.call("POST", "/subscription", sub, body)[0] == 204
+        event = {"type": "noop", "url": "https://a.example/0"}
+        assert b.call("POST", "/topics/t", pub, event)[0] == 200
+        assert harness.wait_for(lambda: len(receiver.got) >= 1, 20.0), "never delivered"
+        with Conn(b.addr) as c:
+            c.send(b"delete bus:topic:t\r\n")
+            assert c.read_line() == b"DELETED\r\n"
+        receiver.status = 204
+        receiver.wait_for(lambda: len(receiver.events()) >= 1)
+        # The worker settles the batch and looks for its next one while the queue is
+        # still gone (nothing has published to it since).
+        time.sleep(1.0)
+        for i in (1, 2):
+            event = {"type": "noop", "url": f"https://a.example/{i}"}
+            status, _, reply = b.call("POST", "/topics/t", pub, event)
+            assert status == 200, reply
+        receiver.wait_for(lambda: len(receiver.events()) >= 3)
+        urls = [e["url"] for e in receiver.events()]
+        assert urls == [f"https://a.example/{i}" for i in range(3)], urls
+    finally:
+        b.stop()

@@ -285,33 +285,53 @@ impl Worker {
                 }
             }
         }
-        let backend = &self.bus.backend;
         for topic in &cfg.topics {
-            let Some(rt) = self.bus.topic(topic) else {
-                continue;
-            };
+            if let Some(source) = self.topic_source(topic).await {
+                sources.push(source);
+            }
+        }
+        sources
+    }
+
+    /// The subscriber's reader on `topic`, `None` when it has none. A queue found
+    /// deleted outside the bus is made again (by [`Bus::topic_gone`]) and looked up
+    /// once more: skipping it would leave the topic out of every batch until the
+    /// subscription changed.
+    async fn topic_source(&self, topic: &str) -> Option<Source> {
+        let backend = &self.bus.backend;
+        for attempt in 0..2 {
+            let rt = self.bus.topic(topic)?;
             // Never create a reader here: the backend would start it at the oldest
             // event. The bus creates it, at the end, when the subscription is made.
             let reader = match rt.queue.has_reader(&self.id).await {
                 Ok(false) => {
                     tracing::warn!(subscriber = %self.id, topic, "no reader on the topic; skipped");
-                    continue;
+                    return None;
                 }
                 Ok(true) => backend.reader(&rt.queue, &self.id).await,
                 Err(e) => Err(e),
             };
             match reader {
-                Ok(reader) => sources.push(Source {
-                    reader,
-                    topic: Some((topic.clone(), rt.epoch)),
-                    redrive_below: 0,
-                }),
+                Ok(reader) => {
+                    return Some(Source {
+                        reader,
+                        topic: Some((topic.to_owned(), rt.epoch)),
+                        redrive_below: 0,
+                    })
+                }
+                Err(e) if attempt == 0 && e.kind() == weir_backend::Kind::NotFound => {
+                    if let Err(e) = self.bus.topic_gone(topic).await {
+                        tracing::error!(subscriber = %self.id, topic, error = %e, "could not make a deleted topic's queue again");
+                        return None;
+                    }
+                }
                 Err(e) => {
-                    tracing::error!(subscriber = %self.id, topic, error = %e, "reader unavailable")
+                    tracing::error!(subscriber = %self.id, topic, error = %e, "reader unavailable");
+                    return None;
                 }
             }
         }
-        sources
+        None
     }
 
     /// The reader of the subscriber's dead-letter queue; `None` when the queue is
