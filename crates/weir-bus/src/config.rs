@@ -36,6 +36,9 @@ pub const RETENTION_MS_DEFAULT: u64 = 0;
 /// On JetStream: how long the door serving the bus may go silent before one standing
 /// by takes over (`owner.rs`).
 pub const TAKEOVER_MS_DEFAULT: u64 = 10_000;
+/// `GET /pulse/scaling` answers a second late once this many events wait for
+/// subscribers (routemaster's `ROUTEMASTER_SCALING_THRESHOLD`).
+pub const SCALING_THRESHOLD_DEFAULT: u64 = 1_000;
 /// The shortest `takeover_ms`: the serving door writes its hold every fifth of it,
 /// and one write may take a JetStream leader election (a few seconds) to go through.
 pub const TAKEOVER_MS_MIN: u64 = 1_000;
@@ -86,6 +89,9 @@ pub struct BusConfig {
     /// On JetStream, where one door serves the bus and the others stand by: how
     /// long the serving door may go silent before another takes over.
     pub takeover_ms: Option<u64>,
+    /// Events waiting for subscribers at which `GET /pulse/scaling` answers a second
+    /// late, the signal HireFire's response-time scaling reads.
+    pub scaling_threshold: Option<u64>,
     /// Threads of the bus's own runtime (default: the CPU count).
     pub threads: Option<usize>,
 }
@@ -115,6 +121,7 @@ pub struct BusSettings {
     pub secret_overlap: Duration,
     pub retention: Duration,
     pub takeover: Duration,
+    pub scaling_threshold: u64,
     pub threads: usize,
 }
 
@@ -160,6 +167,7 @@ impl BusConfig {
             secret_overlap: ms(self.secret_overlap_ms.unwrap_or(SECRET_OVERLAP_MS_DEFAULT)),
             retention: ms(self.retention_ms.unwrap_or(RETENTION_MS_DEFAULT)),
             takeover: ms(self.takeover_ms.unwrap_or(TAKEOVER_MS_DEFAULT)),
+            scaling_threshold: self.scaling_threshold.unwrap_or(SCALING_THRESHOLD_DEFAULT),
             threads: self
                 .threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),

@@ -59,8 +59,8 @@ pub fn parse_publish(body: &[u8], now_ms: u64, depth_max: usize) -> Result<Vec<u
     check_event_url(&url)?;
     let t = match p.timestamp {
         None | Some(serde_json::Value::Null) => now_ms,
-        Some(v) => v.as_u64().filter(|t| *t <= TIMESTAMP_MS_MAX).ok_or(
-            "bad event: `timestamp` must be a whole number of milliseconds before year 10000",
+        Some(v) => timestamp_ms(&v).ok_or(
+            "bad event: `timestamp` must be milliseconds since 1970 before year 10000 (a number, a string of digits, or an RFC 3339 time)",
         )?,
     };
     let data = p.data.as_deref().filter(|d| d.get() != "null");
@@ -74,6 +74,38 @@ pub fn parse_publish(body: &[u8], now_ms: u64, depth_max: usize) -> Result<Vec<u
         data,
     };
     serde_json::to_vec(&stored).map_err(|e| format!("bad event: {e}"))
+}
+
+/// A publisher's `timestamp` as whole milliseconds since 1970. routemaster kept
+/// whatever was sent; publishers rely on that with `time.time() * 1000` (a float) or a
+/// string of digits, so those are taken, the fraction dropped, as is an RFC 3339 time.
+/// `None` for what names no time: negative, past year 9999, not finite, or text that
+/// is neither digits nor RFC 3339.
+fn timestamp_ms(v: &serde_json::Value) -> Option<u64> {
+    let from_f64 = |f: f64| {
+        // Checked before the cast: `as` saturates, and NaN would become 0.
+        (f.is_finite() && f >= 0.0 && f <= TIMESTAMP_MS_MAX as f64).then_some(f as u64)
+    };
+    let ms = match v {
+        serde_json::Value::Number(n) => match n.as_u64() {
+            Some(ms) => Some(ms),
+            None => n.as_f64().and_then(from_f64),
+        },
+        serde_json::Value::String(s) => {
+            let s = s.trim();
+            if let Ok(ms) = s.parse::<u64>() {
+                Some(ms)
+            } else if let Ok(f) = s.parse::<f64>() {
+                from_f64(f)
+            } else {
+                let time = humantime::parse_rfc3339_weak(s).ok()?;
+                let since = time.duration_since(std::time::UNIX_EPOCH).ok()?;
+                u64::try_from(since.as_millis()).ok()
+            }
+        }
+        _ => None,
+    };
+    ms.filter(|ms| *ms <= TIMESTAMP_MS_MAX)
 }
 
 /// Refuses `data` a common receiver cannot parse: nested deeper than `depth_max`
@@ -296,6 +328,54 @@ mod tests {
         assert_eq!(v["id"], "orders.0000000a.3");
         assert_eq!(v["t"], 99);
         assert!(v.get("data").is_none());
+    }
+
+    #[test]
+    fn timestamps_are_normalised_as_routemaster_publishers_send_them() {
+        let stored_t = |ts: &str| {
+            let body = format!(r#"{{"type":"noop","url":"https://a.example/1","timestamp":{ts}}}"#);
+            let stored = parse_publish(body.as_bytes(), 99, 64).map_err(|e| e.to_string())?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&stored).map_err(|e| e.to_string())?;
+            v["t"].as_u64().ok_or_else(|| format!("no t in {v}"))
+        };
+        for (sent, t) in [
+            ("1700000000123", 1_700_000_000_123),
+            // time.time() * 1000 in Python.
+            ("1700000000123.9876", 1_700_000_000_123),
+            ("1.7e12", 1_700_000_000_000),
+            (r#""1700000000123""#, 1_700_000_000_123),
+            (r#"" 1700000000123.5 ""#, 1_700_000_000_123),
+            (r#""2023-11-14T22:13:20.123Z""#, 1_700_000_000_123),
+            (r#""2023-11-14T22:13:20Z""#, 1_700_000_000_000),
+            ("0", 0),
+            ("0.5", 0),
+            ("253402300799999", TIMESTAMP_MS_MAX),
+            ("null", 99),
+        ] {
+            assert_eq!(stored_t(sent), Ok(t), "{sent}");
+        }
+        for refused in [
+            "-1",
+            "-0.5",
+            "253402300800000",
+            "2.6e14",
+            r#""soon""#,
+            r#""-5""#,
+            r#""NaN""#,
+            r#""inf""#,
+            "true",
+            "[1]",
+            r#"{"t":1}"#,
+        ] {
+            let got = stored_t(refused);
+            assert!(
+                got.as_ref().is_err_and(|e| e.contains("timestamp")),
+                "{refused}: {got:?}"
+            );
+        }
+        // Past a 64-bit float: the body is not JSON serde_json takes.
+        assert!(stored_t("1e999").is_err());
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub fn check_callback(url: &str, policy: Policy) -> Result<Url, String> {
         };
         if ip.is_some_and(|ip| !is_public(ip)) {
             return Err(
-                "bad callback URL: loopback, private and link-local addresses are not allowed"
+                "bad callback URL: loopback, private and link-local addresses are not allowed (refused by the SSRF guard)"
                     .into(),
             );
         }

@@ -753,15 +753,34 @@ pub(crate) fn dead_letter_id(data: &[u8]) -> Option<String> {
     serde_json::from_slice::<Head>(data).ok().map(|h| h.id)
 }
 
-/// A transport error in words: refused, timed out, or what reqwest says.
+/// A transport error in words: refused, timed out, or what reqwest says, with the
+/// causes it wraps (the SSRF guard's refusal is one). The callback appears as its
+/// origin only (scheme, host, port): its path and query may hold a secret, and these
+/// words go to the log and the dead letters.
 fn describe(e: reqwest::Error) -> String {
-    if e.is_timeout() {
-        format!("timed out ({e})")
+    let kind = if e.is_timeout() {
+        "timed out"
     } else if e.is_connect() {
-        format!("could not connect ({e})")
+        "could not connect"
     } else {
-        e.to_string()
+        "failed"
+    };
+    let to = e
+        .url()
+        .map(|url| url.origin().ascii_serialization())
+        .unwrap_or_default();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
     }
+    format!("{kind} ({to}: {text})")
 }
 
 #[cfg(test)]

@@ -79,7 +79,10 @@ pub fn router(bus: Arc<Bus>) -> Router {
             post(dead_letters::redrive),
         )
         .route("/pulse", get(pulse))
+        .route("/pulse/scaling", get(pulse_scaling))
         .route("/health", get(health))
+        .route("/health/ping", get(ping))
+        .route("/health/ping.json", get(ping))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -106,6 +109,35 @@ async fn refuse_on_standby(
 
 async fn pulse() -> StatusCode {
     StatusCode::NO_CONTENT
+}
+
+/// `GET /pulse/scaling` (any token): 204, a second late while at least
+/// `scaling_threshold` events wait for subscribers. HireFire scales workers on this
+/// endpoint's response time, as it did on routemaster's.
+async fn pulse_scaling(
+    axum::extract::State(bus): axum::extract::State<Arc<Bus>>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    caller(&bus, &headers)?;
+    let meta = bus.meta();
+    let stats = subscriptions::subscribed_stats(&bus, &meta).await?;
+    let stats = crate::metrics::index(&stats);
+    let waiting = meta
+        .subscribers
+        .values()
+        .map(|s| crate::metrics::lag(&stats, &s.id, &s.topics).0)
+        .fold(0u64, u64::saturating_add);
+    if waiting >= bus.settings.scaling_threshold {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /health/ping` and `/health/ping.json` (no credentials): 200
+/// `{"pong":"<now, RFC 3339>"}`, routemaster's liveness check.
+async fn ping() -> impl IntoResponse {
+    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+    json_body(serde_json::json!({ "pong": now.to_string() }).to_string())
 }
 
 async fn health(axum::extract::State(bus): axum::extract::State<Arc<Bus>>) -> impl IntoResponse {

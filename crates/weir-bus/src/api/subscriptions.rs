@@ -10,13 +10,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
+use weir_backend::QueueStats;
 
 use super::topics::{check_name, create_topic};
 use super::{caller, client, json_body, json_object, read_body, REQUEST_BYTES_MAX};
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::guard::{check_callback, Policy};
-use crate::meta::{Format, Secret, SubscriberMeta};
+use crate::meta::{Format, Meta, Secret, SubscriberMeta};
 use crate::metrics::{index, lag};
 use crate::names::{new_subscriber_id, topic_queue};
 use crate::sign::new_secret;
@@ -232,19 +233,23 @@ pub async fn unsubscribe_topic(
 /// `GET /subscriptions` (or `/subscribers`): every subscription, with `events`:
 /// `sent` (since start), `queued` (over its topics), `oldest` (age in ms of the
 /// oldest queued event, `null` when none).
-pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
-    caller(&bus, &headers)?;
-    let meta = bus.meta();
+/// The figures of every topic queue some subscriber of `meta` reads.
+pub async fn subscribed_stats(bus: &Bus, meta: &Meta) -> ApiResult<Vec<QueueStats>> {
     let names: BTreeSet<String> = meta
         .subscribers
         .values()
         .flat_map(|s| s.topics.iter().map(|t| topic_queue(t)))
         .collect();
-    let stats = bus
-        .backend
+    bus.backend
         .stats(Some(names.into_iter().collect()))
         .await
-        .map_err(|e| ApiError::engine("reading the topics' figures", &e))?;
+        .map_err(|e| ApiError::engine("reading the topics' figures", &e))
+}
+
+pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
+    caller(&bus, &headers)?;
+    let meta = bus.meta();
+    let stats = subscribed_stats(&bus, &meta).await?;
     let stats = index(&stats);
     let counters: std::collections::HashMap<String, u64> = bus
         .counters()

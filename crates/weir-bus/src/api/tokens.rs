@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use rand::RngCore;
 
 use super::{json_body, json_object, read_body, root, REQUEST_BYTES_MAX};
+use crate::auth::same_secret;
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::names::{is_token, NAME_BYTES_MAX};
@@ -55,6 +56,19 @@ pub async fn create(
     }
     let token = match data.get("token") {
         None | Some(serde_json::Value::Null) => generated_token(&name),
+        // The root key as a client token would make a client of whoever holds the
+        // key, and the token could never authenticate as itself.
+        Some(serde_json::Value::String(t))
+            if bus
+                .settings
+                .root_key
+                .as_deref()
+                .is_some_and(|root| same_secret(root, t)) =>
+        {
+            return Err(ApiError::bad_request(
+                "bad token: the root key cannot be a client token",
+            ))
+        }
         Some(serde_json::Value::String(t)) if is_token(t) => t.clone(),
         Some(_) => {
             return Err(ApiError::bad_request(
