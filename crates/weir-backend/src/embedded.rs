@@ -64,18 +64,12 @@ impl Embedded {
         self.off_loop(move || queue.reader(&name)).await
     }
 
-    /// The reader `name` of `queue`, made to start after the newest item (items
-    /// appended while it is made may be in its backlog or not).
+    /// The reader `name` of `queue`, made to start after the newest item when it
+    /// does not exist; one that exists is not moved ([`weir::Queue::reader_at_end`]).
     pub async fn reader_at_end(&self, queue: &Queue, name: &str) -> Result<Reader> {
         let queue = queue.clone();
         let name = name.to_owned();
-        self.off_loop(move || {
-            let (_, next) = queue.seq_bounds()?;
-            let reader = queue.reader(&name)?;
-            reader.seek(next)?;
-            Ok(reader)
-        })
-        .await
+        self.off_loop(move || queue.reader_at_end(&name)).await
     }
 
     /// Runs a creation on the blocking pool, within [`CREATIONS_AT_ONCE`].

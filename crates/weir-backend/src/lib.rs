@@ -176,10 +176,10 @@ impl Backend {
     /// does is not stored: name every reader before the first append. `readers`
     /// must not be empty nor name the default reader (`""`). A reader made here
     /// starts at the queue's oldest item, or with `new_at_end` after its newest one
-    /// (a shadow added to a route that records must not replay the recording). On
-    /// the engine, one caller per queue at a time: two making the same reader at the
-    /// end at once may move it twice, skipping what was appended between (on
-    /// JetStream one makes it and the other finds it made).
+    /// (a shadow added to a route that records must not replay the recording). Two
+    /// callers making the same reader at once get one reader: one makes it, the other
+    /// finds it made and leaves it where it stands (nothing appended between is
+    /// skipped).
     pub async fn queue_for_readers(
         &self,
         name: &str,

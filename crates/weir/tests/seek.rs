@@ -193,3 +193,75 @@ fn seq_at_time_of_an_empty_queue_is_the_next_seq() {
     assert_eq!(q.seq_at_time(0).unwrap(), 1);
     assert_eq!(q.seq_bounds().unwrap(), (1, 1));
 }
+
+#[test]
+fn a_reader_made_at_the_end_gets_only_what_follows_and_is_never_moved_again() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open_with_config(dir.path(), config()).unwrap();
+        let q = store.queue("events").unwrap();
+        let keep = q.reader("keep").unwrap();
+        append_ids(&q, 0..5);
+        let r = q.reader_at_end("r").unwrap();
+        assert_eq!(drain(&r), Vec::<u64>::new());
+        append_ids(&q, 5..8);
+        // Made again (another caller, a moment later): found made, left where it is.
+        // Moving it to the end here is what skipped 5..8 before.
+        let again = q.reader_at_end("r").unwrap();
+        assert_eq!(drain(&again), (5..8).collect::<Vec<_>>());
+        append_ids(&q, 8..10);
+        assert_eq!(drain(&keep), (0..10).collect::<Vec<_>>());
+    }
+    // The position is journaled: a reopen keeps it, and the call moves nothing.
+    let store = open_with_config(dir.path(), config()).unwrap();
+    let q = store.queue("events").unwrap();
+    let r = q.reader_at_end("r").unwrap();
+    assert_eq!(drain(&r), (8..10).collect::<Vec<_>>());
+    assert!(
+        q.reader_at_end("bad/name").is_err(),
+        "reader names are checked"
+    );
+}
+
+#[test]
+fn readers_made_at_the_end_at_once_skip_nothing_appended_after_the_first() {
+    for _round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_with_config(dir.path(), config()).unwrap();
+        let q = store.queue("events").unwrap();
+        let _keep = q.reader("keep").unwrap();
+        let go = std::sync::Barrier::new(5);
+        let nexts = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                go.wait();
+                append_ids(&q, 0..200);
+            });
+            for _ in 0..4 {
+                s.spawn(|| {
+                    go.wait();
+                    q.reader_at_end("r").expect("reader_at_end");
+                    // The reader exists by now: it stands at or before this seq.
+                    let (_, next) = q.seq_bounds().expect("bounds");
+                    nexts.lock().unwrap().push(next);
+                });
+            }
+        });
+        let first_next = nexts
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .min()
+            .expect("four calls");
+        let got = drain(&q.reader("r").unwrap());
+        // Contiguous up to the last append, starting no later than any caller saw
+        // (seq = id + 1; after the 200 appends the next seq is 201).
+        let start = got.first().map_or(201, |id| id + 1);
+        assert!(
+            start <= first_next,
+            "reader starts at seq {start}, after seq {first_next}"
+        );
+        assert_eq!(got, (start - 1..200).collect::<Vec<_>>());
+    }
+}

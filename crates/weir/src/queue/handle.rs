@@ -80,6 +80,19 @@ impl Queue {
         })
     }
 
+    /// A handle on the reader `name`; when it does not exist yet, creates it after
+    /// the newest item (it gets only what is appended from now on). The creation and
+    /// the move are one step under the queue's lock: an append cannot fall between
+    /// them, and a reader that exists (made by another caller a moment ago) is left
+    /// where it stands, never moved to the end again.
+    pub fn reader_at_end(&self, name: &str) -> Result<Reader> {
+        self.core.ensure_reader_at_end(name)?;
+        Ok(Reader {
+            core: Arc::clone(&self.core),
+            name: Arc::from(name),
+        })
+    }
+
     /// The seqs a reader can be moved to with [`Reader::seek`](crate::Reader::seek):
     /// `(oldest, next)`, the oldest item still kept on disk (for some reader, or by
     /// retention) and the seq the next append gets. Items are dropped a segment at a

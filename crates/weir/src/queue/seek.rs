@@ -92,6 +92,27 @@ impl QueueCore {
         Ok(target)
     }
 
+    /// See [`crate::Queue::reader_at_end`]: the reader's creation and its move to
+    /// the end under one hold of the lock, so no append lands between them and two
+    /// callers cannot both move it (the second finds it made and leaves it).
+    pub(crate) fn ensure_reader_at_end(&self, reader: &str) -> Result<()> {
+        let _active = MarkActiveOnDrop(self);
+        let mut state = self.state.lock();
+        state.ready()?;
+        if state.readers.contains_key(reader) {
+            return Ok(());
+        }
+        let next_seq = state.next_seq;
+        let target = state.seek_reader(reader, next_seq)?;
+        debug_assert_eq!(
+            target, next_seq,
+            "a new reader at the end stands at next_seq"
+        );
+        let ticket = state.after_journal_write();
+        drop(state);
+        self.wait_durable(ticket)
+    }
+
     /// See [`crate::Queue::seq_bounds`].
     pub(crate) fn seq_bounds(&self) -> Result<(u64, u64)> {
         let mut state = self.state.lock();
