@@ -72,7 +72,7 @@ fn engine_kind(kind: weir::ErrorKind) -> Kind {
         E::NotFound => Kind::NotFound,
         E::Locked => Kind::Locked,
         E::DiskFull => Kind::DiskFull,
-        E::Io | E::Corrupt => Kind::Io,
+        E::Io => Kind::Io,
         E::Closed => Kind::Closed,
         E::InvalidArgument => Kind::InvalidArgument,
         E::TooManyQueues => Kind::TooManyQueues,

@@ -5,14 +5,15 @@
 //! protocol is documented in `docs/protocol.md`, the configuration in
 //! `docs/configuration.md`.
 //!
-//! Layout, after tokio's mini-redis: [`connection`] owns the socket and its buffers, [`inbound`] the framing,
-//! [`parse`] turns bytes into requests (pure, fuzzed), [`request`] holds the key syntax,
-//! [`cmd`] has one file per command, [`leases`] and [`handles`] are per-connection
-//! state, [`queue_limit`] caps how many queues clients create, [`server`] accepts and
-//! enforces limits, [`shutdown`] passes the stop signal
+//! Layout, after tokio's mini-redis: [`connection`] owns the socket and its buffers,
+//! [`inbound`] the framing, [`parse`] turns bytes into requests (pure, fuzzed),
+//! [`request`] holds the key syntax, [`cmd`] has one file per command and [`reply`] the
+//! fixed replies, [`leases`] and [`handles`] are per-connection state, [`shared`] what
+//! every connection shares (the backend, limits, counters), [`server`] accepts and
+//! enforces limits, [`signals`] and [`shutdown`] turn a signal into the stop passed
 //! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters,
 //! [`captures`] serves capture queues over HTTP, [`capture_cli`] runs `weir capture
-//! export/import` and [`replay_cli`] `weir replay`.
+//! export/import`, [`replay_cli`] `weir replay` and [`diff_cli`] `weir diff`.
 
 pub mod capture_cli;
 pub mod captures;

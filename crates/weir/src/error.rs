@@ -23,10 +23,6 @@ pub enum ErrorKind {
     NotFound,
     /// Another process holds the data directory.
     Locked,
-    /// Reserved; never returned. Damaged data is recovered from (skipped, logged and
-    /// counted in `QueueStats::corrupt_records`), never reported to a caller as an
-    /// error: see `docs/storage.md`. Kept so that matches written against it compile.
-    Corrupt,
     /// The disk (or quota) is full; nothing was stored, retry once space is freed.
     DiskFull,
     /// Any other I/O failure.
@@ -55,13 +51,6 @@ pub enum Error {
     NotFound { what: String },
     #[error("data directory {path} is in use by another process")]
     Locked { path: PathBuf },
-    /// Reserved; never constructed (see [`ErrorKind::Corrupt`]).
-    #[error("corrupt data in {path} at offset {offset}: {reason}")]
-    Corrupt {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -85,7 +74,6 @@ impl Error {
             Error::Full { .. } => ErrorKind::Full,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::Locked { .. } => ErrorKind::Locked,
-            Error::Corrupt { .. } => ErrorKind::Corrupt,
             Error::Io { source, .. } if is_disk_full(source) => ErrorKind::DiskFull,
             Error::Io { .. } => ErrorKind::Io,
             Error::Closed => ErrorKind::Closed,

@@ -21,7 +21,7 @@ pub struct Item {
 
 impl Item {
     /// When the item expires in a queue whose `max_age` is `max_age` (Unix
-    /// milliseconds; `u64::MAX` when never): see [`expiry_ms`].
+    /// milliseconds; `u64::MAX` when never): see [`expiry_ms`](crate::item::expiry_ms).
     pub fn expiry_ms(&self, max_age: Option<Duration>) -> u64 {
         expiry_ms(self.expires_at_ms, self.enqueued_at_ms, max_age)
     }

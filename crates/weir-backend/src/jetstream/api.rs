@@ -5,7 +5,7 @@
 //! (`CONSUMER.MSG.NEXT`), a double ack to a message's reply subject, a Direct Get.
 //! [`Api::send`] makes one attempt, bounded in time as a whole (the client's own
 //! request timeout does not cover a send that waits for room in its command channel
-//! while it reconnects). [`Backoff`] spaces the retries: 50 ms doubling to 1 s, until
+//! while it reconnects). [`Backoff`] spaces the retries: 50 ms doubling to 250 ms, until
 //! the call's deadline (`unavailable_retry_ms`). [`Api::json`] is the JetStream API on
 //! top: it retries what failed for the moment and maps the rest through
 //! [`super::errors`].

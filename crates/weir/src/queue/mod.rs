@@ -7,7 +7,7 @@
 //!
 //! Every operation takes the queue's lock once, does its work without system calls in
 //! the common case (appends and confirmations are stores into mappings), and returns a
-//! [`Ticket`] when the caller must wait for an fsync (`synced` durability). The wait
+//! [`Ticket`](commit::Ticket) when the caller must wait for an fsync (`synced` durability). The wait
 //! happens outside the lock, through group commit: the first waiter fsyncs for all,
 //! and at the end of its round wakes only the waiters the round covered, plus the
 //! oldest one it did not cover to lead the next round. Waking every waiter each round

@@ -18,7 +18,7 @@ pub(super) struct LeaseInfo {
     pub(super) len: u32,
     pub(super) deadline: Option<Instant>,
     /// Held by the engine for an expired item being moved to `expire_to` (see
-    /// [`Move`]), not by a caller: no timeout, and no caller may confirm or release it.
+    /// [`Move`](super::expire::Move)), not by a caller: no timeout, and no caller may confirm or release it.
     pub(super) moving: bool,
 }
 

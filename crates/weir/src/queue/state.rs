@@ -88,7 +88,7 @@ pub(super) struct State {
     /// Written since the background thread last looked.
     pub(super) wrote: bool,
     /// Used (an operation went through `ready`) since the background thread last
-    /// looked, and when it last saw that: files close after [`IDLE_CLOSE`] unused.
+    /// looked, and when it last saw that: files close after [`IDLE_CLOSE`](super::idle::IDLE_CLOSE) unused.
     pub(super) used: bool,
     pub(super) last_used: Instant,
     /// The last take stopped after dropping `EXPIRED_PER_CALL_MAX` expired items.
