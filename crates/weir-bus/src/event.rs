@@ -92,20 +92,60 @@ fn timestamp_ms(v: &serde_json::Value) -> Option<u64> {
             None => n.as_f64().and_then(from_f64),
         },
         serde_json::Value::String(s) => {
-            let s = s.trim();
-            if let Ok(ms) = s.parse::<u64>() {
-                Some(ms)
-            } else if let Ok(f) = s.parse::<f64>() {
-                from_f64(f)
+            if is_decimal(s) {
+                match s.parse::<u64>() {
+                    Ok(ms) => Some(ms),
+                    Err(_) => s.parse::<f64>().ok().and_then(from_f64),
+                }
             } else {
-                let time = humantime::parse_rfc3339_weak(s).ok()?;
-                let since = time.duration_since(std::time::UNIX_EPOCH).ok()?;
-                u64::try_from(since.as_millis()).ok()
+                rfc3339_ms(s)
             }
         }
         _ => None,
     };
     ms.filter(|ms| *ms <= TIMESTAMP_MS_MAX)
+}
+
+/// Digits, with at most one `.` followed by digits: `1767225600000`,
+/// `1767225600000.5` (no sign, exponent, blanks or `inf`).
+fn is_decimal(s: &str) -> bool {
+    let (whole, fraction) = s.split_once('.').unwrap_or((s, "0"));
+    !whole.is_empty()
+        && !fraction.is_empty()
+        && whole.bytes().all(|b| b.is_ascii_digit())
+        && fraction.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Milliseconds since 1970 of an RFC 3339 time with its offset (`Z`, `+01:00`,
+/// `-05:30`; `T`/`Z` in either case). A time without an offset is refused: it
+/// names no instant.
+fn rfc3339_ms(s: &str) -> Option<u64> {
+    let s = s.to_ascii_uppercase();
+    let (local, offset_min): (&str, i64) = if let Some(local) = s.strip_suffix('Z') {
+        (local, 0)
+    } else {
+        // `+HH:MM` or `-HH:MM` at the end; `get` keeps the slicing panic-free.
+        let split = s.len().checked_sub(6)?;
+        let (local, zone) = (s.get(..split)?, s.get(split..)?);
+        let sign = match zone.as_bytes().first()? {
+            b'+' => 1,
+            b'-' => -1,
+            _ => return None,
+        };
+        let (h, m) = zone.get(1..)?.split_once(':')?;
+        let two_digits = |t: &str| t.len() == 2 && t.bytes().all(|b| b.is_ascii_digit());
+        if !two_digits(h) || !two_digits(m) {
+            return None;
+        }
+        let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+        if h > 23 || m > 59 {
+            return None;
+        }
+        (local, sign * (h * 60 + m))
+    };
+    let utc = humantime::parse_rfc3339(&format!("{local}Z")).ok()?;
+    let ms = i64::try_from(utc.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis()).ok()?;
+    u64::try_from(ms.checked_sub(offset_min.checked_mul(60_000)?)?).ok()
 }
 
 /// Refuses `data` a common receiver cannot parse: nested deeper than `depth_max`
@@ -345,9 +385,12 @@ mod tests {
             ("1700000000123.9876", 1_700_000_000_123),
             ("1.7e12", 1_700_000_000_000),
             (r#""1700000000123""#, 1_700_000_000_123),
-            (r#"" 1700000000123.5 ""#, 1_700_000_000_123),
+            (r#""1700000000123.5""#, 1_700_000_000_123),
             (r#""2023-11-14T22:13:20.123Z""#, 1_700_000_000_123),
             (r#""2023-11-14T22:13:20Z""#, 1_700_000_000_000),
+            (r#""2023-11-14t22:13:20.123z""#, 1_700_000_000_123),
+            (r#""2023-11-14T23:13:20.123+01:00""#, 1_700_000_000_123),
+            (r#""2023-11-14T16:43:20.123-05:30""#, 1_700_000_000_123),
             ("0", 0),
             ("0.5", 0),
             ("253402300799999", TIMESTAMP_MS_MAX),
@@ -364,6 +407,16 @@ mod tests {
             r#""-5""#,
             r#""NaN""#,
             r#""inf""#,
+            r#""+5""#,
+            r#""1e12""#,
+            r#"" 1700000000123 ""#,
+            r#""1.""#,
+            r#"".5""#,
+            r#""2023-11-14T22:13:20""#,
+            r#""2023-11-14T22:13:20+1:00""#,
+            r#""2023-11-14T22:13:20+24:00""#,
+            r#""1970-01-01T00:00:00+01:00""#,
+            r#""é""#,
             "true",
             "[1]",
             r#"{"t":1}"#,
@@ -580,6 +633,24 @@ mod props {
                         prop_assert!(serde_json::from_str::<serde_json::Value>(&data).is_err());
                     }
                 }
+            }
+        }
+
+        #[test]
+        fn any_timestamp_string_is_taken_as_a_time_or_refused_without_a_panic(
+            text in prop_oneof![
+                "\\PC{0,40}",
+                "[0-9]{1,20}(\\.[0-9]{0,4})?",
+                "[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?([Zz]|[+-][0-9]{1,3}:[0-9]{1,3})?",
+            ],
+        ) {
+            let body = serde_json::json!({"type": "noop", "url": "https://x.example/1", "timestamp": text});
+            match parse_publish(body.to_string().as_bytes(), 5, 64) {
+                Ok(stored) => {
+                    let v: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+                    prop_assert!(v["t"].as_u64().is_some_and(|t| t <= TIMESTAMP_MS_MAX));
+                }
+                Err(e) => prop_assert!(e.contains("`timestamp`"), "{}", e),
             }
         }
 

@@ -304,6 +304,12 @@ impl Worker {
             // Never create a reader here: the backend would start it at the oldest
             // event. The bus creates it, at the end, when the subscription is made.
             let reader = match rt.queue.has_reader(&self.id).await {
+                // Deleted outside the bus (on JetStream, its consumer): made again at
+                // the topic's end by the bus, like a deleted queue.
+                Ok(false) if attempt == 0 => Err(weir_backend::Error::new(
+                    weir_backend::Kind::NotFound,
+                    format!("the subscriber's reader on topic {topic}"),
+                )),
                 Ok(false) => {
                     tracing::warn!(subscriber = %self.id, topic, "no reader on the topic; skipped");
                     return None;
@@ -655,6 +661,8 @@ impl Worker {
         }
         let text = response.text().await.unwrap_or_default();
         let text: String = text.chars().take(REFUSAL_BODY_LOG_BYTES).collect();
+        // An error page may echo the request's path (`Cannot POST /hook/SECRET`).
+        let text = redact_callback(&text, &cfg.callback);
         Err(Failure {
             reason: format!("the callback answered {status}: {text}"),
             // 408 and 429 ask for a later try; other 4xx refuse what was sent.
@@ -753,10 +761,26 @@ pub(crate) fn dead_letter_id(data: &[u8]) -> Option<String> {
     serde_json::from_slice::<Head>(data).ok().map(|h| h.id)
 }
 
+/// `text` with the callback's path and query (which may hold a secret) replaced by
+/// `…`, wherever the receiver's answer echoes them.
+fn redact_callback(text: &str, callback: &str) -> String {
+    let Ok(url) = url::Url::parse(callback) else {
+        return text.to_owned();
+    };
+    let mut out = text.to_owned();
+    let path_and_query = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    for secret in [path_and_query, url.path(), url.query().unwrap_or("")] {
+        if secret.len() > 1 {
+            out = out.replace(secret, "…");
+        }
+    }
+    out
+}
+
 /// A transport error in words: refused, timed out, or what reqwest says, with the
 /// causes it wraps (the SSRF guard's refusal is one). The callback appears as its
-/// origin only (scheme, host, port): its path and query may hold a secret, and these
-/// words go to the log and the dead letters.
+/// origin only (scheme, host, and a port other than the scheme's): its path and
+/// query may hold a secret, and these words go to the log.
 fn describe(e: reqwest::Error) -> String {
     let kind = if e.is_timeout() {
         "timed out"
@@ -786,6 +810,21 @@ fn describe(e: reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_echoing_the_callback_are_redacted() {
+        let cb = "https://h.example/hook/s3cret?key=k3y";
+        let said = redact_callback(
+            "Cannot POST /hook/s3cret?key=k3y; path /hook/s3cret; q key=k3y",
+            cb,
+        );
+        assert!(!said.contains("s3cret") && !said.contains("k3y"), "{said}");
+        assert_eq!(
+            redact_callback("not found", "https://h.example/"),
+            "not found"
+        );
+        assert_eq!(redact_callback("x", "not a url"), "x");
+    }
 
     #[test]
     fn dead_letters_carry_their_id() {

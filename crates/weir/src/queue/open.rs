@@ -182,7 +182,7 @@ impl State {
                 self.hold = list.hold;
                 for name in &list.names {
                     if !self.readers.contains_key(name) {
-                        self.create_reader(name)?;
+                        self.create_reader(name, false)?;
                     }
                 }
                 tracing::error!(dir = %dir.display(), readers = ?list.names, "readers recreated from the reader list at the oldest stored item");

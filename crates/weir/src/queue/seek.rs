@@ -102,12 +102,10 @@ impl QueueCore {
         if state.readers.contains_key(reader) {
             return Ok(());
         }
-        let next_seq = state.next_seq;
-        let target = state.seek_reader(reader, next_seq)?;
-        debug_assert_eq!(
-            target, next_seq,
-            "a new reader at the end stands at next_seq"
-        );
+        crate::name::validate_reader_name(reader)?;
+        state.create_reader(reader, true)?;
+        // The items before it may now be kept for no reader.
+        state.reclaim();
         let ticket = state.after_journal_write();
         drop(state);
         self.wait_durable(ticket)

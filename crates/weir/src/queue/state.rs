@@ -134,7 +134,7 @@ impl State {
             return Ok(slot);
         }
         validate_reader_name(name)?;
-        self.create_reader(name)?;
+        self.create_reader(name, false)?;
         self.readers.slot(name).ok_or_else(|| Error::NotFound {
             what: format!("reader {name:?}"),
         })
@@ -251,19 +251,27 @@ impl State {
         Ok(())
     }
 
-    pub(super) fn create_reader(&mut self, name: &str) -> Result<()> {
+    /// Creates reader `name` at the oldest item kept, or with `at_end` after the
+    /// newest: one journal record either way, so no crash or failed write can leave
+    /// a reader meant for the end at the oldest item.
+    pub(super) fn create_reader(&mut self, name: &str, at_end: bool) -> Result<()> {
         if self.readers.len() >= READERS_PER_QUEUE_MAX {
             return Err(Error::InvalidArgument(format!(
                 "a queue has at most {READERS_PER_QUEUE_MAX} readers; delete one first"
             )));
         }
-        let start = self.oldest_kept();
+        let start = if at_end {
+            self.next_seq
+        } else {
+            self.oldest_kept()
+        };
         self.log.flush_staged()?;
         let cursor = self
             .log
             .locate(self.next_seq, start)
             .map_err(io_err(|| "locating a new reader".into()))?;
         let pending_bytes = match self.readers.values().min_by_key(|r| r.acked_below) {
+            _ if at_end => 0,
             Some(r) if r.acked_below == start => r.pending_bytes,
             None if self.hold.is_none() => self.floor_bytes,
             // Starting below every reader (a hold): estimated from the files.
