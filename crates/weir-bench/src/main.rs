@@ -25,6 +25,7 @@ mod packing;
 mod proto;
 mod proxy;
 mod proxy_http;
+mod proxy_upload;
 mod queues;
 mod report;
 mod sys;
@@ -155,6 +156,9 @@ enum Cmd {
     /// Internal: the proxy suite's shadows (never answer).
     #[command(hide = true)]
     SilentHttp { addr: String },
+    /// Internal: the slow-upload step's primary (reads each body to its end).
+    #[command(hide = true)]
+    DrainHttp { addr: String },
     /// Internal: the bus suite's bare reference server (answers 204 to every POST).
     #[command(hide = true)]
     BareHttp { addr: String },
@@ -431,6 +435,27 @@ struct ProxyArgs {
     /// Leave nginx out even when it is found.
     #[arg(long)]
     no_nginx: bool,
+    /// Concurrent slow uploads of the upload step [2000; quick: 200].
+    #[arg(long, value_name = "N")]
+    proxy_uploads: Option<usize>,
+    /// Bytes of each upload [1048576].
+    #[arg(long, value_name = "B", default_value_t = 1024 * 1024)]
+    proxy_upload_bytes: usize,
+    /// Seconds each upload takes to send its body [10; quick: 3].
+    #[arg(long, value_name = "S")]
+    proxy_upload_seconds: Option<f64>,
+    /// Seconds after the uploads when weir's RSS is read again [30; quick: 5].
+    #[arg(long, value_name = "S")]
+    proxy_settle_seconds: Option<f64>,
+    /// Rounds of the upload step [3; quick: 1].
+    #[arg(long, value_name = "N")]
+    proxy_upload_rounds: Option<usize>,
+    /// `[proxy] body_memory_max` of the upload step's weir (default: weir's).
+    #[arg(long, value_name = "BYTES")]
+    proxy_body_memory_max: Option<u64>,
+    /// Run only the upload step.
+    #[arg(long)]
+    proxy_uploads_only: bool,
 }
 
 impl ProxyArgs {
@@ -463,6 +488,21 @@ impl ProxyArgs {
                 .unwrap_or(if quick { 1 } else { 5 })
                 .max(1),
             nginx,
+            uploads: proxy_upload::UploadParams {
+                uploads: self
+                    .proxy_uploads
+                    .unwrap_or(if quick { 200 } else { 2000 })
+                    .max(1),
+                bytes: self.proxy_upload_bytes,
+                upload_seconds: pick(self.proxy_upload_seconds, 10.0, 3.0),
+                settle_seconds: pick(self.proxy_settle_seconds, 30.0, 5.0),
+                rounds: self
+                    .proxy_upload_rounds
+                    .unwrap_or(if quick { 1 } else { 3 })
+                    .max(1),
+                budget: self.proxy_body_memory_max,
+            },
+            uploads_only: self.proxy_uploads_only,
         }
     }
 }
@@ -848,6 +888,7 @@ fn internal(command: &Cmd) -> Option<Result<()>> {
         Cmd::BareHttp { addr } => Some(bus_http::bare_server_main(addr)),
         Cmd::HelloHttp { addr } => Some(proxy_http::hello_main(addr)),
         Cmd::SilentHttp { addr } => Some(proxy_http::silent_main(addr)),
+        Cmd::DrainHttp { addr } => Some(proxy_http::drain_main(addr)),
         _ => None,
     }
 }

@@ -4,7 +4,8 @@
 //! world!` without reading the body; the shadows never answer. Load is open-loop
 //! at a constant rate (latency from the scheduled time, HDR histograms), except the
 //! throughput step (64 connections, closed loop). Then weir's RSS over a long run
-//! at 100 req/s with the shadows never answering.
+//! at 100 req/s with the shadows never answering; last, on a fresh weir, its RSS
+//! under many concurrent slow uploads (`proxy_upload.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +29,9 @@ pub struct ProxyParams {
     /// Rounds of the replay-cost step.
     pub rounds: usize,
     pub nginx: Option<PathBuf>,
+    pub uploads: crate::proxy_upload::UploadParams,
+    /// Only the upload step.
+    pub uploads_only: bool,
 }
 
 /// Everything under test: the targets, weir's two listeners, nginx's two servers.
@@ -181,7 +185,12 @@ fn row(suite: &str, target: &str, l: &Load) -> Row {
 }
 
 pub async fn run(p: &ProxyParams, bins: &Binaries, steps: &ProgressBar) -> Result<Vec<Report>> {
-    steps.set_length(7);
+    if p.uploads_only {
+        steps.set_length(1);
+        steps.set_message("concurrent slow uploads".to_string());
+        return Ok(vec![crate::proxy_upload::run(bins, &p.uploads).await?]);
+    }
+    steps.set_length(8);
     let b = start(bins, p.nginx.as_ref())?;
     let mut latency = Report::new(
         "proxy-latency",
@@ -222,7 +231,11 @@ pub async fn run(p: &ProxyParams, bins: &Binaries, steps: &ProgressBar) -> Resul
     steps.set_message("memory over time".to_string());
     let rss = soak(&b, p).await?;
     steps.inc(1);
-    Ok(vec![latency, cost, throughput, rss])
+    drop(b);
+    steps.set_message("concurrent slow uploads".to_string());
+    let uploads = crate::proxy_upload::run(bins, &p.uploads).await?;
+    steps.inc(1);
+    Ok(vec![latency, cost, throughput, rss, uploads])
 }
 
 /// What replay to the silent shadows costs a client: forward GET at 100/s through

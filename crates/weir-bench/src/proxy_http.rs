@@ -31,6 +31,24 @@ pub fn hello_main(addr: &str) -> Result<()> {
     })
 }
 
+/// `weir-bench drain-http ADDR`: reads each request's body to its end, then answers
+/// `ok`.
+pub fn drain_main(addr: &str) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let app = axum::Router::new().fallback(|body: axum::body::Body| async move {
+            let mut body = body;
+            while let Some(Ok(_)) = body.frame().await {}
+            "ok"
+        });
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        axum::serve(listener, app).await?;
+        anyhow::Ok(())
+    })
+}
+
 /// `weir-bench silent-http ADDR`: reads whatever comes and never answers.
 pub fn silent_main(addr: &str) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()

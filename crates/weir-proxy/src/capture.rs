@@ -1,6 +1,7 @@
 //! Capture: a request as the proxy stores it for replay, and the body wrapper that
 //! streams a client's body to the primary while keeping a copy (up to the route's
-//! `capture_bytes_max`) and enforcing `body_bytes_max`.
+//! `capture_bytes_max`, in memory within `body_memory_max`, else in a spill file:
+//! `budget.rs`) and enforcing `body_bytes_max`.
 //!
 //! A captured request is one item of the route's queue `proxy:capture:ROUTE`: a
 //! 4-byte big-endian length, that many bytes of JSON (method, path and query,
@@ -13,10 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
+
+use crate::budget::{CopyOff, CopySink, KeptBody};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -57,6 +60,15 @@ const HEAD_BYTES_MAX: usize = 1024 * 1024;
 
 impl Captured {
     pub fn encode(&self) -> Vec<u8> {
+        let (mut out, answer) = self.encode_head(self.body.len());
+        out.extend_from_slice(&self.body);
+        out.extend_from_slice(answer);
+        out
+    }
+
+    /// The item's start (its head's length and the head), with room for the rest:
+    /// a body of `body_len` bytes then the answer's, which is returned.
+    pub fn encode_head(&self, body_len: usize) -> (Vec<u8>, &[u8]) {
         // The answer's length in the head is its body's, whatever the field says:
         // `decode` splits the two bodies by it.
         let fixed;
@@ -75,12 +87,10 @@ impl Captured {
         };
         let head = serde_json::to_vec(this).unwrap_or_default();
         let answer = self.response.as_ref().map_or(&[][..], |r| &r.body[..]);
-        let mut out = Vec::with_capacity(4 + head.len() + self.body.len() + answer.len());
+        let mut out = Vec::with_capacity(4 + head.len() + body_len + answer.len());
         out.extend_from_slice(&(head.len() as u32).to_be_bytes());
         out.extend_from_slice(&head);
-        out.extend_from_slice(&self.body);
-        out.extend_from_slice(answer);
-        out
+        (out, answer)
     }
 
     pub fn decode(item: &Bytes) -> Result<Captured, String> {
@@ -111,9 +121,11 @@ impl Captured {
 #[derive(Debug)]
 pub enum BodyEnd {
     /// Whole, and within the capture limit.
-    Complete(Bytes),
+    Complete(KeptBody),
     /// Whole, but larger than the capture limit: not kept.
     TooLargeToCapture,
+    /// Whole, but not kept: no room in `body_memory_max` and no spill file.
+    OverBudget,
     /// Not read to its end (the client or the target stopped), or broken.
     Incomplete,
 }
@@ -128,12 +140,14 @@ pub struct BodyState {
     pub broken: AtomicBool,
 }
 
-/// Streams `inner` on, keeping a copy up to `capture_max` bytes, and fails past
-/// `body_max` bytes (setting `too_large`, so the proxy answers 413); a failure to
-/// read `inner` sets `broken` (the proxy answers 400).
+/// Streams `inner` on, keeping a copy up to `capture_max` bytes in `copy`, and
+/// fails past `body_max` bytes (setting `too_large`, so the proxy answers 413); a
+/// failure to read `inner` sets `broken` (the proxy answers 400).
 pub struct TeeBody<B> {
     inner: B,
-    copy: Option<BytesMut>,
+    copy: Option<CopySink>,
+    /// The body's whole length, when it is known.
+    expected: Option<u64>,
     seen: u64,
     capture_max: u64,
     body_max: u64,
@@ -141,26 +155,31 @@ pub struct TeeBody<B> {
     end: Option<oneshot::Sender<BodyEnd>>,
 }
 
-impl<B> TeeBody<B> {
+impl<B: Body> TeeBody<B> {
+    /// `copy` with the limit of what it keeps, or none kept.
     pub fn new(
         inner: B,
-        capture_max: Option<u64>,
+        copy: Option<(CopySink, u64)>,
         body_max: u64,
     ) -> (TeeBody<B>, Arc<BodyState>, oneshot::Receiver<BodyEnd>) {
         let (tx, rx) = oneshot::channel();
         let state = Arc::new(BodyState::default());
+        let capture_max = copy.as_ref().map_or(0, |c| c.1);
         let body = TeeBody {
+            expected: inner.size_hint().exact().filter(|n| *n <= capture_max),
             inner,
-            copy: capture_max.map(|_| BytesMut::new()),
+            copy: copy.map(|c| c.0),
             seen: 0,
-            capture_max: capture_max.unwrap_or(0),
+            capture_max,
             body_max,
             state: Arc::clone(&state),
             end: Some(tx),
         };
         (body, state, rx)
     }
+}
 
+impl<B> TeeBody<B> {
     fn finish(&mut self, end: BodyEnd) {
         if let Some(tx) = self.end.take() {
             let _ = tx.send(end);
@@ -169,9 +188,10 @@ impl<B> TeeBody<B> {
 
     /// The end once the whole body has passed.
     fn whole(&mut self) -> BodyEnd {
-        match self.copy.take() {
-            Some(copy) => BodyEnd::Complete(copy.freeze()),
-            None => BodyEnd::TooLargeToCapture,
+        match self.copy.take().map(CopySink::finish) {
+            Some(Ok(kept)) => BodyEnd::Complete(kept),
+            Some(Err(CopyOff::OverBudget)) => BodyEnd::OverBudget,
+            Some(Err(CopyOff::TooLarge)) | None => BodyEnd::TooLargeToCapture,
         }
     }
 }
@@ -226,10 +246,12 @@ where
                         this.finish(BodyEnd::Incomplete);
                         return Poll::Ready(Some(Err(Box::new(BodyTooLarge(this.body_max)))));
                     }
-                    if this.seen > this.capture_max {
-                        this.copy = None;
-                    } else if let Some(copy) = &mut this.copy {
-                        copy.extend_from_slice(data);
+                    if let Some(copy) = &mut this.copy {
+                        if this.seen > this.capture_max {
+                            copy.give_up();
+                        } else {
+                            copy.push(data, this.expected);
+                        }
                     }
                 }
                 // A body of known length is not polled past its last byte: it is
@@ -303,14 +325,18 @@ mod tests {
 
     #[tokio::test]
     async fn the_tee_keeps_a_copy_within_limits() {
-        let (body, _, end) = TeeBody::new(Full::new(Bytes::from_static(b"abc")), Some(10), 100);
+        let budget = crate::budget::Budget::new(1000, std::env::temp_dir());
+        let copy = |max| Some((CopySink::new(&budget, true), max));
+        let (body, _, end) = TeeBody::new(Full::new(Bytes::from_static(b"abc")), copy(10), 100);
         assert_eq!(body.collect().await.unwrap().to_bytes(), "abc");
-        assert!(matches!(end.await.unwrap(), BodyEnd::Complete(b) if b == "abc"));
-        let (body, _, end) = TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), Some(3), 100);
+        assert!(
+            matches!(end.await.unwrap(), BodyEnd::Complete(KeptBody::Memory(b, _)) if b == "abc")
+        );
+        let (body, _, end) = TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), copy(3), 100);
         assert_eq!(body.collect().await.unwrap().to_bytes(), "abcdef");
         assert!(matches!(end.await.unwrap(), BodyEnd::TooLargeToCapture));
         let (body, too_large, end) =
-            TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), Some(3), 4);
+            TeeBody::new(Full::new(Bytes::from_static(b"abcdef")), copy(3), 4);
         assert!(body.collect().await.is_err());
         assert!(too_large.too_large.load(Relaxed));
         assert!(matches!(end.await.unwrap(), BodyEnd::Incomplete));

@@ -24,6 +24,8 @@ pub const HEALTH_INTERVAL_MS_DEFAULT: u64 = 5_000;
 pub const WEBSOCKET_IDLE_MS_DEFAULT: u64 = 300_000;
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4_096;
 pub const HEADER_BYTES_MAX_DEFAULT: usize = 64 * 1024;
+/// Body bytes held in memory at once, proxy-wide (`budget.rs`).
+pub const BODY_MEMORY_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
 /// Header fields in an HTTP/1.1 request head (hyper's own default); more is 431.
 pub const HEADERS_MAX_DEFAULT: usize = 100;
 /// `headers_max` at most: hyper sets aside room for that many fields per request.
@@ -69,6 +71,9 @@ pub struct ProxyConfig {
     pub header_timeout_ms: Option<u64>,
     /// Threads of the proxy's own runtime (default: the CPU count).
     pub threads: Option<usize>,
+    /// Body bytes held in memory at once, all routes together: bodies read whole
+    /// and capture copies; past it bodies stream and captures spill to disk.
+    pub body_memory_max: Option<u64>,
     /// A PEM file of CA certificates trusted for `https://` targets, besides the
     /// built-in Mozilla roots.
     pub tls_ca_file: Option<PathBuf>,
@@ -187,6 +192,7 @@ pub struct ProxySettings {
     pub headers_max: usize,
     pub header_timeout: Duration,
     pub threads: usize,
+    pub body_memory_max: u64,
     pub tls: Arc<rustls::ClientConfig>,
 }
 
@@ -329,6 +335,10 @@ impl ProxyConfig {
                 self.threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             )?,
+            body_memory_max: match self.body_memory_max.unwrap_or(BODY_MEMORY_MAX_DEFAULT) {
+                0 => return Err("proxy.body_memory_max must be at least 1".into()),
+                n => n,
+            },
             tls,
         })
     }

@@ -30,6 +30,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::balance::Balancer;
+use crate::budget::{Budget, CopySink, KeptBody, Reservation};
 use crate::capture::{BodyEnd, BodyState, BoxError, Captured, CapturedResponse, TeeBody};
 use crate::config::{RouteSettings, Target};
 use crate::headers;
@@ -89,6 +90,8 @@ pub struct Proxy {
     pub backend: Arc<weir_backend::Backend>,
     /// Captures waiting for their body or their append: a stop waits for them.
     pub captures_in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Body bytes held in memory, proxy-wide (`body_memory_max`).
+    pub budget: Arc<Budget>,
 }
 
 impl Proxy {
@@ -255,7 +258,7 @@ async fn forward(
         Ok((out, answer_to)) => {
             let (response, from_target) = send(route, &head, client, out).await;
             match answer_to {
-                Some(tx) if from_target => with_answer_captured(route, tx, response),
+                Some(tx) if from_target => with_answer_captured(proxy, route, tx, response),
                 // An answer the proxy made itself is not captured; nor is any when
                 // the client goes away first (the sender is dropped with this
                 // future): the capture goes on without one.
@@ -273,11 +276,13 @@ struct Pending {
     captured: Captured,
     end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
     in_flight: InFlight,
+    budget: Arc<Budget>,
 }
 
 /// Hands the capture of a route that diffs the primary's answer: status, headers
 /// and, as it streams to the client, its body up to `capture_bytes_max`.
 fn with_answer_captured(
+    proxy: &Proxy,
     route: &RouteRt,
     answer_to: AnswerSender,
     response: Response<ProxyBody>,
@@ -294,10 +299,14 @@ fn with_answer_captured(
     let (body, answer_end) = if body.is_end_stream() {
         // hyper may never poll an empty body: it is whole as it is.
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let _ = tx.send(BodyEnd::Complete(Bytes::new()));
+        let _ = tx.send(BodyEnd::Complete(KeptBody::Memory(Bytes::new(), None)));
         (body, rx)
     } else {
-        let (tee, _, end) = TeeBody::new(body, Some(route.settings.capture_bytes_max), u64::MAX);
+        // Within the budget or not kept (never spilled): the answer is then not
+        // compared.
+        let copy = CopySink::new(&proxy.budget, false);
+        let copy = Some((copy, route.settings.capture_bytes_max));
+        let (tee, _, end) = TeeBody::new(body, copy, u64::MAX);
         (tee.boxed(), end)
     };
     let _ = answer_to.send((head, answer_end));
@@ -320,9 +329,11 @@ struct Outgoing {
 }
 
 /// Prepares the body and starts its capture. A body of known length within the
-/// capture limit is read whole first, then sent in one go: a target that answers
-/// without reading it (and closes) cannot then make the proxy lose its answer to a
-/// broken pipe mid-body, and an idempotent request can be sent again.
+/// capture limit is read whole first, when `body_memory_max` has room for it (and
+/// for its capture), then sent in one go: a target that answers without reading it
+/// (and closes) cannot then make the proxy lose its answer to a broken pipe
+/// mid-body, and an idempotent request can be sent again. Any other body streams to
+/// the target as it arrives, its capture's copy kept by a [`CopySink`].
 async fn outgoing_body(
     proxy: &Proxy,
     route: &RouteRt,
@@ -341,28 +352,32 @@ async fn outgoing_body(
     };
     let mut end = None;
     if !bodyless(&body) {
-        let capture_max = captured.is_some().then_some(s.capture_bytes_max);
-        let (tee, state, body_end) = TeeBody::new(body, capture_max, s.body_bytes_max);
-        end = Some(body_end);
-        if declared.is_some_and(|n| n <= s.capture_bytes_max) {
-            match tokio::time::timeout(s.request_timeout, tee.collect()).await {
-                Ok(Ok(whole)) => out.whole = Some(whole.to_bytes()),
-                Ok(Err(_)) => {
-                    return Err(refusal(
-                        StatusCode::BAD_REQUEST,
-                        "the request body broke off",
-                    ))
+        let keep = captured.is_some();
+        // A capture's copy is the same bytes, and its item as many again.
+        let whole = declared
+            .filter(|n| *n <= s.capture_bytes_max)
+            .and_then(|n| proxy.budget.try_reserve(if keep { 2 * n } else { n }));
+        match whole {
+            Some(mut reserved) => {
+                let item = keep.then(|| reserved.split(declared.unwrap_or(0)));
+                let whole = read_whole(body, declared.unwrap_or(0), reserved, s).await?;
+                if let Some(item) = item {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(BodyEnd::Complete(KeptBody::Memory(
+                        whole.clone(),
+                        Some(item),
+                    )));
+                    end = Some(rx);
                 }
-                Err(_) => {
-                    return Err(refusal(
-                        StatusCode::REQUEST_TIMEOUT,
-                        "the request body did not arrive in time",
-                    ))
-                }
+                out.whole = Some(whole);
             }
-        } else {
-            out.stream = Some(tee.boxed());
-            out.state = Some(state);
+            None => {
+                let copy = keep.then(|| (CopySink::new(&proxy.budget, true), s.capture_bytes_max));
+                let (tee, state, body_end) = TeeBody::new(body, copy, s.body_bytes_max);
+                end = Some(body_end);
+                out.stream = Some(tee.boxed());
+                out.state = Some(state);
+            }
         }
     }
     let pending = captured.map(|(queue, captured)| Pending {
@@ -370,6 +385,7 @@ async fn outgoing_body(
         captured,
         end,
         in_flight: InFlight::new(&proxy.captures_in_flight),
+        budget: Arc::clone(&proxy.budget),
     });
     let Some(p) = pending else {
         return Ok((out, None));
@@ -387,6 +403,38 @@ async fn outgoing_body(
     Ok((out, answer_to))
 }
 
+/// Reads a body of `len` bytes whole, within `request_timeout`, into a buffer that
+/// holds `reserved` until its last clone is dropped.
+async fn read_whole(
+    mut body: Incoming,
+    len: u64,
+    reserved: Reservation,
+    s: &RouteSettings,
+) -> Result<Bytes, Response<ProxyBody>> {
+    let broken = || refusal(StatusCode::BAD_REQUEST, "the request body broke off");
+    let read = async {
+        let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|_| broken())?;
+            if let Some(data) = frame.data_ref() {
+                if (buf.len() + data.len()) as u64 > len {
+                    return Err(broken());
+                }
+                buf.extend_from_slice(data);
+            }
+        }
+        Ok(buf)
+    };
+    match tokio::time::timeout(s.request_timeout, read).await {
+        Ok(Ok(buf)) => Ok(crate::budget::held_bytes(buf, reserved)),
+        Ok(Err(refused)) => Err(refused),
+        Err(_) => Err(refusal(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
 /// Starts a capture: polled once here, where a request whose body has passed is
 /// appended at once (the engine takes the item before its first wait), so that
 /// captures keep the order of their requests; the rest (a body still coming, the
@@ -397,8 +445,9 @@ async fn start_capture(
     answer: Option<tokio::sync::oneshot::Receiver<AnswerPart>>,
 ) {
     let counters = Arc::clone(&route.counters.shared);
+    let budget = Arc::clone(&p.budget);
     let mut task = Box::pin(async move {
-        store_capture(p.queue, p.captured, p.end, answer, counters).await;
+        store_capture(p.queue, p.captured, p.end, answer, counters, budget).await;
         drop(p.in_flight);
     });
     let first = std::future::poll_fn(|cx| Poll::Ready(task.as_mut().poll(cx))).await;
@@ -635,40 +684,54 @@ type AnswerSender = tokio::sync::oneshot::Sender<AnswerPart>;
 
 /// Appends a captured request once its body has passed (at once when it has none),
 /// and with `answer`, once the primary's answer's body has passed too (an answer
-/// cut short is kept without its body, which is then not compared).
+/// cut short, or over the budget, is kept without its body, which is then not
+/// compared).
 async fn store_capture(
     queue: weir_backend::Queue,
     mut captured: Captured,
     end: Option<tokio::sync::oneshot::Receiver<BodyEnd>>,
     answer: Option<tokio::sync::oneshot::Receiver<AnswerPart>>,
     counters: Arc<crate::metrics::CaptureCounters>,
+    budget: Arc<Budget>,
 ) {
-    if let Some(end) = end {
-        match end.await {
-            Ok(BodyEnd::Complete(body)) => captured.body = body,
+    let kept = match end {
+        None => KeptBody::Memory(Bytes::new(), None),
+        Some(end) => match end.await {
+            Ok(BodyEnd::Complete(kept)) => kept,
             Ok(BodyEnd::TooLargeToCapture) => {
                 counters.too_large.fetch_add(1, Relaxed);
+                return;
+            }
+            Ok(BodyEnd::OverBudget) => {
+                over_budget(&counters, queue.name());
                 return;
             }
             Ok(BodyEnd::Incomplete) | Err(_) => {
                 counters.incomplete.fetch_add(1, Relaxed);
                 return;
             }
-        }
-    }
+        },
+    };
+    // The answer's reservation is held until the append is done.
+    let mut _answer_held = None;
     if let Some(Ok((mut head, end))) = match answer {
         Some(rx) => Some(rx.await),
         None => None,
     } {
-        if let Ok(BodyEnd::Complete(body)) = end.await {
+        if let Ok(BodyEnd::Complete(KeptBody::Memory(body, held))) = end.await {
             head.body_whole = true;
             head.body_len = body.len() as u64;
             head.body = body;
+            _answer_held = held;
         }
         captured.response = Some(head);
     }
+    let Some((item, _held)) = capture_item(captured, kept, &budget).await else {
+        over_budget(&counters, queue.name());
+        return;
+    };
     match queue
-        .append(&captured.encode(), weir_backend::AppendOptions::default())
+        .append(&item, weir_backend::AppendOptions::default())
         .await
     {
         Ok(_) => {
@@ -678,5 +741,62 @@ async fn store_capture(
             counters.failed.fetch_add(1, Relaxed);
             tracing::warn!(queue = queue.name(), error = %e, "could not capture a request; it is not replayed");
         }
+    }
+}
+
+/// The item to append, with the reservation that covers it: a body in memory came
+/// with one; a spilled one waits for room in the budget to be read back (`None`
+/// when the budget could never hold it, or the file could not be read).
+async fn capture_item(
+    mut captured: Captured,
+    kept: KeptBody,
+    budget: &Arc<Budget>,
+) -> Option<(Vec<u8>, Option<Reservation>)> {
+    match kept {
+        KeptBody::Memory(body, held) => {
+            captured.body = body;
+            Some((captured.encode(), held))
+        }
+        KeptBody::Spilled(mut file, len) => {
+            let answer_len = captured.response.as_ref().map_or(0, |r| r.body.len());
+            let held = budget.reserve(len + answer_len as u64).await?;
+            let (head, _) = captured.encode_head(usize::try_from(len).ok()?);
+            let read = tokio::task::spawn_blocking(move || {
+                let mut item = head;
+                crate::budget::read_spilled(&mut file, len, &mut item).map(|()| item)
+            });
+            let mut item = match read.await {
+                Ok(Ok(item)) => item,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "a spill file could not be read back");
+                    return None;
+                }
+                Err(_) => return None,
+            };
+            if let Some(r) = &captured.response {
+                item.extend_from_slice(&r.body);
+            }
+            Some((item, Some(held)))
+        }
+    }
+}
+
+/// Counts a capture skipped for the budget, and says so (once a minute at most).
+fn over_budget(counters: &crate::metrics::CaptureCounters, queue: &str) {
+    static LAST_SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    counters.over_budget.fetch_add(1, Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_SAID.load(Relaxed);
+    if now >= last + 60
+        && LAST_SAID
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            queue,
+            "a request was forwarded but not captured: no room in body_memory_max and no spill file (weir_proxy_captures_total{{outcome=\"over_budget\"}} counts them)"
+        );
     }
 }

@@ -20,6 +20,7 @@
 //! process: [`start`], [`ProxyHandle::stop`].
 
 mod balance;
+mod budget;
 mod capture;
 pub mod capture_file;
 pub mod config;
@@ -198,10 +199,14 @@ async fn setup(
             settings: r.clone(),
         });
     }
+    let spill_dir = backend
+        .engine_store()
+        .map_or_else(std::env::temp_dir, |s| s.dir().to_path_buf());
     let proxy = Proxy {
         routes,
         backend,
         captures_in_flight: Default::default(),
+        budget: budget::Budget::new(settings.body_memory_max, spill_dir),
     };
     Ok((proxy, shadows, listeners))
 }
@@ -376,6 +381,7 @@ impl ProxyHandle {
             .collect();
         metrics::render(&routes, &rows, out);
         metrics::render_evicted(&self.evicted, out);
+        metrics::render_budget(&self.proxy.budget, out);
         metrics::render_diffs(&self.diff_report(), out);
     }
 

@@ -35,6 +35,10 @@ pub struct CaptureCounters {
     pub incomplete: AtomicU64,
     /// Appends the engine refused (a full queue, a full disk).
     pub failed: AtomicU64,
+    /// Requests forwarded but not captured: no room in `body_memory_max` for their
+    /// copy and no spill file (a spill file that could not be made, or a spilled body
+    /// larger than the whole budget).
+    pub over_budget: AtomicU64,
     /// Requests not captured because the route's capture queue was not set up yet
     /// (a JetStream cluster unreachable since the proxy started).
     pub not_ready: AtomicU64,
@@ -82,6 +86,40 @@ pub fn render_evicted(listeners: &[(String, std::sync::Arc<AtomicU64>)], out: &m
             label(name),
             n.load(Relaxed)
         );
+    }
+}
+
+/// Appends the body memory budget's figures.
+pub fn render_budget(b: &crate::budget::Budget, out: &mut String) {
+    let series: [(&str, &str, &str, u64); 4] = [
+        (
+            "weir_proxy_body_bytes_in_memory",
+            "Body bytes held in memory now (reserved in body_memory_max).",
+            "gauge",
+            b.used(),
+        ),
+        (
+            "weir_proxy_body_bytes_in_memory_max",
+            "The most body bytes held in memory at once since the start.",
+            "gauge",
+            b.peak(),
+        ),
+        (
+            "weir_proxy_body_memory_max_bytes",
+            "The budget of body bytes held in memory (body_memory_max).",
+            "gauge",
+            b.max(),
+        ),
+        (
+            "weir_proxy_bodies_spilled_total",
+            "Request bodies whose capture copy went to a spill file past the budget.",
+            "counter",
+            b.spilled.load(Relaxed),
+        ),
+    ];
+    for (m, help, kind, v) in series {
+        head(out, m, help, kind);
+        let _ = writeln!(out, "{m} {v}");
     }
 }
 
@@ -133,6 +171,7 @@ fn render_routes(routes: &[(&str, &RouteCounters)], out: &mut String) {
             ("incomplete", &s.incomplete),
             ("failed", &s.failed),
             ("not_ready", &s.not_ready),
+            ("over_budget", &s.over_budget),
         ] {
             let _ = writeln!(
                 out,

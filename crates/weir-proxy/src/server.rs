@@ -10,14 +10,21 @@
 //! connection finishes its request in flight; after 2 s the rest are dropped. A
 //! connection upgraded to a tunnel (WebSocket) keeps its slot until the tunnel ends,
 //! and is never evicted.
+//!
+//! Reads from a client are at most [`READ_BYTES_MAX`] each ([`CappedReads`]): hyper
+//! grows a connection's read buffer to `header_bytes_max` (64 KiB) once reads fill
+//! it, and 2,000 uploads then held 2,000 such buffers, outside `body_memory_max`.
 
+use std::pin::Pin;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
@@ -26,6 +33,10 @@ use crate::config::ProxySettings;
 use crate::forward::{handle, Proxy};
 
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// One read from a client at most: just under hyper's first read buffer (8 KiB),
+/// which it doubles, up to `max_buf_size`, only after a read that fills it. A head
+/// larger than this still fits: the buffer grows while a head is parsed.
+pub const READ_BYTES_MAX: usize = 8 * 1024 - 1;
 const STOP_GRACE: Duration = Duration::from_secs(2);
 /// HTTP/2 clients are pinged this often, and closed when a ping is not answered in
 /// time: a dead HTTP/2 connection does not hold a slot for ever.
@@ -55,6 +66,9 @@ pub async fn serve(
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
+            // A finished connection's task is freed once joined: not only at the next
+            // accept (after a burst, thousands of them waited for one, 11 MiB).
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             _ = shutdown.changed() => break,
         };
         let (stream, client) = match accepted {
@@ -122,7 +136,8 @@ async fn serve_connection(
         }
     });
     let builder = builder(&settings);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    let io = TokioIo::new(CappedReads(stream));
+    let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
@@ -161,4 +176,78 @@ fn builder(settings: &ProxySettings) -> auto::Builder<TokioExecutor> {
         .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
         .max_header_list_size(u32::try_from(settings.header_bytes_max).unwrap_or(u32::MAX));
     builder
+}
+
+/// A stream whose reads take [`READ_BYTES_MAX`] bytes at most.
+pub struct CappedReads<T>(pub T);
+
+impl<T: AsyncRead + Unpin> AsyncRead for CappedReads<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if buf.remaining() <= READ_BYTES_MAX {
+            return Pin::new(&mut self.0).poll_read(cx, buf);
+        }
+        let mut capped = buf.take(READ_BYTES_MAX);
+        std::task::ready!(Pin::new(&mut self.0).poll_read(cx, &mut capped))?;
+        let n = capped.filled().len();
+        // SAFETY: `capped` is a view of `buf`'s unfilled part, whose first `n` bytes
+        // the read filled (as tokio's own `Take` does).
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for CappedReads<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn reads_are_capped_and_whole() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        a.write_all(&data).await.unwrap();
+        drop(a);
+        let mut b = CappedReads(b);
+        let mut buf = vec![0u8; 65536];
+        let n = b.read(&mut buf).await.unwrap();
+        assert_eq!(n, READ_BYTES_MAX);
+        let mut rest = Vec::new();
+        b.read_to_end(&mut rest).await.unwrap();
+        assert_eq!([&buf[..n], &rest[..]].concat(), data);
+    }
 }

@@ -17,6 +17,23 @@ use weir_server::diff_cli::{self, DiffCommand};
 use weir_server::replay_cli::{self, ReplayArgs};
 use weir_server::signals::Signals;
 
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings, read at its start (`MALLOC_CONF`'s syntax; the environment's
+/// `_RJEM_MALLOC_CONF` comes after and wins): a background thread gives freed pages
+/// back to the system within about a second (dirty, then muzzy, decay), so that the
+/// memory of a burst (concurrent uploads through the proxy) does not stay resident.
+#[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
+#[export_name = "_rjem_malloc_conf"]
+pub static JEMALLOC_CONF: &[u8; 60] =
+    b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "weir",
