@@ -47,6 +47,36 @@ pub fn to_target(
     client: SocketAddr,
     authority: Option<&str>,
 ) {
+    let host = forwarded(headers, route, client, authority)
+        .or_else(|| HeaderValue::from_str(&target.authority).ok());
+    if let Some(h) = host {
+        headers.insert(HOST, h);
+    }
+}
+
+/// The headers a replay of the request gets (what the primary got, less `Host`),
+/// and the `Host` the primary got when the route kept or set it (a replay sends its
+/// own target's otherwise).
+pub fn for_replay(
+    headers: &mut HeaderMap,
+    route: &RouteSettings,
+    client: SocketAddr,
+    authority: Option<&str>,
+) -> Option<String> {
+    let host = forwarded(headers, route, client, authority);
+    headers.remove(HOST);
+    host.and_then(|h| h.to_str().ok().map(str::to_string))
+}
+
+/// Everything [`to_target`] does but `Host`: hop-by-hop headers go, the forwarding
+/// headers are added, the route's rules apply. Returns the `Host` the route keeps
+/// (`preserve_host`) or sets (`host_rewrite`), if it does.
+fn forwarded(
+    headers: &mut HeaderMap,
+    route: &RouteSettings,
+    client: SocketAddr,
+    authority: Option<&str>,
+) -> Option<HeaderValue> {
     // An HTTP/2 client names the host in the URI's authority, not in `Host`.
     let original_host = headers
         .get(HOST)
@@ -54,6 +84,26 @@ pub fn to_target(
         .or_else(|| authority.and_then(|a| HeaderValue::from_str(a).ok()));
     remove_hop_by_hop(headers);
     join_cookies(headers);
+    let host_text = original_host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string);
+    add_forwarding(headers, client, host_text);
+    for name in &route.remove_headers {
+        headers.remove(name.as_str());
+    }
+    for (name, value) in &route.set_headers {
+        set(headers, name, value);
+    }
+    match (&route.host_rewrite, route.preserve_host, original_host) {
+        (Some(h), _, _) => HeaderValue::from_str(h).ok(),
+        (None, true, Some(h)) => Some(h),
+        _ => None,
+    }
+}
+
+/// `X-Forwarded-For` (the client appended), `-Proto`, `-Host` and `Forwarded`.
+fn add_forwarding(headers: &mut HeaderMap, client: SocketAddr, host_text: Option<String>) {
     let ip = client.ip().to_string();
     let forwarded_for = match joined(headers, "x-forwarded-for") {
         Some(prior) => format!("{prior}, {ip}"),
@@ -61,10 +111,6 @@ pub fn to_target(
     };
     set(headers, "x-forwarded-for", &forwarded_for);
     set(headers, "x-forwarded-proto", "http");
-    let host_text = original_host
-        .as_ref()
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string);
     if let Some(h) = &host_text {
         set(headers, "x-forwarded-host", h);
     }
@@ -85,20 +131,6 @@ pub fn to_target(
         None => element,
     };
     set(headers, "forwarded", &forwarded);
-    for name in &route.remove_headers {
-        headers.remove(name.as_str());
-    }
-    for (name, value) in &route.set_headers {
-        set(headers, name, value);
-    }
-    let host = match (&route.host_rewrite, route.preserve_host, original_host) {
-        (Some(h), _, _) => HeaderValue::from_str(h).ok(),
-        (None, true, Some(h)) => Some(h),
-        _ => HeaderValue::from_str(&target.authority).ok(),
-    };
-    if let Some(h) = host {
-        headers.insert(HOST, h);
-    }
 }
 
 /// Every value of a header, joined by `, ` (a list header sent several times).
