@@ -743,6 +743,62 @@ mod tests {
         assert!(bad.resolve().unwrap_err().contains("diff_ignore_fields"));
     }
 
+    #[test]
+    fn a_shadows_retry_settings_resolve_and_mistakes_are_named() {
+        let text = r#"
+            [[listen]]
+            name = "public"
+            addr = "127.0.0.1:0"
+            [[routes]]
+            name = "api"
+            targets = ["http://127.0.0.1:9000"]
+            [[routes.shadows]]
+            name = "staging"
+            url = "http://127.0.0.1:9100"
+        "#;
+        let c: ProxyConfig = toml_like(text);
+        let r = &c.resolve().unwrap().routes[0].shadows[0].retry;
+        assert_eq!(r.attempts_max, SHADOW_ATTEMPTS_MAX_DEFAULT);
+        assert!(r.delivered.contains(404) && !r.delivered.contains(503));
+        assert_eq!(r.probe_path, "/");
+        assert_eq!(r.probe_interval, Duration::from_millis(500));
+        let mut old = c.clone();
+        old.routes[0].shadows[0].retries = Some(2);
+        assert_eq!(
+            old.resolve().unwrap().routes[0].shadows[0]
+                .retry
+                .attempts_max,
+            3
+        );
+        let mut set = c.clone();
+        set.routes[0].shadows[0].delivered = Some(vec!["2xx".into(), "503".into()]);
+        let r = &set.resolve().unwrap().routes[0].shadows[0].retry;
+        assert!(r.delivered.contains(503) && !r.delivered.contains(404));
+        type Spoil = fn(&mut ShadowConfig);
+        let cases: [(&str, Spoil); 5] = [
+            ("attempts_max", |s: &mut ShadowConfig| {
+                s.attempts_max = Some(0)
+            }),
+            ("delivered", |s: &mut ShadowConfig| {
+                s.delivered = Some(vec!["2x".into()])
+            }),
+            ("retry_backoff_ms", |s: &mut ShadowConfig| {
+                s.retry_backoff_ms = Some(0)
+            }),
+            ("probe_path", |s: &mut ShadowConfig| {
+                s.probe_path = Some("health".into())
+            }),
+            ("name", |s: &mut ShadowConfig| s.name = "x".repeat(64)),
+        ];
+        for (field, bad) in cases {
+            let mut c = c.clone();
+            c.routes[0].name = "r".repeat(40);
+            bad(&mut c.routes[0].shadows[0]);
+            let e = c.resolve().unwrap_err();
+            assert!(e.contains(&format!("shadows.{field}")), "{e}");
+        }
+    }
+
     fn toml_like(text: &str) -> ProxyConfig {
         toml::from_str(text).unwrap()
     }

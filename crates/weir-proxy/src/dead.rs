@@ -89,7 +89,6 @@ impl DeadLetters {
 /// Stores a replay that ran out of attempts in its shadow's dead letters; false
 /// (after a pause) when that failed: the capture is then not to be confirmed.
 pub async fn bury(s: &ShadowRt, c: &Captured, why: &str) -> bool {
-    s.counters.failed.fetch_add(1, Relaxed);
     let stored = match s.dead.opened().await {
         Ok((queue, _)) => queue
             .append(&c.encode(), weir_backend::AppendOptions::default())
@@ -99,6 +98,7 @@ pub async fn bury(s: &ShadowRt, c: &Captured, why: &str) -> bool {
     };
     match stored {
         Ok(()) => {
+            s.counters.failed.fetch_add(1, Relaxed);
             tracing::warn!(route = %s.route, shadow = %s.settings.name, method = %c.method, uri = %c.uri, reason = why, queue = s.dead.queue_name(), "a replay ran out of attempts: kept as a dead letter");
             true
         }

@@ -251,7 +251,7 @@ async fn forward(
     // The proxy takes the body whatever the target would say: hyper answers `100
     // Continue` to the client when the body is first read.
     head.headers.remove(hyper::header::EXPECT);
-    match outgoing_body(proxy, route, &head, (client, declared), body).await {
+    match outgoing_body(proxy, route, &head, client, declared, body).await {
         Ok((out, answer_to)) => {
             let (response, from_target) = send(route, &head, client, out).await;
             match answer_to {
@@ -327,7 +327,8 @@ async fn outgoing_body(
     proxy: &Proxy,
     route: &RouteRt,
     head: &hyper::http::request::Parts,
-    (client, declared): (SocketAddr, Option<u64>),
+    client: SocketAddr,
+    declared: Option<u64>,
     body: Incoming,
 ) -> Result<(Outgoing, Option<AnswerSender>), Response<ProxyBody>> {
     let s = &route.settings;

@@ -172,6 +172,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_replay_gets_the_headers_a_target_gets_but_host() {
+        let text = "[[listen]]\nname = \"l\"\naddr = \"127.0.0.1:0\"\n[[routes]]\nname = \"api\"\ntargets = [\"http://10.0.0.5:9000\"]\nremove_headers = [\"x-secret\"]\n[routes.set_headers]\nx-env = \"prod\"\n";
+        let config: crate::config::ProxyConfig = toml::from_str(text).unwrap();
+        let mut route = config.resolve().unwrap().routes.remove(0);
+        let mut client_headers = HeaderMap::new();
+        client_headers.insert(HOST, HeaderValue::from_static("api.example.com"));
+        client_headers.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        client_headers.insert("x-secret", HeaderValue::from_static("1"));
+        client_headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        let client: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        for keep in [false, true] {
+            route.preserve_host = keep;
+            let (mut to_primary, mut to_replay) = (client_headers.clone(), client_headers.clone());
+            let target = route.targets[0].clone();
+            to_target(&mut to_primary, &route, &target, client, None);
+            let host = for_replay(&mut to_replay, &route, client, None);
+            let primary_host = to_primary.remove(HOST).unwrap();
+            assert_eq!(to_primary, to_replay);
+            assert_eq!(to_replay["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+            assert_eq!(to_replay["x-env"], "prod");
+            assert!(!to_replay.contains_key("x-secret"));
+            let expected = if keep { Some("api.example.com") } else { None };
+            assert_eq!(host.as_deref(), expected);
+            assert_eq!(primary_host, expected.unwrap_or("10.0.0.5:9000"));
+        }
+    }
+
+    #[test]
     fn hop_by_hop_headers_go_and_named_ones_too() {
         let mut h = HeaderMap::new();
         h.insert(CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));

@@ -2,7 +2,9 @@
 //! replay finds its connection refused, broken or timed out, or gets a 5xx that does
 //! not count as delivered; from then on, one task probes it (`HEAD probe_path`,
 //! every `probe_interval_ms`, the first at once) and no replay is sent to it until a
-//! probe gets a status that counts as delivered. Replays waiting out a backoff are
+//! probe is answered with a status other than 502, 503 and 504 (what a gateway or
+//! load balancer answers for an application that is not there; any other answer,
+//! even a 404, 405 or 501 to the `HEAD`, is the application answering). Replays waiting out a backoff are
 //! woken as soon as a probe finds the shadow back after it failed at least once (an
 //! outage, not one failing request), so replay resumes within a probe interval of
 //! the shadow's return rather than after a long backoff; a wait `Retry-After` asked
@@ -110,7 +112,10 @@ async fn probe_until_up(s: Arc<ShadowRt>) {
     }
 }
 
-/// One probe: whether `HEAD probe_path` gets a status that counts as delivered.
+/// Statuses a probe does not take as the shadow's answer: a gateway's.
+const GATEWAY_STATUSES: [u16; 3] = [502, 503, 504];
+
+/// One probe: whether `HEAD probe_path` is answered, not by a gateway.
 async fn probe(s: &ShadowRt) -> bool {
     let target = &s.settings.target;
     let Ok(uri) = target
@@ -135,7 +140,7 @@ async fn probe(s: &ShadowRt) -> bool {
         Ok(Ok(response)) => {
             let status = response.status().as_u16();
             let _ = tokio::time::timeout(within, response.into_body().collect()).await;
-            s.settings.retry.delivered.contains(status)
+            !GATEWAY_STATUSES.contains(&status)
         }
         _ => false,
     }
