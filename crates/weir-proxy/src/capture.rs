@@ -27,10 +27,19 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Captured {
     pub method: String,
-    /// Path and query, as the client sent them.
+    /// Path and query, as the primary got them (the route's query rules applied;
+    /// in older captures, as the client sent them).
     pub uri: String,
-    /// Headers less the hop-by-hop ones; values that are not UTF-8 are left out.
+    /// Headers as the primary got them, less `Host` (see `host`): hop-by-hop ones
+    /// gone, the forwarding headers added and the route's header rules applied
+    /// (older captures: as the client sent them, less hop-by-hop ones and
+    /// `remove_headers`); values that are not UTF-8 are left out.
     pub headers: Vec<(String, String)>,
+    /// The `Host` the primary got when the route kept the client's
+    /// (`preserve_host`) or set one (`host_rewrite`): replays send it too. `None`:
+    /// a replay sends its target's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// When the proxy received it, Unix ms.
     pub at_ms: u64,
     #[serde(skip)]
@@ -286,6 +295,7 @@ mod tests {
             uri: "/a?b=1".into(),
             headers: vec![("content-type".into(), "text/plain".into())],
             at_ms: 5,
+            host: None,
             body: Bytes::from_static(b"hello\x00\xff"),
             response: None,
         };

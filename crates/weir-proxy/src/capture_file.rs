@@ -38,6 +38,8 @@ struct LineOut<'a> {
     method: &'a str,
     uri: &'a str,
     headers: &'a [(String, String)],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<&'a str>,
     at_ms: u64,
     body: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,6 +63,8 @@ struct LineIn {
     uri: String,
     #[serde(default)]
     headers: Vec<(String, String)>,
+    #[serde(default)]
+    host: Option<String>,
     at_ms: u64,
     #[serde(default)]
     body: String,
@@ -100,6 +104,7 @@ pub fn encode_line(seq: Option<u64>, c: &Captured) -> Vec<u8> {
         method: &c.method,
         uri: &c.uri,
         headers: &c.headers,
+        host: c.host.as_deref(),
         at_ms: c.at_ms,
         body: B64.encode(&c.body),
         response: c.response.as_ref().map(|r| ResponseOut {
@@ -139,6 +144,7 @@ pub fn decode_line(line: &[u8]) -> Result<(Option<u64>, Captured), String> {
         method: l.method,
         uri: l.uri,
         headers: l.headers,
+        host: l.host,
         at_ms: l.at_ms,
         body: Bytes::from(body),
         response,
@@ -173,7 +179,13 @@ fn check_request(l: &LineIn) -> Result<(), String> {
             l.uri
         ));
     }
-    check_headers("headers", &l.headers)
+    check_headers("headers", &l.headers)?;
+    match &l.host {
+        Some(h) if hyper::header::HeaderValue::from_str(h).is_err() => {
+            Err(format!("host {h:?}: not a header value"))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn check_headers(key: &str, headers: &[(String, String)]) -> Result<(), String> {
@@ -501,6 +513,7 @@ mod tests {
                 ("cookie".into(), "a=1".into()),
                 ("cookie".into(), "b=2".into()),
             ],
+            host: None,
             at_ms: 1_700_000_000_123,
             body: Bytes::from_static(b"{\"k\":1}\x00\xff\n"),
             response: None,

@@ -32,7 +32,16 @@ pub const HEADERS_MAX_DEFAULT: usize = 100;
 pub const HEADERS_MAX_MAX: usize = 10_000;
 pub const HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 pub const SHADOW_TIMEOUT_MS_DEFAULT: u64 = 10_000;
-pub const SHADOW_RETRIES_DEFAULT: u32 = 2;
+pub const SHADOW_ATTEMPTS_MAX_DEFAULT: u32 = 10;
+/// Attempts of a replay at most (`attempts_max`).
+pub const SHADOW_ATTEMPTS_MAX_MAX: u32 = 1_000;
+pub const SHADOW_RETRY_BACKOFF_MS_DEFAULT: u64 = 500;
+pub const SHADOW_RETRY_BACKOFF_MAX_MS_DEFAULT: u64 = 30_000;
+pub const SHADOW_RETRY_AFTER_MAX_MS_DEFAULT: u64 = 60_000;
+/// The longest pause a shadow's retry settings may ask for (an hour).
+pub const SHADOW_PAUSE_MS_MAX: u64 = 3_600_000;
+pub const SHADOW_PROBE_PATH_DEFAULT: &str = "/";
+pub const SHADOW_PROBE_INTERVAL_MS_DEFAULT: u64 = 500;
 pub const SHADOW_CONCURRENCY_DEFAULT: usize = 4;
 /// Shadows per route: each is a reader of the route's capture queue.
 pub const SHADOWS_MAX: usize = 16;
@@ -174,8 +183,23 @@ pub struct ShadowConfig {
     /// Replays in flight at once (default 4; 1 keeps the order).
     pub concurrency: Option<usize>,
     pub timeout_ms: Option<u64>,
-    /// Attempts after the first when a replay times out or breaks.
+    /// The older spelling of `attempts_max - 1` (used when `attempts_max` is absent).
     pub retries: Option<u32>,
+    /// Statuses that count as delivered (`2xx`, `404`, `!429`); the others, resets
+    /// and timeouts are tried again.
+    pub delivered: Option<Vec<String>>,
+    /// Attempts of a replay before it goes to the shadow's dead letters (default 10).
+    pub attempts_max: Option<u32>,
+    /// The first pause before a replay is tried again, doubling (default 500).
+    pub retry_backoff_ms: Option<u64>,
+    /// The longest such pause (default 30000).
+    pub retry_backoff_max_ms: Option<u64>,
+    /// The longest wait a `Retry-After` gets (default 60000).
+    pub retry_after_max_ms: Option<u64>,
+    /// The path `HEAD` asks while the shadow is down (default `/`).
+    pub probe_path: Option<String>,
+    /// How often a shadow that is down is probed (default 500).
+    pub probe_interval_ms: Option<u64>,
     /// Compare the shadow's answers with the primary's (the primary's answer is then
     /// captured with the request).
     #[serde(default)]
@@ -275,8 +299,21 @@ pub struct ShadowSettings {
     pub sample_percent: f64,
     pub concurrency: usize,
     pub timeout: Duration,
-    pub retries: u32,
     pub diff: bool,
+    pub retry: RetrySettings,
+}
+
+/// When a replay is delivered, and how one that was not is tried again.
+#[derive(Clone, Debug)]
+pub struct RetrySettings {
+    pub delivered: crate::deliver::StatusSet,
+    pub attempts_max: u32,
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    pub retry_after_max: Duration,
+    /// Path and query `HEAD` asks while the shadow is down.
+    pub probe_path: String,
+    pub probe_interval: Duration,
 }
 
 impl ProxyConfig {
@@ -562,6 +599,13 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
                 key("shadows.rate")
             ));
         }
+        let dead = crate::dead::dead_queue(&r.name, &s.name);
+        if weir::validate_queue_name(&dead).is_err() {
+            return Err(format!(
+                "{}: the names of the route and the shadow make a dead-letter queue name ({dead}) over 100 characters",
+                key("shadows.name")
+            ));
+        }
         shadows.push(ShadowSettings {
             name: s.name.clone(),
             target: parse_target(&key("shadows.url"), &s.url)?,
@@ -574,11 +618,68 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
             timeout: Duration::from_millis(
                 s.timeout_ms.unwrap_or(SHADOW_TIMEOUT_MS_DEFAULT).max(1),
             ),
-            retries: s.retries.unwrap_or(SHADOW_RETRIES_DEFAULT).min(RETRIES_MAX),
             diff: s.diff,
+            retry: resolve_retry(s).map_err(|(k, why)| format!("{}: {why}", key(k)))?,
         });
     }
     Ok(shadows)
+}
+
+/// A shadow's retry settings, checked; an error names the key (under `shadows.`).
+fn resolve_retry(s: &ShadowConfig) -> Result<RetrySettings, (&'static str, String)> {
+    let delivered = match &s.delivered {
+        Some(list) => {
+            crate::deliver::StatusSet::parse(list).map_err(|e| ("shadows.delivered", e))?
+        }
+        None => crate::deliver::StatusSet::default_set(),
+    };
+    let attempts_max = match (s.attempts_max, s.retries) {
+        (Some(n), _) => n,
+        (None, Some(r)) => r.saturating_add(1),
+        (None, None) => SHADOW_ATTEMPTS_MAX_DEFAULT,
+    };
+    if !(1..=SHADOW_ATTEMPTS_MAX_MAX).contains(&attempts_max) {
+        return Err((
+            "shadows.attempts_max",
+            format!("1 to {SHADOW_ATTEMPTS_MAX_MAX}"),
+        ));
+    }
+    let pause = |k: &'static str, v: Option<u64>, default: u64| match v.unwrap_or(default) {
+        ms @ 1..=SHADOW_PAUSE_MS_MAX => Ok(Duration::from_millis(ms)),
+        _ => Err((k, format!("1 to {SHADOW_PAUSE_MS_MAX} ms"))),
+    };
+    let probe_path = s
+        .probe_path
+        .clone()
+        .unwrap_or_else(|| SHADOW_PROBE_PATH_DEFAULT.into());
+    if !probe_path.starts_with('/') || probe_path.parse::<hyper::Uri>().is_err() {
+        return Err(("shadows.probe_path", "a path, such as /health".into()));
+    }
+    Ok(RetrySettings {
+        delivered,
+        attempts_max,
+        backoff: pause(
+            "shadows.retry_backoff_ms",
+            s.retry_backoff_ms,
+            SHADOW_RETRY_BACKOFF_MS_DEFAULT,
+        )?,
+        backoff_max: pause(
+            "shadows.retry_backoff_max_ms",
+            s.retry_backoff_max_ms,
+            SHADOW_RETRY_BACKOFF_MAX_MS_DEFAULT,
+        )?,
+        retry_after_max: pause(
+            "shadows.retry_after_max_ms",
+            s.retry_after_max_ms,
+            SHADOW_RETRY_AFTER_MAX_MS_DEFAULT,
+        )?,
+        probe_path,
+        probe_interval: pause(
+            "shadows.probe_interval_ms",
+            s.probe_interval_ms,
+            SHADOW_PROBE_INTERVAL_MS_DEFAULT,
+        )?,
+    })
 }
 
 #[cfg(test)]
@@ -650,6 +751,62 @@ mod tests {
         assert_eq!(s.routes[0].diff.ignore_fields, vec!["header.x-trace"]);
         bad.routes[0].diff_ignore_fields = vec!["cookie".into()];
         assert!(bad.resolve().unwrap_err().contains("diff_ignore_fields"));
+    }
+
+    #[test]
+    fn a_shadows_retry_settings_resolve_and_mistakes_are_named() {
+        let text = r#"
+            [[listen]]
+            name = "public"
+            addr = "127.0.0.1:0"
+            [[routes]]
+            name = "api"
+            targets = ["http://127.0.0.1:9000"]
+            [[routes.shadows]]
+            name = "staging"
+            url = "http://127.0.0.1:9100"
+        "#;
+        let c: ProxyConfig = toml_like(text);
+        let r = &c.resolve().unwrap().routes[0].shadows[0].retry;
+        assert_eq!(r.attempts_max, SHADOW_ATTEMPTS_MAX_DEFAULT);
+        assert!(r.delivered.contains(404) && !r.delivered.contains(503));
+        assert_eq!(r.probe_path, "/");
+        assert_eq!(r.probe_interval, Duration::from_millis(500));
+        let mut old = c.clone();
+        old.routes[0].shadows[0].retries = Some(2);
+        assert_eq!(
+            old.resolve().unwrap().routes[0].shadows[0]
+                .retry
+                .attempts_max,
+            3
+        );
+        let mut set = c.clone();
+        set.routes[0].shadows[0].delivered = Some(vec!["2xx".into(), "503".into()]);
+        let r = &set.resolve().unwrap().routes[0].shadows[0].retry;
+        assert!(r.delivered.contains(503) && !r.delivered.contains(404));
+        type Spoil = fn(&mut ShadowConfig);
+        let cases: [(&str, Spoil); 5] = [
+            ("attempts_max", |s: &mut ShadowConfig| {
+                s.attempts_max = Some(0)
+            }),
+            ("delivered", |s: &mut ShadowConfig| {
+                s.delivered = Some(vec!["2x".into()])
+            }),
+            ("retry_backoff_ms", |s: &mut ShadowConfig| {
+                s.retry_backoff_ms = Some(0)
+            }),
+            ("probe_path", |s: &mut ShadowConfig| {
+                s.probe_path = Some("health".into())
+            }),
+            ("name", |s: &mut ShadowConfig| s.name = "x".repeat(64)),
+        ];
+        for (field, bad) in cases {
+            let mut c = c.clone();
+            c.routes[0].name = "r".repeat(40);
+            bad(&mut c.routes[0].shadows[0]);
+            let e = c.resolve().unwrap_err();
+            assert!(e.contains(&format!("shadows.{field}")), "{e}");
+        }
     }
 
     fn toml_like(text: &str) -> ProxyConfig {

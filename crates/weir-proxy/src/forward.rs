@@ -254,7 +254,7 @@ async fn forward(
     // The proxy takes the body whatever the target would say: hyper answers `100
     // Continue` to the client when the body is first read.
     head.headers.remove(hyper::header::EXPECT);
-    match outgoing_body(proxy, route, &head, declared, body).await {
+    match outgoing_body(proxy, route, &head, client, declared, body).await {
         Ok((out, answer_to)) => {
             let (response, from_target) = send(route, &head, client, out).await;
             match answer_to {
@@ -338,13 +338,14 @@ async fn outgoing_body(
     proxy: &Proxy,
     route: &RouteRt,
     head: &hyper::http::request::Parts,
+    client: SocketAddr,
     declared: Option<u64>,
     body: Incoming,
 ) -> Result<(Outgoing, Option<AnswerSender>), Response<ProxyBody>> {
     let s = &route.settings;
     let captured = route
         .capture_queue()
-        .map(|q| (q, captured_request(head, s, proxy.backend.now_ms())));
+        .map(|q| (q, captured_request(head, s, client, proxy.backend.now_ms())));
     let mut out = Outgoing {
         whole: None,
         stream: None,
@@ -647,30 +648,30 @@ pub(crate) fn from_target(
     Response::from_parts(parts, crate::idle::IdleBody::new(body, idle).boxed())
 }
 
-/// The request as captured: headers less the route's `remove_headers` (a cookie the
-/// primary must not get is not stored nor replayed either).
+/// The request as captured: its path and query, and its headers, as the primary
+/// got them (the route's rules and the forwarding headers applied), so that a
+/// replay sends what the primary got (`Host` aside, see [`Captured::host`]).
 fn captured_request(
     head: &hyper::http::request::Parts,
     s: &RouteSettings,
+    client: SocketAddr,
     now_ms: u64,
 ) -> Captured {
+    let mut headers = head.headers.clone();
+    let authority = head.uri.authority().map(|a| a.as_str());
+    let host = headers::for_replay(&mut headers, s, client, authority);
     Captured {
         method: head.method.as_str().to_string(),
-        uri: head
-            .uri
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string(),
-        headers: head
-            .headers
+        uri: format!("{}{}", head.uri.path(), rewrite_query(head.uri.query(), s)),
+        headers: headers
             .iter()
-            .filter(|(k, _)| !s.remove_headers.iter().any(|r| r == k.as_str()))
             .filter_map(|(k, v)| {
                 v.to_str()
                     .ok()
                     .map(|v| (k.as_str().to_string(), v.to_string()))
             })
             .collect(),
+        host,
         at_ms: now_ms,
         body: Bytes::new(),
         response: None,

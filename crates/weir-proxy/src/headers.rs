@@ -47,6 +47,36 @@ pub fn to_target(
     client: SocketAddr,
     authority: Option<&str>,
 ) {
+    let host = forwarded(headers, route, client, authority)
+        .or_else(|| HeaderValue::from_str(&target.authority).ok());
+    if let Some(h) = host {
+        headers.insert(HOST, h);
+    }
+}
+
+/// The headers a replay of the request gets (what the primary got, less `Host`),
+/// and the `Host` the primary got when the route kept or set it (a replay sends its
+/// own target's otherwise).
+pub fn for_replay(
+    headers: &mut HeaderMap,
+    route: &RouteSettings,
+    client: SocketAddr,
+    authority: Option<&str>,
+) -> Option<String> {
+    let host = forwarded(headers, route, client, authority);
+    headers.remove(HOST);
+    host.and_then(|h| h.to_str().ok().map(str::to_string))
+}
+
+/// Everything [`to_target`] does but `Host`: hop-by-hop headers go, the forwarding
+/// headers are added, the route's rules apply. Returns the `Host` the route keeps
+/// (`preserve_host`) or sets (`host_rewrite`), if it does.
+fn forwarded(
+    headers: &mut HeaderMap,
+    route: &RouteSettings,
+    client: SocketAddr,
+    authority: Option<&str>,
+) -> Option<HeaderValue> {
     // An HTTP/2 client names the host in the URI's authority, not in `Host`.
     let original_host = headers
         .get(HOST)
@@ -54,6 +84,26 @@ pub fn to_target(
         .or_else(|| authority.and_then(|a| HeaderValue::from_str(a).ok()));
     remove_hop_by_hop(headers);
     join_cookies(headers);
+    let host_text = original_host
+        .as_ref()
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string);
+    add_forwarding(headers, client, host_text);
+    for name in &route.remove_headers {
+        headers.remove(name.as_str());
+    }
+    for (name, value) in &route.set_headers {
+        set(headers, name, value);
+    }
+    match (&route.host_rewrite, route.preserve_host, original_host) {
+        (Some(h), _, _) => HeaderValue::from_str(h).ok(),
+        (None, true, Some(h)) => Some(h),
+        _ => None,
+    }
+}
+
+/// `X-Forwarded-For` (the client appended), `-Proto`, `-Host` and `Forwarded`.
+fn add_forwarding(headers: &mut HeaderMap, client: SocketAddr, host_text: Option<String>) {
     let ip = client.ip().to_string();
     let forwarded_for = match joined(headers, "x-forwarded-for") {
         Some(prior) => format!("{prior}, {ip}"),
@@ -61,10 +111,6 @@ pub fn to_target(
     };
     set(headers, "x-forwarded-for", &forwarded_for);
     set(headers, "x-forwarded-proto", "http");
-    let host_text = original_host
-        .as_ref()
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string);
     if let Some(h) = &host_text {
         set(headers, "x-forwarded-host", h);
     }
@@ -85,20 +131,6 @@ pub fn to_target(
         None => element,
     };
     set(headers, "forwarded", &forwarded);
-    for name in &route.remove_headers {
-        headers.remove(name.as_str());
-    }
-    for (name, value) in &route.set_headers {
-        set(headers, name, value);
-    }
-    let host = match (&route.host_rewrite, route.preserve_host, original_host) {
-        (Some(h), _, _) => HeaderValue::from_str(h).ok(),
-        (None, true, Some(h)) => Some(h),
-        _ => HeaderValue::from_str(&target.authority).ok(),
-    };
-    if let Some(h) = host {
-        headers.insert(HOST, h);
-    }
 }
 
 /// Every value of a header, joined by `, ` (a list header sent several times).
@@ -138,6 +170,34 @@ fn set(headers: &mut HeaderMap, name: &str, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replay_gets_the_headers_a_target_gets_but_host() {
+        let text = "[[listen]]\nname = \"l\"\naddr = \"127.0.0.1:0\"\n[[routes]]\nname = \"api\"\ntargets = [\"http://10.0.0.5:9000\"]\nremove_headers = [\"x-secret\"]\n[routes.set_headers]\nx-env = \"prod\"\n";
+        let config: crate::config::ProxyConfig = toml::from_str(text).unwrap();
+        let mut route = config.resolve().unwrap().routes.remove(0);
+        let mut client_headers = HeaderMap::new();
+        client_headers.insert(HOST, HeaderValue::from_static("api.example.com"));
+        client_headers.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        client_headers.insert("x-secret", HeaderValue::from_static("1"));
+        client_headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        let client: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        for keep in [false, true] {
+            route.preserve_host = keep;
+            let (mut to_primary, mut to_replay) = (client_headers.clone(), client_headers.clone());
+            let target = route.targets[0].clone();
+            to_target(&mut to_primary, &route, &target, client, None);
+            let host = for_replay(&mut to_replay, &route, client, None);
+            let primary_host = to_primary.remove(HOST).unwrap();
+            assert_eq!(to_primary, to_replay);
+            assert_eq!(to_replay["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+            assert_eq!(to_replay["x-env"], "prod");
+            assert!(!to_replay.contains_key("x-secret"));
+            let expected = if keep { Some("api.example.com") } else { None };
+            assert_eq!(host.as_deref(), expected);
+            assert_eq!(primary_host, expected.unwrap_or("10.0.0.5:9000"));
+        }
+    }
 
     #[test]
     fn hop_by_hop_headers_go_and_named_ones_too() {

@@ -24,6 +24,8 @@ mod budget;
 mod capture;
 pub mod capture_file;
 pub mod config;
+mod dead;
+mod deliver;
 mod diff;
 mod differ;
 mod forward;
@@ -32,6 +34,7 @@ mod headers;
 mod health;
 mod idle;
 mod metrics;
+mod probe;
 mod record;
 pub mod replay;
 mod route;
@@ -49,6 +52,7 @@ use tokio::sync::watch;
 
 pub use crate::capture::{Captured, CapturedResponse};
 pub use crate::config::{ProxyConfig, ProxySettings};
+pub use crate::dead::{dead_queue, RedriveError, DEAD_READER};
 pub use crate::diff::{FieldStats, Kind as DiffKind, Sample as DiffSample, ShadowDiffStats};
 pub use crate::differ::{report_text as diff_report_text, RouteReport, ShadowReport};
 pub use crate::forward::{capture_queue, ERROR_HEADER};
@@ -69,6 +73,8 @@ pub struct ProxyHandle {
     evicted: Vec<(String, Arc<std::sync::atomic::AtomicU64>)>,
     shutdown: watch::Sender<bool>,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The proxy's runtime, for work started from outside (a re-drive).
+    runtime: tokio::runtime::Handle,
 }
 
 /// Binds every listener, opens the capture queues and starts the replays. Errors
@@ -113,6 +119,7 @@ pub fn start(
     }
     let mut done = shutdown_rx.clone();
     let draining = Arc::clone(&proxy);
+    let handle = runtime.handle().clone();
     let thread = std::thread::Builder::new()
         .name("weir-proxy-main".into())
         .spawn(move || {
@@ -135,6 +142,7 @@ pub fn start(
         evicted,
         shutdown: shutdown_tx,
         thread: parking_lot::Mutex::new(Some(thread)),
+        runtime: handle,
     })
 }
 
@@ -301,7 +309,7 @@ type RouteSetUp = (
 /// it has one, loses the `record` reader of an earlier recording on the engine; on
 /// JetStream its readers are named in a warning).
 async fn route_capture(
-    backend: &weir_backend::Backend,
+    backend: &Arc<weir_backend::Backend>,
     r: &config::RouteSettings,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<RouteSetUp> {
@@ -338,7 +346,7 @@ async fn route_capture(
 /// shadow as long as it takes, and a lease ending under it would replay the request
 /// twice. (weir's config gives capture queues none, on either backend; this holds for
 /// a proxy started on a store with other options too.)
-fn capture_queue_opened(store: &weir::Store, name: &str) -> weir::Result<weir::Queue> {
+pub(crate) fn capture_queue_opened(store: &weir::Store, name: &str) -> weir::Result<weir::Queue> {
     let queue = store.queue(name)?;
     let mut config = queue.config();
     if config.open_timeout.is_some() {
@@ -372,11 +380,9 @@ impl ProxyHandle {
                 route: &s.route,
                 shadow: &s.settings.name,
                 counters: &s.counters,
-                backlog: stats
-                    .iter()
-                    .find(|q| &q.name == queue)
-                    .and_then(|q| q.readers.iter().find(|r| &r.name == reader))
-                    .map(|r| r.items),
+                backlog: reader_items(stats, queue, reader),
+                dead_letters: reader_items(stats, s.dead.queue_name(), DEAD_READER),
+                up: s.health.is_up(),
             })
             .collect();
         metrics::render(&routes, &rows, out);
@@ -409,6 +415,28 @@ impl ProxyHandle {
         report
     }
 
+    /// Starts replaying again the dead letters of `route`'s shadow `shadow` (those
+    /// there are now, oldest first, one at a time; in sequential mode to that shadow
+    /// and the ones after it). Returns how many there are; the re-drive goes on in
+    /// the background.
+    pub async fn redrive(&self, route: &str, shadow: &str) -> Result<u64, RedriveError> {
+        let found = self
+            .shadows
+            .lock()
+            .iter()
+            .find(|(s, _, _)| s.route == route && s.settings.name == shadow)
+            .map(|(s, _, _)| Arc::clone(s));
+        let Some(s) = found else {
+            return Err(RedriveError::NotFound);
+        };
+        let mut chain = vec![Arc::clone(&s)];
+        chain.extend(s.after.get().into_iter().flatten().cloned());
+        match self.runtime.spawn(dead::redrive(chain)).await {
+            Ok(result) => result,
+            Err(_) => Err(RedriveError::Stopping),
+        }
+    }
+
     /// Stops listening and replaying, and waits: requests in flight get 2 s,
     /// replays in flight are not confirmed (they come again after a restart).
     /// Blocks: call it off any async runtime's threads. Later calls do nothing.
@@ -420,6 +448,15 @@ impl ProxyHandle {
             }
         }
     }
+}
+
+/// The items a reader of a queue has, from the backend's figures.
+fn reader_items(stats: &[weir_backend::QueueStats], queue: &str, reader: &str) -> Option<u64> {
+    stats
+        .iter()
+        .find(|q| q.name == queue)
+        .and_then(|q| q.readers.iter().find(|r| r.name == reader))
+        .map(|r| r.items)
 }
 
 impl Drop for ProxyHandle {

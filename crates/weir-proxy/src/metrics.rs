@@ -49,8 +49,10 @@ pub struct CaptureCounters {
 pub struct ShadowCounters {
     /// Replays the shadow answered, by class 1xx .. 5xx.
     pub status: [AtomicU64; 5],
-    /// Replays given up after their retries.
+    /// Replays out of attempts, kept as dead letters.
     pub failed: AtomicU64,
+    /// Attempts that were not delivered and are tried again.
+    pub retried: AtomicU64,
     /// Captured requests left out by `sample_percent`.
     pub skipped: AtomicU64,
 }
@@ -61,6 +63,9 @@ pub struct ShadowRow<'a> {
     pub counters: &'a ShadowCounters,
     /// `None` when the backend's figures were not to be had: the series leaves it out.
     pub backlog: Option<u64>,
+    /// The shadow's dead letters not yet re-driven (`None`: no figure, or none made).
+    pub dead_letters: Option<u64>,
+    pub up: bool,
 }
 
 /// Appends the proxy's series to a `/metrics` body.
@@ -208,12 +213,30 @@ fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
             );
         }
     }
-    let series: [ShadowSeries; 3] = [
+    let series: [ShadowSeries; 6] = [
         (
             "weir_proxy_replays_failed_total",
-            "Replays given up after their retries.",
+            "Replays out of attempts, kept as dead letters.",
             "counter",
             |r| Some(r.counters.failed.load(Relaxed)),
+        ),
+        (
+            "weir_proxy_replay_retries_total",
+            "Replay attempts not delivered, tried again.",
+            "counter",
+            |r| Some(r.counters.retried.load(Relaxed)),
+        ),
+        (
+            "weir_proxy_replay_dead_letters",
+            "Dead letters of the shadow not yet re-driven.",
+            "gauge",
+            |r| r.dead_letters,
+        ),
+        (
+            "weir_proxy_shadow_up",
+            "1 while the shadow is up, 0 while it is down (probed).",
+            "gauge",
+            |r| Some(u64::from(r.up)),
         ),
         (
             "weir_proxy_replays_skipped_total",

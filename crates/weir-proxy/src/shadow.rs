@@ -2,18 +2,23 @@
 //! route's capture queue, so a shadow that is slow or down builds a backlog on disk
 //! (bounded by the queue's limits; on JetStream, by the stream's), never in memory,
 //! and never touches a client's request. A restart resumes where each shadow stood: a replay is confirmed once
-//! the shadow answered (any status) or its retries ran out.
+//! the shadow's answer counted as delivered, or once it is kept as a dead letter.
 //!
 //! Per shadow: `rate` (replays per second at most), `sample_percent` (decided by
 //! the request's sequence number, so the same requests on every restart),
-//! `concurrency` (replays in flight; 1 keeps the order), `timeout_ms`, `retries`
-//! (for a replay that timed out or broke after connecting). A shadow that refuses
-//! connections is down: the replay waits, with a pause that doubles up to 30 s,
-//! and is not counted as an attempt.
+//! `concurrency` (replays in flight; 1 keeps the order), `timeout_ms`, and when a
+//! replay counts as delivered and how one that does not is tried again
+//! (`deliver.rs`): `delivered`, `attempts_max`, `retry_backoff_ms`,
+//! `retry_backoff_max_ms`, `retry_after_max_ms`. A replay out of attempts goes to
+//! the shadow's dead letters (`dead.rs`), never dropped. A shadow that refuses
+//! connections, breaks them, times out or answers 5xx is down: no replay is sent to
+//! it until a probe finds it back (`probe.rs`), and a refused connection is not
+//! counted as an attempt.
 //!
 //! With `replay = "sequential"` one reader replays each request to the shadows in
-//! their order, the next only after the previous answered below 500, stopping at
-//! the first failure (rocky's `replaySequentially`).
+//! their order, the next only after the previous one's replay was delivered; one
+//! that runs out of attempts is a dead letter of that shadow, and a re-drive of it
+//! replays to that shadow and the ones after it (rocky's `replaySequentially`).
 //!
 //! A shadow with `diff = true` has its answers read and compared with the
 //! primary's (`differ.rs`).
@@ -36,9 +41,6 @@ use crate::forward::{http_client, HttpClient};
 use crate::metrics::ShadowCounters;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const DOWN_PAUSE_FIRST: Duration = Duration::from_millis(100);
-const DOWN_PAUSE_MAX: Duration = Duration::from_secs(30);
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// How long a worker waits for a captured request before it looks around again.
 const TAKE_WAIT: Duration = Duration::from_secs(1);
 /// The reader of a route replaying sequentially.
@@ -54,6 +56,12 @@ pub struct ShadowRt {
     pub counters: ShadowCounters,
     /// Present when the shadow's answers are compared with the primary's.
     pub diff: Option<ShadowDiff>,
+    pub health: crate::probe::Health,
+    pub dead: crate::dead::DeadLetters,
+    /// In sequential mode, the shadows after this one (a re-drive of its dead
+    /// letters replays to them too).
+    pub after: std::sync::OnceLock<Vec<Arc<ShadowRt>>>,
+    pub shutdown: watch::Receiver<bool>,
 }
 
 /// One replaying reader: a shadow (concurrent mode), or the route's shadows in
@@ -69,28 +77,12 @@ struct Replayer {
 /// one no longer configured) and starts their replay workers. Returns the queue, and
 /// its shadows (for metrics) with the reader each one's backlog is read from.
 pub async fn start(
-    backend: &Backend,
+    backend: &Arc<Backend>,
     queue: &str,
     route: &RouteSettings,
     shutdown: &watch::Receiver<bool>,
 ) -> weir_backend::Result<(weir_backend::Queue, Vec<(Arc<ShadowRt>, String)>)> {
-    let route_diff = route.diffs().then(|| Arc::new(RouteDiff::new(route)));
-    let shadows: Vec<Arc<ShadowRt>> = route
-        .shadows
-        .iter()
-        .map(|s| {
-            Arc::new(ShadowRt {
-                route: route.name.clone(),
-                settings: s.clone(),
-                client: http_client(CONNECT_TIMEOUT, &route.tls),
-                counters: ShadowCounters::default(),
-                diff: route_diff.as_ref().filter(|_| s.diff).map(|d| ShadowDiff {
-                    route: Arc::clone(d),
-                    stats: Default::default(),
-                }),
-            })
-        })
-        .collect();
+    let shadows = shadows_of(backend, route, shutdown);
     let mut wanted: Vec<&str> = if route.shadows.is_empty() {
         Vec::new()
     } else if route.sequential {
@@ -134,6 +126,41 @@ pub async fn start(
     Ok((handle, started))
 }
 
+/// A route's shadows as they run (in sequential mode each knows the ones after it).
+fn shadows_of(
+    backend: &Arc<Backend>,
+    route: &RouteSettings,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<Arc<ShadowRt>> {
+    let route_diff = route.diffs().then(|| Arc::new(RouteDiff::new(route)));
+    let shadows: Vec<Arc<ShadowRt>> = route
+        .shadows
+        .iter()
+        .map(|s| {
+            Arc::new(ShadowRt {
+                route: route.name.clone(),
+                settings: s.clone(),
+                client: http_client(CONNECT_TIMEOUT, &route.tls),
+                counters: ShadowCounters::default(),
+                diff: route_diff.as_ref().filter(|_| s.diff).map(|d| ShadowDiff {
+                    route: Arc::clone(d),
+                    stats: Default::default(),
+                }),
+                health: Default::default(),
+                dead: crate::dead::DeadLetters::new(Arc::clone(backend), &route.name, &s.name),
+                after: Default::default(),
+                shutdown: shutdown.clone(),
+            })
+        })
+        .collect();
+    if route.sequential {
+        for (i, s) in shadows.iter().enumerate() {
+            let _ = s.after.set(shadows[i + 1..].to_vec());
+        }
+    }
+    shadows
+}
+
 /// The readers of `queue` not in `wanted`: a shadow removed (or a change of mode)
 /// leaves a reader nobody reads, which keeps every capture. On the embedded engine it
 /// is deleted (one proxy owns the data directory). On JetStream several proxies share
@@ -171,10 +198,10 @@ pub async fn forget_readers(
 
 /// How one replay ended.
 enum Outcome {
-    /// The shadow answered with this status.
-    Answered(u16),
-    /// Retries ran out.
-    GaveUp,
+    /// The shadow's answer counted as delivered.
+    Delivered,
+    /// Attempts ran out, for this reason.
+    Exhausted(String),
     /// The proxy is stopping: not confirmed, replayed after the restart.
     Stopped,
 }
@@ -262,8 +289,11 @@ impl Replayer {
     }
 }
 
-/// Replays to each shadow in turn (one, in concurrent mode); false when stopped.
-async fn replay_all(
+/// Replays to each shadow in turn (one, in concurrent mode), stopping at one that
+/// ran out of attempts (then kept in its dead letters). True when the capture is
+/// done with and to be confirmed; false when the proxy stops, or a dead letter could
+/// not be stored (the capture is then released, to be replayed again).
+pub(crate) async fn replay_all(
     shadows: &[Arc<ShadowRt>],
     captured: &Captured,
     shutdown: &watch::Receiver<bool>,
@@ -271,8 +301,8 @@ async fn replay_all(
     for s in shadows {
         match replay(s, captured, shutdown.clone()).await {
             Outcome::Stopped => return false,
-            Outcome::Answered(status) if status < 500 => {}
-            Outcome::Answered(_) | Outcome::GaveUp => break,
+            Outcome::Delivered => {}
+            Outcome::Exhausted(why) => return crate::dead::bury(s, captured, &why).await,
         }
     }
     true
@@ -311,7 +341,8 @@ fn sampled(seq: u64, percent: f64) -> bool {
 }
 
 /// The request a captured one becomes for `t`: the captured method, path, headers
-/// and body, `Host` set to the target's, and `x-weir-replay: TAG`.
+/// and body, `Host` the captured one (a route that keeps or sets it) or else the
+/// target's, and `x-weir-replay: TAG`.
 pub(crate) fn request_for(
     t: &Target,
     tag: &str,
@@ -334,68 +365,126 @@ pub(crate) fn request_for(
             headers.append(k, v);
         }
     }
-    headers.insert(HOST, HeaderValue::from_str(&t.authority).ok()?);
+    let host = c.host.as_deref().unwrap_or(&t.authority);
+    headers.insert(HOST, HeaderValue::from_str(host).ok()?);
     headers.insert(REPLAY_HEADER, HeaderValue::from_str(tag).ok()?);
     Some(req)
 }
 
-/// One replay to one shadow, with its retries and its waits while the shadow is down.
-async fn replay(s: &ShadowRt, c: &Captured, mut shutdown: watch::Receiver<bool>) -> Outcome {
-    let mut attempts = 0u32;
-    let mut down_pause = DOWN_PAUSE_FIRST;
+/// What one attempt of a replay gave.
+enum Attempt {
+    Delivered,
+    /// The connection was refused: the shadow is down (not counted as an attempt).
+    Refused(String),
+    /// To be tried again: a status not delivered, a reset, a timeout, TLS refused.
+    Failed {
+        retry_after: Option<Duration>,
+        /// Whether it says the shadow is down (5xx, reset, timeout).
+        down: bool,
+        why: String,
+    },
+}
+
+/// One replay to one shadow: attempts while the shadow is up, until one is
+/// delivered or `attempts_max` ran out, with a pause between them.
+async fn replay(s: &Arc<ShadowRt>, c: &Captured, mut shutdown: watch::Receiver<bool>) -> Outcome {
+    let retry = &s.settings.retry;
     let tag = format!("{}/{}", s.route, s.settings.name);
+    let mut attempts = 0u32;
     loop {
+        if !s.health.wait_up(&mut shutdown).await {
+            return Outcome::Stopped;
+        }
         let Some(req) = request_for(&s.settings.target, &tag, c) else {
-            s.counters.failed.fetch_add(1, Relaxed);
-            return Outcome::GaveUp;
+            return Outcome::Exhausted("the capture does not make a valid request".into());
         };
-        let pause = match tokio::time::timeout(s.settings.timeout, s.client.request(req)).await {
-            Ok(Ok(response)) => {
-                let status = response.status().as_u16();
-                let class = usize::from(status / 100).clamp(1, 5) - 1;
-                s.counters.status[class].fetch_add(1, Relaxed);
-                match &s.diff {
-                    Some(d) => {
-                        let answer = crate::differ::read(
-                            response,
-                            d.route.body_bytes_max,
-                            s.settings.timeout,
-                        )
-                        .await;
-                        d.judge(c, answer).await;
-                    }
-                    None => drain(response.into_body(), s.settings.timeout).await,
-                }
-                return Outcome::Answered(status);
+        let recoveries = s.health.recoveries();
+        let (retry_after, why) = match attempt(s, c, req).await {
+            Attempt::Delivered => return Outcome::Delivered,
+            Attempt::Refused(why) => {
+                crate::probe::mark_down(s, &why);
+                continue;
             }
-            Ok(Err(e)) if e.is_connect() && !crate::tls::is_tls_failure(&e) => {
-                if down_pause == DOWN_PAUSE_FIRST {
-                    tracing::warn!(route = %s.route, shadow = %s.settings.name, error = %crate::forward::error_chain(&e), "the shadow is down; its replays wait");
+            Attempt::Failed {
+                retry_after,
+                down,
+                why,
+            } => {
+                if down {
+                    crate::probe::mark_down(s, &why);
                 }
-                let p = down_pause;
-                down_pause = (down_pause * 2).min(DOWN_PAUSE_MAX);
-                p
+                (retry_after, why)
             }
-            // A certificate or handshake refused is not a shadow down: waiting would
-            // not mend it. It fails, is counted, and says why.
-            other => {
-                if let Ok(Err(e)) = &other {
-                    if crate::tls::is_tls_failure(e) {
-                        tracing::warn!(route = %s.route, shadow = %s.settings.name, error = %crate::forward::error_chain(e), "TLS to the shadow failed");
-                    }
-                }
-                attempts += 1;
-                if attempts > s.settings.retries {
-                    s.counters.failed.fetch_add(1, Relaxed);
-                    return Outcome::GaveUp;
-                }
-                RETRY_PAUSE * attempts
+        };
+        attempts += 1;
+        if attempts >= retry.attempts_max {
+            return Outcome::Exhausted(format!("{why} ({attempts} attempts)"));
+        }
+        s.counters.retried.fetch_add(1, Relaxed);
+        let pause = retry_after
+            .unwrap_or_else(|| crate::deliver::backoff(attempts, retry.backoff, retry.backoff_max));
+        // A backoff ends early when the shadow comes back from an outage; a wait
+        // the shadow asked for (`Retry-After`) does not.
+        let woken = async {
+            match retry_after {
+                Some(_) => std::future::pending().await,
+                None => s.health.recovered_after(recoveries).await,
             }
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.changed() => return Outcome::Stopped,
+            _ = woken => {}
+            _ = shutdown.wait_for(|stop| *stop) => return Outcome::Stopped,
         }
+    }
+}
+
+/// Sends one attempt and reads its answer (compared with the primary's for a
+/// diffing shadow, when delivered).
+async fn attempt(s: &ShadowRt, c: &Captured, req: Request<crate::forward::ProxyBody>) -> Attempt {
+    let within = s.settings.timeout;
+    match tokio::time::timeout(within, s.client.request(req)).await {
+        Ok(Ok(response)) => {
+            let status = response.status().as_u16();
+            if !s.settings.retry.delivered.contains(status) {
+                let retry_after = crate::deliver::retry_after(
+                    response.headers().get(hyper::header::RETRY_AFTER),
+                    s.settings.retry.retry_after_max,
+                );
+                drain(response.into_body(), within).await;
+                return Attempt::Failed {
+                    retry_after,
+                    down: status >= 500,
+                    why: format!("answered {status}"),
+                };
+            }
+            let class = usize::from(status / 100).clamp(1, 5) - 1;
+            s.counters.status[class].fetch_add(1, Relaxed);
+            match &s.diff {
+                Some(d) => {
+                    let answer =
+                        crate::differ::read(response, d.route.body_bytes_max, within).await;
+                    d.judge(c, answer).await;
+                }
+                None => drain(response.into_body(), within).await,
+            }
+            Attempt::Delivered
+        }
+        Ok(Err(e)) if e.is_connect() && !crate::tls::is_tls_failure(&e) => {
+            Attempt::Refused(crate::forward::error_chain(&e))
+        }
+        // A certificate or handshake refused is not a shadow down: waiting would
+        // not mend it. It is tried again, and kept as a dead letter in the end.
+        Ok(Err(e)) => Attempt::Failed {
+            retry_after: None,
+            down: !crate::tls::is_tls_failure(&e),
+            why: crate::forward::error_chain(&e),
+        },
+        Err(_) => Attempt::Failed {
+            retry_after: None,
+            down: true,
+            why: format!("no answer within {} ms", within.as_millis()),
+        },
     }
 }
 

@@ -419,7 +419,7 @@ async fn sequential_replay_stops_at_the_first_failure() {
     first.status.store(500, SeqCst);
     let cfg = format!(
         "{}[[routes]]\nname = \"api\"\nreplay = \"sequential\"\ntargets = [\"http://{p_addr}\"]\n\
-         [[routes.shadows]]\nname = \"first\"\nurl = \"http://{first_addr}\"\n\
+         [[routes.shadows]]\nname = \"first\"\nurl = \"http://{first_addr}\"\nattempts_max = 1\n\
          [[routes.shadows]]\nname = \"second\"\nurl = \"http://{second_addr}\"\n",
         listen_toml()
     );
@@ -446,6 +446,11 @@ async fn sequential_replay_stops_at_the_first_failure() {
         ["/b"],
         "/a failed on the first shadow: not sent to the second"
     );
+    // /a ran out of its one attempt: a dead letter of the first shadow.
+    assert!(p
+        .metrics()
+        .await
+        .contains("weir_proxy_replays_failed_total{route=\"api\",shadow=\"first\"} 1"));
     p.stop().await;
 }
 
@@ -926,7 +931,7 @@ async fn https_targets_and_shadows_are_reached_over_tls_and_an_unknown_ca_is_ref
     let (shadow, shadow_got) = start_tls_server("shadow", leaf, key).await;
     let routes = format!(
         "[[routes]]\nname = \"secure\"\npath = \"/secure/*\"\ntargets = [\"https://localhost:{}\"]\n\
-         [[routes.shadows]]\nname = \"s\"\nurl = \"https://localhost:{}\"\n",
+         [[routes.shadows]]\nname = \"s\"\nurl = \"https://localhost:{}\"\nattempts_max = 2\nretry_backoff_ms = 50\n",
         primary.port(),
         shadow.port()
     );
@@ -958,7 +963,8 @@ async fn https_targets_and_shadows_are_reached_over_tls_and_an_unknown_ca_is_ref
         .unwrap()
         .to_string();
     assert!(reason.contains("certificate"), "{reason}");
-    // For the shadow it is a failure after its retries, not a shadow down for ever.
+    // For the shadow it is a failure after its attempts (a dead letter), not a shadow
+    // down for ever.
     let until = Instant::now() + Duration::from_secs(10);
     while !p
         .metrics()
@@ -973,6 +979,10 @@ async fn https_targets_and_shadows_are_reached_over_tls_and_an_unknown_ca_is_ref
         1,
         "nothing more reached the shadow"
     );
+    assert!(p
+        .metrics()
+        .await
+        .contains("weir_proxy_replay_dead_letters{route=\"secure\",shadow=\"s\"} 1"));
     p.stop().await;
 }
 

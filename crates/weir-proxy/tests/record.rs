@@ -414,6 +414,7 @@ fn synthetic(at_ms: &[u64]) -> Vec<Captured> {
             method: "GET".into(),
             uri: format!("/t/{i}"),
             headers: Vec::new(),
+            host: None,
             at_ms,
             body: Bytes::new(),
             response: None,

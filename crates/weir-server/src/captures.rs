@@ -12,6 +12,9 @@
 //!   body is appended in one batch, all or nothing. The queue is created if needed.
 //! - `GET /proxy/diffs`: what the proxy's diffing shadows found (JSON, see
 //!   `weir_proxy::RouteReport`), for `weir diff report`; 404 when no proxy runs.
+//! - `POST /proxy/dead-letters/{route}/{shadow}/redrive`: starts replaying again the
+//!   dead letters of a shadow (`{"redriving": N, "queue": ...}`); 404 for a shadow
+//!   the running proxy does not have, 409 while one runs for it.
 //!
 //! An export walks the queue through the backend interface, so it works on either
 //! backend (on JetStream a queue that does not exist exports nothing, and each line
@@ -65,6 +68,40 @@ pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/captures/{queue}", get(export).post(import))
         .route("/proxy/diffs", get(diffs))
+        .route(
+            "/proxy/dead-letters/{route}/{shadow}/redrive",
+            axum::routing::post(redrive),
+        )
+}
+
+/// `POST /proxy/dead-letters/{route}/{shadow}/redrive`: a re-drive of a shadow's
+/// dead letters, started.
+async fn redrive(
+    State(shared): State<Arc<Shared>>,
+    Path((route, shadow)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = authorize(&shared, &headers) {
+        return refused.into_response();
+    }
+    let Some(proxy) = &shared.proxy else {
+        return refuse(StatusCode::NOT_FOUND, "no proxy runs in this weir").into_response();
+    };
+    match proxy.redrive(&route, &shadow).await {
+        Ok(n) => Json(json!({
+            "redriving": n,
+            "queue": weir_proxy::dead_queue(&route, &shadow),
+        }))
+        .into_response(),
+        Err(e) => {
+            let status = match e {
+                weir_proxy::RedriveError::NotFound => StatusCode::NOT_FOUND,
+                weir_proxy::RedriveError::Running => StatusCode::CONFLICT,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            refuse(status, &e.to_string()).into_response()
+        }
+    }
 }
 
 /// `GET /proxy/diffs`: the diff report of the running proxy.
