@@ -256,23 +256,23 @@ impl Worker {
     }
 
     /// Deletes this subscriber's readers on `topics`, those the subscription as it
-    /// stands now does not have, with changes held off (a change made meanwhile may
-    /// have subscribed again).
+    /// stands now does not have, each with changes held off (a change made
+    /// meanwhile may have subscribed again); changes wait for one deletion at a
+    /// time, not for all of a subscription's topics.
     async fn delete_readers(&self, topics: Vec<String>) {
-        let _held = self.bus.hold_changes().await;
-        // A door that stopped serving the bus (its metadata forgotten) deletes
-        // nothing: its worker stopped, not its subscription.
-        if !self.bus.is_active() || !self.bus.may_write() {
-            return;
-        }
-        let meta = self.bus.meta();
-        let current = meta.subscribers.values().find(|s| s.id == self.id);
-        let topics: Vec<String> = topics
-            .into_iter()
-            .filter(|t| current.is_none_or(|s| !s.topics.contains(t)))
-            .collect();
         let id = &self.id;
         for topic in topics {
+            let _held = self.bus.hold_changes().await;
+            // A door that stopped serving the bus (its metadata forgotten) deletes
+            // nothing: its worker stopped, not its subscription.
+            if !self.bus.is_active() || !self.bus.may_write() {
+                return;
+            }
+            let meta = self.bus.meta();
+            let current = meta.subscribers.values().find(|s| s.id == self.id);
+            if current.is_some_and(|s| s.topics.contains(&topic)) {
+                continue;
+            }
             let Some(rt) = self.bus.topic(&topic) else {
                 continue;
             };
