@@ -7,8 +7,8 @@
 //!   created (root key), a subscription dropped (`DELETE /subscriber`) and made
 //!   again on every topic (`POST /subscription`), the token deleted;
 //! - a serial sender's publish latency, each publish to the next topic in turn;
-//! - the weir process's CPU while idle (from `/proc/PID/stat`), once deliveries are
-//!   done;
+//! - the weir process's CPU while idle (from `/proc/PID/stat`), first in the
+//!   round, 2 s after the setup or the previous round's restart;
 //! - restart: SIGTERM, wait for the exit, start the same data directory again, and
 //!   time from the start until a publish is answered 200.
 //!
@@ -387,12 +387,13 @@ async fn round(
     state: &(Vec<String>, String, Vec<String>, String),
 ) -> Result<Figures> {
     let (topics, publisher, subs, callback) = state;
-    let c = changes(w.bus, p, i, topics, subs, callback).await?;
-    let publish = publishes(w.bus, publisher, topics, p.publishes).await?;
-    // Deliveries of what was just published end within the batch timeout.
+    // Idle first, once the start (or the setup) has settled: after the changes the
+    // workers of dropped subscriptions are still deleting their readers.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pid = w.pid().context("weir is not running")?;
     let cpu = idle_cpu(pid, p.idle_seconds).await?;
+    let c = changes(w.bus, p, i, topics, subs, callback).await?;
+    let publish = publishes(w.bus, publisher, topics, p.publishes).await?;
     let first = topics.first().context("no topics")?;
     let took = restart(w, publisher, first).await?;
     Ok([
