@@ -42,6 +42,10 @@ pub struct BusParams {
     pub scale_events: u64,
     pub scale_connections: usize,
     pub rss_steps: Vec<u64>,
+    /// Only the metadata-at-scale step; or none of it.
+    pub meta_only: bool,
+    pub skip_meta: bool,
+    pub meta: crate::bus_scale::ScaleParams,
 }
 
 /// weir with its bus, and the bare server.
@@ -201,7 +205,14 @@ async fn paced(
 }
 
 pub async fn run(p: &BusParams, bins: &Binaries, steps: &ProgressBar) -> Result<Vec<Report>> {
-    steps.set_length(6);
+    if p.meta_only {
+        steps.set_length(1);
+        steps.set_message("metadata at scale");
+        let report = crate::bus_scale::run(&p.meta, bins).await?;
+        steps.inc(1);
+        return Ok(vec![report]);
+    }
+    steps.set_length(if p.skip_meta { 6 } else { 7 });
     let servers = start_servers(bins)?;
     let publisher = token(servers.bus, "bench_publisher").await?;
     let mut reports = Vec::new();
@@ -221,6 +232,11 @@ pub async fn run(p: &BusParams, bins: &Binaries, steps: &ProgressBar) -> Result<
     steps.set_message("memory with a backlog");
     reports.push(rss(bins, p).await?);
     steps.inc(1);
+    if !p.skip_meta {
+        steps.set_message("metadata at scale");
+        reports.push(crate::bus_scale::run(&p.meta, bins).await?);
+        steps.inc(1);
+    }
     Ok(reports)
 }
 

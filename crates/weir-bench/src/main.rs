@@ -14,6 +14,7 @@
 
 mod bus;
 mod bus_http;
+mod bus_scale;
 mod chart;
 mod cluster;
 mod failover;
@@ -654,6 +655,27 @@ struct BusArgs {
     /// Backlog steps of the memory measurement [10000,100000,1000000; quick: 10000,50000].
     #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
     bus_rss_steps: Option<Vec<u64>>,
+    /// Run only the metadata-at-scale step (subscriptions x topics at the limits).
+    #[arg(long)]
+    bus_meta_only: bool,
+    /// Skip the metadata-at-scale step.
+    #[arg(long)]
+    bus_skip_meta: bool,
+    /// Subscriptions of the metadata-at-scale step, each on every topic [200; quick: 20].
+    #[arg(long, value_name = "N")]
+    bus_meta_subscribers: Option<u64>,
+    /// Topics of the metadata-at-scale step [1000; quick: 100].
+    #[arg(long, value_name = "N")]
+    bus_meta_topics: Option<u64>,
+    /// Rounds of the metadata-at-scale step (figures are their medians) [5; quick: 1].
+    #[arg(long, value_name = "N")]
+    bus_meta_rounds: Option<u64>,
+    /// Changes of each kind per round [50; quick: 10].
+    #[arg(long, value_name = "N")]
+    bus_meta_changes: Option<u64>,
+    /// Serial publishes per round [1000; quick: 200].
+    #[arg(long, value_name = "N")]
+    bus_meta_publishes: Option<u64>,
 }
 
 impl BusArgs {
@@ -680,6 +702,16 @@ impl BusArgs {
                     vec![10_000, 100_000, 1_000_000]
                 }
             }),
+            meta_only: self.bus_meta_only,
+            skip_meta: self.bus_skip_meta,
+            meta: bus_scale::ScaleParams {
+                subscribers: to_usize(pick(self.bus_meta_subscribers, 200, 20)),
+                topics: to_usize(pick(self.bus_meta_topics, 1000, 100)),
+                rounds: to_usize(pick(self.bus_meta_rounds, 5, 1)),
+                changes: to_usize(pick(self.bus_meta_changes, 50, 10)),
+                publishes: pick(self.bus_meta_publishes, 1000, 200),
+                idle_seconds: if quick { 2.0 } else { 5.0 },
+            },
         }
     }
 }
@@ -1092,6 +1124,10 @@ fn run_library(
     print_and_write(common, &report)?;
     draw(common, &chart_report, &[spec], failures);
     Ok(())
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 fn run_bus(

@@ -13,7 +13,7 @@
 //! with `queue_for_readers`, naming the retention reader and every subscriber: a
 //! backend's default reader, which nobody here reads, would keep every event.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,6 +30,7 @@ use crate::meta::{Meta, MetaFile, MetaStore, SubscriberMeta, TopicMeta};
 use crate::meta_map::MetaMap;
 use crate::metrics::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
+use crate::scope::{ByTopic, Touched};
 
 /// A topic as the publish path needs it: its queue, its epoch, and the wake-ups of
 /// the workers that read it.
@@ -37,12 +38,53 @@ pub struct TopicRt {
     pub queue: Queue,
     pub epoch: u32,
     pub publisher: Option<String>,
-    pub wake: Vec<Arc<Notify>>,
+    pub wake: Vec<TopicWake>,
+}
+
+/// The wake-up of one subscriber's worker by one topic: the worker looks at that
+/// topic's reader, not at every one of its topics.
+#[derive(Clone)]
+pub struct TopicWake {
+    notify: Arc<Notify>,
+    /// Set before the worker is woken; the worker clears it before it looks.
+    pending: Arc<AtomicBool>,
+}
+
+impl TopicWake {
+    /// Tells the worker that the topic has something new.
+    pub fn notify_one(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+/// A worker's "something new" flags, one per topic, shared with the topics'
+/// [`TopicWake`]s.
+#[derive(Default)]
+pub struct WakeFlags(Mutex<HashMap<String, Arc<AtomicBool>>>);
+
+impl WakeFlags {
+    /// The flag of `topic` (made set: a new source is looked at once).
+    pub fn flag(&self, topic: &str) -> Arc<AtomicBool> {
+        let mut flags = self.0.lock();
+        Arc::clone(
+            flags
+                .entry(topic.to_owned())
+                .or_insert_with(|| Arc::new(AtomicBool::new(true))),
+        )
+    }
+
+    /// Forgets the flags of topics the worker no longer reads.
+    pub fn keep_only(&self, topics: &[String]) {
+        let keep: HashSet<&str> = topics.iter().map(String::as_str).collect();
+        self.0.lock().retain(|t, _| keep.contains(t.as_str()));
+    }
 }
 
 /// A subscriber's running worker.
 pub struct SubscriberRt {
     pub notify: Arc<Notify>,
+    pub flags: Arc<WakeFlags>,
     pub config: watch::Sender<Arc<SubscriberMeta>>,
     pub counters: Arc<SubscriberCounters>,
     pub stop: watch::Sender<bool>,
@@ -72,6 +114,11 @@ pub struct Bus {
     /// the request that asked for it is dropped (a client gone).
     change_lock: Arc<tokio::sync::Mutex<()>>,
     topics: RwLock<HashMap<String, Arc<TopicRt>>>,
+    /// Topic → subscriber tokens, as the metadata has them (`scope.rs`).
+    by_topic: Mutex<ByTopic>,
+    /// A refused write had the metadata read again: the next change brings every
+    /// worker in line, not only what it touched.
+    resync: AtomicBool,
     pub(crate) subscribers: Mutex<HashMap<String, SubscriberRt>>,
     /// Deliveries in flight, across subscribers.
     pub in_flight: Semaphore,
@@ -116,6 +163,8 @@ impl Bus {
             stale: AtomicBool::new(false),
             change_lock: Arc::new(tokio::sync::Mutex::new(())),
             topics: RwLock::new(HashMap::new()),
+            by_topic: Mutex::default(),
+            resync: AtomicBool::new(false),
             subscribers: Mutex::new(HashMap::new()),
             client,
             shutdown,
@@ -123,7 +172,7 @@ impl Bus {
             gone_said: Mutex::default(),
         };
         if active {
-            bus.reconcile(None).await?;
+            bus.reconcile(true).await?;
         }
         Ok(bus)
     }
@@ -178,7 +227,7 @@ impl Bus {
         self.load_map(map)
             .await
             .context("reading the bus's metadata")?;
-        self.reconcile(None)
+        self.reconcile(true)
             .await
             .context("bringing the bus's queues in line")?;
         self.sync_runtime();
@@ -198,6 +247,7 @@ impl Bus {
         let _serial = self.hold_changes().await;
         self.subscribers.lock().clear();
         self.topics.write().clear();
+        *self.by_topic.lock() = ByTopic::default();
         *self.meta.write() = Arc::new(Meta::empty());
     }
 
@@ -265,8 +315,13 @@ impl Bus {
         // their own, holding the lock: a dropped request cannot cut a change in two.
         let applying = tokio::spawn(async move {
             let _serial = serial;
-            let applied = bus.apply(previous, Arc::new(next)).await;
-            bus.sync_runtime();
+            let touched = Touched::between(&previous, &next);
+            let applied = bus.apply(previous, Arc::new(next), &touched).await;
+            if bus.resync.swap(false, Ordering::AcqRel) {
+                bus.sync_runtime();
+            } else {
+                bus.sync_touched(&touched);
+            }
             applied
         });
         applying
@@ -287,8 +342,12 @@ impl Bus {
         if !self.is_active() || !self.may_write() {
             return Ok(());
         }
-        let meta = self.meta();
-        self.reconcile(Some(&meta)).await?;
+        // Against an empty state: the topic's queue is opened whole.
+        let only = Touched {
+            topics: BTreeSet::from([name.to_owned()]),
+            ..Touched::default()
+        };
+        self.reconcile_touched(&Meta::empty(), &only).await?;
         let first = self.gone_said.lock().insert(name.to_owned());
         if first {
             tracing::warn!(
@@ -308,20 +367,32 @@ impl Bus {
     /// Writes `next`, publishes it and reconciles the backend with it; when the
     /// backend refuses (no space, too many queues), puts `previous` back the same way,
     /// so that what stands is what the API answered.
-    async fn apply(&self, previous: Arc<Meta>, next: Arc<Meta>) -> ApiResult<()> {
+    async fn apply(
+        &self,
+        previous: Arc<Meta>,
+        next: Arc<Meta>,
+        touched: &Touched,
+    ) -> ApiResult<()> {
         if let Err(e) = self.write_meta(Arc::clone(&next)).await {
-            self.reload_after_refused_write(&previous).await;
+            self.reload_after_refused_write().await;
             return Err(e);
         }
-        *self.meta.write() = next;
-        let Err(e) = self.reconcile(Some(&previous)).await else {
+        *self.meta.write() = Arc::clone(&next);
+        self.by_topic.lock().update(&previous, &next, touched);
+        let Err(e) = self.reconcile_touched(&previous, touched).await else {
             return Ok(());
         };
         let refused = ApiError::engine("applying a change", &e);
         self.write_meta(Arc::clone(&previous)).await?;
         *self.meta.write() = Arc::clone(&previous);
-        // Against itself: create what is missing, move nothing.
-        if let Err(e) = self.reconcile(Some(&previous)).await {
+        self.by_topic.lock().update(&next, &previous, touched);
+        // Back to `previous` for what the change touched: create what is missing,
+        // move nothing.
+        let back = Touched {
+            joined: BTreeMap::new(),
+            ..Touched::between(&next, &previous)
+        };
+        if let Err(e) = self.reconcile_touched(&next, &back).await {
             tracing::error!(error = %e, "could not bring the backend back in line after a refused change");
         }
         Err(refused)
@@ -356,7 +427,7 @@ impl Bus {
     /// After a write to the cluster's map failed (part of a change may stand, or
     /// another door wrote since this one read): what stands there is read again and
     /// the backend brought in line with it. A file's write leaves the old file.
-    async fn reload_after_refused_write(&self, previous: &Meta) {
+    async fn reload_after_refused_write(&self) {
         let Some(map) = self.map() else {
             return;
         };
@@ -371,7 +442,8 @@ impl Bus {
         }
         match self.load_map(map).await {
             Ok(()) => {
-                if let Err(e) = self.reconcile(Some(previous)).await {
+                self.resync.store(true, Ordering::Release);
+                if let Err(e) = self.reconcile(false).await {
                     tracing::error!(error = %e, "could not bring the bus's queues in line after a refused write");
                 }
             }
@@ -395,41 +467,112 @@ impl Bus {
             .map_err(|e| ApiError::engine("reading the bus's metadata", &e))
     }
 
-    /// Makes the backend match the metadata: a queue (with its retention reader) per
-    /// topic, a reader per subscriber on each of its topics (created at the end of
-    /// the topic: a new subscriber gets what is published from now on), a
+    /// Makes the backend match the metadata, all of it (at a start, on taking the
+    /// bus over, after a refused write of the map): a queue (with its retention
+    /// reader) per topic, a reader per subscriber on each of its topics, a
     /// dead-letter queue per subscriber; then deletes what the metadata no longer
     /// names: everything is created before anything is deleted, so a change the
-    /// backend refuses half-way has deleted nothing.
+    /// backend refuses half-way has deleted nothing. The index of who is on which
+    /// topic is built again here.
     ///
     /// A reader a running worker may still use is not deleted here: a take through
     /// a reader's handle may create it again (the engine's does), so a worker with
     /// stale sources would bring it back at the oldest event. The worker deletes the
     /// readers of the topics it leaves, and of every topic when its subscription is
-    /// gone (`worker.rs`). At start (`previous` is `None`) no worker runs yet, and
-    /// every reader not named is deleted here. A topic a subscription did not have
-    /// in `previous` starts at its end even when the subscriber's reader is still
-    /// there (it left and came back before its worker deleted the reader).
-    /// File work runs on the blocking pool (the embedded backend's arms see to it).
-    async fn reconcile(&self, previous: Option<&Meta>) -> weir_backend::Result<()> {
-        let startup = previous.is_none();
+    /// gone (`worker.rs`). At start (`startup`) no worker runs yet, and every reader
+    /// not named is deleted here. File work runs on the blocking pool (the embedded
+    /// backend's arms see to it).
+    async fn reconcile(&self, startup: bool) -> weir_backend::Result<()> {
         let meta = self.meta();
-        let mut topics = HashMap::new();
-        for (name, t) in &meta.topics {
-            let queue = self.open_topic(&meta, previous, name).await?;
-            topics.insert(name.clone(), (queue, t.clone()));
-        }
-        for s in meta.subscribers.values() {
-            let queue = self.backend.queue(&dead_queue(&s.id)).await?;
-            self.backend.reader(&queue, "").await?;
-        }
-        self.delete_orphan_readers(&meta, &topics, startup).await?;
+        *self.by_topic.lock() = ByTopic::of(&meta);
+        let all = Touched {
+            topics: meta.topics.keys().cloned().collect(),
+            subscribers: meta.subscribers.keys().cloned().collect(),
+            joined: BTreeMap::new(),
+        };
+        let names: Vec<String> = all.topics.iter().map(|n| topic_queue(n)).collect();
+        self.create_touched(&meta, None, &all).await?;
+        self.delete_orphan_readers(&meta, names, startup).await?;
         self.delete_orphan_queues(&meta).await?;
         let mut map = self.topics.write();
-        map.retain(|name, _| topics.contains_key(name));
-        for (name, (queue, t)) in topics {
-            let keep_wake = map.get(&name).map(|rt| rt.wake.clone()).unwrap_or_default();
-            map.insert(name, Arc::new(topic_rt(queue, &t, keep_wake)));
+        map.retain(|name, _| meta.topics.contains_key(name));
+        Ok(())
+    }
+
+    /// Makes the backend match the metadata for what a change `touched` (from
+    /// `previous` to the metadata now): the touched topics' queues and readers (a
+    /// subscriber's reader on a topic it joined is moved to the topic's end), the
+    /// touched subscribers' dead-letter queues; then deletes the queues of touched
+    /// topics and subscribers that are gone, and readers of touched topics that no
+    /// subscription and no running worker has. Nothing else is looked at: a change
+    /// costs what it changes.
+    async fn reconcile_touched(
+        &self,
+        previous: &Meta,
+        touched: &Touched,
+    ) -> weir_backend::Result<()> {
+        if touched.is_empty() {
+            return Ok(());
+        }
+        let meta = self.meta();
+        self.create_touched(&meta, Some(previous), touched).await?;
+        // A subscription's readers on the topics it left are deleted by its worker
+        // (see `reconcile`), so nothing here walks a topic's readers.
+        for name in touched
+            .topics
+            .iter()
+            .filter(|n| !meta.topics.contains_key(*n))
+        {
+            self.fence()?;
+            self.topics.write().remove(name);
+            if self.backend.delete_queue(&topic_queue(name)).await? {
+                tracing::info!(topic = %name, "deleted the queue of a deleted topic");
+            }
+        }
+        let ids: HashSet<&str> = meta.subscribers.values().map(|s| s.id.as_str()).collect();
+        for token in &touched.subscribers {
+            let Some(old) = previous.subscribers.get(token) else {
+                continue;
+            };
+            if !ids.contains(old.id.as_str()) {
+                self.fence()?;
+                self.backend.delete_queue(&dead_queue(&old.id)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the queues and readers `touched` names as `meta` has them, and
+    /// points the runtime's topics at their queues. A topic `previous` had already
+    /// (and the runtime too) gets only the readers of the subscriptions that joined
+    /// it; any other is opened whole.
+    async fn create_touched(
+        &self,
+        meta: &Meta,
+        previous: Option<&Meta>,
+        touched: &Touched,
+    ) -> weir_backend::Result<()> {
+        // In LANES lanes at once (the engine makes that many at a time on its
+        // blocking pool, each a file's work): a subscription on 1,000 topics waits
+        // for a quarter of the readers' creations in a row.
+        let names: Vec<&String> = touched.topics.iter().collect();
+        let lane = |k: usize| {
+            let names = &names;
+            async move {
+                for name in names.iter().skip(k).step_by(LANES) {
+                    self.touch_topic(meta, previous, touched, name).await?;
+                }
+                weir_backend::Result::Ok(())
+            }
+        };
+        let (a, b, c, d) = tokio::join!(lane(0), lane(1), lane(2), lane(3));
+        a.and(b).and(c).and(d)?;
+        for token in &touched.subscribers {
+            let Some(s) = meta.subscribers.get(token) else {
+                continue;
+            };
+            let queue = self.backend.queue(&dead_queue(&s.id)).await?;
+            self.backend.reader(&queue, "").await?;
         }
         Ok(())
     }
@@ -437,18 +580,20 @@ impl Bus {
     /// The queue of topic `name`, kept for its retention reader and the readers of
     /// the subscribers `meta` has on it (no default reader: nobody would read it, and
     /// it would keep every event). A subscriber's reader made here starts at the
-    /// topic's end; one of a subscriber that did not have the topic in `previous` is
+    /// topic's end; one of a subscriber that joined the topic (`touched.joined`) is
     /// moved there.
     async fn open_topic(
         &self,
         meta: &Meta,
-        previous: Option<&Meta>,
+        touched: &Touched,
         name: &str,
     ) -> weir_backend::Result<Queue> {
-        let subscribers: Vec<&SubscriberMeta> = meta
-            .subscribers
-            .values()
-            .filter(|s| s.topics.iter().any(|t| t == name))
+        let readers: Vec<String> = self
+            .by_topic
+            .lock()
+            .subscribers(meta, name)
+            .into_iter()
+            .map(|s| s.id.clone())
             .collect();
         // The retention reader, when missing (a new topic, or deleted by other
         // means), starts at the oldest event, as the engine makes any reader: it keeps
@@ -458,55 +603,101 @@ impl Bus {
             .backend
             .queue_for_readers(&topic_queue(name), &[RETENTION_READER], false)
             .await?;
-        let readers: Vec<&str> = subscribers.iter().map(|s| s.id.as_str()).collect();
-        if !readers.is_empty() {
+        let ids: Vec<&str> = readers.iter().map(String::as_str).collect();
+        if !ids.is_empty() {
             self.backend
-                .queue_for_readers(&topic_queue(name), &readers, true)
+                .queue_for_readers(&topic_queue(name), &ids, true)
                 .await?;
         }
-        for s in subscribers {
-            let had = previous.is_none_or(|p| {
-                p.subscribers
-                    .values()
-                    .any(|x| x.id == s.id && x.topics.iter().any(|t| t == name))
-            });
-            if !had {
-                queue.seek_reader(&s.id, SeekTo::End).await?;
-            }
+        for id in touched.joined.get(name).into_iter().flatten() {
+            queue.seek_reader(id, SeekTo::End).await?;
         }
         Ok(queue)
     }
 
-    /// Deletes the readers of topic queues that no subscription names: at `startup`
-    /// every such reader; later only those of no subscriber and no running worker.
+    /// [`Bus::create_touched`] for one topic.
+    async fn touch_topic(
+        &self,
+        meta: &Meta,
+        previous: Option<&Meta>,
+        touched: &Touched,
+        name: &str,
+    ) -> weir_backend::Result<()> {
+        let Some(t) = meta.topics.get(name) else {
+            return Ok(());
+        };
+        let known = previous.is_some_and(|p| p.topics.contains_key(name));
+        let queue = match self.topic(name).filter(|_| known) {
+            Some(rt) => {
+                self.join_topic(&rt.queue, touched, name).await?;
+                rt.queue.clone()
+            }
+            None => self.open_topic(meta, touched, name).await?,
+        };
+        let mut map = self.topics.write();
+        let keep_wake = map.get(name).map(|rt| rt.wake.clone()).unwrap_or_default();
+        map.insert(name.to_owned(), Arc::new(topic_rt(queue, t, keep_wake)));
+        Ok(())
+    }
+
+    /// Makes the readers of the subscriptions that joined topic `name` (its queue
+    /// there), at the topic's end; one still there (the subscription left and came
+    /// back before its worker deleted it) is moved to the end.
+    async fn join_topic(
+        &self,
+        queue: &Queue,
+        touched: &Touched,
+        name: &str,
+    ) -> weir_backend::Result<()> {
+        let mut fresh = Vec::new();
+        for id in touched.joined.get(name).into_iter().flatten() {
+            if queue.has_reader(id).await? {
+                queue.seek_reader(id, SeekTo::End).await?;
+            } else {
+                fresh.push(id.as_str());
+            }
+        }
+        if !fresh.is_empty() {
+            self.backend
+                .queue_for_readers(&topic_queue(name), &fresh, true)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the readers of the topic queues `names` that no subscription names:
+    /// at `startup` every such reader; later only those of no subscriber and no
+    /// running worker.
     async fn delete_orphan_readers(
         &self,
         meta: &Meta,
-        topics: &HashMap<String, (Queue, TopicMeta)>,
+        names: Vec<String>,
         startup: bool,
     ) -> weir_backend::Result<()> {
-        let running: BTreeSet<String> = self
+        let running: HashSet<String> = self
             .subscribers
             .lock()
             .values()
             .map(|rt| rt.config.borrow().id.clone())
             .collect();
-        let known: BTreeSet<&str> = meta.subscribers.values().map(|s| s.id.as_str()).collect();
-        let names = topics.keys().map(|name| topic_queue(name)).collect();
+        let known: HashSet<&str> = meta.subscribers.values().map(|s| s.id.as_str()).collect();
         for queue in self.backend.stats(Some(names)).await? {
             let Some(name) = queue.name.strip_prefix(TOPIC_PREFIX) else {
                 continue;
             };
+            let on_topic: HashSet<String> = self
+                .by_topic
+                .lock()
+                .subscribers(meta, name)
+                .into_iter()
+                .map(|s| s.id.clone())
+                .collect();
             for reader in queue.readers.iter().map(|r| &r.name) {
                 if reader == RETENTION_READER {
                     continue;
                 }
-                let subscribed = meta
-                    .subscribers
-                    .values()
-                    .any(|s| s.id == *reader && s.topics.iter().any(|t| t == name));
                 let orphan = if startup {
-                    !subscribed
+                    !on_topic.contains(reader)
                 } else {
                     !known.contains(reader.as_str()) && !running.contains(reader)
                 };
@@ -523,6 +714,7 @@ impl Bus {
     /// Deletes `bus:topic:*` queues of topics the metadata does not have, and
     /// `bus:dead:*` queues of subscribers it does not have.
     async fn delete_orphan_queues(&self, meta: &Meta) -> weir_backend::Result<()> {
+        let ids: HashSet<&str> = meta.subscribers.values().map(|s| s.id.as_str()).collect();
         for queue in self.backend.stats(None).await? {
             let name = queue.name;
             let orphan = match (
@@ -530,7 +722,7 @@ impl Bus {
                 name.strip_prefix(DEAD_PREFIX),
             ) {
                 (Some(topic), _) => !meta.topics.contains_key(topic),
-                (_, Some(id)) => !meta.subscribers.values().any(|s| s.id == id),
+                (_, Some(id)) => !ids.contains(id),
                 _ => false,
             };
             if orphan {
@@ -544,45 +736,42 @@ impl Bus {
 
     /// Starts a worker for each new subscriber, sends changed settings to running
     /// ones, stops those whose subscription is gone, and points each topic's wake-ups
-    /// at its subscribers' workers.
+    /// at its subscribers' workers: for everything (at a start).
     pub fn sync_runtime(self: &Arc<Self>) {
         let meta = self.meta();
-        let mut subs = self.subscribers.lock();
-        subs.retain(|token, rt| {
-            let keep = meta.subscribers.contains_key(token);
-            if !keep {
-                let _ = rt.stop.send(true);
-            }
-            keep
-        });
-        for (token, s) in &meta.subscribers {
-            let config = Arc::new(s.clone());
-            let name = meta.tokens.get(token).cloned().unwrap_or_default();
-            match subs.get_mut(token) {
-                Some(rt) if rt.config.borrow().id == s.id => {
-                    rt.name = name;
-                    if **rt.config.borrow() != *s {
-                        let _ = rt.config.send(config);
-                        rt.notify.notify_one();
-                    }
-                }
-                _ => {
-                    // New, or deleted and made again (a new id): a worker of its own.
-                    if let Some(old) = subs.remove(token) {
-                        let _ = old.stop.send(true);
-                    }
-                    let rt = crate::worker::start(Arc::clone(self), name, config);
-                    subs.insert(token.clone(), rt);
-                }
-            }
-        }
-        let mut topics = self.topics.write();
-        for (name, rt) in topics.iter_mut() {
-            let wake: Vec<Arc<Notify>> = meta
+        let all = Touched {
+            topics: self.topics.read().keys().cloned().collect(),
+            subscribers: meta
                 .subscribers
-                .iter()
-                .filter(|(_, s)| s.topics.iter().any(|t| t == name))
-                .filter_map(|(token, _)| subs.get(token).map(|r| Arc::clone(&r.notify)))
+                .keys()
+                .chain(self.subscribers.lock().keys())
+                .cloned()
+                .collect(),
+            joined: BTreeMap::new(),
+        };
+        self.sync_touched(&all);
+    }
+
+    /// [`Bus::sync_runtime`] for the topics and subscribers a change touched.
+    fn sync_touched(self: &Arc<Self>, touched: &Touched) {
+        let meta = self.meta();
+        let mut subs = self.subscribers.lock();
+        for token in &touched.subscribers {
+            self.sync_worker(&mut subs, &meta, token);
+        }
+        let by_topic = self.by_topic.lock();
+        let mut topics = self.topics.write();
+        for name in &touched.topics {
+            let Some(rt) = topics.get_mut(name) else {
+                continue;
+            };
+            let wake: Vec<TopicWake> = by_topic
+                .tokens(name)
+                .filter_map(|token| subs.get(token))
+                .map(|r| TopicWake {
+                    notify: Arc::clone(&r.notify),
+                    pending: r.flags.flag(name),
+                })
                 .collect();
             *rt = Arc::new(TopicRt {
                 queue: rt.queue.clone(),
@@ -590,6 +779,40 @@ impl Bus {
                 publisher: rt.publisher.clone(),
                 wake,
             });
+        }
+    }
+
+    /// Brings the worker of subscription `token` in line with `meta`: started,
+    /// given new settings, or stopped.
+    fn sync_worker(
+        self: &Arc<Self>,
+        subs: &mut HashMap<String, SubscriberRt>,
+        meta: &Meta,
+        token: &str,
+    ) {
+        let Some(s) = meta.subscribers.get(token) else {
+            if let Some(rt) = subs.remove(token) {
+                let _ = rt.stop.send(true);
+            }
+            return;
+        };
+        let name = meta.tokens.get(token).cloned().unwrap_or_default();
+        match subs.get_mut(token) {
+            Some(rt) if rt.config.borrow().id == s.id => {
+                rt.name = name;
+                if **rt.config.borrow() != *s {
+                    let _ = rt.config.send(Arc::new(s.clone()));
+                    rt.notify.notify_one();
+                }
+            }
+            _ => {
+                // New, or deleted and made again (a new id): a worker of its own.
+                if let Some(old) = subs.remove(token) {
+                    let _ = old.stop.send(true);
+                }
+                let rt = crate::worker::start(Arc::clone(self), name, Arc::new(s.clone()));
+                subs.insert(token.to_owned(), rt);
+            }
         }
     }
 
@@ -629,6 +852,10 @@ fn refused_write(e: &weir_backend::Error) -> ApiError {
     }
 }
 
+/// Topics worked on at once by [`Bus::create_touched`] (as many as the engine
+/// creates at once: `weir_backend::embedded::CREATIONS_AT_ONCE`).
+const LANES: usize = 4;
+
 /// Where [`Bus::open`] finds the metadata.
 pub enum MetaHome {
     /// `DIR/bus/meta.json` (the embedded engine's data directory).
@@ -638,7 +865,7 @@ pub enum MetaHome {
     Cluster,
 }
 
-fn topic_rt(queue: Queue, t: &TopicMeta, wake: Vec<Arc<Notify>>) -> TopicRt {
+fn topic_rt(queue: Queue, t: &TopicMeta, wake: Vec<TopicWake>) -> TopicRt {
     TopicRt {
         queue,
         epoch: t.epoch,

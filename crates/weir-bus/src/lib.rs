@@ -36,6 +36,7 @@ mod names;
 mod owner;
 mod retention;
 mod retry;
+mod scope;
 mod sign;
 mod worker;
 

@@ -19,7 +19,8 @@
 //! dead-letter queue while its items are older than the subscription's
 //! `redrive_below` mark.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
 
-use crate::bus::{Bus, SubscriberRt};
+use crate::bus::{Bus, SubscriberRt, WakeFlags};
 use crate::event::{cloudevents_batch, delivered, event_id, routemaster_batch};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, SubscriberMeta};
@@ -38,9 +39,15 @@ use crate::names::{dead_queue, topic_queue};
 use crate::retry::backoff;
 use crate::sign::signature_header;
 
-/// How often an idle worker looks at its readers without being woken: events
-/// written to a topic's queue by other means (the memcache door) wake nobody.
+/// How often an idle worker wakes without being woken.
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// A publish wakes only its topic's subscribers, and each looks at that topic's
+/// reader only. Events written to a topic's queue by other means (the memcache door
+/// with `reserved_queues_writable`) wake nobody: an idle worker looks at all its
+/// readers once per `IDLE_POLL` when it has at most this many, else at this many a
+/// second on average (a sweep of 1,000 topics every 100 s), so that 200 idle
+/// subscribers of 1,000 topics cost next to nothing.
+const SWEEP_SOURCES_PER_S: usize = 10;
 /// Bytes of a receiver's answer kept for the log when it refuses a batch.
 const REFUSAL_BODY_LOG_BYTES: usize = 200;
 /// Refusals (a 4xx other than 408 and 429) of the same batch in a row after which it
@@ -51,6 +58,7 @@ const SPLIT_AFTER_REFUSALS: u32 = 2;
 /// runtime.
 pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> SubscriberRt {
     let notify = Arc::new(Notify::new());
+    let flags = Arc::new(WakeFlags::default());
     let id = config.id.clone();
     let adopted = Arc::clone(&config);
     let (config_tx, config_rx) = watch::channel(config);
@@ -60,6 +68,9 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
         bus,
         id,
         notify: Arc::clone(&notify),
+        flags: Arc::clone(&flags),
+        cached: None,
+        swept: Instant::now(),
         adopted,
         config: config_rx,
         stop: stop_rx,
@@ -68,6 +79,7 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
     let task = tokio::spawn(supervise(worker));
     SubscriberRt {
         notify,
+        flags,
         config: config_tx,
         counters,
         stop: stop_tx,
@@ -82,6 +94,13 @@ struct Worker {
     /// The subscriber's id: its readers' name, its dead-letter queue, its name in logs.
     id: String,
     notify: Arc<Notify>,
+    /// Which topics have something new (set by a publish, cleared before a look).
+    flags: Arc<WakeFlags>,
+    /// The sources as last built, kept from batch to batch until the settings
+    /// change or a topic's queue is found gone.
+    cached: Option<Arc<Vec<Source>>>,
+    /// When every source was last looked at.
+    swept: Instant,
     config: watch::Receiver<Arc<SubscriberMeta>>,
     /// The settings the worker's sources were last built from.
     adopted: Arc<SubscriberMeta>,
@@ -121,6 +140,23 @@ struct Source {
     topic: Option<(String, u32)>,
     /// Dead letters at or above this seq are not being re-driven.
     redrive_below: u64,
+    /// The topic's "something new" flag; `None` for the dead-letter queue, which
+    /// is looked at every time.
+    pending: Option<Arc<AtomicBool>>,
+    /// Found empty at the last look, and nothing new since.
+    idle: AtomicBool,
+}
+
+impl Source {
+    fn new(reader: Reader, topic: Option<(String, u32)>, redrive_below: u64) -> Source {
+        Source {
+            reader,
+            topic,
+            redrive_below,
+            pending: None,
+            idle: AtomicBool::new(false),
+        }
+    }
 }
 
 /// One leased event of a batch.
@@ -134,7 +170,7 @@ struct Pending {
 }
 
 struct Batch {
-    sources: Vec<Source>,
+    sources: Arc<Vec<Source>>,
     events: Vec<Pending>,
     /// Bytes of the events, bounded by `batch_bytes_max` (plus one event).
     bytes: usize,
@@ -201,6 +237,10 @@ impl Worker {
     /// `Bus::reconcile` for why not before).
     async fn adopt(&mut self) -> Arc<SubscriberMeta> {
         let next = self.config.borrow_and_update().clone();
+        if Arc::ptr_eq(&next, &self.adopted) {
+            return next;
+        }
+        self.cached = None;
         let left: Vec<String> = self
             .adopted
             .topics
@@ -216,23 +256,23 @@ impl Worker {
     }
 
     /// Deletes this subscriber's readers on `topics`, those the subscription as it
-    /// stands now does not have, with changes held off (a change made meanwhile may
-    /// have subscribed again).
+    /// stands now does not have, each with changes held off (a change made
+    /// meanwhile may have subscribed again); changes wait for one deletion at a
+    /// time, not for all of a subscription's topics.
     async fn delete_readers(&self, topics: Vec<String>) {
-        let _held = self.bus.hold_changes().await;
-        // A door that stopped serving the bus (its metadata forgotten) deletes
-        // nothing: its worker stopped, not its subscription.
-        if !self.bus.is_active() || !self.bus.may_write() {
-            return;
-        }
-        let meta = self.bus.meta();
-        let current = meta.subscribers.values().find(|s| s.id == self.id);
-        let topics: Vec<String> = topics
-            .into_iter()
-            .filter(|t| current.is_none_or(|s| !s.topics.contains(t)))
-            .collect();
         let id = &self.id;
         for topic in topics {
+            let _held = self.bus.hold_changes().await;
+            // A door that stopped serving the bus (its metadata forgotten) deletes
+            // nothing: its worker stopped, not its subscription.
+            if !self.bus.is_active() || !self.bus.may_write() {
+                return;
+            }
+            let meta = self.bus.meta();
+            let current = meta.subscribers.values().find(|s| s.id == self.id);
+            if current.is_some_and(|s| s.topics.contains(&topic)) {
+                continue;
+            }
             let Some(rt) = self.bus.topic(&topic) else {
                 continue;
             };
@@ -275,11 +315,7 @@ impl Worker {
         if cfg.redrive_below > 0 {
             match self.dead_letter_reader().await {
                 Ok(None) => {}
-                Ok(Some(reader)) => sources.push(Source {
-                    reader,
-                    topic: None,
-                    redrive_below: cfg.redrive_below,
-                }),
+                Ok(Some(reader)) => sources.push(Source::new(reader, None, cfg.redrive_below)),
                 Err(e) => {
                     tracing::error!(subscriber = %self.id, error = %e, "dead-letter queue unavailable")
                 }
@@ -320,9 +356,8 @@ impl Worker {
             match reader {
                 Ok(reader) => {
                     return Some(Source {
-                        reader,
-                        topic: Some((topic.to_owned(), rt.epoch)),
-                        redrive_below: 0,
+                        pending: Some(self.flags.flag(topic)),
+                        ..Source::new(reader, Some((topic.to_owned(), rt.epoch)), 0)
                     })
                 }
                 Err(e) if attempt == 0 && e.kind() == weir_backend::Kind::NotFound => {
@@ -340,6 +375,44 @@ impl Worker {
         None
     }
 
+    /// The sources as last built, or built now (the settings changed, or a topic's
+    /// queue was found gone): a batch after a batch costs no look-up of readers.
+    async fn current_sources(&mut self, cfg: &SubscriberMeta) -> Arc<Vec<Source>> {
+        if let Some(sources) = &self.cached {
+            return Arc::clone(sources);
+        }
+        self.flags.keep_only(&cfg.topics);
+        let sources = Arc::new(self.sources(cfg).await);
+        self.cached = Some(Arc::clone(&sources));
+        self.swept = Instant::now();
+        sources
+    }
+
+    /// How often every one of `sources` is looked at without a wake-up.
+    fn sweep_every(&self, sources: usize) -> Duration {
+        let seconds = u32::try_from(sources / SWEEP_SOURCES_PER_S).unwrap_or(u32::MAX);
+        IDLE_POLL.saturating_mul(seconds.max(1))
+    }
+
+    /// Which sources to look at now: each that a publish flagged, that had events
+    /// left at the last look, or (once a sweep is due) every one.
+    fn sources_due(&mut self, sources: &[Source]) -> Vec<bool> {
+        if self.swept.elapsed() >= self.sweep_every(sources.len()) {
+            self.swept = Instant::now();
+            for s in sources {
+                s.idle.store(false, Relaxed);
+            }
+        }
+        sources
+            .iter()
+            .map(|s| {
+                // Cleared before the look: a publish meanwhile sets it again.
+                let flagged = s.pending.as_ref().is_none_or(|p| p.swap(false, AcqRel));
+                flagged || !s.idle.load(Relaxed)
+            })
+            .collect()
+    }
+
     /// The reader of the subscriber's dead-letter queue; `None` when the queue is
     /// not there (never created here: the bus makes it with the subscription).
     async fn dead_letter_reader(&self) -> weir_backend::Result<Option<Reader>> {
@@ -355,7 +428,7 @@ impl Worker {
     async fn collect(&mut self) -> Option<Batch> {
         let mut cfg = self.adopt().await;
         let mut batch = Batch {
-            sources: self.sources(&cfg).await,
+            sources: self.current_sources(&cfg).await,
             events: Vec::new(),
             bytes: 0,
         };
@@ -366,7 +439,7 @@ impl Worker {
             }
             let max = usize::try_from(cfg.max_events).unwrap_or(usize::MAX).max(1);
             if self.fill(&mut batch, max).await && batch.events.is_empty() {
-                batch.sources = self.sources(&cfg).await;
+                batch.sources = self.current_sources(&cfg).await;
                 continue;
             }
             if batch.events.len() >= max || batch.bytes >= self.bus.settings.batch_bytes_max {
@@ -381,7 +454,8 @@ impl Worker {
             let wake_at = match due {
                 Some(due) if due <= now_ms => return Some(batch),
                 Some(due) => Instant::now() + Duration::from_millis(due - now_ms).min(IDLE_POLL),
-                None => Instant::now() + IDLE_POLL,
+                None => (self.swept + self.sweep_every(batch.sources.len()))
+                    .max(Instant::now() + IDLE_POLL),
             };
             match self.wait(Some(wake_at), true).await {
                 Woken::Stop => {
@@ -390,7 +464,7 @@ impl Worker {
                 }
                 Woken::ConfigChanged if batch.events.is_empty() => {
                     cfg = self.adopt().await;
-                    batch.sources = self.sources(&cfg).await;
+                    batch.sources = self.current_sources(&cfg).await;
                 }
                 Woken::ConfigChanged | Woken::Other => {}
             }
@@ -432,24 +506,32 @@ impl Worker {
     /// event per topic in turn.
     /// True when a topic's reader was found gone (its queue deleted outside the
     /// bus): the bus has made it again, and the sources are to be built again.
-    async fn fill(&self, batch: &mut Batch, max: usize) -> bool {
+    async fn fill(&mut self, batch: &mut Batch, max: usize) -> bool {
         let mut gone = false;
         let bytes_max = self.bus.settings.batch_bytes_max;
         let full = |b: &Batch| b.events.len() >= max || b.bytes >= bytes_max;
-        let mut empty = vec![false; batch.sources.len()];
+        let sources = Arc::clone(&batch.sources);
+        let mut empty: Vec<bool> = self.sources_due(&sources).iter().map(|l| !l).collect();
         while !full(batch) && empty.iter().any(|e| !e) {
             for (i, done) in empty.iter_mut().enumerate() {
-                let dead_letters = batch.sources[i].topic.is_none();
+                let Some(source) = sources.get(i) else {
+                    *done = true;
+                    continue;
+                };
+                let dead_letters = source.topic.is_none();
                 // Dead letters: as many as fit before any topic's next event.
                 while !*done && !full(batch) {
-                    match self.take_one(&batch.sources[i], i).await {
+                    match self.take_one(source, i).await {
                         Ok(Some(p)) => {
                             batch.bytes += p.event.len();
                             batch.events.push(p);
                         }
-                        Ok(None) => *done = true,
+                        Ok(None) => {
+                            source.idle.store(true, Relaxed);
+                            *done = true;
+                        }
                         Err(e) if e.kind() == weir_backend::Kind::NotFound => {
-                            if let Some((topic, _)) = &batch.sources[i].topic {
+                            if let Some((topic, _)) = &source.topic {
                                 if let Err(e) = self.bus.topic_gone(topic).await {
                                     tracing::error!(subscriber = %self.id, topic, error = %e, "could not make a deleted topic's queue again");
                                 }
@@ -467,6 +549,9 @@ impl Worker {
                     }
                 }
             }
+        }
+        if gone {
+            self.cached = None;
         }
         gone
     }
@@ -730,6 +815,7 @@ impl Worker {
 fn release_all(sources: &[Source], events: &[Pending]) {
     for p in events {
         if let Some(source) = sources.get(p.source) {
+            source.idle.store(false, Relaxed);
             let _ = source.reader.release(&p.lease);
         }
     }
