@@ -129,6 +129,11 @@ pub struct Bus {
     /// Topics whose queue was found deleted outside the bus (said once each; at
     /// most `topics_max` names).
     gone_said: Mutex<std::collections::HashSet<String>>,
+    /// `GET /pulse/scaling`'s count of waiting events and when it was taken: one
+    /// gathering at a time, reused for a second (`api::pulse_scaling`).
+    pub(crate) waiting: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// `GET /pulse/scaling` answers held back a second at once, at most.
+    pub(crate) scaling_delays: Semaphore,
 }
 
 impl Bus {
@@ -170,6 +175,8 @@ impl Bus {
             shutdown,
             api_connections_evicted: Arc::default(),
             gone_said: Mutex::default(),
+            waiting: tokio::sync::Mutex::new(None),
+            scaling_delays: Semaphore::new(crate::api::SCALING_DELAYS_MAX),
         };
         if active {
             bus.reconcile(true).await?;

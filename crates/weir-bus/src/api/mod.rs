@@ -111,24 +111,44 @@ async fn pulse() -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+/// `GET /pulse/scaling` answers held back a second at once, at most; past that
+/// they answer at once (the slow ones already say "scale up").
+pub(crate) const SCALING_DELAYS_MAX: usize = 16;
+
 /// `GET /pulse/scaling` (any token): 204, a second late while at least
 /// `scaling_threshold` events wait for subscribers. HireFire scales workers on this
-/// endpoint's response time, as it did on routemaster's.
+/// endpoint's response time, as it did on routemaster's. The count is gathered at
+/// most once a second, one gathering at a time, whoever asks.
 async fn pulse_scaling(
     axum::extract::State(bus): axum::extract::State<Arc<Bus>>,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     caller(&bus, &headers)?;
-    let meta = bus.meta();
-    let stats = subscriptions::subscribed_stats(&bus, &meta).await?;
-    let stats = crate::metrics::index(&stats);
-    let waiting = meta
-        .subscribers
-        .values()
-        .map(|s| crate::metrics::lag(&stats, &s.id, &s.topics).0)
-        .fold(0u64, u64::saturating_add);
+    let waiting = {
+        let mut cached = bus.waiting.lock().await;
+        match *cached {
+            Some((at, waiting)) if at.elapsed() < Duration::from_secs(1) => waiting,
+            _ => {
+                let meta = bus.meta();
+                let stats = subscriptions::subscribed_stats(&bus, &meta).await?;
+                let ids: std::collections::HashSet<&str> =
+                    meta.subscribers.values().map(|s| s.id.as_str()).collect();
+                // Every reader of a topic queue but the retention reader is a
+                // subscriber's: its `items` are the events waiting for it.
+                let waiting = stats
+                    .iter()
+                    .flat_map(|q| q.readers.iter())
+                    .filter(|r| ids.contains(r.name.as_str()))
+                    .fold(0u64, |sum, r| sum.saturating_add(r.items));
+                *cached = Some((std::time::Instant::now(), waiting));
+                waiting
+            }
+        }
+    };
     if waiting >= bus.settings.scaling_threshold {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(_held) = bus.scaling_delays.try_acquire() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
     Ok(StatusCode::NO_CONTENT)
 }
