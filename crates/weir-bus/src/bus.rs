@@ -584,6 +584,17 @@ impl Bus {
         Ok(())
     }
 
+    /// The reader names (subscriber ids) `meta` has on topic `name`, from the
+    /// topic → subscribers index.
+    fn reader_ids(&self, meta: &Meta, name: &str) -> Vec<String> {
+        self.by_topic
+            .lock()
+            .subscribers(meta, name)
+            .into_iter()
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
     /// The queue of topic `name`, kept for its retention reader and the readers of
     /// the subscribers `meta` has on it (no default reader: nobody would read it, and
     /// it would keep every event). A subscriber's reader made here starts at the
@@ -595,13 +606,7 @@ impl Bus {
         touched: &Touched,
         name: &str,
     ) -> weir_backend::Result<Queue> {
-        let readers: Vec<String> = self
-            .by_topic
-            .lock()
-            .subscribers(meta, name)
-            .into_iter()
-            .map(|s| s.id.clone())
-            .collect();
+        let readers = self.reader_ids(meta, name);
         // The retention reader, when missing (a new topic, or deleted by other
         // means), starts at the oldest event, as the engine makes any reader: it keeps
         // what replay may need until the janitor moves it. Subscribers' start at the
@@ -692,13 +697,7 @@ impl Bus {
             let Some(name) = queue.name.strip_prefix(TOPIC_PREFIX) else {
                 continue;
             };
-            let on_topic: HashSet<String> = self
-                .by_topic
-                .lock()
-                .subscribers(meta, name)
-                .into_iter()
-                .map(|s| s.id.clone())
-                .collect();
+            let on_topic: HashSet<String> = self.reader_ids(meta, name).into_iter().collect();
             for reader in queue.readers.iter().map(|r| &r.name) {
                 if reader == RETENTION_READER {
                     continue;
