@@ -13,9 +13,10 @@
 //! (or not cheaply).
 //!
 //! The snapshot is reused for `stats_cache_ms` unless this door changed something
-//! since (an append, a take, a confirm, a release, a delete or flush: a door reads
-//! its own writes), and one door makes at most one at a time, so a storm of `stats`
-//! or scrapes cannot hammer the meta leader: they wait for the one in flight.
+//! since (an append, a take, a confirm, a release, a delete or flush: asked again
+//! then; the answering replica can still trail that write by a Raft round), and one
+//! door makes at most one at a time, so a storm of `stats` or scrapes cannot hammer
+//! the meta leader: they wait for the one in flight.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
