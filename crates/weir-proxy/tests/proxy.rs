@@ -523,27 +523,44 @@ async fn an_oversize_head_is_refused_and_the_proxy_goes_on() {
     p.stop().await;
 }
 
-/// A WebSocket echo server: each text message comes back as `echo: TEXT`.
+/// A WebSocket echo server: each text message comes back as `echo: TEXT`. The
+/// server side of tokio-tungstenite (the client the tests use), not axum's `ws`
+/// feature: a dev-dependency that turned on a feature of axum would make
+/// `cargo test --workspace` build every crate over axum a second time.
 async fn start_ws_echo() -> SocketAddr {
-    use axum::extract::ws::{Message, WebSocketUpgrade};
-    let app = axum::Router::new().route(
-        "/ws",
-        axum::routing::get(|ws: WebSocketUpgrade| async move {
-            ws.on_upgrade(|mut socket| async move {
-                while let Some(Ok(msg)) = socket.recv().await {
-                    if let Message::Text(t) = msg {
-                        let _ = socket
-                            .send(Message::Text(format!("echo: {t}").into()))
-                            .await;
-                    }
-                }
-            })
-        }),
-    );
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // A request that asks for no upgrade gets a 400, as a WebSocket
+                // endpoint answers it (the head is looked at, not taken).
+                let mut head = [0u8; 4096];
+                let n = stream.peek(&mut head).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&head[..n]).to_ascii_lowercase();
+                if !head.contains("websocket") {
+                    use tokio::io::AsyncWriteExt;
+                    let mut stream = stream;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                        .await;
+                    return;
+                }
+                let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+                    return;
+                };
+                while let Some(Ok(msg)) = socket.next().await {
+                    if let Message::Text(t) = msg {
+                        let echo = Message::Text(format!("echo: {t}").into());
+                        if socket.send(echo).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
     });
     addr
 }
