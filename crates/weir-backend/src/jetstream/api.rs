@@ -109,6 +109,9 @@ pub(crate) struct Health {
     /// [`Health::now_ms`] when a stall was last logged, and stalls since not logged.
     stall_logged_ms: AtomicU64,
     stalls_unlogged: AtomicU64,
+    /// The server the failover watch is leaving, which the reconnection after it
+    /// does not pick ([`super::connect::Leaving`]).
+    pub(super) leaving: std::sync::Mutex<Option<super::connect::Leaving>>,
 }
 
 /// At most one stall line per this long (a partition stalls every call).
@@ -123,6 +126,7 @@ impl Default for Health {
             stall_logged_ms: AtomicU64::new(0),
             stalls_unlogged: AtomicU64::new(0),
             down_since_ms: AtomicU64::new(0),
+            leaving: std::sync::Mutex::new(None),
         }
     }
 }

@@ -21,15 +21,16 @@
 //! - it answers pings but not requests (cut off from its peers: JetStream answers
 //!   "temporarily unavailable", or nothing): when no request of this door has been
 //!   answered for `failover_ms` while they kept failing ([`failover_watch`]), the
-//!   door reconnects, most likely to another server (the client picks at random; a
-//!   server it failed to connect to comes last, the one it leaves does not). Direct
-//!   Gets and the doors' pings do not count: a server cut off from its peers still
-//!   answers those from its own copy and its own clients.
+//!   door reconnects to another server: for `failover_ms` after, the reconnection
+//!   skips the server being left ([`Leaving`]; the client alone picks at random, and
+//!   went back to the same server about one time in three). Direct Gets and the
+//!   doors' pings do not count: a server cut off from its peers still answers those
+//!   from its own copy and its own clients.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_nats::{ConnectOptions, Event, ServerAddr};
+use async_nats::{ConnectOptions, Event, ReconnectToServer, Server, ServerAddr};
 use tokio::runtime::Runtime;
 
 use super::api::Health;
@@ -182,6 +183,13 @@ pub(crate) async fn options(
             let ms = 100u64.saturating_mul(u64::try_from(attempts).unwrap_or(u64::MAX));
             Duration::from_millis(ms).min(RECONNECT_DELAY_MAX)
         })
+        .reconnect_to_server_callback({
+            let health = health.clone();
+            move |servers, _| {
+                let addr = leaving_choice(&health, &servers);
+                std::future::ready(addr.map(|addr| ReconnectToServer { addr, delay: None }))
+            }
+        })
         .event_callback(move |event| {
             let (metrics, link, health) = (metrics.clone(), link.clone(), health.clone());
             async move { on_event(event, &metrics, &link, &health) }
@@ -223,17 +231,70 @@ pub(super) async fn failover_watch(inner: std::sync::Weak<super::Inner>, every: 
         if failing < every || !inner.is_up() {
             continue;
         }
-        let server = api.client.server_info().port;
+        let server = api.client.server_info();
         tracing::warn!(
-            server_port = server,
+            server_port = server.port,
             failing_ms = u64::try_from(failing.as_millis()).unwrap_or(u64::MAX),
             "jetstream: no request answered through this server; moving to another"
         );
+        *api.health
+            .leaving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Leaving {
+            host: server.host,
+            port: server.port,
+            until: std::time::Instant::now() + every,
+        });
         api.health.answered();
         if let Err(e) = api.client.force_reconnect().await {
             tracing::warn!(error = %e, "jetstream: reconnecting");
         }
     }
+}
+
+/// The server the failover watch left, as its INFO named it, and until when the
+/// reconnections after skip it.
+pub(crate) struct Leaving {
+    host: String,
+    port: u16,
+    until: std::time::Instant,
+}
+
+impl Leaving {
+    /// The one entry of the client's pool that is this server: the same host and
+    /// port, else the only one with this port (a server listening on all addresses
+    /// names no host of its own); `None` when that cannot be told.
+    fn find<'a>(&self, servers: &'a [Server]) -> Option<&'a Server> {
+        let one = |found: Vec<&'a Server>| (found.len() == 1).then(|| found[0]);
+        let same_port = || servers.iter().filter(|s| s.addr.port() == self.port);
+        one(same_port().filter(|s| s.addr.host() == self.host).collect())
+            .or_else(|| one(same_port().collect()))
+    }
+}
+
+/// The server a reconnection tries while the failover watch is leaving one: of the
+/// others, the one that failed the fewest times in a row; `None` (the client's own
+/// choice) when nothing is being left, the leaving is over, or the server left
+/// cannot be told in the pool.
+fn leaving_choice(health: &Health, servers: &[Server]) -> Option<ServerAddr> {
+    let leaving = health
+        .leaving
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let leaving = leaving.as_ref()?;
+    if std::time::Instant::now() >= leaving.until {
+        return None;
+    }
+    choose_other(leaving, servers)
+}
+
+fn choose_other(leaving: &Leaving, servers: &[Server]) -> Option<ServerAddr> {
+    let left = leaving.find(servers)?;
+    servers
+        .iter()
+        .filter(|s| s.addr != left.addr)
+        .min_by_key(|s| s.failed_attempts)
+        .map(|s| s.addr.clone())
 }
 
 fn env(var: &str, setting: &str) -> Result<String> {
@@ -267,5 +328,95 @@ fn on_event(event: Event, metrics: &Metrics, link: &LinkState, health: &Health) 
             link.failed(&format!("cannot reach NATS: {e}"));
         }
         other => tracing::info!("jetstream: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(urls: &[(&str, usize)]) -> Vec<Server> {
+        urls.iter()
+            .map(|(url, failed_attempts)| Server {
+                addr: url.parse().unwrap(),
+                failed_attempts: *failed_attempts,
+                did_connect: true,
+                is_discovered: false,
+                last_error: None,
+            })
+            .collect()
+    }
+
+    fn leaving(host: &str, port: u16) -> Leaving {
+        Leaving {
+            host: host.to_owned(),
+            port,
+            until: std::time::Instant::now() + Duration::from_secs(5),
+        }
+    }
+
+    fn port_of(addr: Option<ServerAddr>) -> Option<u16> {
+        addr.map(|a| a.port())
+    }
+
+    #[test]
+    fn a_reconnection_skips_the_server_left() {
+        // Loopback nodes on ports of their own, as scripts/nats-cluster makes them.
+        let servers = pool(&[
+            ("nats://127.0.0.1:4222", 0),
+            ("nats://127.0.0.1:4223", 0),
+            ("nats://127.0.0.1:4224", 0),
+        ]);
+        for left in [4222, 4223, 4224] {
+            let got = port_of(choose_other(&leaving("127.0.0.1", left), &servers));
+            assert!(got.is_some_and(|p| p != left), "left {left}, got {got:?}");
+        }
+        // The one that failed the fewest times in a row comes first.
+        let servers = pool(&[
+            ("nats://127.0.0.1:4222", 0),
+            ("nats://127.0.0.1:4223", 3),
+            ("nats://127.0.0.1:4224", 1),
+        ]);
+        assert_eq!(
+            port_of(choose_other(&leaving("127.0.0.1", 4222), &servers)),
+            Some(4224)
+        );
+    }
+
+    #[test]
+    fn hosts_on_one_port_are_told_apart_by_host_or_not_at_all() {
+        let servers = pool(&[
+            ("nats://10.0.0.1:4222", 0),
+            ("nats://10.0.0.2:4222", 0),
+            ("nats://10.0.0.3:4222", 0),
+        ]);
+        let got = port_of(choose_other(&leaving("10.0.0.2", 4222), &servers));
+        assert_eq!(got, Some(4222));
+        let addr = choose_other(&leaving("10.0.0.2", 4222), &servers).unwrap();
+        assert_ne!(addr.host(), "10.0.0.2");
+        // A server listening on every address names no host of its own: on a
+        // shared port it cannot be told, and the client chooses as it would.
+        assert!(choose_other(&leaving("0.0.0.0", 4222), &servers).is_none());
+        // On a port of its own it can.
+        let mixed = pool(&[("nats://10.0.0.1:4222", 0), ("nats://10.0.0.2:4333", 0)]);
+        let addr = choose_other(&leaving("0.0.0.0", 4333), &mixed).unwrap();
+        assert_eq!(addr.port(), 4222);
+    }
+
+    #[test]
+    fn nothing_is_skipped_once_the_leaving_is_over_or_when_none_is_left() {
+        let servers = pool(&[("nats://127.0.0.1:4222", 0), ("nats://127.0.0.1:4223", 0)]);
+        let health = Health::default();
+        assert!(leaving_choice(&health, &servers).is_none());
+        *health.leaving.lock().unwrap() = Some(leaving("127.0.0.1", 4222));
+        assert_eq!(port_of(leaving_choice(&health, &servers)), Some(4223));
+        *health.leaving.lock().unwrap() = Some(Leaving {
+            until: std::time::Instant::now(),
+            ..leaving("127.0.0.1", 4222)
+        });
+        assert!(leaving_choice(&health, &servers).is_none());
+        // A pool of one: nothing else to go to.
+        let one = pool(&[("nats://127.0.0.1:4222", 0)]);
+        assert!(choose_other(&leaving("127.0.0.1", 4222), &one).is_none());
     }
 }
