@@ -224,7 +224,9 @@ pub(crate) async fn seek_reader(
             crate::SeekTo::Time(ms) => queue.seq_at_time(ms)?,
             crate::SeekTo::End => u64::MAX,
         };
-        queue.reader(&reader)?.seek(seq).map(Some)
+        // Not through a reader handle, whose seek would make the reader again had
+        // it been deleted since the look above.
+        queue.seek_reader(&reader, seq)
     })
     .await
 }

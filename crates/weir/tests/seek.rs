@@ -265,3 +265,25 @@ fn readers_made_at_the_end_at_once_skip_nothing_appended_after_the_first() {
         assert_eq!(got, (start - 1..200).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn a_queue_moves_only_a_reader_that_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_config(dir.path(), config()).unwrap();
+    let q = store.queue("events").unwrap();
+    append_ids(&q, 0..10);
+    // No such reader: nothing is made.
+    assert_eq!(q.seek_reader("gone", 1).unwrap(), None);
+    assert!(!q.has_reader("gone"));
+    // One that exists is moved, as through its handle.
+    let a = q.reader("a").unwrap();
+    assert_eq!(drain(&a).len(), 10);
+    assert_eq!(q.seek_reader("a", 6).unwrap(), Some(6));
+    assert_eq!(drain(&a), (5..10).collect::<Vec<_>>());
+    // Deleted, it stays deleted (a handle's seek would make it again).
+    assert!(q.delete_reader("a").unwrap());
+    assert_eq!(q.seek_reader("a", 1).unwrap(), None);
+    assert!(!q.has_reader("a"));
+    a.seek(1).unwrap();
+    assert!(q.has_reader("a"), "the handle's seek makes it");
+}

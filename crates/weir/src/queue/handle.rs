@@ -111,6 +111,14 @@ impl Queue {
         self.core.seq_at_time(at_ms)
     }
 
+    /// Moves the reader `name` to `seq` as [`Reader::seek`](crate::Reader::seek) does,
+    /// if it exists; `None` when it does not. The look and the move are one step under
+    /// the queue's lock: a reader deleted a moment before is not made again (a
+    /// handle's `seek` makes its reader when it is missing).
+    pub fn seek_reader(&self, name: &str, seq: u64) -> Result<Option<u64>> {
+        self.core.seek_existing(name, seq)
+    }
+
     /// Whether the reader `name` exists (a look, no file work, nothing created).
     pub fn has_reader(&self, name: &str) -> bool {
         self.core.has_reader(name)

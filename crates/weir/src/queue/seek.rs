@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::state::State;
 use super::{io_err, MarkActiveOnDrop, QueueCore};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::journal::JournalRecord;
 use crate::segment::{self, Loc, FILE_HEADER_BYTES};
 
@@ -78,9 +78,27 @@ impl State {
 impl QueueCore {
     /// See [`crate::Reader::seek`].
     pub(crate) fn seek(&self, reader: &str, seq: u64) -> Result<u64> {
+        self.seek_locked(reader, seq, true)?
+            .ok_or_else(|| Error::NotFound {
+                what: format!("reader {reader:?}"),
+            })
+    }
+
+    /// See [`crate::Queue::seek_reader`]: the look for the reader and its move are
+    /// one hold of the lock, so a reader deleted a moment before is not made again.
+    pub(crate) fn seek_existing(&self, reader: &str, seq: u64) -> Result<Option<u64>> {
+        self.seek_locked(reader, seq, false)
+    }
+
+    /// Moves `reader` to `seq`; when it does not exist, makes it first (`create`)
+    /// or answers `None`.
+    fn seek_locked(&self, reader: &str, seq: u64, create: bool) -> Result<Option<u64>> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         let mut state = self.state.lock();
+        if !create && !state.readers.contains_key(reader) {
+            return Ok(None);
+        }
         let target = state.seek_reader(reader, seq)?;
         if let Some(r) = state.readers.get(reader) {
             self.wake_reader(r);
@@ -89,7 +107,7 @@ impl QueueCore {
         let ticket = state.after_journal_write();
         drop(state);
         self.wait_durable(ticket)?;
-        Ok(target)
+        Ok(Some(target))
     }
 
     /// See [`crate::Queue::reader_at_end`]: the reader's creation and its move to
