@@ -224,11 +224,8 @@ pub fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 /// Resolves a file (or nothing) plus flags into settings, checking every value.
 pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Settings> {
     let s = &file.server;
-    let threads_default = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
     let limits = resolve_limits(s)?;
-    let threads = overrides.threads.or(s.threads).unwrap_or(threads_default);
+    let threads = overrides.threads.or(s.threads).unwrap_or_else(cpus);
     if threads == 0 || threads > 1024 {
         bail!("threads must be 1 to 1024, not {threads}");
     }
@@ -251,7 +248,7 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
     if http_header_timeout_ms == 0 {
         bail!("http_header_timeout_ms must be at least 1");
     }
-    Ok(Settings {
+    let mut settings = Settings {
         listen: overrides
             .listen
             .clone()
@@ -287,7 +284,51 @@ pub fn resolve(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<Setti
         },
         backend: resolve_backend(file, overrides)?,
         ignored: ignored_settings(file, overrides),
-    })
+    };
+    share_cores(file, overrides, &mut settings);
+    Ok(settings)
+}
+
+/// The CPU count this process may use (1 when it cannot be told).
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Gives each front door of `weir serve` whose config sets no `threads` its share
+/// of the cores ([`CoreShare`]).
+fn share_cores(file: &FileConfig, overrides: &Overrides, settings: &mut Settings) {
+    let doors = 1 + usize::from(settings.bus.is_some()) + usize::from(settings.proxy.is_some());
+    let share = CoreShare::new(cpus(), doors);
+    if overrides.threads.or(file.server.threads).is_none() {
+        settings.threads = share.memcache;
+    }
+    let bus_set = file.bus.as_ref().and_then(|c| c.threads).is_some();
+    if let Some(bus) = settings.bus.as_mut().filter(|_| !bus_set) {
+        bus.threads = share.other;
+    }
+    let proxy_set = file.proxy.as_ref().and_then(|c| c.threads).is_some();
+    if let Some(proxy) = settings.proxy.as_mut().filter(|_| !proxy_set) {
+        proxy.threads = share.other;
+    }
+}
+
+/// The threads of each front door whose config sets none: the CPU count shared among
+/// the doors that are on (the memcache door always, the bus and the proxy when
+/// configured), each runtime at least one thread, the memcache door getting what a
+/// division leaves over. Before, each defaulted to the whole CPU count, so with the
+/// bus and the proxy on a process ran three times as many workers as cores.
+struct CoreShare {
+    memcache: usize,
+    other: usize,
+}
+
+impl CoreShare {
+    fn new(cpus: usize, doors: usize) -> CoreShare {
+        let doors = doors.max(1);
+        let other = (cpus / doors).max(1);
+        let memcache = cpus.saturating_sub(other * (doors - 1)).max(1);
+        CoreShare { memcache, other }
+    }
 }
 
 /// `[backend]` and its flags, checked against what the JetStream backend cannot do.
@@ -627,6 +668,47 @@ fn apply_section(base: &QueueConfig, section: &QueueSection) -> anyhow::Result<Q
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_doors_share_the_cores() {
+        let shares = |cpus, doors| {
+            let s = CoreShare::new(cpus, doors);
+            (s.memcache, s.other)
+        };
+        assert_eq!(shares(8, 1), (8, 8));
+        assert_eq!(shares(8, 2), (4, 4));
+        assert_eq!(shares(8, 3), (4, 2));
+        assert_eq!(shares(16, 3), (6, 5));
+        // Fewer cores than doors: one thread each, never none.
+        assert_eq!(shares(2, 3), (1, 1));
+        assert_eq!(shares(1, 3), (1, 1));
+        for cpus in 1..=64 {
+            for doors in 1..=3 {
+                let (memcache, other) = shares(cpus, doors);
+                assert!(memcache >= 1 && other >= 1);
+                assert!(memcache + other * (doors - 1) <= cpus.max(doors));
+            }
+        }
+    }
+
+    #[test]
+    fn threads_set_in_the_config_are_kept_and_the_rest_shared() {
+        let text = "[bus]\nthreads = 3\n[[proxy.listen]]\nname = \"p\"\naddr = \"127.0.0.1:0\"\n[[proxy.routes]]\nname = \"a\"\npath = \"/\"\ntargets = [\"http://127.0.0.1:1\"]\n";
+        let file: FileConfig = toml::from_str(text).unwrap();
+        let s = resolve(&file, &Overrides::default()).unwrap();
+        let share = CoreShare::new(cpus(), 3);
+        assert_eq!(s.bus.as_ref().unwrap().threads, 3, "set: kept");
+        assert_eq!(s.proxy.as_ref().unwrap().threads, share.other);
+        assert_eq!(s.threads, share.memcache);
+        let o = Overrides {
+            threads: Some(7),
+            ..Overrides::default()
+        };
+        assert_eq!(resolve(&file, &o).unwrap().threads, 7, "--threads wins");
+        // The memcache door alone keeps every core.
+        let alone = resolve(&FileConfig::default(), &Overrides::default()).unwrap();
+        assert_eq!(alone.threads, cpus());
+    }
 
     #[test]
     fn globs() {

@@ -222,10 +222,14 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         ..Overrides::default()
     };
     let settings = config::resolve(&file, &overrides)?;
-    let proxy = settings
+    let mut proxy = settings
         .proxy
         .clone()
         .with_context(|| format!("{} has no [proxy] section", args.config.display()))?;
+    if file.proxy.as_ref().and_then(|p| p.threads).is_none() {
+        // The proxy alone gets every core (`weir serve` shares them among its doors).
+        proxy.threads = config::cpus();
+    }
     init_logging(&settings.log_level)?;
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
