@@ -19,6 +19,7 @@
 //! its compiled code and threads a type parameter through every command for no
 //! measured gain (see `docs/architecture.md`, "Backends").
 
+mod door_upkeep;
 pub mod embedded;
 mod error;
 pub mod http_conns;
@@ -27,6 +28,7 @@ pub mod jetstream;
 use std::time::Duration;
 
 use bytes::Bytes;
+pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
 pub use jetstream::map::{Entry as MapEntry, Expect, SharedMap};
@@ -114,9 +116,11 @@ impl Backend {
         }
     }
 
-    /// The engine's store when the queues are in this process: for what is not on this
-    /// interface yet (a capture import).
-    pub fn engine_store(&self) -> Option<&weir::Store> {
+    /// The engine's store when the queues are in this process, for tests that look
+    /// at what a door left in it. Doors never use it: they reach storage through
+    /// this interface only (see `docs/architecture.md`, "Backends").
+    #[doc(hidden)]
+    pub fn engine_store_for_tests(&self) -> Option<&weir::Store> {
         match self {
             Backend::Embedded(e) => Some(e.store()),
             Backend::JetStream(_) => None,
