@@ -1,9 +1,12 @@
 //! Where weir's front doors keep their queues: one interface, two homes.
 //!
-//! A front door (the memcache server, the proxy's shadows, recordings and capture
-//! export now; the bus later) names queues and readers, appends,
-//! takes, leases, confirms and releases, walks what a queue keeps ([`Scan`]), and
-//! runs the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`].
+//! A front door (the memcache server, the event bus, the proxy's shadows, recordings,
+//! dead letters, and capture export and import) names queues and readers,
+//! appends, takes, leases, confirms and releases, walks what a queue keeps
+//! ([`Scan`]), and runs the whole-store commands, all through [`Backend`], [`Queue`]
+//! and [`Reader`], and only through them: what a door needs besides (queue options,
+//! forgetting readers, a scratch directory) is an operation here too
+//! (`door_upkeep.rs`), never the engine's own store.
 //! Each is an enum over the two implementations:
 //!
 //! - [`Embedded`]: the weir engine in this process, the default. Its arms call the
