@@ -74,11 +74,7 @@ impl Backend {
         if let (Backend::Embedded(e), LeaseTimeout::Never) = (self, options.lease_timeout) {
             crate::check_readers_named(readers)?;
             let queue = e.queue(name).await?;
-            let mut config = queue.config();
-            if config.open_timeout.is_some() {
-                config.open_timeout = None;
-                queue.set_config(config);
-            }
+            e.clear_lease_timeout(&queue).await?;
         }
         self.queue_for_readers(name, readers, new_at_end).await
     }
