@@ -202,6 +202,17 @@ def summary(stdout):
     return out
 
 
+def record_reader_items(w, queue):
+    """`weir_reader_items` of the queue's `record` reader on `/metrics`; None without one."""
+    status, body = w.http("GET", "/metrics")
+    assert status == 200, body
+    prefix = f'weir_reader_items{{queue="{queue}",reader="record"}} '
+    for line in body.decode().splitlines():
+        if line.startswith(prefix):
+            return int(line[len(prefix):])
+    return None
+
+
 def test_record_export_import_and_replay(server_bin, weirs, recorders, tmp_path):
     primary = recorders()
     w1 = weirs(primary_port=primary.port)
@@ -228,6 +239,9 @@ def test_record_export_import_and_replay(server_bin, weirs, recorders, tmp_path)
     again = export_lines(w2)
     strip = lambda ls: [{k: v for k, v in l.items() if k != "seq"} for l in ls]
     assert strip(again) == strip(lines)
+    # What is imported is kept by the queue's `record` reader, as a recording's is
+    # (the same on either backend).
+    assert record_reader_items(w2, QUEUE) == n
     # Replay from the second weir's queue at speed 50, then from the file at a rate.
     target = recorders()
     r = weir_cli(
@@ -370,6 +384,11 @@ def test_data_dir_is_for_a_stopped_weir(server_bin, weirs, recorders, tmp_path):
     assert len(out.read_text().splitlines()) == 4
     r = weir_cli(server_bin, "capture", "import", "--queue", "copy", "--data-dir", str(w.data_dir), "--in", str(out))
     assert r.returncode == 0 and "imported 4 captures into proxy:capture:copy" in r.stderr, r.stderr
+    # The same import as through a running weir: kept by a `record` reader.
+    w.start()
+    assert record_reader_items(w, "proxy:capture:copy") == 4
+    w.sigterm()
+    assert w.wait_exit(15) == 0
     target = recorders()
     r = weir_cli(server_bin, "replay", "--from", "copy", "--data-dir", str(w.data_dir), "--to", f"http://{harness.HOST}:{target.port}")
     assert r.returncode == 0, r.stderr

@@ -72,6 +72,23 @@ impl Embedded {
         self.off_loop(move || queue.reader_at_end(&name)).await
     }
 
+    /// Clears the queue's `open_timeout`, so that its leases never time out (in this
+    /// process, until the settings are reloaded). On the blocking pool when there is
+    /// one to clear: new settings may write the appends staged so far.
+    pub async fn clear_lease_timeout(&self, queue: &Queue) -> Result<()> {
+        if queue.config().open_timeout.is_none() {
+            return Ok(());
+        }
+        let queue = queue.clone();
+        blocking(move || {
+            let mut config = queue.config();
+            config.open_timeout = None;
+            queue.set_config(config);
+            Ok(())
+        })
+        .await
+    }
+
     /// Runs a creation on the blocking pool, within [`CREATIONS_AT_ONCE`].
     async fn off_loop<T: Send + 'static>(
         &self,

@@ -1,9 +1,12 @@
 //! Where weir's front doors keep their queues: one interface, two homes.
 //!
-//! A front door (the memcache server, the proxy's shadows, recordings and capture
-//! export now; the bus later) names queues and readers, appends,
-//! takes, leases, confirms and releases, walks what a queue keeps ([`Scan`]), and
-//! runs the whole-store commands, all through [`Backend`], [`Queue`] and [`Reader`].
+//! A front door (the memcache server, the event bus, the proxy's shadows, recordings,
+//! dead letters, and capture export and import) names queues and readers,
+//! appends, takes, leases, confirms and releases, walks what a queue keeps
+//! ([`Scan`]), and runs the whole-store commands, all through [`Backend`], [`Queue`]
+//! and [`Reader`], and only through them: what a door needs besides (queue options,
+//! forgetting readers, a scratch directory) is an operation here too
+//! (`door_upkeep.rs`), never the engine's own store.
 //! Each is an enum over the two implementations:
 //!
 //! - [`Embedded`]: the weir engine in this process, the default. Its arms call the
@@ -19,6 +22,7 @@
 //! its compiled code and threads a type parameter through every command for no
 //! measured gain (see `docs/architecture.md`, "Backends").
 
+mod door_upkeep;
 pub mod embedded;
 mod error;
 pub mod http_conns;
@@ -27,6 +31,7 @@ pub mod jetstream;
 use std::time::Duration;
 
 use bytes::Bytes;
+pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
 pub use jetstream::map::{Entry as MapEntry, Expect, SharedMap};
@@ -114,9 +119,11 @@ impl Backend {
         }
     }
 
-    /// The engine's store when the queues are in this process: for what is not on this
-    /// interface yet (a capture import).
-    pub fn engine_store(&self) -> Option<&weir::Store> {
+    /// The engine's store when the queues are in this process, for tests that look
+    /// at what a door left in it. Doors never use it: they reach storage through
+    /// this interface only (see `docs/architecture.md`, "Backends").
+    #[doc(hidden)]
+    pub fn engine_store_for_tests(&self) -> Option<&weir::Store> {
         match self {
             Backend::Embedded(e) => Some(e.store()),
             Backend::JetStream(_) => None,

@@ -644,7 +644,7 @@ async fn a_deleted_retention_reader_is_made_again_at_the_oldest_event() {
         .delete_reader("bus:topic:t", "Retention")
         .await
         .unwrap());
-    let store = backend.engine_store().unwrap().clone();
+    let store = backend.engine_store_for_tests().unwrap().clone();
     let until = Instant::now() + Duration::from_secs(10);
     let queue = store.existing_queue("bus:topic:t").unwrap().unwrap();
     while !queue.has_reader("Retention") {

@@ -56,23 +56,19 @@ impl DeadLetters {
         &self.name
     }
 
-    /// The queue and its reader, made on first use.
+    /// The queue and its reader, made on first use; its leases never time out (a
+    /// re-drive holds one while the shadow is down).
     async fn opened(&self) -> weir_backend::Result<&(Queue, Reader)> {
         self.opened
             .get_or_try_init(|| async {
-                if let Some(store) = self.backend.engine_store().cloned() {
-                    let name = self.name.clone();
-                    let opened = tokio::task::spawn_blocking(move || {
-                        crate::capture_queue_opened(&store, &name)
-                    })
-                    .await;
-                    if let Ok(Err(e)) = opened {
-                        return Err(e.into());
-                    }
-                }
                 let (queue, readers) = self
                     .backend
-                    .queue_for_readers(&self.name, &[DEAD_READER], false)
+                    .queue_for_readers_with(
+                        &self.name,
+                        &[DEAD_READER],
+                        false,
+                        weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
+                    )
                     .await?;
                 let reader = readers.into_iter().next().ok_or_else(|| {
                     weir_backend::Error::new(

@@ -207,9 +207,7 @@ async fn setup(
             settings: r.clone(),
         });
     }
-    let spill_dir = backend
-        .engine_store()
-        .map_or_else(std::env::temp_dir, |s| s.dir().to_path_buf());
+    let spill_dir = backend.scratch_dir();
     let proxy = Proxy {
         routes,
         backend,
@@ -227,9 +225,10 @@ async fn route_now(
     shutdown: &watch::Receiver<bool>,
     unreachable: &mut bool,
 ) -> anyhow::Result<Option<RouteSetUp>> {
-    if r.shadows.is_empty() && !r.record && backend.engine_store().is_none() {
-        // Only a look for readers left from an earlier config, best effort on
-        // JetStream: no reason to hold the start for it.
+    if r.shadows.is_empty() && !r.record && backend.may_be_unreachable() {
+        // Only a look for readers left from an earlier config, best effort on a
+        // store that may be out of reach (JetStream): no reason to hold the start
+        // for it.
         let (backend, name) = (Arc::clone(backend), capture_queue(&r.name));
         tokio::spawn(async move { shadow::forget_readers(&backend, &name, &[]).await });
         return Ok(Some((None, Vec::new())));
@@ -248,10 +247,10 @@ async fn route_now(
     }
 }
 
-/// Whether a route's setup failed only because a JetStream cluster cannot be reached
-/// (which the proxy outlives); on the engine every failure stops the start.
+/// Whether a route's setup failed only because the store (a JetStream cluster) cannot
+/// be reached, which the proxy outlives; on the engine every failure stops the start.
 fn unreachable_cluster(backend: &weir_backend::Backend, e: &anyhow::Error) -> bool {
-    backend.engine_store().is_none()
+    backend.may_be_unreachable()
         && e.chain().any(|c| {
             c.downcast_ref::<weir_backend::Error>()
                 .is_some_and(|b| b.kind() == weir_backend::Kind::Unavailable)
@@ -307,7 +306,8 @@ type RouteSetUp = (
 /// The capture queue of a route with shadows or `record`, its readers set up and its
 /// shadows started; no queue and no shadow for a route with neither (whose queue, if
 /// it has one, loses the `record` reader of an earlier recording on the engine; on
-/// JetStream its readers are named in a warning).
+/// JetStream `route_now` names its readers in a warning instead, and this is not
+/// reached).
 async fn route_capture(
     backend: &Arc<weir_backend::Backend>,
     r: &config::RouteSettings,
@@ -315,22 +315,10 @@ async fn route_capture(
 ) -> anyhow::Result<RouteSetUp> {
     let name = capture_queue(&r.name);
     if r.shadows.is_empty() && !r.record {
-        match backend.engine_store().cloned() {
-            Some(store) => tokio::task::spawn_blocking(move || record::forget(&store, &name))
-                .await?
-                .with_context(|| format!("the capture queue of route {}", r.name))?,
-            // Readers left from earlier shadows are named in a warning (not created).
-            None => shadow::forget_readers(backend, &name, &[])
-                .await
-                .with_context(|| format!("the capture queue of route {}", r.name))?,
-        }
+        record::forget(backend, &name)
+            .await
+            .with_context(|| format!("the capture queue of route {}", r.name))?;
         return Ok((None, Vec::new()));
-    }
-    if let Some(store) = backend.engine_store().cloned() {
-        let queue_name = name.clone();
-        tokio::task::spawn_blocking(move || capture_queue_opened(&store, &queue_name))
-            .await?
-            .with_context(|| format!("opening the capture queue of route {}", r.name))?;
     }
     let (queue, started) = shadow::start(backend, &name, r, shutdown)
         .await
@@ -340,20 +328,6 @@ async fn route_capture(
         .map(|(shadow, reader)| (shadow, reader, name.clone()))
         .collect();
     Ok((Some(queue), started))
-}
-
-/// Opens a capture queue in the engine with no lease timeout: a replay waits for a
-/// shadow as long as it takes, and a lease ending under it would replay the request
-/// twice. (weir's config gives capture queues none, on either backend; this holds for
-/// a proxy started on a store with other options too.)
-pub(crate) fn capture_queue_opened(store: &weir::Store, name: &str) -> weir::Result<weir::Queue> {
-    let queue = store.queue(name)?;
-    let mut config = queue.config();
-    if config.open_timeout.is_some() {
-        config.open_timeout = None;
-        queue.set_config(config);
-    }
-    Ok(queue)
 }
 
 impl ProxyHandle {

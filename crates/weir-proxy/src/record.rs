@@ -41,16 +41,21 @@ pub fn check(route: &RouteSettings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// For a route that neither records nor has shadows: deletes the `record` reader
-/// its queue may still have from a recording (the queue is not created).
-pub fn forget(store: &weir::Store, queue: &str) -> weir::Result<()> {
-    if let Some(q) = store.existing_queue(queue)? {
-        if q.delete_reader(RECORD_READER)? {
-            tracing::info!(
-                queue,
-                "deleted the reader of a recording no longer configured"
-            );
-        }
+/// For a route that neither records nor has shadows: forgets the `record` reader
+/// its queue may still have from a recording, and only it (the readers of shadows
+/// removed with the last of them keep their backlog until the queue is deleted);
+/// the queue is not created. Deleted on the engine; on JetStream left in place and
+/// named in a warning ([`weir_backend::Backend::forget_readers`]).
+pub async fn forget(backend: &weir_backend::Backend, queue: &str) -> weir_backend::Result<()> {
+    let forgotten = backend
+        .forget_readers(queue, |r| r != RECORD_READER)
+        .await?;
+    if !forgotten.deleted.is_empty() {
+        tracing::info!(
+            queue,
+            "deleted the reader of a recording no longer configured"
+        );
     }
+    crate::shadow::warn_left(queue, &forgotten.left);
     Ok(())
 }

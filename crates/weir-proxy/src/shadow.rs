@@ -74,8 +74,10 @@ struct Replayer {
 
 /// Sets up the readers of a route's capture queue `queue` (one per shadow, or the
 /// sequential one, and `record`'s on a recording route; see [`forget_readers`] for
-/// one no longer configured) and starts their replay workers. Returns the queue, and
-/// its shadows (for metrics) with the reader each one's backlog is read from.
+/// one no longer configured) and starts their replay workers. The queue's leases
+/// never time out: a replay waits for a shadow as long as it takes, and a lease
+/// ending under it would replay the request twice. Returns the queue, and its
+/// shadows (for metrics) with the reader each one's backlog is read from.
 pub async fn start(
     backend: &Arc<Backend>,
     queue: &str,
@@ -96,7 +98,12 @@ pub async fn start(
     // The wanted readers first: on JetStream a queue with no reader left loses what
     // it holds, so a shadow renamed there keeps the backlog only this way round.
     let (handle, readers) = backend
-        .queue_for_readers(queue, &wanted, route.record)
+        .queue_for_readers_with(
+            queue,
+            &wanted,
+            route.record,
+            weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
+        )
         .await?;
     forget_readers(backend, queue, &wanted).await?;
     let mut started = Vec::new();
@@ -162,38 +169,44 @@ fn shadows_of(
 }
 
 /// The readers of `queue` not in `wanted`: a shadow removed (or a change of mode)
-/// leaves a reader nobody reads, which keeps every capture. On the embedded engine it
-/// is deleted (one proxy owns the data directory). On JetStream several proxies share
-/// the queue, and one still running an older config (a rolling deploy) may read it:
-/// it is named in a warning, for the operator to delete (`delete QUEUE.READER` on the
-/// memcache port) once no proxy replays to it. Best effort there: a cluster that
-/// cannot be asked is no reason to stop the proxy.
+/// leaves a reader nobody reads, which keeps every capture. The backend forgets them
+/// ([`Backend::forget_readers`]): on the embedded engine it deletes them (one proxy
+/// owns the data directory); on JetStream several proxies share the queue, and one
+/// still running an older config (a rolling deploy) may read them, so they are left
+/// in place and named here in a warning, for the operator to delete (`delete
+/// QUEUE.READER` on the memcache port) once no proxy replays to them. Best effort on
+/// a store that may be out of reach (JetStream, where nothing is deleted anyway): a
+/// cluster that cannot be asked is no reason to stop the proxy.
 pub async fn forget_readers(
     backend: &Backend,
     queue: &str,
     wanted: &[&str],
 ) -> weir_backend::Result<()> {
-    let on_engine = backend.engine_store().is_some();
-    let stats = match backend.stats(Some(vec![queue.to_owned()])).await {
-        Ok(stats) => stats,
-        Err(e) if !on_engine => {
+    let forgotten = match backend.forget_readers(queue, |r| wanted.contains(&r)).await {
+        Ok(forgotten) => forgotten,
+        Err(e) if backend.may_be_unreachable() => {
             tracing::warn!(queue, error = %e, "could not look for readers of shadows no longer configured");
             return Ok(());
         }
         Err(e) => return Err(e),
     };
-    let names = stats.into_iter().flat_map(|q| q.readers).map(|r| r.name);
-    for old in names.filter(|n| !wanted.contains(&n.as_str())) {
-        if on_engine {
-            tracing::info!(queue, reader = %old, "deleting the reader of a shadow no longer configured");
-            backend.delete_reader(queue, &old).await?;
-        } else if old.is_empty() {
+    for old in &forgotten.deleted {
+        tracing::info!(queue, reader = %old, "deleted the reader of a shadow no longer configured");
+    }
+    warn_left(queue, &forgotten.left);
+    Ok(())
+}
+
+/// Names the readers of a capture queue the backend left in place (JetStream) though
+/// this proxy's config does not want them.
+pub(crate) fn warn_left(queue: &str, left: &[String]) {
+    for old in left {
+        if old.is_empty() {
             tracing::warn!(queue, "the capture queue has a default reader (made through the memcache port), which keeps every capture; remove its consumer QUEUE~ with the nats tools");
         } else {
             tracing::warn!(queue, reader = %old, "a reader of the capture queue is no shadow of this proxy's config; it keeps every capture until deleted (delete QUEUE.READER on the memcache port, once no proxy replays to it)");
         }
     }
-    Ok(())
 }
 
 /// How one replay ended.

@@ -245,6 +245,29 @@ async fn a_recording_route_keeps_its_captures_within_the_queues_limits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capture_queues_get_no_lease_timeout_whatever_the_store_gives() {
+    let (_primary, addr) = start_target(false).await;
+    let (_shadow, shadow_addr) = start_target(false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let timed = weir::QueueConfig {
+        open_timeout: Some(Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let with_shadow = format!(
+        "record = true\n[[routes.shadows]]\nname = \"s\"\nurl = \"http://{shadow_addr}\"\n"
+    );
+    let p = start(dir.path(), &route(addr, &with_shadow), timed).await;
+    assert_eq!(p.queue().config().open_timeout, None);
+    // A queue the proxy does not open keeps what the store gives it.
+    let other = p.store.queue("proxy:capture:other").unwrap();
+    assert_eq!(
+        other.config().open_timeout,
+        Some(Duration::from_millis(100))
+    );
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_record_deletes_its_reader_and_a_new_shadow_starts_at_the_end() {
     let (_primary, addr) = start_target(false).await;
     let (shadow, shadow_addr) = start_target(false).await;
@@ -274,6 +297,8 @@ async fn removing_record_deletes_its_reader_and_a_new_shadow_starts_at_the_end()
     // reader; a shadow named like the recording's reader is refused.
     let p = start(dir.path(), &route(addr, ""), config.clone()).await;
     assert!(!p.queue().has_reader(RECORD_READER));
+    // Only the recording's: a shadow removed with the last of them keeps its backlog.
+    assert!(p.queue().has_reader("new"));
     p.stop().await;
     let clash = format!(
         "record = true\n[[routes.shadows]]\nname = \"record\"\nurl = \"http://{shadow_addr}\"\n"

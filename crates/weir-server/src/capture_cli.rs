@@ -498,17 +498,21 @@ async fn post_piece(
     Ok(answer["imported"].as_u64().unwrap_or(0))
 }
 
+/// An import into a data directory: the same appends as through a running weir
+/// (`captures::append_captures`: kept by the queue's `record` reader, each piece all
+/// or nothing), on the engine opened here.
 fn import_dir(dir: &Path, queue: &str, input: &Path, imported: &mut u64) -> anyhow::Result<()> {
-    let store = open_store(dir)?;
-    let q = store.queue(queue)?;
-    in_pieces(input, |text, count| {
+    let backend = weir_backend::Backend::Embedded(weir_backend::Embedded::new(open_store(dir)?));
+    let rt = runtime()?;
+    let appended = in_pieces(input, |text, count| {
         let items = capture_file::items_of(text, LINE_BYTES_MAX)?;
-        capture_file::append(&q, &items)?;
+        rt.block_on(crate::captures::append_captures(&backend, queue, &items))?;
         *imported += count;
         Ok(())
-    })?;
-    drop(q);
-    store.close().context("closing the store")
+    });
+    let closed = rt.block_on(backend.close()).context("closing the store");
+    appended?;
+    closed
 }
 
 #[cfg(test)]

@@ -16,12 +16,12 @@
 //!   dead letters of a shadow (`{"redriving": N, "queue": ...}`); 404 for a shadow
 //!   the running proxy does not have, 409 while one runs for it.
 //!
-//! An export walks the queue through the backend interface, so it works on either
-//! backend (on JetStream a queue that does not exist exports nothing, and each line
-//! costs a round trip). An import is one all-or-nothing batch on the embedded engine;
-//! on JetStream the queue gets a `record` reader that keeps what is imported (as a
-//! recording route's), and the captures go one publish each: a failure part-way
-//! says how many went in.
+//! Both go through the backend interface, so they work alike on either backend. An
+//! export walks the queue (on JetStream a queue that does not exist exports nothing,
+//! and each line costs a round trip). An import ([`append_captures`]) gives the queue
+//! a `record` reader that keeps what is imported, as a recording route's does, and
+//! appends the captures: one all-or-nothing batch on the embedded engine, one
+//! publish each on JetStream (a failure part-way says how many went in).
 //!
 //! Captures hold what clients sent, cookies and tokens included (and diff samples,
 //! pieces of answers), so the endpoints are
@@ -207,10 +207,6 @@ fn backend_error(e: &weir_backend::Error) -> Refusal {
     refuse(status, &e.to_string())
 }
 
-fn engine_error(e: weir::Error) -> Refusal {
-    backend_error(&e.into())
-}
-
 /// `since` and `limit` from an export's query.
 fn export_params(query: Option<&str>) -> Result<(Option<u64>, Option<u64>), String> {
     let (mut since, mut limit) = (None, None);
@@ -299,58 +295,47 @@ async fn import(
         .await
         .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "imports are closed"))?;
     let text = read_body(body).await?;
-    let (n, first) = match shared.backend.engine_store().cloned() {
-        Some(store) => import_to_engine(store, queue, text).await?,
-        None => import_to_cluster(&shared.backend, &queue, text).await?,
-    };
-    Ok(Json(json!({ "imported": n, "first_seq": first })).into_response())
-}
-
-/// On the embedded engine: one batch, all or nothing.
-async fn import_to_engine(
-    store: weir::Store,
-    queue: String,
-    text: Bytes,
-) -> Result<(usize, Option<u64>), Refusal> {
-    tokio::task::spawn_blocking(move || {
-        let items = capture_file::items_of(&text, LINE_BYTES_MAX).map_err(bad_line)?;
-        if items.is_empty() {
-            return Ok((0, None));
-        }
-        let q = store.queue(&queue).map_err(engine_error)?;
-        let first = capture_file::append(&q, &items).map_err(engine_error)?;
-        Ok((items.len(), first))
-    })
-    .await
-    .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the import failed"))?
-}
-
-/// On JetStream: the queue is kept by its `record` reader (as a recording route's:
-/// on an interest stream nothing is stored for a queue without readers), and the
-/// captures are published one after the other: a failure part-way is refused with
-/// how many went in before it (the error's message says).
-async fn import_to_cluster(
-    backend: &weir_backend::Backend,
-    queue: &str,
-    text: Bytes,
-) -> Result<(usize, Option<u64>), Refusal> {
+    // Every line is checked before anything is appended.
     let items = tokio::task::spawn_blocking(move || capture_file::items_of(&text, LINE_BYTES_MAX))
         .await
         .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "the import failed"))?
         .map_err(bad_line)?;
-    if items.is_empty() {
-        return Ok((0, None));
-    }
-    let (q, _) = backend
-        .queue_for_readers(queue, &[weir_proxy::RECORD_READER], false)
+    let first = append_captures(&shared.backend, &queue, &items)
         .await
         .map_err(|e| backend_error(&e))?;
+    Ok(Json(json!({ "imported": items.len(), "first_seq": first })).into_response())
+}
+
+/// Appends checked captures (`capture_file::items_of`) to the capture queue `queue`,
+/// created if missing, and returns the first one's sequence number (`None` for no
+/// capture, when nothing is made). What is imported is kept by the queue's `record`
+/// reader (made at the queue's oldest item if missing), as a recording route's
+/// captures are, so it stays until dropped by hand (`flush QUEUE.record`) or by the
+/// queue's limits, whatever else reads the queue (on JetStream nothing would be
+/// stored without a reader). The queue's leases never time out, as every capture
+/// queue's. One batch on the engine, all or nothing; one publish each on JetStream, a
+/// failure part-way saying how many went in (see [`weir_backend::Queue::append_batch`]).
+pub async fn append_captures(
+    backend: &weir_backend::Backend,
+    queue: &str,
+    items: &[Vec<u8>],
+) -> weir_backend::Result<Option<u64>> {
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let (q, _) = backend
+        .queue_for_readers_with(
+            queue,
+            &[weir_proxy::RECORD_READER],
+            false,
+            weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
+        )
+        .await?;
     let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
     let first = q
         .append_batch(&refs, weir_backend::AppendOptions::default())
-        .await
-        .map_err(|e| backend_error(&e))?;
-    Ok((items.len(), Some(first)))
+        .await?;
+    Ok(Some(first))
 }
 
 /// An import's body, whole, within the size and time limits.

@@ -103,7 +103,10 @@ impl TestBus {
     /// The bus's `/metrics` series, over every queue's figures as `weir serve`
     /// gathers them.
     pub fn metrics(&self) -> String {
-        let store = self.backend.as_ref().and_then(|b| b.engine_store());
+        let store = self
+            .backend
+            .as_ref()
+            .and_then(|b| b.engine_store_for_tests());
         let stats: Vec<weir_backend::QueueStats> = store
             .map(|s| s.queues().iter().map(weir::Queue::stats).collect())
             .unwrap_or_default();
