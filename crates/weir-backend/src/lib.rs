@@ -21,7 +21,6 @@
 
 pub mod embedded;
 mod error;
-pub mod http_conns;
 pub mod jetstream;
 
 use std::time::Duration;
