@@ -158,3 +158,37 @@ async fn a_request_slower_than_the_grace_is_cut() {
         ""
     );
 }
+
+#[tokio::test]
+async fn every_connection_gets_no_delay_and_the_caller_serves_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let serving = Listener::new("test", 4, LONG, Arc::default());
+    let task = tokio::spawn(serving.serve(
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+        move |stream: TcpStream, peer, connection: weir_http::Connection| {
+            let _ = seen_tx.send((stream.nodelay().unwrap(), peer));
+            let service = hyper::service::service_fn(|_req| async {
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from_static(b"own\n"),
+                )))
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            connection.run(conn)
+        },
+    ));
+    let mut client = request(addr, "/").await;
+    let answer = until_closed(&mut client, Duration::from_secs(2)).await;
+    assert!(answer.ends_with("own\n"), "{answer}");
+    let (nodelay, peer) = seen.recv().await.unwrap();
+    assert!(nodelay, "TCP_NODELAY is set on an accepted connection");
+    assert_eq!(peer, client.local_addr().unwrap());
+    stop.send(()).unwrap();
+    task.await.unwrap();
+}
