@@ -27,6 +27,10 @@ use weir_http::Listener;
 
 use crate::shared::Shared;
 
+/// How long a stop waits for the HTTP port's task: its drain's grace, and a little
+/// for dropping what the grace left.
+pub const STOP_WAIT: Duration = weir_http::STOP_GRACE.saturating_add(Duration::from_millis(250));
+
 /// The HTTP port's limits.
 #[derive(Clone, Copy, Debug)]
 pub struct HttpLimits {
