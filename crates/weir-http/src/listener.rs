@@ -142,7 +142,7 @@ impl Listener {
                 tracing::debug!(
                     listener = self.name.as_deref(),
                     max = self.max_connections,
-                    "{} connection refused: all open ones are in the middle of a request",
+                    "{} connection refused: connections at the cap, none of them idle",
                     self.door
                 );
                 continue;
