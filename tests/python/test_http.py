@@ -125,3 +125,32 @@ def test_idle_sockets_at_the_cap_do_not_lock_out_a_real_client(make_server, mode
         # Those past the cap made room by closing the oldest: at most 20 held.
         assert idle.closed() >= 10
     assert server.alive()
+
+
+def test_a_request_in_flight_at_sigterm_is_answered_within_the_grace(make_server):
+    """On a stop the HTTP port answers a request in flight if it is done within its
+    grace (2 s, like the bus's and the proxy's): here an import whose body comes 1.5 s
+    after the SIGTERM. The server used to wait 1 s for the HTTP port, then exit."""
+    import socket
+
+    key = "k" * 16
+    server = weir_with_config(make_server, f'[server]\nadmin_key = "{key}"\n')
+    s = socket.create_connection((server.addr[0], server.http_port), timeout=5)
+    try:
+        s.sendall(
+            b"POST /captures/proxy:capture:drain HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: Bearer {key}\r\n".encode()
+            + b"Content-Length: 3\r\nConnection: close\r\n\r\n{"
+        )
+        time.sleep(0.3)
+        server.sigterm()
+        time.sleep(1.5)
+        s.sendall(b"}\n")
+        answer = b""
+        while chunk := s.recv(4096):
+            answer += chunk
+        # The body is not a capture: refused, but answered.
+        assert answer.startswith(b"HTTP/1.1 "), answer
+    finally:
+        s.close()
+    assert server.wait_exit(10) == 0

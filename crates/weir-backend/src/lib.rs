@@ -25,7 +25,6 @@
 mod door_upkeep;
 pub mod embedded;
 mod error;
-pub mod http_conns;
 pub mod jetstream;
 
 use std::time::Duration;

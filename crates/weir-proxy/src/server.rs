@@ -5,11 +5,11 @@
 //! request or tunnels), `header_bytes_max` for a request head and `headers_max` for its
 //! fields (over either hyper answers 431), `header_timeout_ms` to send a head: the first one whatever the protocol
 //! detection (hyper-util's `auto` builder reads before hyper's own header timeout
-//! starts), later ones on HTTP/1 by hyper. The cap and the first head's deadline are
-//! `weir_backend::http_conns`, shared with the bus and the HTTP port. On stop, each
-//! connection finishes its request in flight; after 2 s the rest are dropped. A
-//! connection upgraded to a tunnel (WebSocket) keeps its slot until the tunnel ends,
-//! and is never evicted.
+//! starts), later ones on HTTP/1 by hyper. The accept loop, the cap and the first
+//! head's deadline are `weir_http`'s, shared with the bus and the HTTP port. On stop,
+//! each connection finishes its request in flight; after `weir_http::STOP_GRACE`
+//! (2 s) the rest are dropped. A connection upgraded to a tunnel (WebSocket) keeps its
+//! slot until the tunnel ends, and is never evicted.
 //!
 //! Reads from a client are at most [`READ_BYTES_MAX`] each ([`CappedReads`]): hyper
 //! grows a connection's read buffer to `header_bytes_max` (64 KiB) once reads fill
@@ -25,19 +25,18 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
+use weir_http::http_conns::{MarkedBody, Slot};
+use weir_http::{Connection, Listener};
 
 use crate::config::ProxySettings;
 use crate::forward::{handle, Proxy};
 
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// One read from a client at most: just under hyper's first read buffer (8 KiB),
 /// which it doubles, up to `max_buf_size`, only after a read that fills it. A head
 /// larger than this still fits: the buffer grows while a head is parsed.
 pub const READ_BYTES_MAX: usize = 8 * 1024 - 1;
-const STOP_GRACE: Duration = Duration::from_secs(2);
 /// HTTP/2 clients are pinged this often, and closed when a ping is not answered in
 /// time: a dead HTTP/2 connection does not hold a slot for ever.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
@@ -61,64 +60,34 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     evicted: Arc<AtomicU64>,
 ) {
-    let slots = Slots::new(settings.connections_max, settings.header_timeout, evicted);
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            // A finished connection's task is freed once joined: not only at the next
-            // accept (after a burst, thousands of them waited for one, 11 MiB).
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            _ = shutdown.changed() => break,
-        };
-        let (stream, client) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "proxy accept failed");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
-        let Some(slot) = slots.admit() else {
-            tracing::debug!(
-                listener = %name,
-                "proxy connection refused: connections_max reached, none idle"
-            );
-            continue;
-        };
-        while connections.try_join_next().is_some() {}
-        let _ = stream.set_nodelay(true);
-        let (proxy, name, settings, stop) = (
-            Arc::clone(&proxy),
-            Arc::clone(&name),
-            Arc::clone(&settings),
-            shutdown.clone(),
-        );
-        let slot = Arc::new(slot);
-        connections.spawn(async move {
-            serve_connection(stream, client, proxy, name, settings, stop, slot).await;
-        });
-    }
-    drop(listener);
-    let drained = tokio::time::timeout(STOP_GRACE, async {
-        while connections.join_next().await.is_some() {}
-    });
-    if drained.await.is_err() {
-        connections.abort_all();
-    }
+    let serving = Listener::new(
+        "proxy",
+        settings.connections_max,
+        settings.header_timeout,
+        evicted,
+    )
+    .named(Arc::clone(&name));
+    let stop = async move {
+        let _ = shutdown.changed().await;
+    };
+    let serve = move |stream, client, connection| {
+        let (proxy, name, settings) =
+            (Arc::clone(&proxy), Arc::clone(&name), Arc::clone(&settings));
+        serve_connection(stream, client, proxy, name, settings, connection)
+    };
+    serving.serve(listener, stop, serve).await;
 }
 
 /// One client connection: HTTP/1.1 or h2c, until it closes or the proxy stops.
 async fn serve_connection(
-    stream: tokio::net::TcpStream,
+    stream: TcpStream,
     client: std::net::SocketAddr,
     proxy: Arc<Proxy>,
     name: Arc<str>,
     settings: Arc<ProxySettings>,
-    mut stop: watch::Receiver<bool>,
-    slot: Arc<Slot>,
+    connection: Connection,
 ) {
-    let (marking, listener) = (Arc::clone(&slot), Arc::clone(&name));
+    let marking = Arc::clone(connection.slot());
     let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let (proxy, name, slot) = (Arc::clone(&proxy), Arc::clone(&name), Arc::clone(&marking));
         let mark = slot.begin_request();
@@ -138,25 +107,7 @@ async fn serve_connection(
     let builder = builder(&settings);
     let io = TokioIo::new(CappedReads(stream));
     let conn = builder.serve_connection_with_upgrades(io, service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        _ = stop.changed() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        why = slot.closing() => {
-            tracing::debug!(%listener, ?why, "proxy connection closed");
-            if let (Closing::Evicted, Some(within)) = (why, slot.drain_after_eviction()) {
-                conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(within, conn).await;
-            }
-            return;
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "proxy connection ended with an error");
-    }
+    connection.run_with(conn, |c| c.graceful_shutdown()).await;
 }
 
 /// hyper's settings for a client connection: HTTP/1's header timeout and head size,

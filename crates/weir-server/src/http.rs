@@ -3,15 +3,15 @@
 //! and the engine's stats (see `metrics.rs`); with an admin key, the capture
 //! endpoints of `captures.rs`.
 //!
-//! Its own accept loop rather than `axum::serve`, for two limits, kept by
-//! `weir_backend::http_conns` like on the bus's and the proxy's listeners: at most
+//! Served by `weir_http::Listener`, like the bus's API and the proxy: at most
 //! `http_max_connections` connections at once (at the cap, the connection idle the
 //! longest is closed for the newcomer, so idle sockets cannot lock clients out; one
 //! more is refused only when all are in the middle of a request), and
 //! `http_header_timeout_ms` for a client to send a request head (the connection is
 //! closed after that), so that half-sent requests cannot pile up and hold memory.
 //! On shutdown every connection is told to close once its request in flight is
-//! answered; idle keep-alive connections close at once.
+//! answered; idle keep-alive connections close at once; what is still open after
+//! `weir_http::STOP_GRACE` (2 s) is dropped.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,17 +22,14 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper::service::{service_fn, Service};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
-use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
+use tokio::net::TcpListener;
+use weir_http::Listener;
 
 use crate::shared::Shared;
 
-/// Pause after a failed accept (typically EMFILE), so the loop does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// How long a stop waits for the HTTP port's task: its drain's grace, and a little
+/// for dropping what the grace left.
+pub const STOP_WAIT: Duration = weir_http::STOP_GRACE.saturating_add(Duration::from_millis(250));
 
 /// The HTTP port's limits.
 #[derive(Clone, Copy, Debug)]
@@ -51,44 +48,14 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .merge(crate::captures::routes())
         .with_state(Arc::clone(&shared));
-    let slots = Slots::new(
+    let serving = Listener::new(
+        "HTTP",
         limits.max_connections,
         limits.header_timeout,
         Arc::clone(&shared.metrics.http_connections_evicted),
     );
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shared.shutdown.wait() => break,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "HTTP accept failed");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
-        let Some(slot) = slots.admit() else {
-            tracing::debug!(
-                max = limits.max_connections,
-                "HTTP connection refused: all open ones are in the middle of a request"
-            );
-            drop(stream);
-            continue;
-        };
-        // Reap the ones that ended, so the set stays as small as what is open.
-        while connections.try_join_next().is_some() {}
-        let app = app.clone();
-        let shared = Arc::clone(&shared);
-        connections.spawn(async move {
-            serve_connection(stream, app, &shared, limits.header_timeout, slot).await;
-        });
-    }
-    drop(listener);
-    // Told to close (see `serve_connection`); a request in flight gets its answer.
-    while connections.join_next().await.is_some() {}
+    let stop = async move { shared.shutdown.wait().await };
+    serving.serve_http1(listener, stop, app).await;
     Ok(())
 }
 
@@ -109,52 +76,6 @@ pub async fn spawn(
         header_timeout: Duration::from_millis(shared.settings.http_header_timeout_ms),
     };
     Ok(tokio::spawn(serve(listener, shared, limits)))
-}
-
-/// One connection until it closes, shutdown, or `slot` tells it to close (evicted
-/// while idle, or no request head within `header_timeout`).
-async fn serve_connection(
-    stream: TcpStream,
-    app: Router,
-    shared: &Shared,
-    header_timeout: Duration,
-    slot: Slot,
-) {
-    let slot = Arc::new(slot);
-    let marking = Arc::clone(&slot);
-    let inner = TowerToHyperService::new(app);
-    let service = service_fn(move |req| {
-        let mark = marking.begin_request();
-        let answer = inner.call(req);
-        async move {
-            answer
-                .await
-                .map(|r| r.map(|body| MarkedBody::new(body, mark)))
-        }
-    });
-    let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        _ = shared.shutdown.wait() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        why = slot.closing() => {
-            tracing::debug!(?why, "HTTP connection closed");
-            if let (Closing::Evicted, Some(within)) = (why, slot.drain_after_eviction()) {
-                conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(within, conn).await;
-            }
-            return;
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "HTTP connection ended with an error");
-    }
 }
 
 async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

@@ -258,7 +258,7 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         tracing::info!("{why}: stopping the proxy");
         shared.begin_shutdown();
         if let Some(http) = http {
-            let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+            let _ = tokio::time::timeout(weir_server::http::STOP_WAIT, http).await;
         }
         anyhow::Ok(())
     })?;

@@ -75,7 +75,7 @@ pub struct Metrics {
     pub connections_total: AtomicU64,
     pub connections_refused: AtomicU64,
     /// Idle HTTP-port connections closed at `http_max_connections` for a new one
-    /// (shared with the port's `weir_backend::http_conns::Slots`).
+    /// (shared with the port's `weir_http::http_conns::Slots`).
     pub http_connections_evicted: std::sync::Arc<AtomicU64>,
     loops: Box<[LoopMetrics]>,
     /// What `stats reset` subtracts from the counters `stats` shows.

@@ -187,7 +187,8 @@ pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Re
     // stop within a second (dropping connections past the grace period).
     workers.stop();
 
-    match tokio::time::timeout(Duration::from_secs(1), http).await {
+    // The HTTP port began its drain at the shutdown, and ends it within its grace.
+    match tokio::time::timeout(crate::http::STOP_WAIT, http).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "HTTP server"),
         Err(_) => tracing::warn!("HTTP server did not stop in time"),
         _ => {}

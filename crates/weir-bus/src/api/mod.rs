@@ -6,13 +6,13 @@
 //! the credentials checks and the accept loop. Every refusal is an [`ApiError`]:
 //! a status and `{"error": MESSAGE}`.
 //!
-//! Its own accept loop rather than `axum::serve`, for two limits, kept by
-//! `weir_backend::http_conns` like on the server's HTTP port and the proxy: at most
+//! Served by `weir_http::Listener`, like the server's HTTP port and the proxy: at most
 //! `connections_max` connections at once (at the cap, the connection idle the
 //! longest is closed for the newcomer, so idle sockets cannot lock clients out; one
 //! more is refused only when all are in the middle of a request) and
 //! `header_timeout_ms` for a request head, so that idle or half-sent requests cannot
-//! pile up.
+//! pile up. A stopping bus answers the requests in flight for up to
+//! `weir_http::STOP_GRACE` (2 s), then drops them.
 
 mod dead_letters;
 mod replay;
@@ -28,13 +28,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
 use axum::Router;
-use hyper::server::conn::http1;
-use hyper::service::{service_fn, Service};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
-use weir_backend::http_conns::{Closing, MarkedBody, Slot, Slots};
+use weir_http::Listener;
 
 use crate::auth::{basic_user, same_secret};
 use crate::bus::Bus;
@@ -42,8 +38,6 @@ use crate::error::{ApiError, ApiResult};
 
 /// Body limit of the requests that are not publishes (subscriptions, tokens, replay).
 pub const REQUEST_BYTES_MAX: usize = 64 * 1024;
-/// Pause after a failed accept (typically EMFILE), so the loop does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
 pub fn router(bus: Arc<Bus>) -> Router {
     Router::new()
@@ -235,9 +229,6 @@ pub fn root(bus: &Bus, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-/// How long a stopping bus waits for requests in flight before it drops them.
-const STOP_GRACE: Duration = Duration::from_secs(2);
-
 /// Reads a request body up to `limit` bytes within `header_timeout_ms` (the time a
 /// client has for the head, and again for the body); 413 beyond the limit, 408 past
 /// the time.
@@ -279,102 +270,17 @@ pub fn json_object(body: &[u8]) -> ApiResult<serde_json::Map<String, serde_json:
     }
 }
 
-/// Serves the API on `listener` until `shutdown` turns true.
+/// Serves the API on `listener` until `shutdown` turns true (or its sender is
+/// dropped); then drains for `weir_http::STOP_GRACE`.
 pub async fn serve(listener: TcpListener, bus: Arc<Bus>, mut shutdown: watch::Receiver<bool>) {
-    let app = router(Arc::clone(&bus));
-    let header_timeout = bus.settings.header_timeout;
-    let slots = Slots::new(
+    let serving = Listener::new(
+        "bus",
         bus.settings.connections_max,
-        header_timeout,
+        bus.settings.header_timeout,
         Arc::clone(&bus.api_connections_evicted),
     );
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => break,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "bus accept failed");
-                tokio::time::sleep(ACCEPT_BACKOFF).await;
-                continue;
-            }
-        };
-        let Some(slot) = slots.admit() else {
-            tracing::debug!(
-                max = bus.settings.connections_max,
-                "bus connection refused: all open ones are in the middle of a request"
-            );
-            drop(stream);
-            continue;
-        };
-        while connections.try_join_next().is_some() {}
-        let app = app.clone();
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            serve_connection(stream, app, shutdown, header_timeout, slot).await;
-        });
-    }
-    drop(listener);
-    // Told to close (see `serve_connection`); past the grace, a request still in
-    // flight (a client sending a body slowly) is dropped.
-    let drained = tokio::time::timeout(STOP_GRACE, async {
-        while connections.join_next().await.is_some() {}
-    });
-    if drained.await.is_err() {
-        tracing::info!(
-            left = connections.len(),
-            "bus connections still open at stop: closed"
-        );
-        connections.abort_all();
-    }
-}
-
-/// One connection until it closes, the bus stops, or `slot` tells it to close
-/// (evicted while idle, or no request head within `header_timeout`).
-async fn serve_connection(
-    stream: TcpStream,
-    app: Router,
-    mut shutdown: watch::Receiver<bool>,
-    header_timeout: Duration,
-    slot: Slot,
-) {
-    let _ = stream.set_nodelay(true);
-    let slot = Arc::new(slot);
-    let marking = Arc::clone(&slot);
-    let inner = TowerToHyperService::new(app);
-    let service = service_fn(move |req| {
-        let mark = marking.begin_request();
-        let answer = inner.call(req);
-        async move {
-            answer
-                .await
-                .map(|r| r.map(|body| MarkedBody::new(body, mark)))
-        }
-    });
-    let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
-        .serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
-        _ = shutdown.changed() => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
-        }
-        why = slot.closing() => {
-            tracing::debug!(?why, "bus connection closed");
-            if let (Closing::Evicted, Some(within)) = (why, slot.drain_after_eviction()) {
-                conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(within, conn).await;
-            }
-            return;
-        }
+    let stop = async move {
+        let _ = shutdown.changed().await;
     };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "bus connection ended with an error");
-    }
+    serving.serve_http1(listener, stop, router(bus)).await;
 }

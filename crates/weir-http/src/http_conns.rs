@@ -21,9 +21,9 @@
 //!   drops the connection. Later requests on a keep-alive connection keep hyper's own
 //!   header timeout.
 //!
-//! It lives in `weir-backend` because that is the one crate the three listeners'
-//! crates (weir-server, weir-bus, weir-proxy) all depend on that already brings
-//! tokio's network and timer parts; it needs nothing of the backend itself.
+//! [`crate::Listener`] applies it to every connection it accepts; the listeners' own
+//! code only marks requests ([`Slot::begin_request`], [`MarkedBody`]) and, on the
+//! proxy, tunnels ([`Slot::retire`]).
 //!
 //! Known limit: a connection is idle again once its response body is handed to
 //! hyper, which may still be writing its last bytes to a slow reader; such a
@@ -204,8 +204,6 @@ impl Slot {
         }
     }
 
-    /// The connection is no longer served as HTTP (it became a tunnel): it keeps
-    /// its place for as long as this slot lives, but is never evicted.
     /// How an evicted connection ends: one that never began a request is dropped;
     /// one that did (it is between requests, or it began one just as it was chosen:
     /// the accept task and the connection's own task do not see each other at
@@ -216,6 +214,8 @@ impl Slot {
         (self.begun.load(Relaxed) > 0).then_some(self.inner.head_timeout)
     }
 
+    /// The connection is no longer served as HTTP (it became a tunnel): it keeps
+    /// its place for as long as this slot lives, but is never evicted.
     pub fn retire(&self) {
         if let Some(e) = self.inner.lock().open.get_mut(&self.id) {
             e.evictable = false;
