@@ -109,9 +109,9 @@ pub(crate) struct Health {
     /// [`Health::now_ms`] when a stall was last logged, and stalls since not logged.
     stall_logged_ms: AtomicU64,
     stalls_unlogged: AtomicU64,
-    /// The server the failover watch is leaving, which the reconnection after it
-    /// does not pick ([`super::connect::Leaving`]).
-    pub(super) leaving: std::sync::Mutex<Option<super::connect::Leaving>>,
+    /// The servers the failover watch left lately, which reconnections do not pick
+    /// ([`super::connect::Left`]).
+    pub(super) left: std::sync::Mutex<super::connect::Left>,
 }
 
 /// At most one stall line per this long (a partition stalls every call).
@@ -126,7 +126,7 @@ impl Default for Health {
             stall_logged_ms: AtomicU64::new(0),
             stalls_unlogged: AtomicU64::new(0),
             down_since_ms: AtomicU64::new(0),
-            leaving: std::sync::Mutex::new(None),
+            left: std::sync::Mutex::new(super::connect::Left::default()),
         }
     }
 }
