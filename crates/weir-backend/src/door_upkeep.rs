@@ -93,22 +93,22 @@ impl Backend {
         queue: &str,
         keep: impl Fn(&str) -> bool,
     ) -> Result<ForgottenReaders> {
-        let stats = self.stats(Some(vec![queue.to_owned()])).await?;
-        let unwanted = stats
-            .into_iter()
-            .flat_map(|q| q.readers)
-            .map(|r| r.name)
-            .filter(|name| !keep(name));
         let mut forgotten = ForgottenReaders::default();
         match self {
             Backend::Embedded(e) => {
-                for name in unwanted {
-                    if e.delete_reader(queue, &name).await? {
+                // The queue's own list, not `stats` (which takes a queue it cannot
+                // open for none): a failure to open it is the caller's to see.
+                for name in e.reader_names(queue).await? {
+                    if !keep(&name) && e.delete_reader(queue, &name).await? {
                         forgotten.deleted.push(name);
                     }
                 }
             }
-            Backend::JetStream(_) => forgotten.left.extend(unwanted),
+            Backend::JetStream(_) => {
+                let stats = self.stats(Some(vec![queue.to_owned()])).await?;
+                let names = stats.into_iter().flat_map(|q| q.readers).map(|r| r.name);
+                forgotten.left.extend(names.filter(|name| !keep(name)));
+            }
         }
         Ok(forgotten)
     }

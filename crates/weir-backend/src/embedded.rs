@@ -116,6 +116,20 @@ impl Embedded {
         .await
     }
 
+    /// The names of `queue`'s readers; none for a queue that does not exist (which
+    /// is not made). A queue that cannot be opened is an error.
+    pub async fn reader_names(&self, queue: &str) -> Result<Vec<String>> {
+        let store = self.store.clone();
+        let queue = queue.to_owned();
+        blocking(move || {
+            Ok(store
+                .existing_queue(&queue)?
+                .map(|q| q.reader_names())
+                .unwrap_or_default())
+        })
+        .await
+    }
+
     /// `flush q` (every reader) or `flush q.r`; never creates either.
     pub async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
         let store = self.store.clone();

@@ -193,8 +193,9 @@ impl Slot {
     pub async fn closing(&self) -> Closing {
         let first_head = async {
             tokio::time::sleep_until(self.head_deadline).await;
-            let begun = self.inner.lock().open.get(&self.id).map(|e| e.begun);
-            if begun.is_some_and(|n| n > 0) {
+            // The slot's own count: an evicted connection's entry is gone, and one
+            // that began a request must be told `Evicted` (and drained), not dropped.
+            if self.begun.load(Relaxed) > 0 {
                 std::future::pending::<()>().await;
             }
         };

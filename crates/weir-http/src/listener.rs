@@ -258,6 +258,9 @@ impl Connection {
     {
         tokio::pin!(conn);
         let result = tokio::select! {
+            // The connection first: one admitted just before a stop reads the request
+            // already in its socket before it is shut down.
+            biased;
             result = conn.as_mut() => result,
             () = self.stopping.cancelled() => {
                 graceful_shutdown(conn.as_mut());

@@ -8,7 +8,8 @@
 //! starts), later ones on HTTP/1 by hyper. The accept loop, the cap and the first
 //! head's deadline are `weir_http`'s, shared with the bus and the HTTP port. On stop,
 //! each connection finishes its request in flight; after `weir_http::STOP_GRACE`
-//! (2 s) the rest are dropped. A connection upgraded to a tunnel (WebSocket) keeps its
+//! (2 s) the rest are dropped (tunnels and HTTP/2 streams run on tasks of their own
+//! and end with the proxy's runtime). A connection upgraded to a tunnel (WebSocket) keeps its
 //! slot until the tunnel ends, and is never evicted.
 //!
 //! Reads from a client are at most [`READ_BYTES_MAX`] each ([`CappedReads`]): hyper

@@ -309,9 +309,10 @@ async fn import(
 /// Appends checked captures (`capture_file::items_of`) to the capture queue `queue`,
 /// created if missing, and returns the first one's sequence number (`None` for no
 /// capture, when nothing is made). What is imported is kept by the queue's `record`
-/// reader (made at the queue's oldest item if missing), as a recording route's
-/// captures are, so it stays until dropped by hand (`flush QUEUE.record`) or by the
-/// queue's limits, whatever else reads the queue (on JetStream nothing would be
+/// reader (made at the queue's oldest item if missing, before the append: a refused
+/// import can leave it), as a recording route's captures are, so it stays until
+/// dropped by hand (`delete QUEUE.record`), by the queue's limits, or on the engine by
+/// a proxy whose route over the queue does not record (on JetStream nothing would be
 /// stored without a reader). The queue's leases never time out, as every capture
 /// queue's. One batch on the engine, all or nothing; one publish each on JetStream, a
 /// failure part-way saying how many went in (see [`weir_backend::Queue::append_batch`]).

@@ -111,7 +111,8 @@ struct ServeArgs {
     /// "weir_server=debug" [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
-    /// Event-loop threads serving connections [default: CPU count]
+    /// Event-loop threads serving connections [default: the CPU count, shared with
+    /// the bus and the proxy when they are on]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Most memcache connections open at once [default: 16384]
