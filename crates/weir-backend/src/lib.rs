@@ -22,6 +22,8 @@
 //! its compiled code and threads a type parameter through every command for no
 //! measured gain (see `docs/architecture.md`, "Backends").
 
+#![forbid(unsafe_code)]
+
 mod door_upkeep;
 pub mod embedded;
 mod error;

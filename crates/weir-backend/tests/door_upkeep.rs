@@ -2,6 +2,7 @@
 //! items (`door_upkeep.rs`): queue options, forgetting readers, a scratch directory,
 //! and whether the store may be out of reach. (On JetStream, `forget_readers` only
 //! lists, and the lease option already holds: see the method docs.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use std::time::Duration;
 

@@ -6,6 +6,7 @@
 //! says it is skipped and passes, unless `WEIR_SUITE_STRICT=1`, where it fails. Each
 //! test has a stream and subject prefix of its own, deleted when the test ends
 //! (failed or not).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use std::error::Error as StdError;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,5 +1,6 @@
 //! Moving readers on the engine: the contract in `common` (also run on JetStream by
 //! `tests/jetstream.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -21,6 +21,8 @@
 //! [`start`] runs the bus on a runtime of its own, on its own threads, beside
 //! whatever else the process does (weir's memcache door); [`BusHandle::stop`] ends it.
 
+#![forbid(unsafe_code)]
+
 mod api;
 mod auth;
 mod bus;

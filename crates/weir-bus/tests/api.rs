@@ -1,5 +1,6 @@
 //! The bus's HTTP API against a running bus: every endpoint, and its refusals with
 //! their exact status and a JSON error.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Delivery to real HTTP receivers: batching, signatures, retries with backoff,
 //! dead letters and re-drive, replay, CloudEvents, lag on `/metrics`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

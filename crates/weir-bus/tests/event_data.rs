@@ -3,6 +3,7 @@
 //! such an event already stored (by a version without the check) still reaches every
 //! door intact: both delivery formats, the dead-letter listing, re-drive. None of
 //! them panics or substitutes a placeholder.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

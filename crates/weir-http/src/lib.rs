@@ -11,6 +11,8 @@
 //! A crate of its own because the three doors live in three crates (weir-server,
 //! weir-bus, weir-proxy); it needs nothing of the storage engine or its backends.
 
+#![forbid(unsafe_code)]
+
 pub mod http_conns;
 mod listener;
 

@@ -1,6 +1,7 @@
 //! `Listener` over real sockets on 127.0.0.1: the cap, eviction, the first head's
 //! deadline, and the stop (a request in flight is answered; one slower than the grace
 //! is cut).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Record now, replay later: routes with `record = true` keep their captures, which
 //! leave as JSON lines, come back into another store, and replay to a real axum
 //! server at the pace asked.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -877,6 +877,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines)] // one scenario, step by step
     fn other_commands() {
         assert_eq!(
             request(b"delete q noreply\r\n").0,

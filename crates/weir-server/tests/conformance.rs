@@ -1,5 +1,6 @@
 //! Conformance: every command and option of docs/protocol.md over a real socket,
 //! replies checked byte for byte, every error path, pipelining and split writes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

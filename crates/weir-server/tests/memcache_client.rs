@@ -1,5 +1,6 @@
 //! A real Rust memcache client (the `memcache` crate) against weir: sets, gets,
 //! reliable reads with `/open` and `/close`, readers, delete, stats, version.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! than it was given, a valid request split anywhere parses as incomplete until its
 //! last byte arrives, then exactly as when sent whole, and a storage command's data
 //! block is never read as commands, whatever it holds.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use proptest::prelude::*;
 use weir_server::parse::{parse, Parse, ParseLimits, Request};

@@ -1,5 +1,6 @@
 //! Buffered appends of 512 B from one thread, for profiling:
 //! `cargo run --release --example append_only -- DIR COUNT`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 use weir::{AppendOptions, Durability, QueueConfig, Store, StoreOptions};
 
 fn main() -> weir::Result<()> {

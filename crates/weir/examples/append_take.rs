@@ -1,5 +1,6 @@
 //! A tight append+take loop for profiling:
 //! `cargo run --release --example append_take -- DIR PAIRS SIZE [BACKLOG]`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 use weir::{AppendOptions, Store};
 
 fn main() -> weir::Result<()> {

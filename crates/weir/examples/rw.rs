@@ -1,5 +1,6 @@
 //! 3 writers + 1 reader on one buffered queue, for profiling:
 //! `cargo run --release --example rw -- DIR SECONDS [READ_BATCH]`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use weir::{AppendOptions, Durability, QueueConfig, Store, StoreOptions};

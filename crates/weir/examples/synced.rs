@@ -1,6 +1,7 @@
 //! Synced appends vs a plain write+fdatasync loop on the same filesystem, then the
 //! same appends from THREADS threads at once (group commit):
 //! `cargo run --release --example synced -- DIR SECONDS THREADS`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 use std::io::Write;
 use std::time::{Duration, Instant};
 use weir::{AppendOptions, Durability, QueueConfig, Store, StoreOptions};

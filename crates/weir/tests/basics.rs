@@ -1,6 +1,7 @@
 //! Unit-level behaviour of the public API: names, error kinds, items (0 bytes, flags,
 //! expiry), leases, readers, flush and delete, iteration, batches, blocking takes,
 //! limits and stats. Each test opens its own store in its own temporary directory.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 // `is_multiple_of` is newer than the crate's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]

@@ -1,6 +1,7 @@
 //! Concurrency: many threads appending and taking from one queue with several readers
 //! (every item delivered exactly once per reader when nothing crashes), group commit
 //! under `synced`, and async takers woken by appends.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 // `is_multiple_of` is newer than the crate's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]

@@ -14,6 +14,7 @@
 //! (`#a ID LEN`, `#t`, ...) and an acknowledgement after it returned (`#A SEQ ID LEN`,
 //! `#T SEQ`, ...). So the parent knows every acknowledged action and the one action
 //! (at most) that was in flight at the kill.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 // `is_multiple_of` is newer than the crate's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]

@@ -7,6 +7,7 @@
 //! Records are found by searching the segment files for the payloads written, so the
 //! tests do not depend on the exact record layout: item with seq S carries
 //! `payload(S, PAYLOAD_LEN)`, unique bytes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

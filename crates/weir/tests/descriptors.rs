@@ -5,6 +5,7 @@
 //! periodic fsync is still due after it).
 //!
 //! One test binary of its own: it counts the process's descriptors.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

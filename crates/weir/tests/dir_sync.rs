@@ -4,6 +4,7 @@
 //! before any queue lives in them, a new queue's entry and files by its first sync, a
 //! deleted queue's rename before `delete_queue` returns, consumed segments' removal by
 //! the next sync. (`weir::fault::dir_syncs_of` counts fsyncs of one directory.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use std::path::Path;
 

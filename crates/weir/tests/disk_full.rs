@@ -10,6 +10,7 @@
 //! (cargo feature `fault-injection`, on for the crate's tests). They cannot cover what
 //! only a real file system does (space that returns once a deleted segment is closed, a
 //! reservation that fails half way).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! a second process is refused while the first has the store open, also after `LOCK`
 //! was deleted or replaced, and gets in once the first closes. The second process is
 //! this test binary run again with [`CHILD_ENV`] set (see `child_process_entry`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use std::path::Path;
 use std::process::Command;

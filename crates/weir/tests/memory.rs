@@ -4,6 +4,7 @@
 //! exact figure is a benchmark.
 //!
 //! One test in this file on purpose: other tests in the same process would move RSS.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 // `is_multiple_of` is newer than the crate's rust-version (1.85).
 #![allow(unknown_lints, clippy::manual_is_multiple_of)]

@@ -3,6 +3,7 @@
 //! many quiet queues cost little memory.
 //!
 //! One test in this file on purpose: other tests in the same process would move RSS.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

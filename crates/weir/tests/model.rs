@@ -22,6 +22,7 @@
 //! no race with a loaded machine. After an `Advance`, the model waits until the engine
 //! shows the leases it times out as gone (its background thread does that within a
 //! tick), so the next step starts from a state both agree on.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! The kill is a child process (this test binary, run with `--exact move_child`) that
 //! aborts at the instant between the two steps, through the engine's fault-injection
 //! hooks (cargo feature `fault-injection`, on for the crate's tests).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

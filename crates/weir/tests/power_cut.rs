@@ -27,6 +27,7 @@
 //!
 //! `WEIR_POWER_CUTS=N` sets the cuts per mode (default 80, so 240 per run);
 //! `scripts/soak` runs thousands.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Many queues: `queues_max` is exact under concurrent creation, a creation is all or
 //! nothing (what a crash in the middle leaves is removed at the next open), and queues
 //! already on disk are opened even past the cap.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

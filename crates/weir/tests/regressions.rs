@@ -1,4 +1,5 @@
 //! Regressions found in review: each test names the defect it pins down.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! (`Queue::seq_at_time`): replay delivers exactly the items from the chosen point,
 //! positions survive a reopen, other readers are untouched, bounds clamp, and the time
 //! search agrees with a scan of every item across many segments.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
 
