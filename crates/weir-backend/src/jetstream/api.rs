@@ -110,8 +110,8 @@ pub(crate) struct Health {
     stall_logged_ms: AtomicU64,
     stalls_unlogged: AtomicU64,
     /// The servers the failover watch left lately, which reconnections do not pick
-    /// ([`super::connect::Left`]).
-    pub(super) left: std::sync::Mutex<super::connect::Left>,
+    /// ([`super::left::Left`]).
+    pub(super) left: std::sync::Mutex<super::left::Left>,
 }
 
 /// At most one stall line per this long (a partition stalls every call).
@@ -126,7 +126,7 @@ impl Default for Health {
             stall_logged_ms: AtomicU64::new(0),
             stalls_unlogged: AtomicU64::new(0),
             down_since_ms: AtomicU64::new(0),
-            left: std::sync::Mutex::new(super::connect::Left::default()),
+            left: std::sync::Mutex::new(super::left::Left::default()),
         }
     }
 }

@@ -36,6 +36,7 @@ mod doors;
 mod errors;
 mod layout;
 mod leases;
+mod left;
 pub mod map;
 mod metrics;
 mod probe;
