@@ -1570,6 +1570,19 @@ async fn readers_move_back_and_forward() -> TestResult {
     Ok(())
 }
 
+/// The rest of the contract every home keeps (`common`, `tests/contract.rs` on the
+/// engine), on the cluster.
+#[tokio::test]
+async fn the_contract_of_every_backend() -> TestResult {
+    let c = cluster!("the_contract_of_every_backend");
+    let backend = weir_backend::Backend::JetStream(c.door().await?);
+    common::a_reader_made_at_the_end_is_never_moved_again(&backend).await?;
+    common::readers_not_kept_are_forgotten(&backend).await?;
+    common::leases_and_deleted_readers(&backend).await?;
+    backend.close().await?;
+    Ok(())
+}
+
 /// A reader made at the end moves back past its start to anything the queue keeps,
 /// as on the engine (the bus's replay to before a subscription): it is made `all`
 /// and then moved to the end.

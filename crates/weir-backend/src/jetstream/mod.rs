@@ -96,6 +96,9 @@ pub(crate) struct Inner {
     /// The stream is set up and the registry filled.
     ready: AtomicBool,
     setup_lock: tokio::sync::Mutex<()>,
+    /// One creation at a time of a given reader made at the end in this door
+    /// (`Inner::create_consumer`): locks striped by the consumer's name.
+    placing: [tokio::sync::Mutex<()>; PLACING_STRIPES],
     creations: Semaphore,
     /// Unique per door (and run): the prefix of its `Nats-Msg-Id`s.
     door_id: String,
@@ -105,6 +108,9 @@ pub(crate) struct Inner {
     sweeper: sweep::Sweeper,
     runtime: tokio::runtime::Handle,
 }
+
+/// How many locks [`Inner::placing`] spreads the readers made at the end over.
+const PLACING_STRIPES: usize = 64;
 
 /// A handle on one queue: cheap to clone.
 #[derive(Clone)]

@@ -85,6 +85,7 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         link,
         ready: AtomicBool::new(false),
         setup_lock: tokio::sync::Mutex::new(()),
+        placing: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
         creations: Semaphore::new(CREATIONS_AT_ONCE),
         door_id,
         published: AtomicU64::new(0),
@@ -476,6 +477,14 @@ impl Inner {
             .await
             .map_err(|_| unavailable("too many queues being created at once"))?;
         let name = consumer_name(queue, reader);
+        // Readers made at the end, one at a time in this door: two callers making
+        // the same one at once (two CONSUMER.CREATEs, then the placing) left its
+        // CONSUMER.RESET unanswered, every time (the contract test, two to six
+        // callers). After the first, the next finds it made and placed.
+        let _turn = match from_now {
+            true => Some(self.placing[stripe_of(&name)].lock().await),
+            false => None,
+        };
         let start = match from_now {
             true => match self.start_after_newest(deadline).await? {
                 Start::At(seq) if self.resets_consumers() => Start::Placed(seq),
@@ -642,6 +651,14 @@ impl Inner {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The lock of [`Inner::placing`] for consumer `name`.
+fn stripe_of(name: &str) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hash =
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(name);
+    usize::try_from(hash % super::PLACING_STRIPES as u64).unwrap_or(0)
 }
 
 /// A reader's creation that got no answer in time may still have made it, and a

@@ -1,4 +1,4 @@
-//! What every backend must do alike, run on each home: the engine (`tests/seek.rs`)
+//! What every backend must do alike, run on each home: the engine (`tests/contract.rs`)
 //! and a JetStream cluster (`tests/jetstream.rs`).
 
 use std::error::Error as StdError;
@@ -100,5 +100,88 @@ pub async fn readers_move_back_and_forward(backend: &Backend) -> TestResult {
         q.append_batch(&[], opts).await.err().map(|e| e.kind()),
         Some(weir_backend::Kind::InvalidArgument)
     );
+    Ok(())
+}
+
+/// A reader made at the end gets only what follows, and is never moved to the end
+/// again: a second caller asking for it at the end (a door starting up, a bus
+/// subscriber made again) finds it made and leaves it; many callers at once make
+/// one reader that skips nothing appended after the first of them returned.
+pub async fn a_reader_made_at_the_end_is_never_moved_again(backend: &Backend) -> TestResult {
+    let opts = AppendOptions::default();
+    let q = backend.queue("at_end").await?;
+    backend.reader(&q, "").await?;
+    q.append(b"before", opts).await?;
+    let (_, made) = backend.queue_for_readers("at_end", &["late"], true).await?;
+    let late = made.into_iter().next().ok_or("the reader")?;
+    q.append(b"after", opts).await?;
+    // Asked for again at the end: left where it is, "after" still pending.
+    backend.queue_for_readers("at_end", &["late"], true).await?;
+    assert_eq!(all(&late).await?, ["after"]);
+    // Many at once: one reader, and what follows the first answer is all there.
+    let ask = || backend.queue_for_readers("at_end", &["many"], true);
+    let asked = tokio::join!(ask(), ask(), ask(), ask(), ask(), ask());
+    for made in [asked.0, asked.1, asked.2, asked.3, asked.4, asked.5] {
+        made?;
+    }
+    q.append(b"next", opts).await?;
+    let (_, again) = backend.queue_for_readers("at_end", &["many"], true).await?;
+    let many = again.into_iter().next().ok_or("the reader")?;
+    assert_eq!(all(&many).await?, ["next"]);
+    Ok(())
+}
+
+/// `forget_readers` keeps what it is told to and nothing else: on the engine the rest
+/// is deleted, on JetStream it is left in place and named; together, exactly the
+/// readers not kept. A queue that does not exist is not made.
+pub async fn readers_not_kept_are_forgotten(backend: &Backend) -> TestResult {
+    let q = backend.queue("forgetting").await?;
+    backend.reader(&q, "").await?;
+    backend
+        .queue_for_readers("forgetting", &["a", "b", "c"], false)
+        .await?;
+    let done = backend
+        .forget_readers("forgetting", |n| n.is_empty() || n == "a")
+        .await?;
+    let mut named: Vec<String> = done.deleted.iter().chain(&done.left).cloned().collect();
+    named.sort();
+    assert_eq!(named, ["b", "c"]);
+    assert!(q.has_reader("a").await? && q.has_reader("").await?);
+    for gone in &done.deleted {
+        assert!(!q.has_reader(gone).await?, "{gone} deleted");
+    }
+    for kept in &done.left {
+        assert!(q.has_reader(kept).await?, "{kept} left in place");
+    }
+    let none = backend.forget_readers("never_made", |_| false).await?;
+    assert!(none.deleted.is_empty() && none.left.is_empty());
+    assert!(backend.existing_queue("never_made")?.is_none());
+    Ok(())
+}
+
+/// A lease released comes back first; one confirmed never comes back; a reader
+/// deleted is not made again by a move, and `delete` of it again says there was none.
+pub async fn leases_and_deleted_readers(backend: &Backend) -> TestResult {
+    let opts = AppendOptions::default();
+    let (q, made) = backend.queue_for_readers("leasing", &["w"], false).await?;
+    let w = made.into_iter().next().ok_or("the reader")?;
+    q.append_batch(&[b"1", b"2", b"3"], opts).await?;
+    let one = w.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+    let one = one.ok_or("a lease on 1")?;
+    assert_eq!(&one.item.data[..], b"1");
+    assert!(w.release(one.lease.as_ref().ok_or("a lease")?)?);
+    let again = w.take(TakeMode::Lease, Duration::from_secs(2)).await?;
+    let again = again.ok_or("1 again")?;
+    assert_eq!(
+        &again.item.data[..],
+        b"1",
+        "a released item comes back first"
+    );
+    assert!(w.confirm(again.lease.as_ref().ok_or("a lease")?).await?);
+    assert_eq!(all(&w).await?, ["2", "3"]);
+    assert!(backend.delete_reader("leasing", "w").await?);
+    assert_eq!(q.seek_reader("w", SeekTo::Seq(1)).await?, None);
+    assert!(!q.has_reader("w").await?, "a move makes no reader");
+    assert!(!backend.delete_reader("leasing", "w").await?);
     Ok(())
 }
