@@ -104,6 +104,7 @@ impl Backend {
                     }
                 }
             }
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(_) => {
                 let stats = self.stats(Some(vec![queue.to_owned()])).await?;
                 let names = stats.into_iter().flat_map(|q| q.readers).map(|r| r.name);
@@ -120,6 +121,7 @@ impl Backend {
     pub fn scratch_dir(&self) -> PathBuf {
         match self {
             Backend::Embedded(e) => e.store().dir().to_path_buf(),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(_) => std::env::temp_dir(),
         }
     }
@@ -132,6 +134,7 @@ impl Backend {
     pub fn may_be_unreachable(&self) -> bool {
         match self {
             Backend::Embedded(_) => false,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(_) => true,
         }
     }

@@ -12,35 +12,53 @@
 //! - [`Embedded`]: the weir engine in this process, the default. Its arms call the
 //!   engine's own futures in place: no allocation, no virtual call, and a future the
 //!   size of the engine's (each method is one `match` the branch predictor learns).
-//! - [`jetstream::JetStream`]: a NATS JetStream cluster, so that several stateless
-//!   front doors share the queues. Its arms box their futures, so the engine's path
-//!   does not carry the network client's (much larger) state machines: one allocation
-//!   per request, against a network round trip.
+//! - `jetstream::JetStream` (cargo feature `jetstream`): a NATS JetStream cluster, so
+//!   that several stateless front doors share the queues. Its arms box their
+//!   futures, so the engine's path does not carry the network client's (much larger)
+//!   state machines: one allocation per request, against a network round trip.
 //!
 //! An enum rather than a trait object or a generic door: `dyn` needs boxed futures on
 //! every call (the embedded path included), and a door generic over a trait doubles
 //! its compiled code and threads a type parameter through every command for no
 //! measured gain (see `docs/architecture.md`, "Backends").
+//!
+//! # The cargo feature `jetstream`
+//!
+//! Off by default: a library user gets the embedded engine alone, without the NATS
+//! client (`async-nats` and its few dozen crates) and what only it needs (`base64`,
+//! `futures-util`, `serde_json`, `time`, `tracing`), unless it asks for
+//! `features = ["jetstream"]`. The feature adds the `jetstream` module and a `JetStream` variant to [`Backend`],
+//! [`Queue`], [`Reader`], [`Lease`] and [`Scan`]; without it each enum has its
+//! `Embedded` variant alone and every method behaves as on the engine.
+//! [`JetStreamConfig`] stays in either build, so that a door reads a config file
+//! naming a cluster and refuses it plainly ([`NO_JETSTREAM`]); [`SharedMap`] too, a
+//! type with no value without the feature ([`Backend::shared_map`] answers `None`).
+//! The `weir` binary turns the feature on by default (`weir-server`'s own feature
+//! `jetstream`); `cluster-tests` implies it.
 
 #![forbid(unsafe_code)]
 
 mod door_upkeep;
 pub mod embedded;
 mod error;
+#[cfg(feature = "jetstream")]
 pub mod jetstream;
+mod jetstream_config;
+mod shared_map;
 
 use std::time::Duration;
 
-use bytes::Bytes;
 pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
-pub use jetstream::map::{Entry as MapEntry, Expect, SharedMap};
+pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
+pub use shared_map::{Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX};
 pub use weir::{AppendOptions, Item, LeaseId, QueueStats, ReaderStats, StoreOptions, TakeMode};
 
 /// Where the queues live.
 pub enum Backend {
     Embedded(Embedded),
+    #[cfg(feature = "jetstream")]
     JetStream(jetstream::JetStream),
 }
 
@@ -48,6 +66,7 @@ pub enum Backend {
 #[derive(Clone)]
 pub enum Queue {
     Embedded(weir::Queue),
+    #[cfg(feature = "jetstream")]
     JetStream(jetstream::Queue),
 }
 
@@ -55,6 +74,7 @@ pub enum Queue {
 #[derive(Clone)]
 pub enum Reader {
     Embedded(weir::Reader),
+    #[cfg(feature = "jetstream")]
     JetStream(jetstream::Reader),
 }
 
@@ -62,6 +82,7 @@ pub enum Reader {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lease {
     Embedded(LeaseId),
+    #[cfg(feature = "jetstream")]
     JetStream(jetstream::Lease),
 }
 
@@ -90,6 +111,7 @@ pub enum SeekTo {
 /// order, without consuming or leasing anything: [`Backend::scan`].
 pub enum Scan {
     Embedded(embedded::EmbeddedScan),
+    #[cfg(feature = "jetstream")]
     JetStream(jetstream::Scan),
 }
 
@@ -99,6 +121,7 @@ impl Scan {
     pub async fn next_page(&mut self, max: usize) -> Result<Vec<Item>> {
         match self {
             Scan::Embedded(s) => s.next_page(max).await,
+            #[cfg(feature = "jetstream")]
             Scan::JetStream(s) => Box::pin(s.next_page(max)).await,
         }
     }
@@ -116,6 +139,7 @@ impl Backend {
     pub fn kind_name(&self) -> &'static str {
         match self {
             Backend::Embedded(_) => "embedded",
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(_) => "jetstream",
         }
     }
@@ -127,21 +151,28 @@ impl Backend {
     pub fn engine_store_for_tests(&self) -> Option<&weir::Store> {
         match self {
             Backend::Embedded(e) => Some(e.store()),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(_) => None,
         }
     }
 
     /// Whether other processes (front doors) share these queues: JetStream.
     pub fn is_shared(&self) -> bool {
-        matches!(self, Backend::JetStream(_))
+        match self {
+            Backend::Embedded(_) => false,
+            #[cfg(feature = "jetstream")]
+            Backend::JetStream(_) => true,
+        }
     }
 
     /// A small map replicated with the queues, for a front door's own metadata and
     /// for choosing one door among several (compare-and-set writes); `None` on the
     /// embedded engine, whose one process keeps such things in its data directory.
+    #[cfg_attr(not(feature = "jetstream"), allow(unused_variables))]
     pub async fn shared_map(&self, name: &str) -> Result<Option<SharedMap>> {
         match self {
             Backend::Embedded(_) => Ok(None),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.shared_map(name).await.map(Some),
         }
     }
@@ -150,6 +181,7 @@ impl Backend {
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
         match self {
             Backend::Embedded(e) => Ok(e.existing_queue(name)?.map(Queue::Embedded)),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Ok(j.existing_queue(name)?.map(Queue::JetStream)),
         }
     }
@@ -158,6 +190,7 @@ impl Backend {
     pub async fn queue(&self, name: &str) -> Result<Queue> {
         match self {
             Backend::Embedded(e) => Ok(Queue::Embedded(e.queue(name).await?)),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Ok(Queue::JetStream(Box::pin(j.queue(name)).await?)),
         }
     }
@@ -168,9 +201,11 @@ impl Backend {
             (Backend::Embedded(e), Queue::Embedded(q)) => {
                 Ok(Reader::Embedded(e.reader(q, name).await?))
             }
+            #[cfg(feature = "jetstream")]
             (Backend::JetStream(j), Queue::JetStream(q)) => {
                 Ok(Reader::JetStream(Box::pin(j.reader(q, name)).await?))
             }
+            #[cfg(feature = "jetstream")]
             _ => Err(mismatch()),
         }
     }
@@ -209,10 +244,12 @@ impl Backend {
                 }
                 Ok((Queue::Embedded(queue), handles))
             }
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => {
                 let (queue, handles) =
                     Box::pin(j.queue_for_readers(name, readers, new_at_end)).await?;
                 Ok((
+                    #[cfg(feature = "jetstream")]
                     Queue::JetStream(queue),
                     handles.into_iter().map(Reader::JetStream).collect(),
                 ))
@@ -232,11 +269,13 @@ impl Backend {
                 let q = e.queue(queue).await?;
                 Ok(Some(Reader::Embedded(e.reader(&q, reader).await?)))
             }
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) if reader.is_empty() => {
                 Ok(Box::pin(j.existing_default_reader(queue))
                     .await?
                     .map(Reader::JetStream))
             }
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => {
                 let q = Box::pin(j.queue(queue)).await?;
                 Ok(Some(Reader::JetStream(
@@ -250,6 +289,7 @@ impl Backend {
     pub async fn delete_queue(&self, queue: &str) -> Result<bool> {
         match self {
             Backend::Embedded(e) => e.delete_queue(queue).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.delete_queue(queue)).await,
         }
     }
@@ -258,6 +298,7 @@ impl Backend {
     pub async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
         match self {
             Backend::Embedded(e) => e.delete_reader(queue, reader).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.delete_reader(queue, reader)).await,
         }
     }
@@ -266,6 +307,7 @@ impl Backend {
     pub async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
         match self {
             Backend::Embedded(e) => e.flush(queue, reader).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.flush(queue, reader)).await,
         }
     }
@@ -275,6 +317,7 @@ impl Backend {
     pub async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
         match self {
             Backend::Embedded(e) => e.flush_all(keep).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.flush_all(keep)).await,
         }
     }
@@ -283,6 +326,7 @@ impl Backend {
     pub async fn expire(&self, queue: Option<&str>) -> Result<u64> {
         match self {
             Backend::Embedded(e) => e.expire(queue).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.expire(queue)).await,
         }
     }
@@ -292,6 +336,7 @@ impl Backend {
     pub async fn stats(&self, names: Option<Vec<String>>) -> Result<Vec<QueueStats>> {
         match self {
             Backend::Embedded(e) => e.stats(names).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.stats(names)).await,
         }
     }
@@ -303,6 +348,7 @@ impl Backend {
     pub async fn scan(&self, queue: &str, from: ScanFrom) -> Result<Scan> {
         match self {
             Backend::Embedded(e) => Ok(Scan::Embedded(e.scan(queue, from).await?)),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Ok(Scan::JetStream(Box::pin(j.scan(queue, from)).await?)),
         }
     }
@@ -311,6 +357,7 @@ impl Backend {
     pub async fn set_options(&self, options: StoreOptions) -> Result<()> {
         match self {
             Backend::Embedded(e) => e.set_options(options).await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.set_options(options),
         }
     }
@@ -319,6 +366,7 @@ impl Backend {
     pub fn now_ms(&self) -> u64 {
         match self {
             Backend::Embedded(e) => e.store().clock().now_ms(),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(_) => weir::Clock::system().now_ms(),
         }
     }
@@ -327,6 +375,7 @@ impl Backend {
     pub fn queues_max(&self) -> usize {
         match self {
             Backend::Embedded(e) => e.store().queues_max(),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.queues_max(),
         }
     }
@@ -336,24 +385,28 @@ impl Backend {
     pub fn settings(&self) -> Vec<(&'static str, String)> {
         match self {
             Backend::Embedded(_) => Vec::new(),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.settings(),
         }
     }
 
-    /// The backend's own `/metrics` series (embedded: none).
     /// Whether requests can be served now: always on the engine; on JetStream, while
     /// connected to the cluster with the stream set up (`/health` and
     /// `weir_backend_up` say so).
     pub fn is_up(&self) -> bool {
         match self {
             Backend::Embedded(_) => true,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.is_up(),
         }
     }
 
+    /// The backend's own `/metrics` series (embedded: none).
+    #[cfg_attr(not(feature = "jetstream"), allow(unused_variables, clippy::ptr_arg))]
     pub fn render_metrics(&self, out: &mut String) {
         match self {
             Backend::Embedded(_) => {}
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.render_metrics(out),
         }
     }
@@ -364,6 +417,7 @@ impl Backend {
     pub fn begin_shutdown(&self) {
         match self {
             Backend::Embedded(e) => e.store().begin_shutdown(),
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => j.begin_shutdown(),
         }
     }
@@ -371,6 +425,7 @@ impl Backend {
     pub async fn close(&self) -> Result<()> {
         match self {
             Backend::Embedded(e) => e.close().await,
+            #[cfg(feature = "jetstream")]
             Backend::JetStream(j) => Box::pin(j.close()).await,
         }
     }
@@ -381,6 +436,7 @@ impl Queue {
     pub fn name(&self) -> &str {
         match self {
             Queue::Embedded(q) => q.name(),
+            #[cfg(feature = "jetstream")]
             Queue::JetStream(q) => q.name(),
         }
     }
@@ -391,7 +447,10 @@ impl Queue {
     pub async fn append(&self, data: &[u8], options: AppendOptions) -> Result<u64> {
         match self {
             Queue::Embedded(q) => Ok(q.append_async(data, options).await?),
-            Queue::JetStream(q) => Box::pin(q.append(Bytes::copy_from_slice(data), options)).await,
+            #[cfg(feature = "jetstream")]
+            Queue::JetStream(q) => {
+                Box::pin(q.append(bytes::Bytes::copy_from_slice(data), options)).await
+            }
         }
     }
 
@@ -402,6 +461,7 @@ impl Queue {
     pub async fn append_batch(&self, items: &[&[u8]], options: AppendOptions) -> Result<u64> {
         match self {
             Queue::Embedded(q) => embedded::append_batch(q, items, options).await,
+            #[cfg(feature = "jetstream")]
             Queue::JetStream(q) => Box::pin(q.append_batch(items, options)).await,
         }
     }
@@ -413,6 +473,7 @@ impl Queue {
     pub async fn bounds(&self) -> Result<(u64, u64)> {
         match self {
             Queue::Embedded(q) => embedded::bounds(q).await,
+            #[cfg(feature = "jetstream")]
             Queue::JetStream(q) => Box::pin(q.bounds()).await,
         }
     }
@@ -422,6 +483,7 @@ impl Queue {
     pub async fn seq_at_time(&self, ms: u64) -> Result<u64> {
         match self {
             Queue::Embedded(q) => embedded::seq_at_time(q, ms).await,
+            #[cfg(feature = "jetstream")]
             Queue::JetStream(q) => Box::pin(q.seq_at_time(ms)).await,
         }
     }
@@ -431,6 +493,7 @@ impl Queue {
     pub async fn has_reader(&self, reader: &str) -> Result<bool> {
         match self {
             Queue::Embedded(q) => Ok(q.has_reader(reader)),
+            #[cfg(feature = "jetstream")]
             Queue::JetStream(q) => Box::pin(q.has_reader(reader)).await,
         }
     }
@@ -444,6 +507,7 @@ impl Queue {
     pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
         match self {
             Queue::Embedded(q) => embedded::seek_reader(q, reader, to).await,
+            #[cfg(feature = "jetstream")]
             Queue::JetStream(q) => Box::pin(q.seek_reader(reader, to)).await,
         }
     }
@@ -454,6 +518,7 @@ impl Reader {
     pub fn name(&self) -> &str {
         match self {
             Reader::Embedded(r) => r.name(),
+            #[cfg(feature = "jetstream")]
             Reader::JetStream(r) => r.name(),
         }
     }
@@ -462,6 +527,7 @@ impl Reader {
     pub fn queue_name(&self) -> &str {
         match self {
             Reader::Embedded(r) => r.queue_name(),
+            #[cfg(feature = "jetstream")]
             Reader::JetStream(r) => r.queue_name(),
         }
     }
@@ -475,6 +541,7 @@ impl Reader {
                 item: t.item,
                 lease: t.lease.map(Lease::Embedded),
             })),
+            #[cfg(feature = "jetstream")]
             Reader::JetStream(r) => Box::pin(r.take(mode, wait)).await,
         }
     }
@@ -485,7 +552,9 @@ impl Reader {
     pub async fn confirm(&self, lease: &Lease) -> Result<bool> {
         match (self, lease) {
             (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.confirm_async(*id).await?),
+            #[cfg(feature = "jetstream")]
             (Reader::JetStream(r), Lease::JetStream(l)) => Box::pin(r.confirm(l)).await,
+            #[cfg(feature = "jetstream")]
             _ => Err(mismatch()),
         }
     }
@@ -495,7 +564,9 @@ impl Reader {
     pub fn release(&self, lease: &Lease) -> Result<bool> {
         match (self, lease) {
             (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.release(*id)?),
+            #[cfg(feature = "jetstream")]
             (Reader::JetStream(r), Lease::JetStream(l)) => r.release(l),
+            #[cfg(feature = "jetstream")]
             _ => Err(mismatch()),
         }
     }
@@ -513,8 +584,13 @@ pub(crate) fn check_readers_named(readers: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// What a door says when asked for JetStream in a build without it.
+pub const NO_JETSTREAM: &str =
+    "this build of weir has no JetStream support (cargo feature `jetstream`)";
+
 /// A handle of one backend given to another: a bug in the door, answered as an error
 /// rather than a panic.
+#[cfg(feature = "jetstream")]
 fn mismatch() -> Error {
     Error::new(Kind::InvalidArgument, "a handle of another backend")
 }

@@ -271,7 +271,7 @@ mod tests {
         }
         assert_eq!(read, meta);
         let longest = key(SUBSCRIBER, &"x".repeat(crate::names::NAME_BYTES_MAX));
-        assert!(longest.len() <= weir_backend::jetstream::map::KEY_BYTES_MAX);
+        assert!(longest.len() <= weir_backend::MAP_KEY_BYTES_MAX);
         assert!(decode_into(&mut read, "tok-zz", b"\"a\"").is_err());
         assert!(decode_into(&mut read, "abcé", b"\"a\"").is_err());
         assert!(decode_into(&mut read, "to", b"\"a\"").is_err());

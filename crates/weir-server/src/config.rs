@@ -77,7 +77,7 @@ pub struct FileConfig {
 #[serde(deny_unknown_fields)]
 pub struct BackendSection {
     pub kind: Option<String>,
-    pub jetstream: Option<weir_backend::jetstream::JetStreamConfig>,
+    pub jetstream: Option<weir_backend::JetStreamConfig>,
 }
 
 /// Where the queues live, resolved.
@@ -85,7 +85,7 @@ pub struct BackendSection {
 pub enum BackendSettings {
     #[default]
     Embedded,
-    JetStream(Box<weir_backend::jetstream::JetStreamConfig>),
+    JetStream(Box<weir_backend::JetStreamConfig>),
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -340,6 +340,8 @@ fn resolve_backend(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<B
         .unwrap_or("embedded");
     match kind {
         "embedded" => return Ok(BackendSettings::Embedded),
+        // Refused here, before anything starts, rather than when connecting.
+        "jetstream" if !cfg!(feature = "jetstream") => bail!(weir_backend::NO_JETSTREAM),
         "jetstream" => {}
         other => bail!("backend kind must be \"embedded\" or \"jetstream\", not {other:?}"),
     }
@@ -362,10 +364,7 @@ fn resolve_backend(file: &FileConfig, overrides: &Overrides) -> anyhow::Result<B
 
 /// What the JetStream backend refuses at start: settings it would silently ignore
 /// where ignoring them could lose or keep items the user did not expect.
-fn check_jetstream(
-    file: &FileConfig,
-    js: &weir_backend::jetstream::JetStreamConfig,
-) -> anyhow::Result<()> {
+fn check_jetstream(file: &FileConfig, js: &weir_backend::JetStreamConfig) -> anyhow::Result<()> {
     if js.servers.is_empty() {
         bail!("[backend.jetstream] servers: at least one nats:// URL");
     }
@@ -375,7 +374,7 @@ fn check_jetstream(
             js.replicas
         );
     }
-    let least = weir_backend::jetstream::DOORS_STREAM_BYTES_MIN;
+    let least = weir_backend::DOORS_STREAM_BYTES_MIN;
     if js.doors_stream_bytes < least {
         bail!("[backend.jetstream] doors_stream_bytes must be at least {least}");
     }
@@ -793,6 +792,37 @@ mod tests {
         }
     }
 
+    /// A build without the cargo feature `jetstream` refuses the JetStream backend,
+    /// asked for in the file or by the flag, with an error that says why; a build
+    /// with it takes it.
+    #[test]
+    fn the_jetstream_backend_needs_the_feature() {
+        let text = "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\nservers = [\"nats://127.0.0.1:4222\"]\n";
+        let by_file: FileConfig = toml::from_str(text).unwrap();
+        let flag = Overrides {
+            backend: Some("jetstream".into()),
+            nats_servers: Some("nats://127.0.0.1:4222".into()),
+            ..Overrides::default()
+        };
+        let asked = [
+            resolve(&by_file, &Overrides::default()),
+            resolve(&FileConfig::default(), &flag),
+        ];
+        for resolved in asked {
+            if cfg!(feature = "jetstream") {
+                let settings = resolved.unwrap();
+                assert!(matches!(settings.backend, BackendSettings::JetStream(_)));
+            } else {
+                let error = format!("{:#}", resolved.unwrap_err());
+                assert!(error.contains("no JetStream support"), "{error}");
+                assert!(error.contains("cargo feature `jetstream`"), "{error}");
+            }
+        }
+        let embedded = resolve(&FileConfig::default(), &Overrides::default()).unwrap();
+        assert_eq!(embedded.backend, BackendSettings::Embedded);
+    }
+
+    #[cfg(feature = "jetstream")]
     #[test]
     fn on_jetstream_a_proxy_may_shadow_and_record_and_the_bus_runs() {
         let backend = "[backend]\nkind = \"jetstream\"\n[backend.jetstream]\nservers = [\"nats://127.0.0.1:4222\"]\n";

@@ -282,17 +282,7 @@ pub async fn open_backend(
     let mut options = settings.store.clone();
     options.files_open_max = files_open_max;
     if let BackendSettings::JetStream(js) = &settings.backend {
-        for key in &settings.ignored {
-            tracing::warn!(
-                key,
-                "ignored on the jetstream backend: the cluster's settings decide"
-            );
-        }
-        let servers = js.servers.join(",");
-        let backend = weir_backend::jetstream::JetStream::connect((**js).clone(), options)
-            .await
-            .with_context(|| format!("connecting to JetStream at {servers}"))?;
-        return Ok(weir_backend::Backend::JetStream(backend));
+        return connect_jetstream(settings, js, options).await;
     }
     let dir = settings.data_dir.clone();
     let store = tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
@@ -302,6 +292,37 @@ pub async fn open_backend(
     Ok(weir_backend::Backend::Embedded(
         weir_backend::Embedded::new(store),
     ))
+}
+
+/// A connection to the JetStream cluster the settings name.
+#[cfg(feature = "jetstream")]
+async fn connect_jetstream(
+    settings: &Settings,
+    js: &weir_backend::JetStreamConfig,
+    options: weir::StoreOptions,
+) -> anyhow::Result<weir_backend::Backend> {
+    for key in &settings.ignored {
+        tracing::warn!(
+            key,
+            "ignored on the jetstream backend: the cluster's settings decide"
+        );
+    }
+    let servers = js.servers.join(",");
+    let backend = weir_backend::jetstream::JetStream::connect(js.clone(), options)
+        .await
+        .with_context(|| format!("connecting to JetStream at {servers}"))?;
+    Ok(weir_backend::Backend::JetStream(backend))
+}
+
+/// A build without JetStream: the settings are refused when resolved
+/// (`config::resolve_backend`); this is never reached, but answers as they do.
+#[cfg(not(feature = "jetstream"))]
+async fn connect_jetstream(
+    _settings: &Settings,
+    _js: &weir_backend::JetStreamConfig,
+    _options: weir::StoreOptions,
+) -> anyhow::Result<weir_backend::Backend> {
+    anyhow::bail!(weir_backend::NO_JETSTREAM)
 }
 
 /// Descriptors the process keeps for other things than queue files and memcache

@@ -34,8 +34,8 @@ use async_nats::{ConnectOptions, Event, ReconnectToServer, Server, ServerAddr};
 use tokio::runtime::Runtime;
 
 use super::api::Health;
-use super::config::JetStreamConfig;
 use super::metrics::Metrics;
+use crate::JetStreamConfig;
 use crate::{Error, Kind, Result};
 
 pub(crate) const RUNTIME_THREADS: usize = 2;

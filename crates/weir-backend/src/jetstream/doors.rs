@@ -154,9 +154,7 @@ impl Doors {
             timeout: Duration::from_millis(config.door_timeout_ms.min(DOOR_TIMEOUT_MAX_MS)),
             lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
             replicas: config.replicas,
-            stream_bytes: config
-                .doors_stream_bytes
-                .max(super::config::DOORS_STREAM_BYTES_MIN),
+            stream_bytes: config.doors_stream_bytes.max(crate::DOORS_STREAM_BYTES_MIN),
             warned: AtomicBool::new(false),
         }
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::config::JetStreamConfig;
+use crate::JetStreamConfig;
 use crate::{Error, Kind, Result};
 
 /// The publishes JetStream remembers by `Nats-Msg-Id`: a `set` retried after a lost

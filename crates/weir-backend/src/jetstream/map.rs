@@ -27,27 +27,10 @@ use super::errors::{code, unavailable, unexpected};
 use super::queue::PubAck;
 use crate::{Error, Kind, Result};
 
-/// A key: 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]` (a subject token).
-pub const KEY_BYTES_MAX: usize = 200;
+pub use crate::shared_map::{Entry, Expect, KEY_BYTES_MAX};
+
 /// How many keys [`SharedMap::list`] reads at most: a map is small by design.
 const LIST_MAX: usize = 1_000_000;
-
-/// What a write expects of the key first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
-    /// That it has no value.
-    Absent,
-    /// That its value is at this revision.
-    Revision(u64),
-}
-
-/// A key's value and revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    pub key: String,
-    pub value: Bytes,
-    pub revision: u64,
-}
 
 /// A map of the cluster; cheap to clone.
 #[derive(Clone)]

@@ -30,7 +30,6 @@
 
 mod admin;
 mod api;
-mod config;
 mod connect;
 mod doors;
 mod errors;
@@ -55,9 +54,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
+pub use crate::jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
 use async_nats::connection::State;
 use bytes::Bytes;
-pub use config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
 pub use scan::Scan;
 use tokio::sync::Semaphore;
 use weir::{AppendOptions, QueueConfig, QueueStats, StoreOptions, TakeMode};

@@ -24,7 +24,6 @@ use tokio::time::Instant;
 use weir::StoreOptions;
 
 use super::api::{Api, Health};
-use super::config::JetStreamConfig;
 use super::connect::{self, LinkState, OwnedRuntime};
 use super::errors::{code, unavailable};
 use super::layout::{
@@ -34,6 +33,7 @@ use super::leases::{self, Leases};
 use super::metrics::Metrics;
 use super::registry::{QueueEntry, ReaderEntry, Registry};
 use super::{stats, Inner, JetStream, CREATIONS_AT_ONCE};
+use crate::JetStreamConfig;
 use crate::{Error, Kind, Result};
 
 /// How often the background task tries to set the stream up while it cannot.

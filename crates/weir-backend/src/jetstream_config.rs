@@ -1,4 +1,8 @@
 //! `[backend.jetstream]`: where the cluster is and how weir lays its queues out on it.
+//!
+//! Plain settings, outside the `jetstream` module: a build without the cargo feature
+//! `jetstream` still reads a config file that names the cluster, to refuse it with a
+//! clear error rather than an unknown-field one.
 
 use serde::Deserialize;
 
