@@ -47,7 +47,7 @@ pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 256;
 /// Time an HTTP client has to send its whole request head.
 pub const HTTP_HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// The environment variable the admin key may come from (the file's `admin_key` wins).
-pub const ADMIN_KEY_ENV: &str = "WEIR_ADMIN_KEY";
+pub use weir_proxy::tools::ADMIN_KEY_ENV;
 /// Bounds on the admin key's length: it guards captured requests' credentials.
 pub const ADMIN_KEY_BYTES_MIN: usize = 16;
 pub const ADMIN_KEY_BYTES_MAX: usize = 256;

@@ -1,7 +1,7 @@
 //! HTTP beside the memcache port: `/health` for load balancers and `/metrics` in
 //! Prometheus's text format, rendered at scrape time from the front door's counters
-//! and the engine's stats (see `metrics.rs`); with an admin key, the capture
-//! endpoints of `captures.rs`.
+//! and the engine's stats (see `metrics.rs`); with an admin key, the proxy's
+//! capture endpoints (`weir_proxy::tools::captures`).
 //!
 //! Served by `weir_http::Listener`, like the bus's API and the proxy: at most
 //! `http_max_connections` connections at once (at the cap, the connection idle the
@@ -24,6 +24,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use weir_http::Listener;
+use weir_proxy::tools::captures::{self, CaptureApi};
 
 use crate::shared::Shared;
 
@@ -43,18 +44,30 @@ pub async fn serve(
     shared: Arc<Shared>,
     limits: HttpLimits,
 ) -> std::io::Result<()> {
+    let captures = CaptureApi::new(
+        Arc::clone(&shared.backend),
+        shared
+            .settings
+            .admin_key
+            .as_ref()
+            .map(|k| k.expose().to_owned()),
+        shared.proxy.clone(),
+    );
     let app = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .merge(crate::captures::routes())
-        .with_state(Arc::clone(&shared));
+        .with_state(Arc::clone(&shared))
+        .merge(captures::router(Arc::clone(&captures)));
     let serving = Listener::new(
         "HTTP",
         limits.max_connections,
         limits.header_timeout,
         Arc::clone(&shared.metrics.http_connections_evicted),
     );
-    let stop = async move { shared.shutdown.wait().await };
+    let stop = async move {
+        shared.shutdown.wait().await;
+        captures.begin_shutdown();
+    };
     serving.serve_http1(listener, stop, app).await;
     Ok(())
 }

@@ -11,23 +11,20 @@
 //! fixed replies, [`leases`] and [`handles`] are per-connection state, [`shared`] what
 //! every connection shares (the backend, limits, counters), [`server`] accepts and
 //! enforces limits, [`signals`] and [`shutdown`] turn a signal into the stop passed
-//! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters,
-//! [`captures`] serves capture queues over HTTP, [`capture_cli`] runs `weir capture
-//! export/import`, [`replay_cli`] `weir replay` and [`diff_cli`] `weir diff`.
+//! down, [`config`] reads the TOML file, [`metrics`] and [`http`] expose counters
+//! (the HTTP port merges in the proxy's capture endpoints,
+//! `weir_proxy::tools::captures`; `weir capture`, `weir replay` and `weir diff` run
+//! `weir_proxy::tools`).
 
-pub mod capture_cli;
-pub mod captures;
 pub mod cmd;
 pub mod config;
 pub mod connection;
-pub mod diff_cli;
 pub mod handles;
 pub mod http;
 pub mod inbound;
 pub mod leases;
 pub mod metrics;
 pub mod parse;
-pub mod replay_cli;
 pub mod reply;
 pub mod request;
 pub mod server;

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use weir_server::capture_cli::{self, CaptureCommand};
+use weir_proxy::tools::capture_cli::{self, CaptureCommand};
+use weir_proxy::tools::diff_cli::{self, DiffCommand};
+use weir_proxy::tools::replay_cli::{self, ReplayArgs};
 use weir_server::config::{self, FileConfig, Overrides};
-use weir_server::diff_cli::{self, DiffCommand};
-use weir_server::replay_cli::{self, ReplayArgs};
 use weir_server::signals::Signals;
 
 #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]

@@ -69,7 +69,7 @@ struct Doors {
     listener: TcpListener,
     http_listener: TcpListener,
     bus: Option<weir_bus::BusHandle>,
-    proxy: Option<weir_proxy::ProxyHandle>,
+    proxy: Option<Arc<weir_proxy::ProxyHandle>>,
 }
 
 /// Binds the listeners and starts the bus and the proxy.
@@ -262,7 +262,7 @@ async fn stop_bus(shared: &Arc<Shared>) {
 async fn start_proxy(
     settings: &Settings,
     backend: &Arc<weir_backend::Backend>,
-) -> anyhow::Result<Option<weir_proxy::ProxyHandle>> {
+) -> anyhow::Result<Option<Arc<weir_proxy::ProxyHandle>>> {
     let Some(proxy_settings) = settings.proxy.clone() else {
         return Ok(None);
     };
@@ -270,7 +270,7 @@ async fn start_proxy(
     let handle = tokio::task::spawn_blocking(move || weir_proxy::start(backend, proxy_settings))
         .await
         .context("starting the proxy")??;
-    Ok(Some(handle))
+    Ok(Some(Arc::new(handle)))
 }
 
 /// Opens the backend the settings name: the embedded store on the blocking pool

@@ -36,7 +36,7 @@ pub struct Shared {
     /// The event bus, when enabled: its figures join `/metrics`.
     pub bus: Option<weir_bus::BusHandle>,
     /// The proxy, when configured: its figures join `/metrics`.
-    pub proxy: Option<weir_proxy::ProxyHandle>,
+    pub proxy: Option<std::sync::Arc<weir_proxy::ProxyHandle>>,
     /// A `/metrics` gathering of the backend's figures is running (at most one).
     pub metrics_gathering: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
@@ -58,7 +58,7 @@ impl Shared {
             shutdown: Shutdown::default(),
             started: Instant::now(),
             bus: None,
-            proxy: Some(proxy),
+            proxy: Some(std::sync::Arc::new(proxy)),
             settings,
             metrics_gathering: Default::default(),
         })
