@@ -124,7 +124,18 @@ impl MemcacheDoor {
 
     /// Appends the door's counters to a `/metrics` page.
     pub fn render_metrics(&self, out: &mut String) {
-        self.shared.metrics.render(out);
+        self.shared.metrics.render(out, |_| {});
+    }
+
+    /// As [`MemcacheDoor::render_metrics`], with `after_connections` writing right
+    /// after the connection counters (the HTTP port's own, where the page has always
+    /// shown it).
+    pub fn render_metrics_around(
+        &self,
+        out: &mut String,
+        after_connections: impl FnOnce(&mut String),
+    ) {
+        self.shared.metrics.render(out, after_connections);
     }
 
     /// Stops accepting; each connection finishes the requests it has received, then
@@ -151,9 +162,10 @@ impl MemcacheDoor {
 }
 
 /// The zero counters of a memcache door that does not run (`weir proxy
-/// --http-listen` shows the series at zero, as it always has).
-pub fn render_idle_metrics(out: &mut String) {
-    crate::metrics::Metrics::new(1).render(out);
+/// --http-listen` shows the series at zero, as it always has); `after_connections`
+/// as in [`MemcacheDoor::render_metrics_around`].
+pub fn render_idle_metrics(out: &mut String, after_connections: impl FnOnce(&mut String)) {
+    crate::metrics::Metrics::new(1).render(out, after_connections);
 }
 
 /// A value taken once, from behind a shared reference.

@@ -185,7 +185,9 @@ impl Metrics {
 
     /// Appends the Prometheus text format of every counter of the door to `out`
     /// (the root's `/metrics` adds the queues' and the other doors' figures).
-    pub fn render(&self, out: &mut String) {
+    /// `after_connections` writes what the page has always shown right after the
+    /// connection counters (the HTTP port's evictions), so the page keeps its order.
+    pub fn render(&self, out: &mut String, after_connections: impl FnOnce(&mut String)) {
         let single = |out: &mut String, name: &str, kind: &str, help: &str, value: u64| {
             let _ = writeln!(
                 out,
@@ -211,6 +213,12 @@ impl Metrics {
                 "Connections refused over max_connections.",
                 self.connections_refused.load(Relaxed),
             ),
+        ];
+        for (name, help, value) in counters {
+            single(out, name, "counter", help, value);
+        }
+        after_connections(out);
+        let counters = [
             (
                 "weir_bytes_read_total",
                 "Bytes read from memcache clients.",

@@ -180,19 +180,91 @@ async fn metrics(State(port): State<Arc<HttpPort>>) -> Result<impl IntoResponse,
     ))
 }
 
-/// The page: the memcache door's series (at zero when it does not run), the HTTP
-/// port's, every queue's and reader's, the backend's, then each other door's.
+/// The page: the memcache door's series (at zero when it does not run) with the
+/// HTTP port's among them, every queue's and reader's, the backend's, then each
+/// other door's; in the order the page has always had.
 fn render(port: &HttpPort, stats: &[weir_backend::QueueStats]) -> String {
     let mut body = String::with_capacity(4096);
+    let evicted = port.evicted.load(Ordering::Relaxed);
+    let http = |out: &mut String| crate::metrics::render_http_evicted(evicted, out);
     match &port.memcache {
-        Some(memcache) => memcache.render_metrics(&mut body),
-        None => weir_memcache::render_idle_metrics(&mut body),
+        Some(memcache) => memcache.render_metrics_around(&mut body, http),
+        None => weir_memcache::render_idle_metrics(&mut body, http),
     }
-    crate::metrics::render_http_evicted(port.evicted.load(Ordering::Relaxed), &mut body);
     crate::metrics::render_queues(stats, &mut body);
     port.backend.render_metrics(&mut body);
     for door in &port.doors {
         door.render_metrics(stats, &mut body);
     }
     body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The families of a page without the memcache door and the other doors, in the
+    /// order `weir serve` and `weir proxy --http-listen` have always shown them.
+    const FAMILIES: [&str; 28] = [
+        "weir_connections",
+        "weir_connections_total",
+        "weir_connections_refused_total",
+        "weir_http_connections_evicted_total",
+        "weir_bytes_read_total",
+        "weir_bytes_written_total",
+        "weir_get_hits_total",
+        "weir_get_misses_total",
+        "weir_commands_total",
+        "weir_request_duration_seconds",
+        "weir_queue_items",
+        "weir_queue_bytes",
+        "weir_queue_appended_total",
+        "weir_queue_expired_total",
+        "weir_queue_discarded_total",
+        "weir_queue_open_leases",
+        "weir_queue_waiters",
+        "weir_queue_oldest_age_ms",
+        "weir_queue_disk_bytes",
+        "weir_reader_items",
+        "weir_reader_bytes",
+        "weir_reader_taken_total",
+        "weir_reader_confirmed_total",
+        "weir_reader_expired_total",
+        "weir_reader_discarded_total",
+        "weir_reader_open_leases",
+        "weir_reader_waiters",
+        "weir_reader_oldest_age_ms",
+    ];
+
+    #[test]
+    fn the_page_keeps_its_families_and_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = weir::Store::open_with(dir.path(), weir::StoreOptions::default()).unwrap();
+        let backend = Arc::new(weir_backend::Backend::Embedded(
+            weir_backend::Embedded::new(store),
+        ));
+        let (_stopping_tx, stopping) = watch::channel(false);
+        let port = HttpPort {
+            backend: Arc::clone(&backend),
+            memcache: None,
+            doors: Vec::new(),
+            captures: CaptureApi::new(Arc::clone(&backend), None, None),
+            stopping,
+            evicted: Arc::new(AtomicU64::new(3)),
+            gathering: Default::default(),
+        };
+        let page = render(&port, &[]);
+        let families: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .filter(|name| !name.starts_with("weir_backend") && !name.starts_with("weir_store"))
+            .collect();
+        assert_eq!(families[..FAMILIES.len()], FAMILIES, "{page}");
+        assert!(
+            page.contains("\nweir_http_connections_evicted_total 3\n"),
+            "{page}"
+        );
+        assert!(page.contains("\nweir_connections 0\n"), "{page}");
+    }
 }
