@@ -106,7 +106,7 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     http_listen: Option<String>,
     /// Log level or tracing filter: error, warn, info, debug, trace, or e.g.
-    /// "weir_server=debug" [default: info]
+    /// "weir_memcache=debug" [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
     /// Event-loop threads serving connections [default: the CPU count, shared with

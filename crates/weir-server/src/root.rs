@@ -142,11 +142,10 @@ pub async fn run(
     let (backend, opened, signalled) = start(&settings, files_open_max, plan, &mut signals).await?;
     let reload = config_path.map(config::reload_from);
     let running = compose(&settings, backend, opened, files_open_max, reload)?;
-    match signalled {
-        // The graceful stop at once: the accept loop ends (a connection already
-        // waiting may get its requests answered first), then the usual stop.
-        Some(_) => {}
-        None => wait_for_stop(&running, &mut signals, plan).await,
+    // Signalled during the start: the graceful stop at once (a connection already
+    // waiting may get its requests answered first).
+    if signalled.is_none() {
+        wait_for_stop(&running, &mut signals, plan).await;
     }
     stop(running, plan).await
 }
