@@ -28,11 +28,12 @@ use crate::segment::{
 use crate::space_reserve::SpaceReserve;
 use crate::store::StoreInner;
 
-use super::commit::SyncState;
 use super::log::{create_segment, SegmentLog, WRITE_WINDOW_BYTES};
+use super::queue_core::{QueueCore, StoreLink};
 use super::reader_state::new_reader;
 use super::state::State;
-use super::{io_err, QueueCore};
+use super::sync_state::SyncState;
+use crate::error::io_err;
 
 /// The files of a new, empty queue in `dir` (created here): a reader journal, an empty
 /// reader list and a first segment holding only its header. No fsync (see
@@ -289,6 +290,7 @@ impl QueueCore {
     /// active queues (the first tick takes an idle one off it).
     fn new(name: &str, dir: &Path, store: Weak<StoreInner>, state: State) -> Arc<QueueCore> {
         let budget = state.tally.clone();
+        let store: Weak<dyn StoreLink> = store;
         let core = Arc::new_cyclic(|me| QueueCore {
             clock: state.clock.clone(),
             name: name.to_string(),
