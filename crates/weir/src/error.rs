@@ -108,3 +108,12 @@ pub(crate) fn is_disk_full(e: &io::Error) -> bool {
 pub(crate) fn io_err(context: impl FnOnce() -> String) -> impl FnOnce(io::Error) -> Error {
     move |e| Error::io(context(), e)
 }
+
+impl From<weir_types::InvalidName> for Error {
+    fn from(e: weir_types::InvalidName) -> Error {
+        Error::InvalidName {
+            name: e.name,
+            reason: e.reason,
+        }
+    }
+}

@@ -150,7 +150,7 @@ impl QueueCore {
         let _active = MarkActiveOnDrop(self);
         let now = self.clock.now_ms();
         let mut moves = Vec::new();
-        let result = (|| {
+        let result = (|| -> Result<(u64, Option<Ticket>)> {
             let mut state = self.state.lock();
             state.check_usable()?;
             if state.nothing_to_expire(now) {
