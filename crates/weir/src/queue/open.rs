@@ -111,9 +111,9 @@ impl State {
         if self.config.durability == Durability::Buffered {
             // A killed process loses what it had staged, and a reader may have taken
             // and confirmed it from the staging buffer already: documented, a warning.
-            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {}, which a reader had confirmed, were still staged in the process when it stopped (buffered): readers that had not taken them skip them; sequence numbers continue after the confirmed ones", self.next_seq);
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, first_lost = self.next_seq, "confirmed items were only staged when the process stopped (buffered): other readers skip them");
         } else {
-            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {}, which a reader had confirmed, were lost (an OS crash before their fsync): readers that had not taken them skip them; sequence numbers continue after the confirmed ones", self.next_seq);
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, first_lost = self.next_seq, "confirmed items were lost (an OS crash before their fsync): other readers skip them");
         }
         self.retired = self.next_seq..seq_floor;
         self.next_seq = seq_floor;
@@ -203,7 +203,7 @@ impl State {
                     self.hold = Some(self.floor);
                 }
                 self.write_reader_list(None)?;
-                tracing::error!(dir = %dir.display(), list = ?lost, held_from = ?self.hold, "the reader journal and the reader list are both lost: the stored items are kept for readers nobody can name until the queue is flushed");
+                tracing::error!(dir = %dir.display(), list = ?lost, held_from = ?self.hold, "reader journal and list both lost: items are kept for unknown readers until the queue is flushed");
             }
             reader_list::Read::Damaged => {
                 tracing::warn!(dir = %dir.display(), "the reader list is damaged; it is written again from the reader journal");
