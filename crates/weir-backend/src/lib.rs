@@ -13,7 +13,7 @@
 //!   engine's own futures in place: no allocation, no virtual call, and a future the
 //!   size of the engine's (each method is one `match` the branch predictor learns).
 //! - `jetstream::JetStream` (cargo feature `jetstream`): a NATS JetStream cluster, so
-//!   that several stateless front doors share the queues. Its arms box their
+//!   that several stateless weir instances share the queues. Its arms box their
 //!   futures, so the engine's path does not carry the network client's (much larger)
 //!   state machines: one allocation per request, against a network round trip.
 //!
@@ -51,7 +51,7 @@ use std::time::Duration;
 pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
-pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
+pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN, INSTANCES_STREAM_BYTES_MIN};
 pub use shared_map::{Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX};
 pub use weir::{AppendOptions, Item, LeaseId, QueueStats, ReaderStats, StoreOptions, TakeMode};
 
@@ -502,7 +502,7 @@ impl Queue {
     /// target on is pending for it again, none before. The target is clamped to what
     /// the reader may reach ([`Queue::bounds`]; on JetStream also not before a
     /// reader's start when it was made at the end). The leases the reader has open
-    /// through this door end: confirming one returns false. Returns where the reader
+    /// through this weir instance end: confirming one returns false. Returns where the reader
     /// now stands; `None` when it does not exist (it is not created).
     pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
         match self {
