@@ -1,14 +1,16 @@
-//! Requests to the cluster, with the retry rule every call shares.
+//! Requests to the cluster, with the retry rule the retried calls share.
 //!
 //! Everything weir asks JetStream is a core NATS request: the JetStream API
 //! (`$JS.API.…`, JSON in and out), a publish awaiting its PubAck, a pull
 //! (`CONSUMER.MSG.NEXT`), a double ack to a message's reply subject, a Direct Get.
 //! [`Api::send`] makes one attempt, bounded in time as a whole (the client's own
 //! request timeout does not cover a send that waits for room in its command channel
-//! while it reconnects). [`Backoff`] spaces the retries: 50 ms doubling to 250 ms, until
-//! the call's deadline (`unavailable_retry_ms`). [`Api::json`] is the JetStream API on
-//! top: it retries what failed for the moment and maps the rest through
-//! [`super::errors`].
+//! while it reconnects). A call that retries spaces its attempts with [`Backoff`]:
+//! 50 ms, doubled after each pause up to 250 ms, until the deadline its caller gives
+//! (most give [`Api::deadline`], `unavailable_retry_ms` from the start of the call;
+//! the instances' upkeep gives one request timeout: what fails is tried again on
+//! its next round). [`Api::json`] is the JetStream API on top: it retries what
+//! failed for the moment and maps the rest through [`super::errors`].
 //!
 //! The API is spoken directly (the request subjects and JSON bodies are NATS's
 //! documented wire API) rather than through async-nats' typed helpers, so that every

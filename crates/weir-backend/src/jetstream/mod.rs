@@ -140,6 +140,15 @@ impl Lease {
     pub fn seq(&self) -> u64 {
         self.seq
     }
+
+    /// A lease of no real delivery, for the crate's tests of what is done with one.
+    #[cfg(test)]
+    pub(crate) fn for_tests(reply: &str, seq: u64) -> Lease {
+        Lease {
+            reply: reply.into(),
+            seq,
+        }
+    }
 }
 
 impl Inner {
