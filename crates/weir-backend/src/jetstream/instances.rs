@@ -405,6 +405,9 @@ impl Instances {
             }
             known.entry(key).or_default();
         }
+        // This instance never watches itself (it would find itself dead when its
+        // ping subscription lags, and give its own leases back).
+        debug_assert!(!known.contains_key(&mine), "an instance watching itself");
     }
 
     /// Pings every instance not yet taken care of; claims the ones silent for too long.
@@ -446,6 +449,12 @@ impl Instances {
             let Some(instance) = known.get_mut(&key) else {
                 continue;
             };
+            // Only an instance still watched is found dead: one being purged or
+            // done was skipped above, so none is claimed (and given back) twice.
+            assert!(
+                instance.watch == Watch::Watching,
+                "a dead instance claimed twice"
+            );
             // Its leases are still its own until half the lease timeout after it
             // last answered (see the module doc); after that AckWait gives them back.
             let until = instance.alive_at.map(|at| at + self.lease_timeout / 2);

@@ -66,8 +66,15 @@ impl Held {
     /// the lease's end from here: `None`, the `-NAK` goes once. A retry past the
     /// lease's end could take the item back from a new holder.
     fn nak_by(&self, now: Instant) -> Option<Instant> {
-        (self.renew && self.every >= ELECTION_MAX)
-            .then(|| (self.next + self.every / 2).min(now + NAK_RETRY_MAX))
+        let nak_by = (self.renew && self.every >= ELECTION_MAX)
+            .then(|| (self.next + self.every / 2).min(now + NAK_RETRY_MAX));
+        // The retries end while the lease surely lasts: past it, a -NAK could take
+        // the item back from a new holder.
+        debug_assert!(
+            nak_by.is_none_or(|by| by <= self.sure_until()),
+            "a -NAK retried past the lease's sure end"
+        );
+        nak_by
     }
 
     /// Until when the lease surely lasts, as far as this instance knows, so that a
@@ -186,7 +193,7 @@ impl Leases {
             return;
         }
         let next = taken + every;
-        held.insert(
+        let held_before = held.insert(
             reply,
             Held {
                 record,
@@ -196,6 +203,9 @@ impl Leases {
                 renew,
             },
         );
+        // An ack subject names one delivery: kept twice, the first keep's record
+        // would never lose its line.
+        debug_assert!(held_before.is_none(), "a lease kept twice");
     }
 
     /// The stream sequences of the leases this instance holds on `consumer` (what a peek
@@ -274,6 +284,18 @@ impl Leases {
     /// Queues `-NAK` for the lease (after its record lost it); false once the
     /// backend is closed.
     pub fn nak(&self, release: Release) -> bool {
+        // A -NAK retried (`nak_by`) is one of a lease kept here, whose sure end is
+        // known ([`Forgot::Held`]), and the retries stop before it.
+        if let Some(nak_by) = release.nak_by {
+            debug_assert!(
+                release.sure_until.is_some(),
+                "a retried -NAK without its lease's end"
+            );
+            debug_assert!(
+                release.sure_until.is_some_and(|sure| nak_by <= sure),
+                "a -NAK retried past its lease's sure end"
+            );
+        }
         let naks = lock(&self.naks);
         let Some(tx) = naks.as_ref() else {
             return false;
@@ -303,7 +325,10 @@ impl Leases {
     }
 
     fn nak_sent(&self) {
-        self.unsent.fetch_sub(1, Ordering::AcqRel);
+        let unsent = self.unsent.fetch_sub(1, Ordering::AcqRel);
+        // One call per release that `nak` queued: more would make `released` stop
+        // waiting for releases still queued.
+        assert!(unsent > 0, "a release counted as sent twice");
         self.sent.notify_waiters();
     }
 
@@ -693,5 +718,26 @@ mod tests {
             Forgot::Held { .. }
         ));
         assert!(leases.end_consumer("q~r").is_empty());
+    }
+
+    /// A release the nak pump counts as sent more often than it was queued is a bug
+    /// (`released` would stop waiting for releases still queued): it crashes.
+    #[test]
+    #[should_panic(expected = "a release counted as sent twice")]
+    fn a_release_sent_twice_is_a_bug() {
+        let (leases, _rx) = Leases::new(Duration::from_millis(300));
+        leases.nak_sent();
+    }
+
+    /// Keeping one delivery's lease twice is a bug (the first keep's record would
+    /// never lose its line); caught in debug builds.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "a lease kept twice")]
+    fn a_lease_kept_twice_is_a_bug() {
+        let (leases, _rx) = Leases::new(Duration::from_millis(300));
+        let ack_wait = Duration::from_secs(30);
+        leases.keep("a".into(), ack_wait, true, None, Instant::now());
+        leases.keep("a".into(), ack_wait, true, None, Instant::now());
     }
 }

@@ -130,6 +130,17 @@ impl Reader {
         } else {
             now_ms().saturating_add(u64::try_from(ack_wait.as_millis()).unwrap_or(u64::MAX))
         };
+        // A lease kept alive has no end of its own; one with a fixed AckWait has.
+        debug_assert!(
+            renew || expires_at_ms != 0,
+            "a lease with neither renewals nor an end"
+        );
+        // The lease names its item by the delivery's stream sequence.
+        debug_assert_eq!(
+            Delivery::parse(&reply).map(|d| d.stream_seq),
+            Some(item.seq),
+            "a lease whose ack subject names another item"
+        );
         let record = inner.instances.record(&reply, expires_at_ms).await;
         inner
             .leases

@@ -96,7 +96,14 @@ impl Record {
 
     fn add(&self, reply: &str, expires_at_ms: u64) -> usize {
         let mut open = lock(&self.open);
+        // A lease is recorded once: a second line would outlive its lease's end.
+        debug_assert!(
+            !open.iter().any(|(r, _)| &**r == reply),
+            "a lease recorded twice"
+        );
         open.push((reply.into(), expires_at_ms));
+        // `Batcher::join` starts a new record when one is full.
+        debug_assert!(open.len() <= LINES_MAX, "a record over LINES_MAX leases");
         open.len()
     }
 
@@ -317,7 +324,11 @@ struct Writing<'a>(&'a Batcher);
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        lock(&self.0.state).writing -= 1;
+        let mut state = lock(&self.0.state);
+        // One `Writing` per write `Batcher::take` counted.
+        debug_assert!(state.writing > 0, "a record write ended twice");
+        state.writing = state.writing.saturating_sub(1);
+        drop(state);
         self.0.written.notify_waiters();
     }
 }
@@ -426,6 +437,10 @@ impl Batcher {
         }
         let batch = state.gathering.pop_front()?;
         state.writing += 1;
+        assert!(
+            state.writing <= WRITES_MAX,
+            "more record writes at once than WRITES_MAX"
+        );
         Some((batch, Writing(self)))
     }
 
@@ -701,5 +716,16 @@ mod tests {
         assert_eq!(late, None);
         // Its record, empty, is not written at all.
         assert!(lock(&batcher.state).gathering.is_empty());
+    }
+
+    /// A lease recorded twice in one record is a bug (its second line would
+    /// outlive the lease); caught in debug builds.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "a lease recorded twice")]
+    fn a_lease_recorded_twice_is_a_bug() {
+        let record = Record::new("rec");
+        record.add(REPLY, 0);
+        record.add(REPLY, 0);
     }
 }
