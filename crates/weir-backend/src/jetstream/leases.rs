@@ -636,8 +636,10 @@ mod tests {
         ];
         let groups = by_record(&batch);
         assert_eq!(groups.len(), 2);
-        assert!(Arc::ptr_eq(&groups[0].0, &a) && groups[0].1 == ["1", "4"]);
-        assert!(Arc::ptr_eq(&groups[1].0, &b) && groups[1].1 == ["2"]);
+        assert!(Arc::ptr_eq(&groups[0].0, &a));
+        assert_eq!(groups[0].1, ["1", "4"]);
+        assert!(Arc::ptr_eq(&groups[1].0, &b));
+        assert_eq!(groups[1].1, ["2"]);
     }
 
     #[test]
