@@ -1,10 +1,10 @@
 //! Appending: one publish per item, answered once the cluster's PubAck says it is
 //! stored on a quorum.
 //!
-//! Each publish carries a `Nats-Msg-Id` unique to this door and append, so that a
+//! Each publish carries a `Nats-Msg-Id` unique to this instance and append, so that a
 //! retry after a lost PubAck (a timeout, a leader election, a reconnection) is stored
 //! once: JetStream answers a duplicate within the stream's duplicate window with the
-//! first one's sequence. Retries go on until `unavailable_retry_ms`, then the door
+//! first one's sequence. Retries go on until `unavailable_retry_ms`, then the instance
 //! answers `backend unavailable` (the item may or may not be stored, as any timed-out
 //! write). Item flags and expiry travel as headers (`Weir-Flags`, `Weir-Expires` in
 //! Unix ms); an expiring item also gets a `Nats-TTL` so the server reclaims it.
@@ -116,10 +116,10 @@ fn headers(inner: &Inner, flags: u32, expires: u64, now: u64) -> HeaderMap {
     headers
 }
 
-/// A message id no other publish of any door has: this door's id and a counter.
+/// A message id no other publish of any instance has: this instance's id and a counter.
 fn msg_id(inner: &Inner) -> String {
     let n = inner.published.fetch_add(1, Ordering::Relaxed);
-    format!("{}.{n}", inner.door_id)
+    format!("{}.{n}", inner.instance_id)
 }
 
 /// The headers' size on the wire, about (`NATS/1.0\r\n`, `k: v\r\n` each, `\r\n`).
@@ -170,7 +170,7 @@ pub(super) async fn publish(
             },
             Sent::NoResponders => {
                 // No stream leader (an election), or no stream at all (deleted by
-                // hand): the latter is answered at once, so the door makes the queue
+                // hand): the latter is answered at once, so the instance makes the queue
                 // again (and with it the stream) rather than lose the item.
                 if !checked_stream {
                     checked_stream = true;
