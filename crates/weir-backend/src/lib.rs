@@ -60,7 +60,13 @@ pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
 pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN, INSTANCES_STREAM_BYTES_MIN};
 pub use shared_map::{Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX};
-pub use weir::{AppendOptions, Item, LeaseId, QueueStats, ReaderStats, StoreOptions, TakeMode};
+pub use weir::StoreOptions;
+pub use weir_types::{
+    expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
+    InvalidName, Item, LeaseId, QueueStats, ReaderStats, TakeMode, BUS_DEAD_PREFIX, BUS_PREFIX,
+    BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER, PROXY_CAPTURE_PREFIX,
+    READERS_PER_QUEUE_MAX,
+};
 
 /// Where the queues live.
 pub enum Backend {
@@ -373,7 +379,7 @@ impl Backend {
         match self {
             Backend::Embedded(e) => e.store().clock().now_ms(),
             #[cfg(feature = "jetstream")]
-            Backend::JetStream(_) => weir::Clock::system().now_ms(),
+            Backend::JetStream(_) => weir_types::now_ms(),
         }
     }
 

@@ -40,7 +40,7 @@ struct Deleted {
 
 impl Inner {
     pub(super) async fn delete_queue(&self, queue: &str) -> Result<bool> {
-        weir::validate_queue_name(queue)?;
+        weir_types::validate_queue_name(queue)?;
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let prefix = consumer_name(queue, "");
@@ -68,8 +68,8 @@ impl Inner {
     }
 
     pub(super) async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
-        weir::validate_queue_name(queue)?;
-        weir::validate_reader_name(reader)?;
+        weir_types::validate_queue_name(queue)?;
+        weir_types::validate_reader_name(reader)?;
         if reader.is_empty() {
             return Err(Error::new(
                 Kind::InvalidArgument,
@@ -90,13 +90,13 @@ impl Inner {
     }
 
     pub(super) async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
-        weir::validate_queue_name(queue)?;
+        weir_types::validate_queue_name(queue)?;
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let flushed = match reader {
             None => self.purge(queue, deadline).await?,
             Some(reader) => {
-                weir::validate_reader_name(reader)?;
+                weir_types::validate_reader_name(reader)?;
                 let moved = self.restart_reader(queue, reader, deadline).await?;
                 self.sweeper.mark(queue);
                 moved

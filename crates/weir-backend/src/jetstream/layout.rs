@@ -192,7 +192,8 @@ pub(crate) fn consumer_name(queue: &str, reader: &str) -> String {
 /// `(queue, reader)` of a consumer weir made.
 pub(crate) fn split_consumer(name: &str) -> Option<(&str, &str)> {
     let (queue, reader) = name.split_once(READER_MARK)?;
-    let ok = weir::validate_queue_name(queue).is_ok() && weir::validate_reader_name(reader).is_ok();
+    let ok = weir_types::validate_queue_name(queue).is_ok()
+        && weir_types::validate_reader_name(reader).is_ok();
     ok.then_some((queue, reader))
 }
 

@@ -61,7 +61,8 @@ use async_nats::connection::State;
 use bytes::Bytes;
 pub use scan::Scan;
 use tokio::sync::Semaphore;
-use weir::{AppendOptions, QueueConfig, QueueStats, StoreOptions, TakeMode};
+use weir::{QueueConfig, StoreOptions};
+use weir_types::{AppendOptions, QueueStats, TakeMode};
 
 use self::api::Api;
 use self::connect::{LinkState, OwnedRuntime};
@@ -71,10 +72,10 @@ use self::metrics::Op;
 use self::registry::{QueueEntry, ReaderEntry, Registry};
 use crate::{Error, Kind, Result, Taken};
 
-/// Queue and reader creations (consumer creations on the meta leader) running at
-/// once, per instance: a client naming new queues as fast as it can does not flood the
-/// cluster's meta leader.
-const CREATIONS_AT_ONCE: usize = 4;
+// Queue and reader creations (consumer creations on the meta leader) running at
+// once, per instance: a client naming new queues as fast as it can does not flood
+// the cluster's meta leader. The same bound as the engine's (`weir_types`).
+use weir_types::CREATIONS_AT_ONCE;
 
 /// A connection to the cluster, shared by every connection of the instance.
 pub struct JetStream {
@@ -180,7 +181,7 @@ impl JetStream {
 
     /// The queue if this instance knows it exists; never waits on the network.
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         Ok(self.inner.registry.get(name).map(|entry| Queue {
             entry,
             inner: self.inner.clone(),
@@ -284,7 +285,7 @@ impl JetStream {
     /// The server drops expired items itself (`Nats-TTL`): nothing to do, 0.
     pub async fn expire(&self, queue: Option<&str>) -> Result<u64> {
         if let Some(name) = queue {
-            weir::validate_queue_name(name)?;
+            weir_types::validate_queue_name(name)?;
         }
         Ok(0)
     }

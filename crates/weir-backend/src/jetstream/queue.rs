@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use async_nats::{HeaderMap, Request};
 use bytes::Bytes;
 use serde::Deserialize;
-use weir::AppendOptions;
+use weir_types::AppendOptions;
 
 use super::api::{Backoff, Sent};
 use super::errors::{code, not_found, unavailable, unexpected, ApiError};
@@ -43,21 +43,17 @@ impl PubAck {
 }
 
 pub(crate) fn now_ms() -> u64 {
-    weir::Clock::system().now_ms()
+    weir_types::now_ms()
 }
 
-/// When an item expires (Unix ms; 0 for never): its own expiry or the queue's
-/// `max_age` from now, whichever comes first.
+/// The expiry an item is stored with (Unix ms; 0 for never, as in every item): the
+/// one rule of expiry (`weir_types::expiry_ms`, the engine's) for an item enqueued
+/// `now` in a queue whose `max_age` is `max_age_ms` (0 for none).
 fn expiry_ms(own: u64, max_age_ms: u64, now: u64) -> u64 {
-    let aged = if max_age_ms == 0 {
-        0
-    } else {
-        now.saturating_add(max_age_ms)
-    };
-    match (own, aged) {
-        (0, a) => a,
-        (o, 0) => o,
-        (o, a) => o.min(a),
+    let max_age = (max_age_ms != 0).then(|| std::time::Duration::from_millis(max_age_ms));
+    match weir_types::expiry_ms(own, now, max_age) {
+        weir_types::NEVER => 0,
+        at => at,
     }
 }
 

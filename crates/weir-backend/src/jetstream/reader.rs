@@ -25,7 +25,7 @@
 use async_nats::{HeaderMap, Message, Request};
 use bytes::Bytes;
 use tokio::time::Instant;
-use weir::{Item, TakeMode};
+use weir_types::{Item, TakeMode};
 
 use super::api::{Backoff, Sent};
 use super::errors::{not_found, unavailable, unexpected};

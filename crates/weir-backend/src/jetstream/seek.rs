@@ -85,7 +85,7 @@ impl Queue {
 
     /// Whether the reader's consumer exists (this instance's registry, else the cluster).
     pub async fn has_reader(&self, reader: &str) -> Result<bool> {
-        weir::validate_reader_name(reader)?;
+        weir_types::validate_reader_name(reader)?;
         if self.entry.reader(reader).is_some() {
             return Ok(true);
         }
@@ -103,7 +103,7 @@ impl Queue {
     /// Moves the reader with `CONSUMER.RESET`; where it stands, `None` when it does
     /// not exist. See the module doc for what may be moved where.
     pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
-        weir::validate_reader_name(reader)?;
+        weir_types::validate_reader_name(reader)?;
         let inner = &self.inner;
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;

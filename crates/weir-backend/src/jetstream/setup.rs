@@ -346,7 +346,7 @@ impl Inner {
     }
 
     pub(super) async fn open_queue(&self, name: &str) -> Result<Arc<QueueEntry>> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         if let Some(q) = self.registry.get(name) {
             return Ok(q);
         }
@@ -376,9 +376,9 @@ impl Inner {
         readers: &[&str],
         new_at_end: bool,
     ) -> Result<(Arc<QueueEntry>, Vec<Arc<ReaderEntry>>)> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         for r in readers {
-            weir::validate_reader_name(r)?;
+            weir_types::validate_reader_name(r)?;
         }
         crate::check_readers_named(readers)?;
         let registered = self.registry.get(name);
@@ -418,7 +418,7 @@ impl Inner {
     /// `q~`) is not found: a `get` of it must not make a default reader, which would
     /// keep every item since nobody reads it.
     pub(super) async fn find_queue(&self, name: &str) -> Result<Option<Arc<QueueEntry>>> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         if let Some(q) = self.registry.get(name).filter(|q| q.reader("").is_some()) {
             return Ok(Some(q));
         }
@@ -442,7 +442,7 @@ impl Inner {
         queue: &Arc<QueueEntry>,
         name: &str,
     ) -> Result<Arc<ReaderEntry>> {
-        weir::validate_reader_name(name)?;
+        weir_types::validate_reader_name(name)?;
         if let Some(r) = queue.reader(name) {
             return Ok(r);
         }

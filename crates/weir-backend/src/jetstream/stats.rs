@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
-use weir::{QueueStats, ReaderStats};
+use weir_types::{QueueStats, ReaderStats};
 
 use super::layout::{split_consumer, ConsumerInfo, StreamInfo};
 use super::Inner;

@@ -266,7 +266,7 @@ impl Inner {
             .into_iter()
             .filter(|(_, n)| *n > 0)
             .filter_map(|(subject, _)| subject.strip_prefix(&prefix).map(str::to_owned))
-            .filter(|queue| weir::validate_queue_name(queue).is_ok())
+            .filter(|queue| weir_types::validate_queue_name(queue).is_ok())
             .collect())
     }
 
