@@ -135,6 +135,12 @@ def test_the_old_door_timeout_key_is_still_read(make_server):
         settings = settings_of(c)
     assert b"STAT backend_instance_timeout_ms 700\r\n" in settings, settings
     assert b"STAT backend_instances_stream_bytes 2097152\r\n" in settings, settings
+    # ... and the start says each key's new name, once.
+    log = server.log_path.read_text(errors="replace")
+    for old, new in [("door_timeout_ms", "instance_timeout_ms"), ("doors_stream_bytes", "instances_stream_bytes")]:
+        said = [line for line in log.splitlines() if "has a new name" in line and f'old="{old}"' in line]
+        assert len(said) == 1, log
+        assert f'new="{new}"' in said[0], log
 
 
 def test_killed_door_leases_come_back_at_once(make_server):

@@ -68,16 +68,13 @@ pub struct JetStreamConfig {
     /// records, about 150 bytes an open lease). nats-server reserves it in memory on
     /// each of the stream's replicas, for as long as the stream exists. The key is
     /// `instances_stream_bytes`, read from `doors_stream_bytes` too, its old name
-    /// ([`JetStreamConfig::RENAMED_KEYS`]). The field keeps the old name because
-    /// weir-server's config check reads it; it follows the key once that check does.
-    #[serde(rename = "instances_stream_bytes", alias = "doors_stream_bytes")]
-    pub doors_stream_bytes: u64,
+    /// ([`JetStreamConfig::RENAMED_KEYS`]).
+    #[serde(alias = "doors_stream_bytes")]
+    pub instances_stream_bytes: u64,
 }
 
 /// The least `instances_stream_bytes`: a few thousand open leases.
 pub const INSTANCES_STREAM_BYTES_MIN: u64 = 1 << 20;
-/// The old name of [`INSTANCES_STREAM_BYTES_MIN`], kept while weir-server uses it.
-pub const DOORS_STREAM_BYTES_MIN: u64 = INSTANCES_STREAM_BYTES_MIN;
 
 impl JetStreamConfig {
     /// Keys that were renamed, `(old, new)`: the old name is still read (a serde
@@ -127,7 +124,7 @@ impl Default for JetStreamConfig {
             failover_ms: 5_000,
             // About 55,000 open leases of all instances together. It was 64 MiB: 14
             // stream names used a test cluster's 1 GB of memory up.
-            doors_stream_bytes: 8 << 20,
+            instances_stream_bytes: 8 << 20,
         }
     }
 }
@@ -150,7 +147,7 @@ mod tests {
             ("instances_stream_bytes", 2 << 20),
         ])?;
         assert_eq!(config.instance_timeout_ms, 250);
-        assert_eq!(config.doors_stream_bytes, 2 << 20);
+        assert_eq!(config.instances_stream_bytes, 2 << 20);
         Ok(())
     }
 
@@ -159,7 +156,7 @@ mod tests {
     fn reads_the_old_door_keys_as_aliases() -> Result<(), ValueError> {
         let config = read(&[("door_timeout_ms", 250), ("doors_stream_bytes", 2 << 20)])?;
         assert_eq!(config.instance_timeout_ms, 250);
-        assert_eq!(config.doors_stream_bytes, 2 << 20);
+        assert_eq!(config.instances_stream_bytes, 2 << 20);
         Ok(())
     }
 

@@ -58,7 +58,7 @@ use std::time::Duration;
 pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
-pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN, INSTANCES_STREAM_BYTES_MIN};
+pub use jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN};
 pub use shared_map::{Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX};
 pub use weir::StoreOptions;
 pub use weir_types::{

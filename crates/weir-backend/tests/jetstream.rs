@@ -1796,7 +1796,7 @@ async fn the_instances_stream_is_sized_by_its_setting() -> TestResult {
     }
     assert_eq!(instances_stream_bytes(&client, &c.stream).await?, 8 << 20);
     let config = JetStreamConfig {
-        doors_stream_bytes: 2 << 20,
+        instances_stream_bytes: 2 << 20,
         ..c.config()
     };
     let b = JetStream::connect(config, StoreOptions::default()).await?;

@@ -704,7 +704,7 @@ fn parse_stats(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 fn parse_dump_stats(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
     let names = tokens.rest_str().ok_or(KeyError::BadName.reply())?;
     for name in names.split(' ').filter(|n| !n.is_empty()) {
-        if weir::validate_queue_name(name).is_err() {
+        if weir_backend::validate_queue_name(name).is_err() {
             return Err(KeyError::BadName.reply());
         }
     }

@@ -11,7 +11,7 @@
 //! the proptest can drive it without a socket.
 
 use crate::reply;
-use weir::{validate_queue_name, validate_reader_name};
+use weir_backend::{validate_queue_name, validate_reader_name};
 
 /// Most queues one `set` may name (`a+b+c`); the line length bounds it anyway, this
 /// keeps the fan-out of a single request small and predictable.
@@ -50,7 +50,7 @@ impl KeyError {
 /// `monitor` refuse them, `delete` and `flush` too unless `reserved_queues_writable`,
 /// and `flush_all` leaves them alone; `stats` shows them.
 pub fn is_reserved(queue: &str) -> bool {
-    queue.starts_with("bus:") || queue.starts_with("proxy:capture:")
+    weir_backend::is_reserved(queue)
 }
 
 /// The options of a read key.

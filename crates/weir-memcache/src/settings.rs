@@ -75,4 +75,4 @@ pub struct MemcacheSettings {
 /// queue settings (the door then applies both). None: `reload` has no file to read
 /// and answers `RELOADED` changing nothing.
 pub type Reload =
-    Arc<dyn Fn() -> anyhow::Result<(Limits, weir::StoreOptions)> + Send + Sync + 'static>;
+    Arc<dyn Fn() -> anyhow::Result<(Limits, weir_backend::StoreOptions)> + Send + Sync + 'static>;

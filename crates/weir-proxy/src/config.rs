@@ -600,7 +600,7 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
             ));
         }
         let dead = crate::dead::dead_queue(&r.name, &s.name);
-        if weir::validate_queue_name(&dead).is_err() {
+        if weir_backend::validate_queue_name(&dead).is_err() {
             return Err(format!(
                 "{}: the names of the route and the shadow make a dead-letter queue name ({dead}) over 100 characters",
                 key("shadows.name")

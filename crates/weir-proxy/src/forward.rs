@@ -139,7 +139,7 @@ pub fn http_client(connect_timeout: Duration, tls: &Arc<rustls::ClientConfig>) -
 
 /// The capture queue of a route.
 pub fn capture_queue(route: &str) -> String {
-    format!("proxy:capture:{route}")
+    format!("{}{route}", weir_backend::PROXY_CAPTURE_PREFIX)
 }
 
 pub fn refusal(status: StatusCode, reason: &str) -> Response<ProxyBody> {

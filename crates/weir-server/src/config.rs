@@ -69,6 +69,23 @@ pub struct FileConfig {
     /// Where the queues live: the embedded engine (default) or a JetStream cluster.
     #[serde(default)]
     pub backend: BackendSection,
+    /// Keys of the file under an old name, `(old, new)`: still read, warned about at
+    /// start ([`FileConfig::warn_renamed_keys`]).
+    #[serde(skip)]
+    pub renamed_keys: Vec<(&'static str, &'static str)>,
+}
+
+impl FileConfig {
+    /// Logs once per key written under its old name (after logging is set up).
+    pub fn warn_renamed_keys(&self) {
+        for (old, new) in &self.renamed_keys {
+            tracing::warn!(
+                old,
+                new,
+                "a config key has a new name; the old one still works"
+            );
+        }
+    }
 }
 
 /// `[backend]`: `kind = "embedded"` (default) or `"jetstream"` with
@@ -209,7 +226,26 @@ pub fn reload_from(path: PathBuf) -> weir_memcache::Reload {
 pub fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))
+    let mut file: FileConfig =
+        toml::from_str(&text).with_context(|| format!("parsing config file {}", path.display()))?;
+    file.renamed_keys = renamed_keys(&text);
+    Ok(file)
+}
+
+/// The renamed keys a file uses (`[backend.jetstream]`'s, see
+/// `weir_backend::JetStreamConfig::RENAMED_KEYS`); the file already parsed.
+fn renamed_keys(text: &str) -> Vec<(&'static str, &'static str)> {
+    let Ok(table) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let jetstream = table
+        .get("backend")
+        .and_then(|b| b.get("jetstream"))
+        .and_then(|j| j.as_table());
+    match jetstream {
+        Some(j) => weir_backend::JetStreamConfig::old_keys_in(j.keys().map(String::as_str)),
+        None => Vec::new(),
+    }
 }
 
 /// Resolves a file (or nothing) plus flags into settings, checking every value.
@@ -365,9 +401,9 @@ fn check_jetstream(file: &FileConfig, js: &weir_backend::JetStreamConfig) -> any
             js.replicas
         );
     }
-    let least = weir_backend::DOORS_STREAM_BYTES_MIN;
-    if js.doors_stream_bytes < least {
-        bail!("[backend.jetstream] doors_stream_bytes must be at least {least}");
+    let least = weir_backend::INSTANCES_STREAM_BYTES_MIN;
+    if js.instances_stream_bytes < least {
+        bail!("[backend.jetstream] instances_stream_bytes must be at least {least}");
     }
     let sections = std::iter::once(&file.defaults).chain(file.queues.values());
     for q in sections {

@@ -177,6 +177,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let settings = config::resolve(&file, &overrides)?;
     init_logging(&settings.log_level)?;
+    file.warn_renamed_keys();
     raise_open_files_limit();
     // The accept loop, HTTP and the first event loop; the memcache door starts the
     // others.
@@ -237,6 +238,7 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
     let mut settings = settings;
     settings.proxy = Some(proxy);
     init_logging(&settings.log_level)?;
+    file.warn_renamed_keys();
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

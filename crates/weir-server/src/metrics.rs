@@ -17,7 +17,7 @@ pub fn render_http_evicted(evicted: u64, out: &mut String) {
 }
 
 /// The figures of every queue and reader.
-pub fn render_queues(stats: &[weir::QueueStats], out: &mut String) {
+pub fn render_queues(stats: &[weir_backend::QueueStats], out: &mut String) {
     for (name, kind, help, get) in QUEUE_FIELDS {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for s in stats {
@@ -45,7 +45,7 @@ type QueueField = (
     &'static str,
     &'static str,
     &'static str,
-    fn(&weir::QueueStats) -> u64,
+    fn(&weir_backend::QueueStats) -> u64,
 );
 const QUEUE_FIELDS: [QueueField; 9] = [
     (
@@ -106,7 +106,7 @@ type ReaderField = (
     &'static str,
     &'static str,
     &'static str,
-    fn(&weir::ReaderStats) -> u64,
+    fn(&weir_backend::ReaderStats) -> u64,
 );
 const READER_FIELDS: [ReaderField; 9] = [
     (

@@ -162,7 +162,7 @@ impl Instances {
             lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
             replicas: config.replicas,
             stream_bytes: config
-                .doors_stream_bytes
+                .instances_stream_bytes
                 .max(crate::INSTANCES_STREAM_BYTES_MIN),
             warned: AtomicBool::new(false),
         }

@@ -54,9 +54,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-pub use crate::jetstream_config::{
-    JetStreamConfig, DOORS_STREAM_BYTES_MIN, INSTANCES_STREAM_BYTES_MIN,
-};
+pub use crate::jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN};
 use async_nats::connection::State;
 use bytes::Bytes;
 pub use scan::Scan;
@@ -338,7 +336,7 @@ impl JetStream {
             ("backend_failover_ms", c.failover_ms.to_string()),
             (
                 "backend_instances_stream_bytes",
-                c.doors_stream_bytes.to_string(),
+                c.instances_stream_bytes.to_string(),
             ),
         ]
     }

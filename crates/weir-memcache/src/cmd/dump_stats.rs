@@ -39,7 +39,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, names: &str) -> Flow {
             return Flow::Continue;
         }
     };
-    match blocking(move || Ok(blocks(&stats))).await {
+    match blocking(move || blocks(&stats)).await {
         Ok(bytes) => ctx.out.put(&bytes),
         Err(f) => {
             put_failure(ctx.out.replies(), &f);

@@ -105,18 +105,16 @@ impl From<weir_backend::Error> for Failure {
     }
 }
 
-/// Runs engine work that may touch the disk (delete, flush, expire, reload) on the
-/// blocking pool, so no runtime thread waits on it.
+/// Runs work that is long for an event loop (the text of thousands of queues'
+/// stats) on the blocking pool, so no runtime thread is held by it.
 pub async fn blocking<T, F>(f: F) -> Result<T, Failure>
 where
     T: Send + 'static,
-    F: FnOnce() -> weir::Result<T> + Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Failure::Engine(e.into())),
-        Err(e) => Err(Failure::Internal(e.to_string())),
-    }
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Failure::Internal(e.to_string()))
 }
 
 /// The reply for a failure.

@@ -74,7 +74,7 @@ pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
         }
     };
     // Thousands of queues make many lines: formatted on the blocking pool.
-    let queues = match blocking(move || Ok(queue_lines(&stats))).await {
+    let queues = match blocking(move || queue_lines(&stats)).await {
         Ok(lines) => lines,
         Err(f) => {
             put_failure(ctx.out.replies(), &f);

@@ -89,7 +89,8 @@ pub fn queue_name(given: &str) -> anyhow::Result<String> {
     } else {
         format!("{CAPTURE_QUEUE_PREFIX}{given}")
     };
-    if name.len() == CAPTURE_QUEUE_PREFIX.len() || weir::validate_queue_name(&name).is_err() {
+    if name.len() == CAPTURE_QUEUE_PREFIX.len() || weir_backend::validate_queue_name(&name).is_err()
+    {
         bail!("{given:?} is not a capture queue (proxy:capture:ROUTE)");
     }
     Ok(name)

@@ -51,7 +51,7 @@ use tokio::sync::{mpsc, Semaphore};
 use crate::ProxyHandle;
 
 /// The queues these endpoints serve: the proxy's capture queues.
-pub const CAPTURE_QUEUE_PREFIX: &str = "proxy:capture:";
+pub const CAPTURE_QUEUE_PREFIX: &str = weir_backend::PROXY_CAPTURE_PREFIX;
 /// Largest import body: `weir capture import` sends a file in pieces under it.
 pub const IMPORT_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Time an import body has to arrive whole.
@@ -221,7 +221,7 @@ fn check_queue(queue: &str) -> Result<(), Refusal> {
     let ok = queue
         .strip_prefix(CAPTURE_QUEUE_PREFIX)
         .is_some_and(|route| !route.is_empty())
-        && weir::validate_queue_name(queue).is_ok();
+        && weir_backend::validate_queue_name(queue).is_ok();
     if ok {
         Ok(())
     } else {
