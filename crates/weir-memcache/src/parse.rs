@@ -348,7 +348,7 @@ fn parse_command<'a>(
     } else if is("delete") {
         parse_delete(tokens)
     } else if is("flush") {
-        one_key(tokens, true).map(|(key, noreply)| Request::Flush { key, noreply })
+        parse_key_command(tokens, true).map(|(key, noreply)| Request::Flush { key, noreply })
     } else if is("flush_all") {
         parse_flush_all(tokens)
     } else if is("flush_expired") {
@@ -633,7 +633,10 @@ fn parse_delete(mut tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
 }
 
 /// `COMMAND KEY [noreply]` where the key takes no options.
-fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(ReadKey<'_>, bool), &'static [u8]> {
+fn parse_key_command(
+    mut tokens: Tokens<'_>,
+    noreply_ok: bool,
+) -> Result<(ReadKey<'_>, bool), &'static [u8]> {
     let key = key_str(tokens.next().ok_or(reply::BAD_FORMAT)?)?;
     let key = parse_plain_key(key).map_err(key_error)?;
     let noreply = match tokens.next() {
@@ -651,7 +654,7 @@ fn one_key(mut tokens: Tokens<'_>, noreply_ok: bool) -> Result<(ReadKey<'_>, boo
 /// for `set`): the engine expires a queue's items for all its readers at once, so a
 /// reader key could only be misread as asking for less than it does.
 fn parse_flush_expired(tokens: Tokens<'_>) -> Result<Request<'_>, &'static [u8]> {
-    let (key, _) = one_key(tokens, false)?;
+    let (key, _) = parse_key_command(tokens, false)?;
     if !key.reader.is_empty() {
         return Err(KeyError::BadName.reply());
     }

@@ -50,7 +50,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: GetKeys<'_>, cas: bool) -> Flow {
         }
     }
     for key in keys.iter() {
-        match one_key(ctx, key, cas).await {
+        match serve_key(ctx, key, cas).await {
             Ok(()) => {}
             Err(KeyFailure::Gone) => return Flow::Close,
             Err(KeyFailure::Engine(e)) => {
@@ -125,7 +125,7 @@ fn check_leases(
     Ok(())
 }
 
-async fn one_key(ctx: &mut Ctx<'_>, key: ReadKey<'_>, cas: bool) -> Result<(), KeyFailure> {
+async fn serve_key(ctx: &mut Ctx<'_>, key: ReadKey<'_>, cas: bool) -> Result<(), KeyFailure> {
     let o = key.options;
     if o.abort {
         ctx.session.leases.release(key.queue, key.reader);
@@ -137,7 +137,7 @@ async fn one_key(ctx: &mut Ctx<'_>, key: ReadKey<'_>, cas: bool) -> Result<(), K
     if !o.takes() {
         return Ok(());
     }
-    look(ctx, &key, cas).await
+    take_waiting(ctx, &key, cas).await
 }
 
 /// `close`: confirms this connection's oldest lease on the key's reader. The lease
@@ -158,7 +158,7 @@ async fn close_oldest(ctx: &mut Ctx<'_>, key: &ReadKey<'_>) -> Result<(), KeyFai
 }
 
 /// `open`, `peek` or a plain take, waiting up to the key's `t=MS`.
-async fn look(ctx: &mut Ctx<'_>, key: &ReadKey<'_>, cas: bool) -> Result<(), KeyFailure> {
+async fn take_waiting(ctx: &mut Ctx<'_>, key: &ReadKey<'_>, cas: bool) -> Result<(), KeyFailure> {
     let o = key.options;
     let mode = if o.open {
         TakeMode::Lease
@@ -188,12 +188,12 @@ async fn look(ctx: &mut Ctx<'_>, key: &ReadKey<'_>, cas: bool) -> Result<(), Key
         // Deleted during the wait: look once more, on a fresh handle.
         ctx.session.handles.evict(key.queue);
     }
-    look_now(ctx, key, mode, cas).await
+    take_now(ctx, key, mode, cas).await
 }
 
 /// A look without a wait, on the cached handle. A handle on a queue deleted since it
 /// was cached answers NotFound: forget it and look once more.
-async fn look_now(
+async fn take_now(
     ctx: &mut Ctx<'_>,
     key: &ReadKey<'_>,
     mode: TakeMode,

@@ -362,6 +362,6 @@ impl QueueCore {
         })();
         let moved = self.move_expired(moves);
         let (first, ticket) = result?;
-        Ok((first, Ticket::both(ticket, moved)))
+        Ok((first, Ticket::covering(ticket, moved)))
     }
 }

@@ -34,7 +34,7 @@ pub(crate) struct Ticket {
 
 impl Ticket {
     /// One ticket covering both (what an operation waits for when it wrote twice).
-    pub(super) fn both(a: Option<Ticket>, b: Option<Ticket>) -> Option<Ticket> {
+    pub(super) fn covering(a: Option<Ticket>, b: Option<Ticket>) -> Option<Ticket> {
         match (a, b) {
             (Some(a), Some(b)) => Some(Ticket {
                 data_seq: a.data_seq.max(b.data_seq),

@@ -53,7 +53,7 @@ impl State {
     pub(super) fn finish_move(&mut self, m: &Move, done: bool) {
         let next_seq = self.next_seq;
         let Some((id, seq, loc, len)) = self.readers.get(&m.reader).and_then(|r| {
-            let l = r.leases.get(&m.lease).filter(|l| l.moving)?;
+            let l = r.leases.get(&m.lease).filter(|l| l.for_expire_to)?;
             Some((r.id, l.seq, l.loc, l.len))
         }) else {
             return;
@@ -77,8 +77,8 @@ impl State {
             return;
         };
         r.leases.remove(&m.lease);
-        r.moving = r.moving.saturating_sub(1);
-        r.moving_bytes = r.moving_bytes.saturating_sub(len as u64);
+        r.expire_moves = r.expire_moves.saturating_sub(1);
+        r.expire_moves_bytes = r.expire_moves_bytes.saturating_sub(len as u64);
         if confirmed {
             r.confirm_mem(seq, seq + 1, len as u64);
         } else {
@@ -185,7 +185,7 @@ impl QueueCore {
         })();
         let moved = self.move_expired(moves);
         let (count, ticket) = result?;
-        self.wait_durable(Ticket::both(ticket, moved))?;
+        self.wait_durable(Ticket::covering(ticket, moved))?;
         Ok(count)
     }
 

@@ -174,7 +174,7 @@ impl State {
                 && self
                     .readers
                     .values()
-                    .any(|r| r.leases.len() as u64 > r.moving))
+                    .any(|r| r.leases.len() as u64 > r.expire_moves))
     }
 
     /// Closes the descriptors of sealed segments that no reader's cursor (nor the

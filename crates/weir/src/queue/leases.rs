@@ -23,7 +23,7 @@ impl State {
             let due: Vec<u64> = r
                 .leases
                 .iter()
-                .filter(|(_, l)| !l.moving && l.deadline.is_some_and(|d| d <= now))
+                .filter(|(_, l)| !l.for_expire_to && l.deadline.is_some_and(|d| d <= now))
                 .map(|(&id, _)| id)
                 .collect();
             for id in &due {
@@ -54,7 +54,7 @@ impl QueueCore {
             return Ok((false, None));
         };
         let id = r.id;
-        let Some(info) = r.leases.get(&lease.0).filter(|l| !l.moving) else {
+        let Some(info) = r.leases.get(&lease.0).filter(|l| !l.for_expire_to) else {
             return Ok((false, None));
         };
         let (seq, len) = (info.seq, info.len as u64);
@@ -82,7 +82,7 @@ impl QueueCore {
         let Some(r) = state.readers.get_mut(reader) else {
             return Ok(false);
         };
-        if r.leases.get(&lease.0).is_none_or(|l| l.moving) {
+        if r.leases.get(&lease.0).is_none_or(|l| l.for_expire_to) {
             return Ok(false);
         }
         if self.is_shutting_down() {

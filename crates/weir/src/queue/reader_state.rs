@@ -19,7 +19,7 @@ pub(super) struct LeaseInfo {
     pub(super) deadline: Option<Instant>,
     /// Held by the engine for an expired item being moved to `expire_to` (see
     /// [`Move`](super::expire::Move)), not by a caller: no timeout, and no caller may confirm or release it.
-    pub(super) moving: bool,
+    pub(super) for_expire_to: bool,
 }
 
 pub(super) struct ReaderState {
@@ -40,8 +40,8 @@ pub(super) struct ReaderState {
     pub(super) expired: u64,
     pub(super) discarded: u64,
     /// Leases held for items being moved to `expire_to`, and their payload bytes.
-    pub(super) moving: u64,
-    pub(super) moving_bytes: u64,
+    pub(super) expire_moves: u64,
+    pub(super) expire_moves_bytes: u64,
     /// Where the oldest item this reader holds is and when it was enqueued, as read
     /// when the queue's files were last closed, so that `stats` needs no descriptor
     /// while they are.
@@ -83,8 +83,9 @@ impl ReaderState {
     /// confirmed them at once.
     pub(super) fn room_used(&self, next_seq: u64) -> (u64, u64) {
         (
-            self.pending_items(next_seq).saturating_sub(self.moving),
-            self.pending_bytes.saturating_sub(self.moving_bytes),
+            self.pending_items(next_seq)
+                .saturating_sub(self.expire_moves),
+            self.pending_bytes.saturating_sub(self.expire_moves_bytes),
         )
     }
 
@@ -128,9 +129,9 @@ impl ReaderState {
             next_seq
         );
         assert!(
-            self.moving <= self.leases.len() as u64,
+            self.expire_moves <= self.leases.len() as u64,
             "{} moves but {} leases",
-            self.moving,
+            self.expire_moves,
             self.leases.len()
         );
         #[cfg(debug_assertions)]
@@ -166,8 +167,8 @@ pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -
         confirmed_total: 0,
         expired: 0,
         discarded: 0,
-        moving: 0,
-        moving_bytes: 0,
+        expire_moves: 0,
+        expire_moves_bytes: 0,
         oldest_enqueued: None,
         head_expiry: None,
     }
@@ -194,7 +195,7 @@ mod tests {
             },
             len: 10,
             deadline: None,
-            moving: false,
+            for_expire_to: false,
         }
     }
 
@@ -266,10 +267,10 @@ mod tests {
         r.cursor_seq = 3;
         r.pending_bytes = 30;
         let mut moved = lease(1);
-        moved.moving = true;
+        moved.for_expire_to = true;
         r.leases.insert(1, moved);
-        r.moving = 1;
-        r.moving_bytes = 10;
+        r.expire_moves = 1;
+        r.expire_moves_bytes = 10;
         assert_eq!(r.room_used(4), (2, 20));
         assert_eq!(r.pending_items(4), 3);
     }

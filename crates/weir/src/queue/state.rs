@@ -317,8 +317,8 @@ impl State {
         r.acked_below = next_seq;
         r.confirmed.clear();
         r.leases.clear();
-        r.moving = 0;
-        r.moving_bytes = 0;
+        r.expire_moves = 0;
+        r.expire_moves_bytes = 0;
         r.released.clear();
         r.cursor_seq = next_seq;
         r.cursor = tail;

@@ -42,7 +42,7 @@ impl QueueCore {
                 confirmed: r.confirmed_total,
                 expired: r.expired,
                 discarded: r.discarded,
-                open_leases: (r.leases.len() as u64).saturating_sub(r.moving),
+                open_leases: (r.leases.len() as u64).saturating_sub(r.expire_moves),
                 waiters: r.waiters.load(Ordering::SeqCst),
                 age_ms,
             });

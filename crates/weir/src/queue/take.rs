@@ -249,8 +249,8 @@ impl State {
         if moving {
             let lease = self.hold_lease(slot, &c, None, true)?;
             let r = self.readers.at_mut(slot);
-            r.moving += 1;
-            r.moving_bytes += len;
+            r.expire_moves += 1;
+            r.expire_moves_bytes += len;
             r.expired += 1;
             let item = c.into_item();
             let wanted = want.then(|| item.clone());
@@ -299,7 +299,7 @@ impl State {
                 loc: c.loc,
                 len: c.header.len,
                 deadline,
-                moving,
+                for_expire_to: moving,
             },
         );
         self.next_lease_id += 1;
@@ -362,7 +362,7 @@ impl QueueCore {
             })();
             let moved = self.move_expired(moves);
             let (taken, wrote, again, ticket) = result?;
-            let ticket = Ticket::both(ticket, moved);
+            let ticket = Ticket::covering(ticket, moved);
             wrote_any |= moved.is_some();
             wrote_any |= wrote;
             if again {
@@ -407,7 +407,7 @@ impl QueueCore {
             })();
             let moved = self.move_expired(moves);
             let (items, again, ticket) = result?;
-            let ticket = Ticket::both(ticket, moved);
+            let ticket = Ticket::covering(ticket, moved);
             if !again {
                 return Ok((items, ticket));
             }
