@@ -32,6 +32,7 @@ mod error;
 mod event;
 mod guard;
 mod meta;
+mod meta_import;
 mod meta_map;
 mod metrics;
 mod names;
@@ -53,6 +54,8 @@ use tokio::sync::watch;
 pub use crate::config::{BusConfig, BusSettings};
 pub use crate::sign::signature;
 
+/// The name of the bus's map in the backend ([`weir_backend::Backend::shared_map`]).
+pub(crate) const BUS_MAP: &str = "bus";
 /// How long [`BusHandle::stop`] lets deliveries in flight finish.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long [`BusHandle::stop`] waits for a change of the metadata in flight.
@@ -89,10 +92,18 @@ pub fn start(
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("listening on {listen} (bus)"))?;
-        let home = if backend.is_shared() {
-            bus::MetaHome::Cluster
-        } else {
-            bus::MetaHome::Dir(meta_dir)
+        // The embedded engine's map is this process's alone: the bus serves at once.
+        // The cluster's is shared: one door serves, chosen there (`owner.rs`).
+        let local = backend
+            .local_map(BUS_MAP)
+            .await
+            .context("opening the bus's metadata map")?;
+        let home = match local {
+            Some(map) => bus::MetaHome::Local {
+                map,
+                data_dir: meta_dir,
+            },
+            None => bus::MetaHome::Cluster,
         };
         let bus = bus::Bus::open(backend, home, settings, shutdown_rx)
             .await
