@@ -376,7 +376,7 @@ impl Bus {
         next: Arc<Meta>,
         touched: &Touched,
     ) -> ApiResult<()> {
-        if let Err(e) = self.write_meta(Arc::clone(&next)).await {
+        if let Err(e) = self.write_meta(&next, &previous).await {
             self.reload_after_refused_write().await;
             return Err(e);
         }
@@ -386,7 +386,7 @@ impl Bus {
             return Ok(());
         };
         let refused = ApiError::engine("applying a change", &e);
-        self.write_meta(Arc::clone(&previous)).await?;
+        self.write_meta(&previous, &next).await?;
         *self.meta.write() = Arc::clone(&previous);
         self.by_topic.lock().update(&next, &previous, touched);
         // Back to `previous` for what the change touched: create what is missing,
@@ -401,18 +401,18 @@ impl Bus {
         Err(refused)
     }
 
-    /// Writes what changed in `meta` durably to the map (key by key, compare-and-set;
-    /// each write fsync'ed on the embedded engine, replicated on JetStream), once the
-    /// `owner` key is renewed on JetStream: a door another has taken over from writes
-    /// nothing.
-    async fn write_meta(&self, meta: Arc<Meta>) -> ApiResult<()> {
+    /// Writes what changed from `held` (what the map holds) to `meta` durably to the
+    /// map (the changed keys only, compare-and-set; each write fsync'ed on the
+    /// embedded engine, replicated on JetStream), once the `owner` key is renewed on
+    /// JetStream: a door another has taken over from writes nothing.
+    async fn write_meta(&self, meta: &Meta, held: &Meta) -> ApiResult<()> {
         let Some(map) = self.map() else {
             return Err(ApiError::standby());
         };
         if let Some(owner) = self.owner.get() {
             owner.renew().await.map_err(|e| refused_write(&e))?;
         }
-        map.write(&meta, || self.may_write())
+        map.write(meta, Some(held), || self.may_write())
             .await
             .map_err(|e| refused_write(&e))
     }

@@ -43,7 +43,7 @@ pub async fn import(map: &MetaMap, data_dir: &Path) -> anyhow::Result<()> {
     map.load()
         .await
         .context("reading the bus's metadata map before the import")?;
-    map.write(&meta, || true)
+    map.write(&meta, None, || true)
         .await
         .with_context(|| format!("importing {} into the bus's metadata map", path.display()))?;
     tokio::task::spawn_blocking(move || retire(&dir))
