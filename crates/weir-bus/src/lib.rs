@@ -7,10 +7,11 @@
 //! (`bus:topic:NAME`), each subscriber a reader on each of its topics (an event is
 //! written once, whatever the number of subscribers), each subscriber's dead letters
 //! a queue of their own (`bus:dead:ID`). The bus's metadata (tokens, topics,
-//! subscriptions, secrets) is written before the API answers: one small file in the
-//! embedded data directory, written atomically (`meta.rs`), or, on JetStream, a key
-//! per item in the cluster's map (`meta_map.rs`), where one door serves the bus and
-//! the others stand by (`owner.rs`).
+//! subscriptions, secrets) is written before the API answers, a key per item in the
+//! backend's map (`meta_map.rs`): a file of the data directory on the embedded
+//! engine (an earlier weir's `meta.json` imported into it once: `meta_import.rs`),
+//! the cluster's map on JetStream, where one door serves the bus and the others
+//! stand by (`owner.rs`).
 //!
 //! The map: `api/` the HTTP endpoints, `bus.rs` the metadata and the runtime state
 //! and the one way to change them, `worker.rs` the delivery of one subscriber,
@@ -69,12 +70,13 @@ pub struct BusHandle {
     local_addr: SocketAddr,
 }
 
-/// Opens the bus's metadata in `meta_dir` (`meta_dir/bus/meta.json`), brings
+/// Opens the bus's metadata (the backend's map `bus`; on the embedded engine an
+/// earlier weir's `meta_dir/bus/meta.json` is imported into it first), brings
 /// `backend`'s bus queues in line with it, binds `settings.listen` and starts
-/// serving and delivering. Errors (a bad metadata file, a queue the backend
-/// refuses, an address in use) come back here, before anything runs. On a shared
-/// backend (JetStream) `meta_dir` is not used: the metadata is in the cluster, read
-/// when this door comes to serve the bus (`owner.rs`); until then it answers 503.
+/// serving and delivering. Errors (a damaged map or `meta.json`, a queue the backend
+/// refuses, an address in use) come back here, before anything runs. On JetStream
+/// `meta_dir` is not used: the metadata is in the cluster, read when this door comes
+/// to serve the bus (`owner.rs`); until then it answers 503.
 pub fn start(
     backend: Arc<weir_backend::Backend>,
     meta_dir: PathBuf,

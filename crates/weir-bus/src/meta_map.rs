@@ -1,4 +1,5 @@
-//! The bus's metadata in the cluster's map, when the queues are on JetStream.
+//! The bus's metadata in the backend's map ([`weir_backend::SharedMap`]): a file of
+//! the data directory on the embedded engine, the cluster's map on JetStream.
 //!
 //! One key per token (`tok-HEX`), topic (`top-HEX`) and subscription (`sub-HEX`),
 //! HEX being the hex of the name or token, each value that item's JSON (beside
@@ -43,7 +44,8 @@ impl MetaMap {
         }
     }
 
-    /// Reads the whole metadata from the cluster (after another door's last write).
+    /// Reads the whole metadata from the map (on JetStream, after another door's
+    /// last write).
     pub async fn load(&self) -> weir_backend::Result<Meta> {
         let entries = self.map.list().await?;
         let mut written = self.written.lock().await;
