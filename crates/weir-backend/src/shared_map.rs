@@ -47,13 +47,6 @@ pub enum SharedMap {
 }
 
 impl SharedMap {
-    /// Whether this process is the map's only writer (the embedded engine's data
-    /// directory is locked): then nobody else changes it, and no door need be
-    /// chosen.
-    pub fn is_local(&self) -> bool {
-        matches!(self, SharedMap::Local(_))
-    }
-
     /// The key's value.
     pub async fn get(&self, key: &str) -> Result<Option<Entry>> {
         match self {

@@ -792,8 +792,8 @@ impl Bus {
         match subs.get_mut(token) {
             Some(rt) if rt.config.borrow().id == s.id => {
                 rt.name = name;
-                if **rt.config.borrow() != *s {
-                    let _ = rt.config.send(Arc::new(s.clone()));
+                if **rt.config.borrow() != **s {
+                    let _ = rt.config.send(Arc::clone(s));
                     rt.notify.notify_one();
                 }
             }
@@ -802,7 +802,7 @@ impl Bus {
                 if let Some(old) = subs.remove(token) {
                     let _ = old.stop.send(true);
                 }
-                let rt = crate::worker::start(Arc::clone(self), name, Arc::new(s.clone()));
+                let rt = crate::worker::start(Arc::clone(self), name, Arc::clone(s));
                 subs.insert(token.to_owned(), rt);
             }
         }

@@ -7,6 +7,7 @@
 //! JetStream alike. Events are not here: they live in the backend's queues.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,8 +21,11 @@ pub struct Meta {
     /// API tokens: token -> owner name.
     pub tokens: BTreeMap<String, String>,
     pub topics: BTreeMap<String, TopicMeta>,
-    /// Subscriptions by subscriber token.
-    pub subscribers: BTreeMap<String, SubscriberMeta>,
+    /// Subscriptions by subscriber token. Shared between states: a change clones
+    /// the map (a pointer per subscription) and copies only the subscriptions it
+    /// edits (`Arc::make_mut`), and comparing two states skips a shared one; a
+    /// subscription names up to `topics_max` topics.
+    pub subscribers: BTreeMap<String, Arc<SubscriberMeta>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

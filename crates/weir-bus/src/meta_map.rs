@@ -18,6 +18,7 @@
 //! writes back.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -201,7 +202,7 @@ fn decode_into(meta: &mut Meta, key: &str, value: &[u8]) -> weir_backend::Result
         }
         SUBSCRIBER => {
             meta.subscribers
-                .insert(name, parse::<SubscriberMeta>(key, value)?);
+                .insert(name, Arc::new(parse::<SubscriberMeta>(key, value)?));
         }
         _ => {
             return Err(invalid(format!(
@@ -219,7 +220,9 @@ fn normalize(meta: &mut Meta) {
         .retain(|token, _| tokens.contains_key(token));
     let topics: Vec<String> = meta.topics.keys().cloned().collect();
     for s in meta.subscribers.values_mut() {
-        s.topics.retain(|t| topics.contains(t));
+        if s.topics.iter().any(|t| !topics.contains(t)) {
+            Arc::make_mut(s).topics.retain(|t| topics.contains(t));
+        }
     }
     for t in meta.topics.values_mut() {
         if t.publisher
@@ -271,8 +274,8 @@ mod tests {
     use super::*;
     use crate::meta::{Format, Secret};
 
-    fn subscriber(topics: &[&str]) -> SubscriberMeta {
-        SubscriberMeta {
+    fn subscriber(topics: &[&str]) -> Arc<SubscriberMeta> {
+        Arc::new(SubscriberMeta {
             id: "s1".into(),
             uuid: None,
             callback: "https://example.com/hook".into(),
@@ -286,7 +289,7 @@ mod tests {
                 expires_at_ms: None,
             }],
             redrive_below: 0,
-        }
+        })
     }
 
     fn sample() -> Meta {

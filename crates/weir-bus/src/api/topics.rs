@@ -172,7 +172,9 @@ pub async fn remove(
         }
         meta.topics.remove(&name);
         for s in meta.subscribers.values_mut() {
-            s.topics.retain(|t| *t != name);
+            if s.topics.contains(&name) {
+                Arc::make_mut(s).topics.retain(|t| *t != name);
+            }
         }
         Ok(())
     })
