@@ -4,7 +4,8 @@
 //! Every change to tokens, topics or subscriptions goes through [`Bus::change`]:
 //! under one lock it edits a copy of the metadata, writes what changed durably
 //! (`meta_map.rs`'s keys in the backend's map: a file of the data directory on the
-//! embedded engine, the cluster's map on JetStream), publishes it, then brings the backend and the workers in line (`sync_runtime`).
+//! embedded engine, the cluster's map on JetStream), publishes it, then brings the
+//! backend and the workers in line (`sync_runtime`).
 //! The backend follows the metadata, never the reverse: a crash between the two is
 //! repaired at the next start by `reconcile`, which creates what the metadata names
 //! and deletes what it does not (orphan readers, queues of deleted topics).
@@ -107,8 +108,8 @@ pub struct Bus {
     active: AtomicBool,
     /// On JetStream: the `owner` key, renewed before every change of the metadata.
     owner: std::sync::OnceLock<Arc<crate::owner::Owner>>,
-    /// On JetStream: a write of the map failed in a way that leaves what it holds
-    /// unknown here; it is read again before the next change.
+    /// A write of the map failed in a way that leaves what it holds unknown here
+    /// (part of a change may stand); it is read again before the next change.
     stale: AtomicBool,
     /// Held across a change's edit, write and runtime update: changes are serial.
     /// Shared so that a change, once edited, finishes in a task of its own even when
@@ -188,7 +189,8 @@ impl Bus {
         Ok(bus)
     }
 
-    /// The cluster's map, once open (`owner.rs`).
+    /// The cluster's map, once open (`owner.rs`; the embedded engine's is set at
+    /// [`Bus::open`]).
     pub fn set_map(&self, map: MetaMap) {
         let _ = self.store.set(map);
     }
@@ -830,8 +832,9 @@ impl Bus {
     }
 }
 
-/// A refused write of the cluster's map, as the API answers it: 503 either way (a
-/// conflict: this door no longer serves, or the metadata changed under it; retry).
+/// A refused write of the map, as the API answers it: 503 on a conflict (on
+/// JetStream: this door no longer serves, or the metadata changed under it; retry),
+/// else as any storage failure (507 when the disk is full).
 fn refused_write(e: &weir_backend::Error) -> ApiError {
     if e.kind() == weir_backend::Kind::Conflict {
         tracing::warn!(error = %e, "the bus's metadata changed under this door, or another door serves the bus now");
