@@ -105,13 +105,36 @@ def test_closed_connection_gives_its_leases_back_at_once(make_server):
         assert time.monotonic() - t0 < 3.0
 
 
-# A lease timeout far past the waits of the test below: a killed door's leases come
-# back because the other door gives them back, not because they time out.
+# A lease timeout far past the waits of the test below: a killed instance's leases
+# come back because the other instance gives them back, not because they time out.
 LONG_LEASES = """
 [backend.jetstream]
 lease_timeout_ms = 30000
-door_timeout_ms = 500
+instance_timeout_ms = 500
 """
+
+
+def settings_of(conn: Conn) -> list[bytes]:
+    conn.send(b"stats settings\r\n")
+    settings = []
+    while (line := conn.read_line()) != b"END\r\n":
+        settings.append(line)
+    return settings
+
+
+def test_the_old_door_timeout_key_is_still_read(make_server):
+    """`door_timeout_ms` and `doors_stream_bytes`, the keys' names before an instance
+    was called one, still configure it (docs/cluster.md, "Renamed keys")."""
+    server = make_server()
+    server.config_toml = (
+        "[backend.jetstream]\nlease_timeout_ms = 30000\n"
+        "door_timeout_ms = 700\ndoors_stream_bytes = 2097152\n"
+    )
+    server.start()
+    with Conn(server.addr) as c:
+        settings = settings_of(c)
+    assert b"STAT backend_instance_timeout_ms 700\r\n" in settings, settings
+    assert b"STAT backend_instances_stream_bytes 2097152\r\n" in settings, settings
 
 
 def test_killed_door_leases_come_back_at_once(make_server):
@@ -130,7 +153,7 @@ def test_killed_door_leases_come_back_at_once(make_server):
         holder.send(b"get kq+w/open\r\n")
         holder.expect(value_reply(b"kq+w/open", 0, b"k1"))
         a.kill9()
-    # The other door sees the dead one's pings go unanswered for door_timeout_ms and
+    # The other door sees the dead one's pings go unanswered for instance_timeout_ms and
     # gives its open lease back (long before the 30 s lease timeout); the confirmed
     # k0 never comes back. The items nobody held come at once.
     with Conn(b.addr) as c:

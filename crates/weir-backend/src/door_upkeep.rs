@@ -6,8 +6,8 @@
 //! These are on the interface so that a door never reaches the engine's own
 //! `weir::Store`: each is one question with an answer on either home, and where the
 //! two homes answer differently (a reader no longer wanted is deleted in the engine,
-//! left in place on a cluster that other doors share) the difference is said here,
-//! once, rather than in every door.
+//! left in place on a cluster that other weir instances share) the difference is
+//! said here, once, rather than in every front door.
 
 use std::path::PathBuf;
 
@@ -45,8 +45,8 @@ impl QueueOptions {
 pub struct ForgottenReaders {
     /// Deleted, with their positions and leases (the engine).
     pub deleted: Vec<String>,
-    /// Left in place (JetStream: another door may still read them), for the door to
-    /// name to the operator. `""` is the default reader.
+    /// Left in place (JetStream: another weir instance may still read them), for the
+    /// front door to name to the operator. `""` is the default reader.
     pub left: Vec<String>,
 }
 
@@ -58,12 +58,12 @@ impl Backend {
     /// (in this process, until the settings are reloaded; the door asks again each
     /// time it opens the queue). On JetStream nothing is changed, because it already
     /// holds there for the queues that ask for it: a lease is a delivered message
-    /// awaiting its ack, and for a queue without `open_timeout` the door renews every
-    /// lease it holds (`+WPI`, see `jetstream::leases`) for as long as it holds it;
+    /// awaiting its ack, and for a queue without `open_timeout` the instance renews
+    /// every lease it holds (`+WPI`, see `jetstream::leases`) for as long as it holds it;
     /// weir's config gives no `open_timeout` to the proxy's and the bus's queues
     /// (`proxy:capture:*`, `bus:*`), and JetStream takes a queue's settings from the
     /// same [`crate::StoreOptions`]. A consumer's AckWait is the cluster's, shared
-    /// by every door, so one door does not change it for the others.
+    /// by every weir instance, so one instance does not change it for the others.
     pub async fn queue_for_readers_with(
         &self,
         name: &str,
@@ -83,8 +83,8 @@ impl Backend {
     /// and no longer wants (a shadow removed from the config), which would keep
     /// every item nobody reads. On the engine they are deleted: one process owns the
     /// data directory. On JetStream they are left in place and returned: several
-    /// doors share the queue, and one still running an older config (a rolling
-    /// deploy) may read them; the door names them for the operator to delete. A
+    /// weir instances share the queue, and one still running an older config (a
+    /// rolling deploy) may read them; the door names them for the operator to delete. A
     /// queue that does not exist has no reader and is not created. An error (the
     /// readers could not be listed, a deletion failed) stops at once: on the engine
     /// the readers deleted before it stay deleted.
@@ -117,7 +117,7 @@ impl Backend {
     /// A directory for a door's scratch files (the proxy's spill files, unnamed and
     /// gone when closed): the data directory on the engine, a disk the operator
     /// sized for the queues; the system's temporary directory on JetStream, whose
-    /// doors keep no data directory.
+    /// weir instances keep no data directory.
     pub fn scratch_dir(&self) -> PathBuf {
         match self {
             Backend::Embedded(e) => e.store().dir().to_path_buf(),

@@ -97,6 +97,13 @@ impl std::error::Error for Error {
     }
 }
 
+impl From<weir_types::InvalidName> for Error {
+    /// A name refused by the rule every backend shares; said as the engine says it.
+    fn from(e: weir_types::InvalidName) -> Error {
+        Error::new(Kind::InvalidName, e.to_string())
+    }
+}
+
 impl From<weir::Error> for Error {
     #[inline]
     fn from(e: weir::Error) -> Error {

@@ -29,21 +29,23 @@ pub struct JetStreamConfig {
     /// Consumers (queues × readers) the stream may hold. Set on the stream
     /// explicitly: nats-server caps a stream at 1,000 by default.
     pub max_consumers: u32,
-    /// How long a lease stays open when its front door stops renewing it (the
-    /// consumers' AckWait), for queues without `open_timeout_ms`. While the door
+    /// How long a lease stays open when its weir instance stops renewing it (the
+    /// consumers' AckWait), for queues without `open_timeout_ms`. While the instance
     /// holds the lease it renews it every third of this. Long (30 s, as NATS's own
     /// default AckWait), so that a lease outlives a consumer leader election (4 to 9 s,
-    /// during which renewals cannot reach it); the leases of a killed door come back
-    /// sooner than this, given back by the other doors (`door_timeout_ms`).
+    /// during which renewals cannot reach it); the leases of a killed instance come back
+    /// sooner than this, given back by the other instances (`instance_timeout_ms`).
     pub lease_timeout_ms: u64,
-    /// How long a front door may stay silent (its ping subscription gone from the
-    /// cluster) before the other doors take it for dead and give its open leases back
+    /// How long a weir instance may stay silent (its ping subscription gone from the
+    /// cluster) before the other instances take it for dead and give its open leases back
     /// at once, rather than after `lease_timeout_ms`. 0 turns this off. Keep it well
     /// under half of `lease_timeout_ms`, or the leases come back after AckWait anyway.
-    pub door_timeout_ms: u64,
-    /// Open leases per reader, all front doors together.
+    /// Read from `door_timeout_ms` too, its old name ([`JetStreamConfig::RENAMED_KEYS`]).
+    #[serde(alias = "door_timeout_ms")]
+    pub instance_timeout_ms: u64,
+    /// Open leases per reader, all weir instances together.
     pub max_ack_pending: i64,
-    /// Blocked `get …/t=` per reader, all front doors together.
+    /// Blocked `get …/t=` per reader, all weir instances together.
     pub max_waiting: i64,
     /// One JetStream API call.
     pub request_timeout_ms: u64,
@@ -52,24 +54,54 @@ pub struct JetStreamConfig {
     pub unavailable_retry_ms: u64,
     /// How long `stats` and `/metrics` reuse one snapshot of the cluster's figures.
     pub stats_cache_ms: u64,
-    /// How often a door removes from the stream what every reader of the queues it
+    /// How often an instance removes from the stream what every reader of the queues it
     /// confirmed on has confirmed (see `sweep.rs`); 0 never does (the stream then
     /// grows until something else purges it).
     pub sweep_ms: u64,
     /// The client pings a silent server after this long, and leaves it after three
     /// pings go unanswered (see `connect.rs`).
     pub ping_interval_ms: u64,
-    /// The door reconnects (to another server) when no request has been answered for
+    /// The instance reconnects (to another server) when no request has been answered for
     /// this long while some failed; 0 never does.
     pub failover_ms: u64,
-    /// The size cap of the doors' stream (`<stream>_DOORS`: registrations and lease
+    /// The size cap of the instances' stream (`<stream>_DOORS`: registrations and lease
     /// records, about 150 bytes an open lease). nats-server reserves it in memory on
-    /// each of the stream's replicas, for as long as the stream exists.
+    /// each of the stream's replicas, for as long as the stream exists. The key is
+    /// `instances_stream_bytes`, read from `doors_stream_bytes` too, its old name
+    /// ([`JetStreamConfig::RENAMED_KEYS`]). The field keeps the old name because
+    /// weir-server's config check reads it; it follows the key once that check does.
+    #[serde(rename = "instances_stream_bytes", alias = "doors_stream_bytes")]
     pub doors_stream_bytes: u64,
 }
 
-/// The least `doors_stream_bytes`: a few thousand open leases.
-pub const DOORS_STREAM_BYTES_MIN: u64 = 1 << 20;
+/// The least `instances_stream_bytes`: a few thousand open leases.
+pub const INSTANCES_STREAM_BYTES_MIN: u64 = 1 << 20;
+/// The old name of [`INSTANCES_STREAM_BYTES_MIN`], kept while weir-server uses it.
+pub const DOORS_STREAM_BYTES_MIN: u64 = INSTANCES_STREAM_BYTES_MIN;
+
+impl JetStreamConfig {
+    /// Keys that were renamed, `(old, new)`: the old name is still read (a serde
+    /// alias), and whoever reads the config file warns once that it has a new name.
+    /// A weir process in a cluster was called a "door", a word the product keeps for
+    /// its protocol front ends; it is an "instance" now.
+    pub const RENAMED_KEYS: &'static [(&'static str, &'static str)] = &[
+        ("door_timeout_ms", "instance_timeout_ms"),
+        ("doors_stream_bytes", "instances_stream_bytes"),
+    ];
+
+    /// The renamed keys among `keys` (the keys of a `[backend.jetstream]` table), as
+    /// `(old, new)`, in [`JetStreamConfig::RENAMED_KEYS`]' order.
+    pub fn old_keys_in<'a>(
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<(&'static str, &'static str)> {
+        let keys: Vec<&str> = keys.into_iter().collect();
+        Self::RENAMED_KEYS
+            .iter()
+            .filter(|(old, _)| keys.contains(old))
+            .copied()
+            .collect()
+    }
+}
 
 impl Default for JetStreamConfig {
     fn default() -> Self {
@@ -84,7 +116,7 @@ impl Default for JetStreamConfig {
             subject_prefix: "weir.q".to_owned(),
             max_consumers: 10_000,
             lease_timeout_ms: 30_000,
-            door_timeout_ms: 1_000,
+            instance_timeout_ms: 1_000,
             max_ack_pending: 20_000,
             max_waiting: 4_096,
             request_timeout_ms: 5_000,
@@ -93,9 +125,60 @@ impl Default for JetStreamConfig {
             sweep_ms: 1_000,
             ping_interval_ms: 2_000,
             failover_ms: 5_000,
-            // About 55,000 open leases of all doors together. It was 64 MiB: 14
+            // About 55,000 open leases of all instances together. It was 64 MiB: 14
             // stream names used a test cluster's 1 GB of memory up.
             doors_stream_bytes: 8 << 20,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::de::value::{Error as ValueError, MapDeserializer};
+    use serde::Deserialize;
+
+    use super::*;
+
+    fn read(pairs: &[(&'static str, u64)]) -> Result<JetStreamConfig, ValueError> {
+        JetStreamConfig::deserialize(MapDeserializer::new(pairs.iter().copied()))
+    }
+
+    #[test]
+    fn reads_the_instance_keys() -> Result<(), ValueError> {
+        let config = read(&[
+            ("instance_timeout_ms", 250),
+            ("instances_stream_bytes", 2 << 20),
+        ])?;
+        assert_eq!(config.instance_timeout_ms, 250);
+        assert_eq!(config.doors_stream_bytes, 2 << 20);
+        Ok(())
+    }
+
+    /// A config written for an older weir still starts, and says the same.
+    #[test]
+    fn reads_the_old_door_keys_as_aliases() -> Result<(), ValueError> {
+        let config = read(&[("door_timeout_ms", 250), ("doors_stream_bytes", 2 << 20)])?;
+        assert_eq!(config.instance_timeout_ms, 250);
+        assert_eq!(config.doors_stream_bytes, 2 << 20);
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_a_key_given_under_both_names() {
+        let twice = read(&[("door_timeout_ms", 250), ("instance_timeout_ms", 500)]);
+        assert!(twice.is_err_and(|e| e.to_string().contains("duplicate field")));
+    }
+
+    #[test]
+    fn names_the_old_keys_it_finds() {
+        let keys = ["servers", "doors_stream_bytes", "door_timeout_ms"];
+        assert_eq!(
+            JetStreamConfig::old_keys_in(keys),
+            [
+                ("door_timeout_ms", "instance_timeout_ms"),
+                ("doors_stream_bytes", "instances_stream_bytes")
+            ]
+        );
+        assert!(JetStreamConfig::old_keys_in(["instance_timeout_ms"]).is_empty());
     }
 }

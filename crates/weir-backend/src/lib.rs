@@ -4,37 +4,44 @@
 //! dead letters, and capture export and import) names queues and readers,
 //! appends, takes, leases, confirms and releases, walks what a queue keeps
 //! ([`Scan`]), and runs the whole-store commands, all through [`Backend`], [`Queue`]
-//! and [`Reader`], and only through them: what a door needs besides (queue options,
-//! forgetting readers, a scratch directory) is an operation here too
+//! and [`Reader`], and only through them: what a front door needs besides (queue
+//! options, forgetting readers, a scratch directory) is an operation here too
 //! (`door_upkeep.rs`), never the engine's own store.
-//! Each is an enum over the two implementations:
+//!
+//! [`Backend`], [`Queue`], [`Reader`], [`Lease`] and [`Scan`] are each an enum over
+//! the two implementations:
 //!
 //! - [`Embedded`]: the weir engine in this process, the default. Its arms call the
 //!   engine's own futures in place: no allocation, no virtual call, and a future the
 //!   size of the engine's (each method is one `match` the branch predictor learns).
 //! - `jetstream::JetStream` (cargo feature `jetstream`): a NATS JetStream cluster, so
-//!   that several stateless front doors share the queues. Its arms box their
-//!   futures, so the engine's path does not carry the network client's (much larger)
-//!   state machines: one allocation per request, against a network round trip.
+//!   that several stateless weir instances (processes) share the queues. Its arms
+//!   box their futures, so the engine's path does not carry the network client's
+//!   (much larger) state machines: one allocation per request, against a network
+//!   round trip.
 //!
-//! An enum rather than a trait object or a generic door: `dyn` needs boxed futures on
-//! every call (the embedded path included), and a door generic over a trait doubles
-//! its compiled code and threads a type parameter through every command for no
-//! measured gain (see `docs/architecture.md`, "Backends").
+//! A handle of one implementation given to the other (a JetStream [`Reader`] with an
+//! embedded [`Lease`]) is a bug in the caller, never something a client can cause:
+//! it panics rather than answer an error a front door would pass on as the client's.
+//!
+//! An enum rather than a trait object or a generic front door: `dyn` needs boxed
+//! futures on every call (the embedded path included), and a front door generic over
+//! a trait doubles its compiled code and threads a type parameter through every
+//! command for no measured gain (see `docs/architecture.md`, "Backends").
 //!
 //! # The cargo feature `jetstream`
 //!
 //! Off by default: a library user gets the embedded engine alone, without the NATS
 //! client (`async-nats` and its few dozen crates) and what only it needs (`base64`,
 //! `futures-util`, `serde_json`, `time`), unless it asks for
-//! `features = ["jetstream"]`. The feature adds the `jetstream` module and a `JetStream` variant to [`Backend`],
-//! [`Queue`], [`Reader`], [`Lease`] and [`Scan`]; without it each enum has its
-//! `Embedded` variant alone and every method behaves as on the engine.
-//! [`JetStreamConfig`] stays in either build, so that a door reads a config file
-//! naming a cluster and refuses it plainly ([`NO_JETSTREAM`]). [`SharedMap`] is in
-//! either build: without the feature it has its data-directory variant alone.
-//! The `weir` binary turns the feature on by default (`weir-server`'s own feature
-//! `jetstream`); `cluster-tests` implies it.
+//! `features = ["jetstream"]`. The feature adds the `jetstream` module and a
+//! `JetStream` variant to each of those enums; without it each has its `Embedded`
+//! variant alone and every method behaves as on the engine. [`JetStreamConfig`]
+//! stays in either build, so that a front door reads a config file naming a cluster
+//! and refuses it plainly ([`NO_JETSTREAM`]). [`SharedMap`] is in either build:
+//! without the feature it has its data-directory variant alone. The `weir` binary
+//! turns the feature on by default (`weir-server`'s own feature `jetstream`);
+//! `cluster-tests` implies it.
 
 #![forbid(unsafe_code)]
 
@@ -52,13 +59,19 @@ use std::time::Duration;
 pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
-pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
+pub use jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN, INSTANCES_STREAM_BYTES_MIN};
 pub use local_map::LocalMap;
 pub use shared_map::{
     Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX,
     VALUE_BYTES_MAX as MAP_VALUE_BYTES_MAX,
 };
-pub use weir::{AppendOptions, Item, LeaseId, QueueStats, ReaderStats, StoreOptions, TakeMode};
+pub use weir::StoreOptions;
+pub use weir_types::{
+    expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
+    InvalidName, Item, LeaseId, QueueStats, ReaderStats, TakeMode, BUS_DEAD_PREFIX, BUS_PREFIX,
+    BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER, PROXY_CAPTURE_PREFIX,
+    READERS_PER_QUEUE_MAX,
+};
 
 /// Where the queues live.
 pub enum Backend {
@@ -217,7 +230,7 @@ impl Backend {
                 Ok(Reader::JetStream(Box::pin(j.reader(q, name)).await?))
             }
             #[cfg(feature = "jetstream")]
-            _ => Err(mismatch()),
+            _ => mismatch(),
         }
     }
 
@@ -260,7 +273,6 @@ impl Backend {
                 let (queue, handles) =
                     Box::pin(j.queue_for_readers(name, readers, new_at_end)).await?;
                 Ok((
-                    #[cfg(feature = "jetstream")]
                     Queue::JetStream(queue),
                     handles.into_iter().map(Reader::JetStream).collect(),
                 ))
@@ -378,7 +390,7 @@ impl Backend {
         match self {
             Backend::Embedded(e) => e.store().clock().now_ms(),
             #[cfg(feature = "jetstream")]
-            Backend::JetStream(_) => weir::Clock::system().now_ms(),
+            Backend::JetStream(_) => weir_types::now_ms(),
         }
     }
 
@@ -513,7 +525,7 @@ impl Queue {
     /// target on is pending for it again, none before. The target is clamped to what
     /// the reader may reach ([`Queue::bounds`]; on JetStream also not before a
     /// reader's start when it was made at the end). The leases the reader has open
-    /// through this door end: confirming one returns false. Returns where the reader
+    /// through this weir instance end: confirming one returns false. Returns where the reader
     /// now stands; `None` when it does not exist (it is not created).
     pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
         match self {
@@ -566,7 +578,7 @@ impl Reader {
             #[cfg(feature = "jetstream")]
             (Reader::JetStream(r), Lease::JetStream(l)) => Box::pin(r.confirm(l)).await,
             #[cfg(feature = "jetstream")]
-            _ => Err(mismatch()),
+            _ => mismatch(),
         }
     }
 
@@ -578,7 +590,7 @@ impl Reader {
             #[cfg(feature = "jetstream")]
             (Reader::JetStream(r), Lease::JetStream(l)) => r.release(l),
             #[cfg(feature = "jetstream")]
-            _ => Err(mismatch()),
+            _ => mismatch(),
         }
     }
 }
@@ -599,9 +611,30 @@ pub(crate) fn check_readers_named(readers: &[&str]) -> Result<()> {
 pub const NO_JETSTREAM: &str =
     "this build of weir has no JetStream support (cargo feature `jetstream`)";
 
-/// A handle of one backend given to another: a bug in the door, answered as an error
-/// rather than a panic.
+/// A handle of one backend given to another (a reader of one with a lease of the
+/// other): a programmer error in the caller, which no client input can cause. It
+/// panics: an error would reach the client as if its request were at fault.
 #[cfg(feature = "jetstream")]
-fn mismatch() -> Error {
-    Error::new(Kind::InvalidArgument, "a handle of another backend")
+#[track_caller]
+fn mismatch() -> ! {
+    panic!("weir-backend: a handle of one backend (embedded or JetStream) was given to the other")
+}
+
+#[cfg(all(test, feature = "jetstream"))]
+mod tests {
+    use super::*;
+
+    /// A JetStream lease given to an engine reader: a bug in the caller, which
+    /// crashes rather than reach a client as an ordinary error.
+    #[tokio::test]
+    #[should_panic(expected = "a handle of one backend")]
+    async fn a_handle_of_the_other_backend_panics() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let store = weir::Store::open(dir.path()).expect("a store");
+        let backend = Backend::Embedded(Embedded::new(store));
+        let queue = backend.queue("q").await.expect("a queue");
+        let reader = backend.reader(&queue, "").await.expect("a reader");
+        let lease = Lease::JetStream(jetstream::Lease::for_tests("$JS.ACK.S.C.1.1.1.0.0", 1));
+        let _ = reader.release(&lease);
+    }
 }

@@ -69,7 +69,7 @@ impl Cluster {
         }
     }
 
-    async fn door(&self) -> std::result::Result<JetStream, weir_backend::Error> {
+    async fn instance(&self) -> std::result::Result<JetStream, weir_backend::Error> {
         JetStream::connect(self.config(), StoreOptions::default()).await
     }
 }
@@ -78,7 +78,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let urls = self.urls.clone();
         let subject = format!("$JS.API.STREAM.DELETE.{}", self.stream);
-        let doors = format!("$JS.API.STREAM.DELETE.{}_DOORS", self.stream);
+        let instances = format!("$JS.API.STREAM.DELETE.{}_DOORS", self.stream);
         let map = format!("$JS.API.STREAM.DELETE.{}_MAP_T", self.stream);
         // Off any test runtime: a runtime of its own, on a thread of its own.
         let deleted = std::thread::spawn(move || {
@@ -90,8 +90,8 @@ impl Drop for Cluster {
                 let addrs: Vec<async_nats::ServerAddr> =
                     urls.iter().filter_map(|u| u.parse().ok()).collect();
                 let client = async_nats::connect(addrs).await.ok()?;
-                // The doors' stream (registrations, lease records) may not exist.
-                let _ = client.request(doors, Bytes::new()).await;
+                // The instances' stream (registrations, lease records) may not exist.
+                let _ = client.request(instances, Bytes::new()).await;
                 // So may the map of `a_shared_map_writes_compare_and_set`.
                 let _ = client.request(map, Bytes::new()).await;
                 client.request(subject, Bytes::new()).await.ok()
@@ -142,7 +142,7 @@ fn lease(
     }
 }
 
-/// Compiled, never called: the futures the door spawns must be `Send`.
+/// Compiled, never called: the futures the instance spawns must be `Send`.
 #[allow(dead_code)]
 fn futures_are_send(js: &JetStream, q: &Queue, r: &Reader, l: &weir_backend::jetstream::Lease) {
     fn send<T: Send>(_: T) {}
@@ -167,7 +167,7 @@ fn futures_are_send(js: &JetStream, q: &Queue, r: &Reader, l: &weir_backend::jet
 #[tokio::test]
 async fn set_and_take_in_order() -> TestResult {
     let c = cluster!("set_and_take_in_order");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("orders").await?;
     let r = js.reader(&q, "").await?;
     let s1 = set(&q, "one").await?;
@@ -202,7 +202,7 @@ async fn set_and_take_in_order() -> TestResult {
 #[tokio::test]
 async fn open_close_and_abort() -> TestResult {
     let c = cluster!("open_close_and_abort");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("work").await?;
     let r = js.reader(&q, "").await?;
     for item in ["a", "b", "c"] {
@@ -228,7 +228,7 @@ async fn open_close_and_abort() -> TestResult {
 #[tokio::test]
 async fn a_plain_take_is_confirmed() -> TestResult {
     let c = cluster!("a_plain_take_is_confirmed");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("t").await?;
     let r = js.reader(&q, "").await?;
     set(&q, "x").await?;
@@ -248,7 +248,7 @@ async fn a_plain_take_is_confirmed() -> TestResult {
 #[tokio::test]
 async fn peek_does_not_take() -> TestResult {
     let c = cluster!("peek_does_not_take");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("p").await?;
     let r = js.reader(&q, "").await?;
     assert!(take(&r, TakeMode::Peek).await?.is_none());
@@ -283,7 +283,7 @@ async fn peek_does_not_take() -> TestResult {
 #[tokio::test]
 async fn waits_for_an_item_and_times_out() -> TestResult {
     let c = cluster!("waits_for_an_item_and_times_out");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("w").await?;
     let r = js.reader(&q, "").await?;
     let started = Instant::now();
@@ -292,10 +292,8 @@ async fn waits_for_an_item_and_times_out() -> TestResult {
         .await?
         .is_none());
     let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(450) && waited < Duration::from_secs(3),
-        "{waited:?}"
-    );
+    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
     let producer = {
         let q = q.clone();
         tokio::spawn(async move {
@@ -329,7 +327,7 @@ async fn waits_for_an_item_and_times_out() -> TestResult {
 #[tokio::test]
 async fn two_readers_each_see_every_item() -> TestResult {
     let c = cluster!("two_readers_each_see_every_item");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("fan").await?;
     let a = js.reader(&q, "a").await?;
     let b = js.reader(&q, "b").await?;
@@ -358,7 +356,7 @@ async fn two_readers_each_see_every_item() -> TestResult {
 #[tokio::test]
 async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
     let c = cluster!("a_queue_for_readers_keeps_items_for_them_only");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     assert_eq!(
         js.queue_for_readers("cap", &[], false)
             .await
@@ -413,9 +411,9 @@ async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
         js.reader(&q, "").await.err().map(|e| e.kind()),
         Some(Kind::InvalidArgument)
     );
-    // A second door opening it again, with a third reader, finds the same readers
+    // A second instance opening it again, with a third reader, finds the same readers
     // and their positions; the new one gets what is appended from then on.
-    let other = c.door().await?;
+    let other = c.instance().await?;
     let (q2, again) = other
         .queue_for_readers("cap", &["a", "b", "c"], false)
         .await?;
@@ -450,8 +448,8 @@ async fn a_queue_for_readers_keeps_items_for_them_only() -> TestResult {
 #[tokio::test]
 async fn delete_queue_loses_no_acknowledged_item() -> TestResult {
     let c = cluster!("delete_queue_loses_no_acknowledged_item");
-    let js = c.door().await?;
-    let other = c.door().await?;
+    let js = c.instance().await?;
+    let other = c.instance().await?;
     let q = js.queue("d").await?;
     let stale = other.queue("d").await?;
     js.reader(&q, "r").await?;
@@ -461,7 +459,7 @@ async fn delete_queue_loses_no_acknowledged_item() -> TestResult {
     assert!(!js.delete_queue("never").await?);
     let r = js.reader(&q, "").await?;
     assert!(take(&r, TakeMode::Take).await?.is_none());
-    // The other door's handle still works: its item is not lost. (A take that does
+    // The other instance's handle still works: its item is not lost. (A take that does
     // not wait can answer empty while the reader's leader catches up: docs/cluster.md.)
     set(&stale, "after").await?;
     let got = r.take(TakeMode::Take, Duration::from_secs(2)).await?;
@@ -493,7 +491,7 @@ async fn delete_queue_loses_no_acknowledged_item() -> TestResult {
 #[tokio::test]
 async fn delete_reader() -> TestResult {
     let c = cluster!("delete_reader");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("dr").await?;
     let r = js.reader(&q, "r").await?;
     set(&q, "x").await?;
@@ -519,7 +517,7 @@ async fn delete_reader() -> TestResult {
 #[tokio::test]
 async fn flushes() -> TestResult {
     let c = cluster!("flushes");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("f").await?;
     let other = js.queue("g").await?;
     let d = js.reader(&q, "").await?;
@@ -551,7 +549,7 @@ async fn flushes() -> TestResult {
 #[tokio::test]
 async fn expired_items_are_not_delivered() -> TestResult {
     let c = cluster!("expired_items_are_not_delivered");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("e").await?;
     let r = js.reader(&q, "").await?;
     let now = weir::Clock::system().now_ms();
@@ -622,7 +620,7 @@ async fn too_large_items_are_refused() -> TestResult {
 #[tokio::test]
 async fn stats_fields() -> TestResult {
     let c = cluster!("stats_fields");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("s").await?;
     js.queue("a-first").await?;
     let d = js.reader(&q, "").await?;
@@ -697,12 +695,12 @@ async fn stats_fields() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_second_door_shares_the_queues() -> TestResult {
-    let c = cluster!("a_second_door_shares_the_queues");
-    let a = c.door().await?;
+async fn a_second_instance_shares_the_queues() -> TestResult {
+    let c = cluster!("a_second_instance_shares_the_queues");
+    let a = c.instance().await?;
     let qa = a.queue("shared").await?;
     set(&qa, "from a").await?;
-    let b = c.door().await?;
+    let b = c.instance().await?;
     // Learnt at connect from the stream's consumers, however young: the stream keeps
     // what b appends to it whatever its replicas did (no proof needed).
     assert!(b.existing_queue("shared")?.is_some());
@@ -710,8 +708,8 @@ async fn a_second_door_shares_the_queues() -> TestResult {
     assert!(listed.iter().any(|q| q.name == "shared"));
     let qb = b.queue("shared").await?;
     let rb = b.reader(&qb, "").await?;
-    // Another door's write reaches a reader's consumer a moment after its PubAck
-    // (replication); a door reads only its own writes at once. So: a short wait.
+    // Another instance's write reaches a reader's consumer a moment after its PubAck
+    // (replication); an instance reads only its own writes at once. So: a short wait.
     let wait = Duration::from_secs(2);
     assert_eq!(
         data(&rb.take(TakeMode::Take, wait).await?),
@@ -735,7 +733,7 @@ async fn a_second_door_shares_the_queues() -> TestResult {
 #[tokio::test]
 async fn a_sweep_keeps_what_any_reader_still_needs() -> TestResult {
     let c = cluster!("a_sweep_keeps_what_any_reader_still_needs");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("sw").await?;
     let d = js.reader(&q, "").await?;
     let b = js.reader(&q, "b").await?;
@@ -781,13 +779,13 @@ async fn a_sweep_keeps_what_any_reader_still_needs() -> TestResult {
 #[tokio::test]
 async fn a_released_lease_comes_back_at_once() -> TestResult {
     let c = cluster!("a_released_lease_comes_back_at_once");
-    let a = c.door().await?;
-    let b = c.door().await?;
+    let a = c.instance().await?;
+    let b = c.instance().await?;
     let qa = a.queue("rel").await?;
     let ra = a.reader(&qa, "").await?;
     set(&qa, "held").await?;
     let held = take(&ra, TakeMode::Lease).await?;
-    // The connection ends: its leases go back, then the door goes.
+    // The connection ends: its leases go back, then the instance goes.
     assert!(ra.release(&lease(&held)?)?);
     a.close().await?;
     let qb = b.queue("rel").await?;
@@ -805,10 +803,10 @@ async fn a_released_lease_comes_back_at_once() -> TestResult {
 }
 
 #[tokio::test]
-async fn leases_live_while_held_and_come_back_after_their_door_died() -> TestResult {
-    let c = cluster!("leases_live_while_held_and_come_back_after_their_door_died");
-    let a = c.door().await?;
-    let b = c.door().await?;
+async fn leases_live_while_held_and_come_back_after_their_instance_died() -> TestResult {
+    let c = cluster!("leases_live_while_held_and_come_back_after_their_instance_died");
+    let a = c.instance().await?;
+    let b = c.instance().await?;
     let qa = a.queue("ka").await?;
     let ra = a.reader(&qa, "").await?;
     set(&qa, "kept").await?;
@@ -821,7 +819,7 @@ async fn leases_live_while_held_and_come_back_after_their_door_died() -> TestRes
         .take(TakeMode::Take, Duration::from_millis(2500))
         .await?
         .is_none());
-    // The door vanishes without releasing (no close, no release).
+    // The instance vanishes without releasing (no close, no release).
     drop(ra);
     drop(qa);
     drop(a);
@@ -838,13 +836,13 @@ async fn leases_live_while_held_and_come_back_after_their_door_died() -> TestRes
 }
 
 #[tokio::test]
-async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
-    let c = cluster!("a_killed_doors_leases_come_back_at_once");
-    // A lease timeout far longer than the wait below: only the other door's -NAK
+async fn a_killed_instances_leases_come_back_at_once() -> TestResult {
+    let c = cluster!("a_killed_instances_leases_come_back_at_once");
+    // A lease timeout far longer than the wait below: only the other instance's -NAK
     // can bring the item back in time.
     let config = JetStreamConfig {
         lease_timeout_ms: 30_000,
-        door_timeout_ms: 500,
+        instance_timeout_ms: 500,
         ..c.config()
     };
     let a = JetStream::connect(config.clone(), StoreOptions::default()).await?;
@@ -854,13 +852,13 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
     for i in 0..14 {
         set(&qa, &format!("i{i:02}")).await?;
     }
-    // Both doors registered, and each has seen the other answer a ping (a door lists
+    // Both instances registered, and each has seen the other answer a ping (an instance lists
     // the others every 4 rounds of 125 ms here).
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
     let until = Instant::now() + Duration::from_secs(10);
-    while door_registrations(&client, &c.stream).await?.len() < 2 {
-        assert!(Instant::now() < until, "the doors did not register");
+    while instance_registrations(&client, &c.stream).await?.len() < 2 {
+        assert!(Instant::now() < until, "the instances did not register");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -889,7 +887,7 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
         lease(t.ok_or("a lease")?)
     };
     // One of those taken at once is released: its line leaves its record, so the
-    // give-back below does not take it back from door b, which holds it next.
+    // give-back below does not take it back from instance b, which holds it next.
     assert!(ra.release(&holding("i07")?)?);
     let qb = b.queue("kd").await?;
     let rb = b.reader(&qb, "").await?;
@@ -925,7 +923,7 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
         );
     }
     assert!(take(&rb, TakeMode::Take).await?.is_none());
-    // Door a is killed: no close, no release; its runtime and connection just end.
+    // Instance a is killed: no close, no release; its runtime and connection just end.
     drop(held);
     drop(ra);
     drop(qa);
@@ -944,7 +942,7 @@ async fn a_killed_doors_leases_come_back_at_once() -> TestResult {
         "back after {:?}",
         started.elapsed()
     );
-    // Neither the confirmed items nor the released one (still door b's) comes back.
+    // Neither the confirmed items nor the released one (still instance b's) comes back.
     assert!(rb
         .take(TakeMode::Take, Duration::from_millis(1500))
         .await?
@@ -989,7 +987,7 @@ async fn stored_lease_seqs(
     Ok(records)
 }
 
-/// How many lease records the doors' stream holds (`_weir.<stream>.rec.lease.>`).
+/// How many lease records the instances' stream holds (`_weir.<stream>.rec.lease.>`).
 async fn lease_records(
     client: &async_nats::Client,
     stream: &str,
@@ -1004,8 +1002,8 @@ async fn lease_records(
         .map_or(0, serde_json::Map::len))
 }
 
-/// The doors registered on the test's stream (`_weir.<stream>.rec.door.<key>`).
-async fn door_registrations(
+/// The instances registered on the test's stream (`_weir.<stream>.rec.door.<key>`).
+async fn instance_registrations(
     client: &async_nats::Client,
     stream: &str,
 ) -> std::result::Result<Vec<String>, Box<dyn StdError>> {
@@ -1036,12 +1034,12 @@ async fn stream_messages(
 }
 
 /// The consumer `~interest` that builds of 2026-11-26 added (every queue's subject,
-/// starting at 2^62) can make a replica purge its copy of the stream; a door deletes
+/// starting at 2^62) can make a replica purge its copy of the stream; an instance deletes
 /// it when it sets the stream up, and the stream then keeps and frees items as usual.
 #[tokio::test]
 async fn a_leftover_interest_keeper_is_deleted() -> TestResult {
     let c = cluster!("a_leftover_interest_keeper_is_deleted");
-    let a = c.door().await?;
+    let a = c.instance().await?;
     a.queue("kept").await?;
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
@@ -1069,8 +1067,8 @@ async fn a_leftover_interest_keeper_is_deleted() -> TestResult {
         Ok::<_, Box<dyn StdError>>(String::from_utf8_lossy(&names.payload).into_owned())
     };
     assert!(names().await?.contains("\"~interest\""));
-    // A second door sets the stream up: the keeper goes, the readers stay.
-    let b = c.door().await?;
+    // A second instance sets the stream up: the keeper goes, the readers stay.
+    let b = c.instance().await?;
     let q = b.queue("kept").await?;
     let listed = names().await?;
     assert!(!listed.contains("\"~interest\""), "{listed}");
@@ -1096,10 +1094,10 @@ async fn a_leftover_interest_keeper_is_deleted() -> TestResult {
 }
 
 #[tokio::test]
-async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
-    let c = cluster!("a_door_taken_for_dead_gives_nothing_back_twice");
+async fn an_instance_taken_for_dead_gives_nothing_back_twice() -> TestResult {
+    let c = cluster!("an_instance_taken_for_dead_gives_nothing_back_twice");
     let config = JetStreamConfig {
-        door_timeout_ms: 300,
+        instance_timeout_ms: 300,
         lease_timeout_ms: 4000,
         ..c.config()
     };
@@ -1113,13 +1111,13 @@ async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
         }) => lease,
         other => return Err(format!("a lease, not {other:?}").into()),
     };
-    // Another door took this one for dead while it was cut off, and gave its leases
-    // back (here: the mark only, as the winning door writes it).
+    // Another instance took this one for dead while it was cut off, and gave its leases
+    // back (here: the mark only, as the winning instance writes it).
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
     let until = Instant::now() + Duration::from_secs(10);
     let registered = loop {
-        let registered = door_registrations(&client, &c.stream).await?;
+        let registered = instance_registrations(&client, &c.stream).await?;
         if !registered.is_empty() || Instant::now() > until {
             break registered;
         }
@@ -1130,11 +1128,14 @@ async fn a_door_taken_for_dead_gives_nothing_back_twice() -> TestResult {
         .request(registered[0].clone(), "dead by-the-test 0".into())
         .await?;
     assert!(!String::from_utf8_lossy(&ack.payload).contains("error"));
-    // The door sees the mark, registers again under a new key, and lets go of what
+    // The instance sees the mark, registers again under a new key, and lets go of what
     // it held: the release sends no -NAK (the item may be another client's now).
     let until = Instant::now() + Duration::from_secs(5);
-    while door_registrations(&client, &c.stream).await?.len() < 2 {
-        assert!(Instant::now() < until, "the door did not register again");
+    while instance_registrations(&client, &c.stream).await?.len() < 2 {
+        assert!(
+            Instant::now() < until,
+            "the instance did not register again"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ra.release(lease_of(&lease)?)?);
@@ -1209,28 +1210,30 @@ async fn unreachable_cluster_is_unavailable_not_a_hang() -> TestResult {
 }
 
 /// Throughput of append, then lease + confirm, then plain takes, from 10 and 100 tasks
-/// on one door; the lease figure with the doors' lease records (the default) and
-/// without (`door_timeout_ms = 0`), which is what a record costs.
+/// on one instance; the lease figure with the instances' lease records (the default) and
+/// without (`instance_timeout_ms = 0`), which is what a record costs.
 /// `cargo test -p weir-backend --release --test jetstream -- --ignored --nocapture`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn throughput() -> TestResult {
     let c = cluster!("throughput");
-    for door_timeout_ms in [1000, 0] {
+    for instance_timeout_ms in [1000, 0] {
         let config = JetStreamConfig {
-            door_timeout_ms,
+            instance_timeout_ms,
             ..c.config()
         };
         let js = JetStream::connect(config, StoreOptions::default()).await?;
         for tasks in [10usize, 100] {
-            let q = js.queue(&format!("bench{tasks}d{door_timeout_ms}")).await?;
+            let q = js
+                .queue(&format!("bench{tasks}d{instance_timeout_ms}"))
+                .await?;
             let r = js.reader(&q, "").await?;
             let appended = append_rate(&q, tasks, 3000).await?;
             let leased = take_rate(&r, tasks, TakeMode::Lease).await?;
             append_rate(&q, tasks, 3000).await?;
             let taken = take_rate(&r, tasks, TakeMode::Take).await?;
             eprintln!(
-                "door_timeout_ms {door_timeout_ms}, {tasks} tasks: append {appended:.0}/s; lease+confirm {leased:.0}/s; take {taken:.0}/s"
+                "instance_timeout_ms {instance_timeout_ms}, {tasks} tasks: append {appended:.0}/s; lease+confirm {leased:.0}/s; take {taken:.0}/s"
             );
         }
         js.close().await?;
@@ -1297,7 +1300,7 @@ async fn take_rate(
 /// backend does), through the shared reply subscription, and async-nats' `fetch()`.
 async fn no_wait_pulls(c: &Cluster) -> TestResult {
     use futures_util::StreamExt;
-    let js = c.door().await?;
+    let js = c.instance().await?;
     js.queue("nowait").await?;
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
@@ -1374,7 +1377,7 @@ async fn scanned(
 async fn a_scan_walks_what_a_queue_keeps_without_consuming() -> TestResult {
     use weir_backend::ScanFrom;
     let c = cluster!("a_scan_walks_what_a_queue_keeps_without_consuming");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let q = js.queue("walk").await?;
     let d = js.reader(&q, "").await?;
     for item in ["1", "2", "3"] {
@@ -1459,7 +1462,7 @@ fn now_ms() -> u64 {
 #[tokio::test]
 async fn a_reader_made_at_the_end_skips_what_is_kept() -> TestResult {
     let c = cluster!("a_reader_made_at_the_end_skips_what_is_kept");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let (q, _) = js.queue_for_readers("rec", &["record"], true).await?;
     set(&q, "1").await?;
     set(&q, "2").await?;
@@ -1520,7 +1523,7 @@ async fn placing(
 #[tokio::test]
 async fn flushing_the_only_reader_keeps_its_consumer() -> TestResult {
     let c = cluster!("flushing_the_only_reader_keeps_its_consumer");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
     let (q, readers) = js.queue_for_readers("solo", &["r", "late"], false).await?;
@@ -1560,11 +1563,11 @@ async fn flushing_the_only_reader_keeps_its_consumer() -> TestResult {
 }
 
 /// The contract every home keeps (`common`), on the cluster: CONSUMER.RESET moves a
-/// reader; this door's lease of it ends.
+/// reader; this instance's lease of it ends.
 #[tokio::test]
 async fn readers_move_back_and_forward() -> TestResult {
     let c = cluster!("readers_move_back_and_forward");
-    let backend = weir_backend::Backend::JetStream(c.door().await?);
+    let backend = weir_backend::Backend::JetStream(c.instance().await?);
     common::readers_move_back_and_forward(&backend).await?;
     backend.close().await?;
     Ok(())
@@ -1575,7 +1578,7 @@ async fn readers_move_back_and_forward() -> TestResult {
 #[tokio::test]
 async fn the_contract_of_every_backend() -> TestResult {
     let c = cluster!("the_contract_of_every_backend");
-    let backend = weir_backend::Backend::JetStream(c.door().await?);
+    let backend = weir_backend::Backend::JetStream(c.instance().await?);
     common::a_reader_made_at_the_end_is_never_moved_again(&backend).await?;
     common::readers_not_kept_are_forgotten(&backend).await?;
     common::leases_and_deleted_readers(&backend).await?;
@@ -1591,7 +1594,7 @@ async fn the_contract_of_every_backend() -> TestResult {
 async fn a_reader_made_at_the_end_moves_back_past_its_start() -> TestResult {
     use weir_backend::SeekTo;
     let c = cluster!("a_reader_made_at_the_end_moves_back_past_its_start");
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let (q, _) = js.queue_for_readers("late", &["record"], false).await?;
     set(&q, "1").await?;
     let (q, readers) = js.queue_for_readers("late", &["record", "s"], true).await?;
@@ -1616,20 +1619,20 @@ async fn a_reader_made_at_the_end_moves_back_past_its_start() -> TestResult {
 }
 
 /// A reader whose maker died between making it (`all`, `weir.place` in its metadata)
-/// and moving it to the end is moved there by the next door that opens it, not
+/// and moving it to the end is moved there by the next instance that opens it, not
 /// read from its start; a move of it places it first, so the placing is not done
 /// again over the move.
 #[tokio::test]
-async fn a_reader_left_unplaced_is_placed_by_the_next_door() -> TestResult {
+async fn a_reader_left_unplaced_is_placed_by_the_next_instance() -> TestResult {
     use weir_backend::SeekTo;
-    let c = cluster!("a_reader_left_unplaced_is_placed_by_the_next_door");
+    let c = cluster!("a_reader_left_unplaced_is_placed_by_the_next_instance");
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
-    let js = c.door().await?;
+    let js = c.instance().await?;
     let (q, _) = js.queue_for_readers("half", &["record"], false).await?;
     set(&q, "1").await?;
     set(&q, "2").await?;
-    // What a door killed between the two steps leaves: made `all`, not moved.
+    // What an instance killed between the two steps leaves: made `all`, not moved.
     let info = client
         .request(format!("$JS.API.STREAM.INFO.{}", c.stream), "".into())
         .await?;
@@ -1658,7 +1661,7 @@ async fn a_reader_left_unplaced_is_placed_by_the_next_door() -> TestResult {
         assert!(made.get("error").is_none(), "{made}");
     }
     set(&q, "3").await?;
-    let other = c.door().await?;
+    let other = c.instance().await?;
     let (oq, readers) = other
         .queue_for_readers("half", &["record", "s"], true)
         .await?;
@@ -1693,8 +1696,8 @@ async fn a_reader_left_unplaced_is_placed_by_the_next_door() -> TestResult {
 async fn a_shared_map_writes_compare_and_set() -> TestResult {
     use weir_backend::Expect;
     let c = cluster!("a_shared_map_writes_compare_and_set");
-    let js = c.door().await?;
-    let other = c.door().await?;
+    let js = c.instance().await?;
+    let other = c.instance().await?;
     let map = js.shared_map("t").await?;
     let seen = other.shared_map("t").await?;
     assert!(map.get("a").await?.is_none());
@@ -1763,8 +1766,8 @@ async fn a_shared_map_writes_compare_and_set() -> TestResult {
     Ok(())
 }
 
-/// `max_bytes` of the doors' stream (what nats-server reserves in memory per replica).
-async fn doors_stream_bytes(
+/// `max_bytes` of the instances' stream (what nats-server reserves in memory per replica).
+async fn instances_stream_bytes(
     client: &async_nats::Client,
     stream: &str,
 ) -> std::result::Result<u64, Box<dyn StdError>> {
@@ -1777,22 +1780,22 @@ async fn doors_stream_bytes(
         .ok_or_else(|| format!("no max_bytes in {info}").into())
 }
 
-/// The doors' stream reserves `doors_stream_bytes` (8 MiB by default; it was 64 MiB,
-/// and 14 stream names filled a 1 GB test cluster), and a door started with another
+/// The instances' stream reserves `instances_stream_bytes` (8 MiB by default; it was 64 MiB,
+/// and 14 stream names filled a 1 GB test cluster), and an instance started with another
 /// size sets it.
 #[tokio::test]
-async fn the_doors_stream_is_sized_by_its_setting() -> TestResult {
-    let c = cluster!("the_doors_stream_is_sized_by_its_setting");
-    let a = c.door().await?;
+async fn the_instances_stream_is_sized_by_its_setting() -> TestResult {
+    let c = cluster!("the_instances_stream_is_sized_by_its_setting");
+    let a = c.instance().await?;
     a.queue("ds").await?;
     let addrs: Vec<async_nats::ServerAddr> = c.urls.iter().filter_map(|u| u.parse().ok()).collect();
     let client = async_nats::connect(addrs).await?;
     let until = Instant::now() + Duration::from_secs(10);
-    while door_registrations(&client, &c.stream).await?.is_empty() {
-        assert!(Instant::now() < until, "the door never registered");
+    while instance_registrations(&client, &c.stream).await?.is_empty() {
+        assert!(Instant::now() < until, "the instance never registered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(doors_stream_bytes(&client, &c.stream).await?, 8 << 20);
+    assert_eq!(instances_stream_bytes(&client, &c.stream).await?, 8 << 20);
     let config = JetStreamConfig {
         doors_stream_bytes: 2 << 20,
         ..c.config()
@@ -1800,10 +1803,10 @@ async fn the_doors_stream_is_sized_by_its_setting() -> TestResult {
     let b = JetStream::connect(config, StoreOptions::default()).await?;
     b.queue("ds").await?;
     let until = Instant::now() + Duration::from_secs(10);
-    while doors_stream_bytes(&client, &c.stream).await? != 2 << 20 {
+    while instances_stream_bytes(&client, &c.stream).await? != 2 << 20 {
         assert!(
             Instant::now() < until,
-            "the second door did not resize the stream"
+            "the second instance did not resize the stream"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

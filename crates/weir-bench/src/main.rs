@@ -12,6 +12,9 @@
 //! something when the reference server runs beside weir on the same machine with the
 //! same client, a client that is not itself the limit (its CPU time is reported).
 
+// The flags' doc comments are clap's help, where `[1024]` is a default, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 mod bus;
 mod bus_http;
 mod bus_scale;

@@ -11,7 +11,8 @@
 //! body tee, `shadow.rs` replays, `record.rs` routes that keep their captures,
 //! `capture_file.rs` captures as JSON lines (export, import), `replay.rs` replays to
 //! any URL (`weir replay`), `upgrade.rs` WebSocket, `idle.rs` stalled answers,
-//! `server.rs` the listeners, `metrics.rs` `/metrics`.
+//! `server.rs` the listeners, `metrics.rs` `/metrics`; `tools/` the capture endpoints
+//! of the HTTP port and the command lines `weir capture`, `weir replay` and `weir diff`.
 //!
 //! It keeps its captures through `weir_backend`, the interface the memcache door
 //! uses, so a route's shadows and recording run on the embedded engine or on a
@@ -41,6 +42,7 @@ mod route;
 mod server;
 mod shadow;
 mod tls;
+pub mod tools;
 mod upgrade;
 
 use std::net::SocketAddr;

@@ -21,20 +21,20 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 use weir::{Durability, QueueConfig, StoreOptions};
 
-use crate::parse::{GET_KEYS_MAX_DEFAULT, ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT};
+pub use weir_memcache::parse::{
+    GET_KEYS_MAX_DEFAULT, ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT,
+};
+pub use weir_memcache::settings::{
+    Limits, OPEN_READS_MAX_DEFAULT, QUEUES_MAX_DEFAULT, REQUEST_TIMEOUT_MS_DEFAULT,
+    WAIT_MS_MAX_DEFAULT,
+};
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:22133";
 pub const HTTP_LISTEN_DEFAULT: &str = "127.0.0.1:22134";
 pub const DATA_DIR_DEFAULT: &str = "./data";
 pub const LOG_LEVEL_DEFAULT: &str = "info";
 pub const CONNECTIONS_MAX_DEFAULT: usize = 16_384;
-pub const OPEN_READS_MAX_DEFAULT: u64 = 1;
-pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
-pub const WAIT_MS_MAX_DEFAULT: u64 = 3_600_000;
 pub const SHUTDOWN_GRACE_MS_DEFAULT: u64 = 5_000;
-/// The default of `max_queues`: the store's `queues_max`, the most queues clients can
-/// bring into being.
-pub const QUEUES_MAX_DEFAULT: usize = 10_000;
 
 /// Bounds on the limits themselves, so a typo cannot make the server unusable.
 pub const LINE_BYTES_MAX_MIN: usize = 256;
@@ -47,7 +47,7 @@ pub const HTTP_CONNECTIONS_MAX_DEFAULT: usize = 256;
 /// Time an HTTP client has to send its whole request head.
 pub const HTTP_HEADER_TIMEOUT_MS_DEFAULT: u64 = 10_000;
 /// The environment variable the admin key may come from (the file's `admin_key` wins).
-pub const ADMIN_KEY_ENV: &str = "WEIR_ADMIN_KEY";
+pub use weir_proxy::tools::ADMIN_KEY_ENV;
 /// Bounds on the admin key's length: it guards captured requests' credentials.
 pub const ADMIN_KEY_BYTES_MIN: usize = 16;
 pub const ADMIN_KEY_BYTES_MAX: usize = 256;
@@ -130,43 +130,6 @@ pub struct QueueSection {
     pub segment_size_bytes: Option<u64>,
 }
 
-/// The limits of the front door that `reload` may change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub line_bytes_max: usize,
-    pub item_size_bytes_max: u64,
-    pub max_open_reads: u64,
-    pub request_timeout_ms: u64,
-    pub wait_ms_max: u64,
-    /// Most queues clients may create; more is `SERVER_ERROR too many queues`.
-    pub max_queues: usize,
-    pub shutdown_enabled: bool,
-    /// Most keys of one `get`; more is `CLIENT_ERROR too many keys`.
-    pub get_keys_max: usize,
-    /// `flush_all` answers Kestrel's `Flushed all queues.` instead of memcache's `OK`.
-    pub flush_all_kestrel: bool,
-    /// `delete` and `flush` of the bus's and the proxy's queues work (they are
-    /// refused by default: those doors own them).
-    pub reserved_queues_writable: bool,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            line_bytes_max: LINE_BYTES_MAX_DEFAULT,
-            item_size_bytes_max: ITEM_SIZE_BYTES_MAX_DEFAULT,
-            max_open_reads: OPEN_READS_MAX_DEFAULT,
-            request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
-            wait_ms_max: WAIT_MS_MAX_DEFAULT,
-            max_queues: QUEUES_MAX_DEFAULT,
-            shutdown_enabled: false,
-            get_keys_max: GET_KEYS_MAX_DEFAULT,
-            flush_all_kestrel: false,
-            reserved_queues_writable: false,
-        }
-    }
-}
-
 /// Everything the server runs with, resolved.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -212,6 +175,34 @@ pub struct Overrides {
     pub nats_servers: Option<String>,
     /// JetStream stream name; its subjects become `NAME.q.<queue>`.
     pub nats_stream: Option<String>,
+}
+
+impl Settings {
+    /// What the memcache door runs with; `files_open_max` is the store's descriptor
+    /// budget, derived at start.
+    pub fn memcache(&self, files_open_max: usize) -> weir_memcache::MemcacheSettings {
+        weir_memcache::MemcacheSettings {
+            listen: self.listen.clone(),
+            threads: self.threads,
+            max_connections: self.max_connections,
+            shutdown_grace_ms: self.shutdown_grace_ms,
+            files_open_max,
+            limits: self.limits,
+            http_listen: self.http_listen.clone(),
+            data_dir: self.data_dir.clone(),
+        }
+    }
+}
+
+/// What the memcache door's `reload` runs: reads `path` again and answers its limits
+/// and queue settings (this module stays the one reader of the file).
+pub fn reload_from(path: PathBuf) -> weir_memcache::Reload {
+    Arc::new(move || {
+        let file = read_file(&path)?;
+        let limits = resolve_limits(&file.server)?;
+        let options = store_options(&file)?;
+        Ok((limits, options))
+    })
 }
 
 /// Reads and parses a config file.

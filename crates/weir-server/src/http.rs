@@ -1,7 +1,7 @@
-//! HTTP beside the memcache port: `/health` for load balancers and `/metrics` in
-//! Prometheus's text format, rendered at scrape time from the front door's counters
-//! and the engine's stats (see `metrics.rs`); with an admin key, the capture
-//! endpoints of `captures.rs`.
+//! The HTTP port, beside the doors: `/health` for load balancers and `/metrics` in
+//! Prometheus's text format, rendered at scrape time from every running door's
+//! counters and the backend's stats (see `metrics.rs`); with an admin key, the proxy's
+//! capture endpoints (`weir_proxy::tools::captures`).
 //!
 //! Served by `weir_http::Listener`, like the bus's API and the proxy: at most
 //! `http_max_connections` connections at once (at the cap, the connection idle the
@@ -14,6 +14,7 @@
 //! `weir_http::STOP_GRACE` (2 s) is dropped.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +24,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use weir_http::Listener;
+use weir_proxy::tools::captures::{self, CaptureApi};
 
-use crate::shared::Shared;
+use crate::doors::Door;
 
 /// How long a stop waits for the HTTP port's task: its drain's grace, and a little
 /// for dropping what the grace left.
@@ -38,50 +41,56 @@ pub struct HttpLimits {
     pub header_timeout: Duration,
 }
 
+/// What the HTTP port serves from: the backend and the running doors, for `/health`
+/// and `/metrics`; the proxy's capture endpoints bring their own state.
+pub struct HttpPort {
+    pub backend: Arc<weir_backend::Backend>,
+    /// The memcache door, when it runs (its series come first; at zero without it).
+    pub memcache: Option<Arc<weir_memcache::MemcacheDoor>>,
+    /// The other running doors (the bus, the proxy), in the order of their series.
+    pub doors: Vec<Arc<dyn Door>>,
+    /// The capture endpoints' state (merged into this port's router).
+    pub captures: Arc<CaptureApi>,
+    /// Turns true when the process begins to stop.
+    pub stopping: watch::Receiver<bool>,
+    /// Idle connections closed at `http_max_connections` for a new one (shared with
+    /// the port's `weir_http::http_conns::Slots`).
+    pub evicted: Arc<AtomicU64>,
+    /// A `/metrics` gathering of the backend's figures is running (at most one).
+    pub gathering: Arc<AtomicBool>,
+}
+
+/// Serves the HTTP port on `listener` until `port.stopping` turns true.
 pub async fn serve(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    port: Arc<HttpPort>,
     limits: HttpLimits,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .merge(crate::captures::routes())
-        .with_state(Arc::clone(&shared));
+        .with_state(Arc::clone(&port))
+        .merge(captures::router(Arc::clone(&port.captures)));
     let serving = Listener::new(
         "HTTP",
         limits.max_connections,
         limits.header_timeout,
-        Arc::clone(&shared.metrics.http_connections_evicted),
+        Arc::clone(&port.evicted),
     );
-    let stop = async move { shared.shutdown.wait().await };
+    let mut stopping = port.stopping.clone();
+    let captures = Arc::clone(&port.captures);
+    let stop = async move {
+        let _ = stopping.wait_for(|v| *v).await;
+        captures.begin_shutdown();
+    };
     serving.serve_http1(listener, stop, app).await;
     Ok(())
 }
 
-/// Binds `http_listen` and serves there until shutdown, on a task of its own: the
-/// HTTP port of `weir proxy --http-listen` (`weir serve` binds it with its other
-/// ports, in `server.rs`).
-pub async fn spawn(
-    shared: Arc<Shared>,
-) -> anyhow::Result<tokio::task::JoinHandle<std::io::Result<()>>> {
-    use anyhow::Context;
-    let addr = shared.settings.http_listen.clone();
-    let listener = TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("listening on {addr} (HTTP)"))?;
-    tracing::info!(http = %listener.local_addr()?, "listening");
-    let limits = HttpLimits {
-        max_connections: shared.settings.http_max_connections,
-        header_timeout: Duration::from_millis(shared.settings.http_header_timeout_ms),
-    };
-    Ok(tokio::spawn(serve(listener, shared, limits)))
-}
-
-async fn health(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    if shared.shutdown.is_triggered() {
+async fn health(State(port): State<Arc<HttpPort>>) -> impl IntoResponse {
+    if *port.stopping.borrow() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else if !shared.backend.is_up() {
+    } else if !port.backend.is_up() {
         // A readiness check: on JetStream with the cluster out of reach every
         // command waits, then fails; a load balancer should send clients elsewhere.
         (StatusCode::SERVICE_UNAVAILABLE, "backend unavailable\n")
@@ -106,16 +115,16 @@ impl Drop for GatheringMark {
 
 /// Starts gathering the backend's queue figures on a task of its own, unless one
 /// runs already.
-fn gather_stats(shared: &Arc<Shared>) -> Option<Gathering> {
-    let mark = &shared.metrics_gathering;
+fn gather_stats(port: &Arc<HttpPort>) -> Option<Gathering> {
+    let mark = &port.gathering;
     if mark.swap(true, std::sync::atomic::Ordering::AcqRel) {
         return None;
     }
     let mark = GatheringMark(Arc::clone(mark));
-    let shared = Arc::clone(shared);
+    let backend = Arc::clone(&port.backend);
     Some(tokio::spawn(async move {
         let _mark = mark;
-        shared.backend.stats(None).await
+        backend.stats(None).await
     }))
 }
 
@@ -141,7 +150,7 @@ async fn stats_within(gathering: Gathering) -> Vec<weir_backend::QueueStats> {
     }
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse, Infallible> {
+async fn metrics(State(port): State<Arc<HttpPort>>) -> Result<impl IntoResponse, Infallible> {
     // A backend out of reach would have `stats` retry for `unavailable_retry_ms` (10 s
     // by default), past a scraper's timeout: the page waits at most
     // METRICS_STATS_WAIT, and renders the door's own series without the queues'
@@ -149,7 +158,7 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
     // wait: on a cluster whose listing takes longer, it still fills the backend's
     // snapshot cache for the scrapes that follow. One runs at a time: a scrape that
     // finds one running renders without the queues' figures.
-    let stats = match gather_stats(&shared) {
+    let stats = match gather_stats(&port) {
         None => {
             tracing::warn!(
                 "/metrics: an earlier gathering of the backend's queue figures still runs"
@@ -158,21 +167,10 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
         }
         Some(gathering) => stats_within(gathering).await,
     };
-    let metrics_shared = Arc::clone(&shared);
     // Thousands of queues make a large page: rendered off the event loop.
-    let body = tokio::task::spawn_blocking(move || {
-        let mut body = metrics_shared.metrics.render(&stats);
-        metrics_shared.backend.render_metrics(&mut body);
-        if let Some(bus) = &metrics_shared.bus {
-            bus.render_metrics(&stats, &mut body);
-        }
-        if let Some(proxy) = &metrics_shared.proxy {
-            proxy.render_metrics(&stats, &mut body);
-        }
-        body
-    })
-    .await
-    .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
+    let body = tokio::task::spawn_blocking(move || render(&port, &stats))
+        .await
+        .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
     Ok((
         [(
             header::CONTENT_TYPE,
@@ -180,4 +178,93 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Result<impl IntoResponse,
         )],
         body,
     ))
+}
+
+/// The page: the memcache door's series (at zero when it does not run) with the
+/// HTTP port's among them, every queue's and reader's, the backend's, then each
+/// other door's; in the order the page has always had.
+fn render(port: &HttpPort, stats: &[weir_backend::QueueStats]) -> String {
+    let mut body = String::with_capacity(4096);
+    let evicted = port.evicted.load(Ordering::Relaxed);
+    let http = |out: &mut String| crate::metrics::render_http_evicted(evicted, out);
+    match &port.memcache {
+        Some(memcache) => memcache.render_metrics_around(&mut body, http),
+        None => weir_memcache::render_idle_metrics(&mut body, http),
+    }
+    crate::metrics::render_queues(stats, &mut body);
+    port.backend.render_metrics(&mut body);
+    for door in &port.doors {
+        door.render_metrics(stats, &mut body);
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The families of a page without the memcache door and the other doors, in the
+    /// order `weir serve` and `weir proxy --http-listen` have always shown them.
+    const FAMILIES: [&str; 28] = [
+        "weir_connections",
+        "weir_connections_total",
+        "weir_connections_refused_total",
+        "weir_http_connections_evicted_total",
+        "weir_bytes_read_total",
+        "weir_bytes_written_total",
+        "weir_get_hits_total",
+        "weir_get_misses_total",
+        "weir_commands_total",
+        "weir_request_duration_seconds",
+        "weir_queue_items",
+        "weir_queue_bytes",
+        "weir_queue_appended_total",
+        "weir_queue_expired_total",
+        "weir_queue_discarded_total",
+        "weir_queue_open_leases",
+        "weir_queue_waiters",
+        "weir_queue_oldest_age_ms",
+        "weir_queue_disk_bytes",
+        "weir_reader_items",
+        "weir_reader_bytes",
+        "weir_reader_taken_total",
+        "weir_reader_confirmed_total",
+        "weir_reader_expired_total",
+        "weir_reader_discarded_total",
+        "weir_reader_open_leases",
+        "weir_reader_waiters",
+        "weir_reader_oldest_age_ms",
+    ];
+
+    #[test]
+    fn the_page_keeps_its_families_and_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = weir::Store::open_with(dir.path(), weir::StoreOptions::default()).unwrap();
+        let backend = Arc::new(weir_backend::Backend::Embedded(
+            weir_backend::Embedded::new(store),
+        ));
+        let (_stopping_tx, stopping) = watch::channel(false);
+        let port = HttpPort {
+            backend: Arc::clone(&backend),
+            memcache: None,
+            doors: Vec::new(),
+            captures: CaptureApi::new(Arc::clone(&backend), None, None),
+            stopping,
+            evicted: Arc::new(AtomicU64::new(3)),
+            gathering: Default::default(),
+        };
+        let page = render(&port, &[]);
+        let families: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .filter(|name| !name.starts_with("weir_backend") && !name.starts_with("weir_store"))
+            .collect();
+        assert_eq!(families[..FAMILIES.len()], FAMILIES, "{page}");
+        assert!(
+            page.contains("\nweir_http_connections_evicted_total 3\n"),
+            "{page}"
+        );
+        assert!(page.contains("\nweir_connections 0\n"), "{page}");
+    }
 }

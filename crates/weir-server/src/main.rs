@@ -1,21 +1,19 @@
 //! `weir`: the queue server's command line.
 //!
 //! Parses flags, reads the config file, sets up logging and the file-descriptor limit,
-//! builds the tokio runtime and runs [`weir_server::server::run`] until shutdown.
+//! builds the tokio runtime and runs [`weir_server::root::run`] until shutdown.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use weir_server::capture_cli::{self, CaptureCommand};
+use weir_proxy::tools::capture_cli::{self, CaptureCommand};
+use weir_proxy::tools::diff_cli::{self, DiffCommand};
+use weir_proxy::tools::replay_cli::{self, ReplayArgs};
 use weir_server::config::{self, FileConfig, Overrides};
-use weir_server::diff_cli::{self, DiffCommand};
-use weir_server::replay_cli::{self, ReplayArgs};
-use weir_server::signals::Signals;
 
 #[cfg(all(feature = "jemalloc", not(feature = "mimalloc")))]
 #[global_allocator]
@@ -108,7 +106,7 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     http_listen: Option<String>,
     /// Log level or tracing filter: error, warn, info, debug, trace, or e.g.
-    /// "weir_server=debug" [default: info]
+    /// "weir_memcache=debug" [default: info]
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
     /// Event-loop threads serving connections [default: the CPU count, shared with
@@ -180,13 +178,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let settings = config::resolve(&file, &overrides)?;
     init_logging(&settings.log_level)?;
     raise_open_files_limit();
-    // The accept loop, HTTP and the first event loop; `server::run` starts the others.
+    // The accept loop, HTTP and the first event loop; the memcache door starts the
+    // others.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
     let config_path = args.config.map(|p| std::path::absolute(&p).unwrap_or(p));
-    let result = runtime.block_on(weir_server::server::run(settings, config_path));
+    let result = runtime.block_on(weir_server::root::run(
+        settings,
+        weir_server::root::Plan::Serve,
+        config_path,
+    ));
     // Tasks still running (a client stuck in a write) must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
@@ -231,47 +234,20 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
         // The proxy alone gets every core (`weir serve` shares them among its doors).
         proxy.threads = config::cpus();
     }
+    let mut settings = settings;
+    settings.proxy = Some(proxy);
     init_logging(&settings.log_level)?;
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    // First of all: a signal from here on stops the start gracefully.
-    let mut signals = {
-        let _entered = runtime.enter();
-        Signals::install().context("installing the SIGTERM and SIGINT handlers")?
+    let plan = weir_server::root::Plan::ProxyOnly {
+        http: args.http_listen.is_some(),
     };
-    // The open is not cut short by a signal (it would go on, unclosed): the signal
-    // waits in `signals` and stops the proxy as soon as it is started.
-    let backend = Arc::new(runtime.block_on(weir_server::server::open_backend(
-        &settings,
-        settings.store.files_open_max,
-    ))?);
-    let handle = weir_proxy::start(Arc::clone(&backend), proxy)?;
-    let shared = weir_server::shared::Shared::for_proxy(settings, Arc::clone(&backend), handle);
-    runtime.block_on(async {
-        let http = match &args.http_listen {
-            Some(_) => Some(weir_server::http::spawn(Arc::clone(&shared)).await?),
-            None => None,
-        };
-        let why = signals.recv().await;
-        tracing::info!("{why}: stopping the proxy");
-        shared.begin_shutdown();
-        if let Some(http) = http {
-            let _ = tokio::time::timeout(weir_server::http::STOP_WAIT, http).await;
-        }
-        anyhow::Ok(())
-    })?;
-    if let Some(proxy) = &shared.proxy {
-        proxy.stop();
-    }
-    drop(shared);
-    runtime
-        .block_on(backend.close())
-        .context("closing the store")?;
-    tracing::info!("stopped");
-    Ok(())
+    let result = runtime.block_on(weir_server::root::run(settings, plan, None));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
 }
 
 /// Raises the soft limit on open files to the hard limit: 8000 clients need 8000

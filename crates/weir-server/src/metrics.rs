@@ -1,314 +1,40 @@
-//! Counters of the front door, and their Prometheus rendering with the engine's stats.
-//!
-//! Per-request counters live in one [`LoopMetrics`] per event loop, each on its own
-//! cache lines, and are summed when read (`stats`, `/metrics`): counters shared by the
-//! loops would bounce their cache lines between cores on every request, which measured
-//! as several percent of the server's CPU at 1000 connections. A connection lives on
-//! one loop and a loop is one thread, so each [`LoopMetrics`] has a single writer, and
-//! its counters are bumped with a plain load and store (no locked instruction).
-//! Connection counts change once per connection and stay plain shared atomics.
-//!
-//! Queue and reader numbers are not counted here at all; they are read from the
-//! engine (`Queue::stats`) when `/metrics` is scraped, so they can never drift from
-//! what `stats` shows.
+//! The root's own series on `/metrics`: the HTTP port's evictions and the figures of
+//! every queue and reader (the backend's `stats`, read when `/metrics` is scraped, so
+//! they can never drift from what `stats` shows). The doors render their own
+//! counters (`weir_memcache::metrics`, the bus's, the proxy's); `http.rs` puts the
+//! page together.
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
 
-use crate::parse::CommandKind;
-
-/// Upper bounds of the latency histogram's buckets, in microseconds.
-pub const LATENCY_BUCKETS_US: [u64; 14] = [
-    10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 50_000, 250_000, 1_000_000, 10_000_000,
-];
-
-/// A counter with one writing thread and any number of readers.
-#[derive(Default)]
-pub struct Counter(AtomicU64);
-
-impl Counter {
-    /// Adds `n`. Only the owning loop's thread calls this (see the module docs): a
-    /// load and a store, which another writer could interleave with and lose, but no
-    /// reader ever sees a torn value.
-    pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.load(Relaxed)
-    }
+/// `weir_http_connections_evicted_total`: idle HTTP-port connections closed at
+/// `http_max_connections` for a new one.
+pub fn render_http_evicted(evicted: u64, out: &mut String) {
+    let name = "weir_http_connections_evicted_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Idle HTTP-port connections closed at http_max_connections for a new one.\n# TYPE {name} counter\n{name} {evicted}"
+    );
 }
 
-/// The counters one event loop writes; aligned so two loops never share a line.
-#[derive(Default)]
-#[repr(align(128))]
-pub struct LoopMetrics {
-    pub bytes_read: Counter,
-    pub bytes_written: Counter,
-    pub get_hits: Counter,
-    pub get_misses: Counter,
-    pub peeks: Counter,
-    commands: [Counter; CommandKind::ALL.len()],
-    /// Cumulative counts are computed at render time; each slot counts only its own
-    /// bucket (the last one is +Inf).
-    latency_buckets: [Counter; LATENCY_BUCKETS_US.len() + 1],
-    latency_sum_us: Counter,
-}
-
-impl LoopMetrics {
-    /// Counts one request of `kind` that took `elapsed`.
-    pub fn record(&self, kind: CommandKind, elapsed: Duration) {
-        self.commands[kind.index()].add(1);
-        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let slot = LATENCY_BUCKETS_US
-            .iter()
-            .position(|&bound| us <= bound)
-            .unwrap_or(LATENCY_BUCKETS_US.len());
-        self.latency_buckets[slot].add(1);
-        self.latency_sum_us.add(us);
-    }
-}
-
-pub struct Metrics {
-    pub connections_current: AtomicU64,
-    pub connections_total: AtomicU64,
-    pub connections_refused: AtomicU64,
-    /// Idle HTTP-port connections closed at `http_max_connections` for a new one
-    /// (shared with the port's `weir_http::http_conns::Slots`).
-    pub http_connections_evicted: std::sync::Arc<AtomicU64>,
-    loops: Box<[LoopMetrics]>,
-    /// What `stats reset` subtracts from the counters `stats` shows.
-    stats_baseline: std::sync::Mutex<StatsBaseline>,
-}
-
-/// The counters `stats` shows (and `stats reset` resets), at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StatsBaseline {
-    pub total_connections: u64,
-    pub cmd_get: u64,
-    pub cmd_set: u64,
-    pub cmd_peek: u64,
-    pub get_hits: u64,
-    pub get_misses: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-}
-
-impl StatsBaseline {
-    fn zip(&self, other: &StatsBaseline, f: impl Fn(u64, u64) -> u64) -> StatsBaseline {
-        StatsBaseline {
-            total_connections: f(self.total_connections, other.total_connections),
-            cmd_get: f(self.cmd_get, other.cmd_get),
-            cmd_set: f(self.cmd_set, other.cmd_set),
-            cmd_peek: f(self.cmd_peek, other.cmd_peek),
-            get_hits: f(self.get_hits, other.get_hits),
-            get_misses: f(self.get_misses, other.get_misses),
-            bytes_read: f(self.bytes_read, other.bytes_read),
-            bytes_written: f(self.bytes_written, other.bytes_written),
+/// The figures of every queue and reader.
+pub fn render_queues(stats: &[weir::QueueStats], out: &mut String) {
+    for (name, kind, help, get) in QUEUE_FIELDS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in stats {
+            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", s.name, get(s));
         }
     }
-
-    /// These counters less `base`.
-    pub fn since(&self, base: &StatsBaseline) -> StatsBaseline {
-        self.zip(base, u64::saturating_sub)
-    }
-
-    /// These counters plus `base`.
-    pub fn plus(&self, base: &StatsBaseline) -> StatsBaseline {
-        self.zip(base, u64::saturating_add)
-    }
-}
-
-impl Metrics {
-    /// Counters for `loops` event loops (at least one).
-    pub fn new(loops: usize) -> Metrics {
-        Metrics {
-            connections_current: AtomicU64::new(0),
-            connections_total: AtomicU64::new(0),
-            connections_refused: AtomicU64::new(0),
-            http_connections_evicted: std::sync::Arc::new(AtomicU64::new(0)),
-            loops: (0..loops.max(1)).map(|_| LoopMetrics::default()).collect(),
-            stats_baseline: std::sync::Mutex::new(StatsBaseline::default()),
-        }
-    }
-
-    /// The counters of event loop `index`; only that loop's thread may write them.
-    pub fn for_loop(&self, index: usize) -> &LoopMetrics {
-        assert!(
-            index < self.loops.len(),
-            "event loop {index} has no counters"
-        );
-        &self.loops[index]
-    }
-
-    fn sum(&self, counter: impl Fn(&LoopMetrics) -> &Counter) -> u64 {
-        self.loops
-            .iter()
-            .fold(0u64, |total, l| total.wrapping_add(counter(l).get()))
-    }
-
-    pub fn command_count(&self, kind: CommandKind) -> u64 {
-        self.sum(|l| &l.commands[kind.index()])
-    }
-
-    pub fn bytes_read(&self) -> u64 {
-        self.sum(|l| &l.bytes_read)
-    }
-
-    pub fn bytes_written(&self) -> u64 {
-        self.sum(|l| &l.bytes_written)
-    }
-
-    pub fn get_hits(&self) -> u64 {
-        self.sum(|l| &l.get_hits)
-    }
-
-    pub fn get_misses(&self) -> u64 {
-        self.sum(|l| &l.get_misses)
-    }
-
-    pub fn peeks(&self) -> u64 {
-        self.sum(|l| &l.peeks)
-    }
-
-    /// What `stats` subtracts (set by `stats reset`).
-    pub fn stats_baseline(&self) -> StatsBaseline {
-        *self
-            .stats_baseline
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub fn set_stats_baseline(&self, base: StatsBaseline) {
-        *self
-            .stats_baseline
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = base;
-    }
-
-    /// The Prometheus text format of every counter, and of every queue and reader
-    /// (`stats`: the backend's figures).
-    pub fn render(&self, stats: &[weir::QueueStats]) -> String {
-        let mut out = String::with_capacity(4096);
-        let single = |out: &mut String, name: &str, kind: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        let connections = self.connections_current.load(Relaxed);
-        single(
-            &mut out,
-            "weir_connections",
-            "gauge",
-            "Open memcache connections.",
-            connections,
-        );
-        let counters = [
-            (
-                "weir_connections_total",
-                "Memcache connections accepted.",
-                self.connections_total.load(Relaxed),
-            ),
-            (
-                "weir_connections_refused_total",
-                "Connections refused over max_connections.",
-                self.connections_refused.load(Relaxed),
-            ),
-            (
-                "weir_http_connections_evicted_total",
-                "Idle HTTP-port connections closed at http_max_connections for a new one.",
-                self.http_connections_evicted.load(Relaxed),
-            ),
-            (
-                "weir_bytes_read_total",
-                "Bytes read from memcache clients.",
-                self.bytes_read(),
-            ),
-            (
-                "weir_bytes_written_total",
-                "Bytes written to memcache clients.",
-                self.bytes_written(),
-            ),
-            (
-                "weir_get_hits_total",
-                "Reads that returned an item.",
-                self.get_hits(),
-            ),
-            (
-                "weir_get_misses_total",
-                "Reads that returned no item.",
-                self.get_misses(),
-            ),
-        ];
-        for (name, help, value) in counters {
-            single(&mut out, name, "counter", help, value);
-        }
-        self.render_commands(&mut out);
-        self.render_latency(&mut out);
-        self.render_queues(stats, &mut out);
-        out
-    }
-
-    /// Requests by command.
-    fn render_commands(&self, out: &mut String) {
-        out.push_str(
-            "# HELP weir_commands_total Requests by command.\n# TYPE weir_commands_total counter\n",
-        );
-        for kind in CommandKind::ALL {
-            let _ = writeln!(
-                out,
-                "weir_commands_total{{command=\"{}\"}} {}",
-                kind.name(),
-                self.command_count(kind)
-            );
-        }
-    }
-
-    /// The request-duration histogram, in seconds.
-    fn render_latency(&self, out: &mut String) {
-        out.push_str("# HELP weir_request_duration_seconds Time to execute one request.\n# TYPE weir_request_duration_seconds histogram\n");
-        let mut cumulative = 0;
-        for (i, bound) in LATENCY_BUCKETS_US.iter().enumerate() {
-            cumulative += self.sum(|l| &l.latency_buckets[i]);
-            let _ = writeln!(
-                out,
-                "weir_request_duration_seconds_bucket{{le=\"{}\"}} {cumulative}",
-                *bound as f64 / 1e6
-            );
-        }
-        cumulative += self.sum(|l| &l.latency_buckets[LATENCY_BUCKETS_US.len()]);
-        let _ = writeln!(
-            out,
-            "weir_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            out,
-            "weir_request_duration_seconds_sum {}\nweir_request_duration_seconds_count {cumulative}",
-            self.sum(|l| &l.latency_sum_us) as f64 / 1e6
-        );
-    }
-
-    fn render_queues(&self, stats: &[weir::QueueStats], out: &mut String) {
-        for (name, kind, help, get) in QUEUE_FIELDS {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for s in stats {
-                let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", s.name, get(s));
-            }
-        }
-        for (name, kind, help, get) in READER_FIELDS {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for s in stats {
-                for r in &s.readers {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{queue=\"{}\",reader=\"{}\"}} {}",
-                        s.name,
-                        r.name,
-                        get(r)
-                    );
-                }
+    for (name, kind, help, get) in READER_FIELDS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in stats {
+            for r in &s.readers {
+                let _ = writeln!(
+                    out,
+                    "{name}{{queue=\"{}\",reader=\"{}\"}} {}",
+                    s.name,
+                    r.name,
+                    get(r)
+                );
             }
         }
     }

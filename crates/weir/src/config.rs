@@ -70,6 +70,15 @@ impl QueueConfig {
     pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 32 * 1024 * 1024;
 }
 
+// The default item limit is one the record format can describe, and a default
+// segment holds at least its file header and one record header.
+const _: () =
+    assert!(QueueConfig::MAX_ITEM_SIZE_BYTES_DEFAULT <= crate::frame::RECORD_PAYLOAD_BYTES_MAX);
+const _: () = assert!(
+    QueueConfig::SEGMENT_SIZE_BYTES_DEFAULT
+        > crate::segment::FILE_HEADER_BYTES + crate::frame::RECORD_HEADER_BYTES as u64
+);
+
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {

@@ -102,3 +102,18 @@ pub(crate) fn is_disk_full(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
         || e.kind() == io::ErrorKind::StorageFull
 }
+
+/// A `map_err` adapter: an I/O error with the context `context` builds, built only
+/// when the error happens.
+pub(crate) fn io_err(context: impl FnOnce() -> String) -> impl FnOnce(io::Error) -> Error {
+    move |e| Error::io(context(), e)
+}
+
+impl From<weir_types::InvalidName> for Error {
+    fn from(e: weir_types::InvalidName) -> Error {
+        Error::InvalidName {
+            name: e.name,
+            reason: e.reason,
+        }
+    }
+}

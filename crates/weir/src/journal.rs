@@ -31,6 +31,11 @@ const ROTATE_BYTES_MIN: u64 = 4 * 1024 * 1024;
 const WINDOW_BYTES: u64 = 64 * 1024;
 /// Largest record body (a reader create with a 100-byte name is ~120 bytes).
 const BODY_BYTES_MAX: usize = 1024;
+// A record, framed, fits in one window many times over; a new generation starts
+// only after many windows; windows are mapped at page offsets.
+const _: () = assert!(((SMALL_FRAME_HEADER_BYTES + BODY_BYTES_MAX) as u64) * 16 <= WINDOW_BYTES);
+const _: () = assert!(ROTATE_BYTES_MIN >= 16 * WINDOW_BYTES);
+const _: () = assert!(WINDOW_BYTES.is_multiple_of(4096));
 
 /// One journal record.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -56,6 +56,11 @@ const WRITES_BEFORE_MAPPING: u32 = 8;
 /// that a slow queue does not hold a whole window of RSS, large enough that the call is
 /// rare (once per 64 KiB written).
 const POPULATE_AHEAD_BYTES: u64 = 64 * 1024;
+// Populating works in whole pages; a staged batch is written in one `pwrite`
+// whose size the window can take.
+const _: () = assert!(POPULATE_AHEAD_BYTES.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(PAGE_BYTES.is_power_of_two());
+const _: () = assert!(STAGE_BYTES as u64 >= PAGE_BYTES);
 
 pub(crate) struct MapFile {
     /// Closed by [`MapFile::close`] (an idle queue holds no descriptor) and opened

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::item::{Item, Lease, LeaseId, TakeMode, Taken};
-use crate::queue::QueueCore;
+use crate::queue::queue_core::QueueCore;
 
 /// What a timeout too large to add to the clock is cut to (about 30 years).
 const WAIT_FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);

@@ -6,7 +6,7 @@
 //! compared length-first is both simpler and faster; `READERS_PER_QUEUE_MAX` bounds it.
 
 /// Most readers one queue may have.
-pub const READERS_PER_QUEUE_MAX: usize = 256;
+pub use weir_types::READERS_PER_QUEUE_MAX;
 
 pub(crate) struct Readers<T> {
     list: Vec<(String, T)>,

@@ -83,7 +83,7 @@ impl SpaceReserve {
         match fs::remove_file(&self.path) {
             Ok(()) => {
                 *state = State::Released;
-                tracing::warn!(path = %self.path.display(), bytes = self.bytes, "the disk is full: the space reserve is released so that readers can keep consuming; appends are refused until as much is free again");
+                tracing::warn!(path = %self.path.display(), bytes = self.bytes, "disk full: space reserve released so readers can go on; appends refused until as much is free");
                 true
             }
             Err(e) => {

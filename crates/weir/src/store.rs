@@ -34,8 +34,8 @@ use crate::file_cell::FilesBudget;
 use crate::lockfile::DirLock;
 use crate::mapfile::sync_dir;
 use crate::name::validate_queue_name;
+use crate::queue::queue_core::{QueueCore, StoreLink};
 use crate::queue::Queue;
-use crate::queue::QueueCore;
 use crate::space_reserve::SpaceReserve;
 
 /// How often the background thread wakes to look for work (lease timeouts, periodic
@@ -429,17 +429,6 @@ impl StoreInner {
         Ok(names)
     }
 
-    /// The queue `name`, created on first use within `queues_max` (how `expire_to`
-    /// gets its target).
-    pub(crate) fn queue_for_use(self: &Arc<Self>, name: &str) -> Result<Arc<QueueCore>> {
-        self.open_queue(name, OpenMode::Use)
-    }
-
-    /// Puts a queue on the background thread's list (see `QueueCore::mark_active`).
-    pub(crate) fn activate(&self, queue: Arc<QueueCore>) {
-        self.active.lock().push(queue);
-    }
-
     /// Ticks the queues on the active list; the ones with work left go back on it.
     fn tick_active(&self, now: Instant) {
         let batch = std::mem::take(&mut *self.active.lock());
@@ -629,5 +618,27 @@ fn background(store: Weak<StoreInner>, stop: Arc<(Mutex<bool>, Condvar)>) {
             budget_checked = now;
             inner.enforce_files_budget(true);
         }
+    }
+}
+
+/// What a queue asks of its store (see `queue_core.rs`).
+impl StoreLink for StoreInner {
+    /// The queue `name`, created on first use within `queues_max` (how `expire_to`
+    /// gets its target).
+    fn queue_for_use(self: Arc<Self>, name: &str) -> Result<Arc<QueueCore>> {
+        self.open_queue(name, OpenMode::Use)
+    }
+
+    /// Puts a queue on the background thread's list (see `QueueCore::mark_active`).
+    fn activate(&self, queue: Arc<QueueCore>) {
+        self.active.lock().push(queue);
+    }
+
+    fn enforce_files_budget(&self, from_background: bool) {
+        StoreInner::enforce_files_budget(self, from_background);
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
     }
 }

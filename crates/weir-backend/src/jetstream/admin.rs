@@ -1,6 +1,6 @@
 //! `delete`, `flush` and `flush_all` on the cluster.
 //!
-//! - `delete q` never loses an item a door acknowledged. Another door may still hold a
+//! - `delete q` never loses an item an instance acknowledged. Another instance may still hold a
 //!   handle on `q` and `set` into it after the delete; had `q~` gone, the next sweep
 //!   would remove that item, kept for no reader. So the named readers'
 //!   consumers are deleted, the subject is purged, and `q~` stays: the queue starts
@@ -40,7 +40,7 @@ struct Deleted {
 
 impl Inner {
     pub(super) async fn delete_queue(&self, queue: &str) -> Result<bool> {
-        weir::validate_queue_name(queue)?;
+        weir_types::validate_queue_name(queue)?;
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let prefix = consumer_name(queue, "");
@@ -68,8 +68,8 @@ impl Inner {
     }
 
     pub(super) async fn delete_reader(&self, queue: &str, reader: &str) -> Result<bool> {
-        weir::validate_queue_name(queue)?;
-        weir::validate_reader_name(reader)?;
+        weir_types::validate_queue_name(queue)?;
+        weir_types::validate_reader_name(reader)?;
         if reader.is_empty() {
             return Err(Error::new(
                 Kind::InvalidArgument,
@@ -90,13 +90,13 @@ impl Inner {
     }
 
     pub(super) async fn flush(&self, queue: &str, reader: Option<&str>) -> Result<u64> {
-        weir::validate_queue_name(queue)?;
+        weir_types::validate_queue_name(queue)?;
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let flushed = match reader {
             None => self.purge(queue, deadline).await?,
             Some(reader) => {
-                weir::validate_reader_name(reader)?;
+                weir_types::validate_reader_name(reader)?;
                 let moved = self.restart_reader(queue, reader, deadline).await?;
                 self.sweeper.mark(queue);
                 moved
@@ -143,7 +143,7 @@ impl Inner {
         // Placed first if its maker did not finish (see `Inner::place`).
         let info = self.place(&name, info, deadline).await?;
         let flushed = info.num_pending + info.num_ack_pending;
-        // Its leases through this door end, as on the engine: after the move a
+        // Its leases through this instance end, as on the engine: after the move a
         // confirm of one could acknowledge a later delivery of the same item.
         self.end_leases(&name).await;
         self.refresh_records(deadline).await;
@@ -204,7 +204,7 @@ impl Inner {
 
 /// Whether the consumer's leader has CONSUMER.RESET (nats-server 2.14 and later): the
 /// version its info carries (`_nats.ver`, set by the server that answered), else the
-/// version of the server this door is connected to.
+/// version of the server this instance is connected to.
 pub(super) fn resets_consumers(info: &ConsumerInfo, connected: &str) -> bool {
     let version = info
         .config

@@ -1,14 +1,16 @@
-//! Requests to the cluster, with the retry rule every call shares.
+//! Requests to the cluster, with the retry rule the retried calls share.
 //!
 //! Everything weir asks JetStream is a core NATS request: the JetStream API
 //! (`$JS.API.…`, JSON in and out), a publish awaiting its PubAck, a pull
 //! (`CONSUMER.MSG.NEXT`), a double ack to a message's reply subject, a Direct Get.
 //! [`Api::send`] makes one attempt, bounded in time as a whole (the client's own
 //! request timeout does not cover a send that waits for room in its command channel
-//! while it reconnects). [`Backoff`] spaces the retries: 50 ms doubling to 250 ms, until
-//! the call's deadline (`unavailable_retry_ms`). [`Api::json`] is the JetStream API on
-//! top: it retries what failed for the moment and maps the rest through
-//! [`super::errors`].
+//! while it reconnects). A call that retries spaces its attempts with [`Backoff`]:
+//! 50 ms, doubled after each pause up to 250 ms, until the deadline its caller gives
+//! (most give [`Api::deadline`], `unavailable_retry_ms` from the start of the call;
+//! the instances' upkeep gives one request timeout: what fails is tried again on
+//! its next round). [`Api::json`] is the JetStream API on top: it retries what
+//! failed for the moment and maps the rest through [`super::errors`].
 //!
 //! The API is spoken directly (the request subjects and JSON bodies are NATS's
 //! documented wire API) rather than through async-nats' typed helpers, so that every
@@ -85,11 +87,11 @@ pub(crate) struct Api {
     pub request_timeout: Duration,
     /// One call, retries included.
     pub retry_for: Duration,
-    /// Whether the server this door is connected to still gets answers.
+    /// Whether the server this instance is connected to still gets answers.
     pub health: Arc<Health>,
     /// `<subject_prefix>.`: publishes to queues count for [`Health`].
     pub queue_subjects: Arc<str>,
-    /// `<stream>_`: the doors' stream and the maps' (`<stream>_DOORS`,
+    /// `<stream>_`: the instances' stream and the maps' (`<stream>_DOORS`,
     /// `<stream>_MAP_*`), whose requests do not count for [`Health`].
     pub side_streams: Arc<str>,
 }
@@ -208,7 +210,7 @@ impl Health {
     }
 
     /// How long requests have failed with none answered, when one failed within
-    /// `recent` (a door that stopped asking is not stuck); zero otherwise.
+    /// `recent` (an instance that stopped asking is not stuck); zero otherwise.
     pub fn failing_for(&self, recent: Duration) -> Duration {
         let since = self.failing_since_ms.load(Ordering::Relaxed);
         let now = self.now_ms();
@@ -300,10 +302,10 @@ impl Api {
     }
 
     /// Whether an attempt on `subject` says if the connected server can serve this
-    /// door: the JetStream API on the queues' stream, acks and publishes to queues do
+    /// instance: the JetStream API on the queues' stream, acks and publishes to queues do
     /// (they need the cluster); a Direct Get does not (any replica answers from its
-    /// own copy, a server cut off from its peers too), nor do the doors' pings, their
-    /// stream's and the maps' requests (a door runs those on its own, every 250 ms,
+    /// own copy, a server cut off from its peers too), nor do the instances' pings, their
+    /// stream's and the maps' requests (an instance runs those on its own, every 250 ms,
     /// and a server cut off from its peers was seen to keep answering them).
     fn tells_health(&self, subject: &str) -> bool {
         let Some(api) = subject.strip_prefix("$JS.API.") else {
@@ -510,7 +512,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         h.failed();
         assert!(h.failing_for(recent) >= Duration::from_millis(30));
-        // No failure within the last 10 ms: a door that stopped asking is not stuck.
+        // No failure within the last 10 ms: an instance that stopped asking is not stuck.
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(h.failing_for(Duration::from_millis(10)), Duration::ZERO);
         h.answered();

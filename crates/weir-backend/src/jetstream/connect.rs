@@ -1,7 +1,7 @@
 //! The connection to the cluster: its own small runtime, the client's options and
 //! credentials, and what the client reports about the link.
 //!
-//! The front door runs several single-threaded event loops; the NATS client's
+//! A weir instance runs several single-threaded event loops; the NATS client's
 //! connection task, the keep-alive and nak pumps and the reapers of abandoned waits
 //! run on a runtime of their own ([`RUNTIME_THREADS`] threads named `weir-nats`), so
 //! none of them competes with a loop's connections or depends on a loop staying
@@ -14,17 +14,17 @@
 //! the client reconnects by itself, for ever (`max_reconnects(None)`).
 //!
 //! A server that stops answering is left in seconds, two ways:
-//! - it is silent (hung, stopped, cut off from the door): the client pings it after
+//! - it is silent (hung, stopped, cut off from the instance): the client pings it after
 //!   `ping_interval_ms` of silence and drops the connection when three pings in a row
 //!   go unanswered, so after three `ping_interval_ms` (6 s by default; the client's
-//!   own default, 60 s, made a door wait three minutes);
+//!   own default, 60 s, made an instance wait three minutes);
 //! - it answers pings but not requests (cut off from its peers: JetStream answers
-//!   "temporarily unavailable", or nothing): when no request of this door has been
+//!   "temporarily unavailable", or nothing): when no request of this instance has been
 //!   answered for `failover_ms` while they kept failing ([`failover_watch`]), the
-//!   door reconnects to another server: for two `failover_ms` after, reconnections
+//!   instance reconnects to another server: for two `failover_ms` after, reconnections
 //!   skip the servers left ([`super::left::Left`]; the client alone picks at random, and went
 //!   back to the same server about one time in three). Direct Gets and the
-//!   doors' pings do not count: a server cut off from its peers still answers those
+//!   instances' pings do not count: a server cut off from its peers still answers those
 //!   from its own copy and its own clients.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -167,13 +167,13 @@ pub(crate) async fn options(
     metrics: Arc<Metrics>,
     link: Arc<LinkState>,
     health: Arc<Health>,
-    door_id: &str,
+    instance_id: &str,
 ) -> Result<ConnectOptions> {
     let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
     let mut options = ConnectOptions::new()
-        // The door's id (`weir-<pid>-<start>`, hex): which door a connection on a
+        // The instance's id (`weir-<pid>-<start>`, hex): which instance a connection on a
         // server's `/connz` is.
-        .name(door_id)
+        .name(instance_id)
         .max_reconnects(None)
         .retry_on_initial_connect()
         .connection_timeout(timeout)
@@ -226,7 +226,7 @@ pub(super) async fn failover_watch(inner: std::sync::Weak<super::Inner>, every: 
         tokio::time::sleep(tick).await;
         let Some(inner) = inner.upgrade() else { return };
         let api = &inner.api;
-        // A failure within the last tick: a door that stopped asking is not stuck.
+        // A failure within the last tick: an instance that stopped asking is not stuck.
         let failing = api.health.failing_for(tick * 2);
         if failing < every || !inner.is_up() {
             continue;
@@ -238,7 +238,7 @@ pub(super) async fn failover_watch(inner: std::sync::Weak<super::Inner>, every: 
             "jetstream: no request answered through this server; moving to another"
         );
         // Skipped for two failover periods: long enough that two servers cut off
-        // together are not left for each other in turn, short enough that a door
+        // together are not left for each other in turn, short enough that an instance
         // whose other servers are all gone comes back to it soon.
         let until = std::time::Instant::now() + every * 2;
         api.health

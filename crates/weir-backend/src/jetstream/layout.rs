@@ -6,7 +6,7 @@
 //! default reader). `~` is outside weir's name alphabet, so `q~r` splits back
 //! unambiguously; weir's names are subject- and consumer-safe as they are
 //! (`[A-Za-z0-9_:-]`). The stream keeps every item (limits retention, no limit set)
-//! until a door's sweep purges what every reader of its queue has confirmed
+//! until an instance's sweep purges what every reader of its queue has confirmed
 //! (`sweep.rs`): Kestrel's fan-out. Interest retention, which did that in the server,
 //! let a replica that was down drop items a reader made meanwhile still needed.
 
@@ -142,15 +142,15 @@ pub(crate) enum Start {
     Oldest,
     /// This stream sequence (`by_start_sequence`): after the queue's newest item when
     /// it was made. Unlike `new`, which earlier builds used, it is fixed at creation
-    /// (two doors making it at once agree or find it made) and can be reset forward
+    /// (two instances making it at once agree or find it made) and can be reset forward
     /// later (`flush q.r`), but never below it. Only for servers without
     /// `CONSUMER.RESET` (before 2.14) now.
     At(u64),
     /// Made `all` with [`PLACE_KEY`] naming this sequence, then moved there
     /// (`CONSUMER.RESET`) and the key dropped: it starts as `At` does, and can later
     /// be moved anywhere the queue keeps (the bus's replay to before a
-    /// subscription). The key in its config makes two doors' creations differ, so
-    /// only one makes it; a door that finds the key (its maker died between the two
+    /// subscription). The key in its config makes two instances' creations differ, so
+    /// only one makes it; an instance that finds the key (its maker died between the two
     /// steps, or a reply was lost) does the move. See `Inner::place`.
     Placed(u64),
 }
@@ -192,7 +192,8 @@ pub(crate) fn consumer_name(queue: &str, reader: &str) -> String {
 /// `(queue, reader)` of a consumer weir made.
 pub(crate) fn split_consumer(name: &str) -> Option<(&str, &str)> {
     let (queue, reader) = name.split_once(READER_MARK)?;
-    let ok = weir::validate_queue_name(queue).is_ok() && weir::validate_reader_name(reader).is_ok();
+    let ok = weir_types::validate_queue_name(queue).is_ok()
+        && weir_types::validate_reader_name(reader).is_ok();
     ok.then_some((queue, reader))
 }
 
@@ -215,7 +216,7 @@ pub(crate) struct ConsumerInfo {
 }
 
 impl ConsumerInfo {
-    /// Whether a door may register this consumer's queue from a listing: it is a
+    /// Whether an instance may register this consumer's queue from a listing: it is a
     /// queue's default reader (the stream keeps what is appended to the queue from
     /// then on whatever its replicas did, so no proof is needed).
     pub fn learnable(&self) -> bool {

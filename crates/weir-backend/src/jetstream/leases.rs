@@ -3,17 +3,17 @@
 //!
 //! In JetStream a lease is a delivered, unacknowledged message; the consumer's AckWait
 //! is its timeout. For queues without `open_timeout`, AckWait is `lease_timeout_ms`
-//! (how soon the leases of a killed front door come back when no other door gives
-//! them back first, see [`super::doors`]), and the
+//! (how soon the leases of a killed weir instance come back when no other instance gives
+//! them back first, see [`super::instances`]), and the
 //! keep-alive pump sends `+WPI` (work in progress: AckWait starts again) for every
-//! lease this door holds, every third of its AckWait. So a lease lives as long as the
+//! lease this instance holds, every third of its AckWait. So a lease lives as long as the
 //! client connection that holds it, whatever the AckWait, and no longer than
-//! AckWait after its door died. Queues with `open_timeout` get it as AckWait and no
+//! AckWait after its instance died. Queues with `open_timeout` get it as AckWait and no
 //! keep-alive: the engine's timeout exactly.
 //!
 //! `Reader::release` must not await (it runs in `Drop`), so it hands `-NAK` to the
 //! nak pump through a channel. The channel is unbounded, but its producer is bounded:
-//! each lease is released at most once, and the leases a door holds are bounded by
+//! each lease is released at most once, and the leases an instance holds are bounded by
 //! its own limits (`max_open_reads` per connection, connections) and by
 //! `max_ack_pending` per reader on the cluster. The keep-alive registry is bounded by
 //! [`KEPT_ALIVE_MAX`]; a lease past it is simply not renewed (it comes back after
@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use super::api::Api;
 use super::records::Record;
 
-/// Leases one door keeps alive at once (about 150 bytes each).
+/// Leases one instance keeps alive at once (about 150 bytes each).
 pub(crate) const KEPT_ALIVE_MAX: usize = 262_144;
 
 /// The longest consumer leader election planned for (JetStream's Raft timeouts give 4
@@ -46,7 +46,7 @@ const TICK_MAX: Duration = Duration::from_millis(500);
 const TICK_MIN: Duration = Duration::from_millis(20);
 
 struct Held {
-    /// The lease's record in the doors' stream ([`super::doors`]), if stored.
+    /// The lease's record in the instances' stream ([`super::instances`]), if stored.
     record: Option<Arc<Record>>,
     next: Instant,
     every: Duration,
@@ -66,11 +66,18 @@ impl Held {
     /// the lease's end from here: `None`, the `-NAK` goes once. A retry past the
     /// lease's end could take the item back from a new holder.
     fn nak_by(&self, now: Instant) -> Option<Instant> {
-        (self.renew && self.every >= ELECTION_MAX)
-            .then(|| (self.next + self.every / 2).min(now + NAK_RETRY_MAX))
+        let nak_by = (self.renew && self.every >= ELECTION_MAX)
+            .then(|| (self.next + self.every / 2).min(now + NAK_RETRY_MAX));
+        // The retries end while the lease surely lasts: past it, a -NAK could take
+        // the item back from a new holder.
+        debug_assert!(
+            nak_by.is_none_or(|by| by <= self.sure_until()),
+            "a -NAK retried past the lease's sure end"
+        );
+        nak_by
     }
 
-    /// Until when the lease surely lasts, as far as this door knows, so that a
+    /// Until when the lease surely lasts, as far as this instance knows, so that a
     /// `-NAK` sent later may find the item another client's and is not sent (AckWait
     /// gives it back then, if it has not already). A renewed lease: half a renewal
     /// period past its next renewal (one renewal lost, and a margin; an election
@@ -89,7 +96,7 @@ impl Held {
 /// A lease's end, as the registry saw it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Forgot {
-    /// This door held it: its record (if any) is to lose it; and until when a `-NAK`
+    /// This instance held it: its record (if any) is to lose it; and until when a `-NAK`
     /// for it may still be retried ([`Held::nak_by`]).
     Held {
         record: Option<Arc<Record>>,
@@ -97,7 +104,7 @@ pub(crate) enum Forgot {
         /// [`Held::sure_until`].
         sure_until: Instant,
     },
-    /// Other doors took this door for dead and gave it back already: it must not be
+    /// Other instances took this instance for dead and gave it back already: it must not be
     /// given back again (it may be another client's by now).
     Lost,
     /// Its reader was moved ([`Leases::end_consumer`]): the item may be pending
@@ -112,7 +119,7 @@ pub(crate) enum Forgot {
 pub(crate) struct Release {
     /// The lease's ack subject.
     pub reply: Arc<str>,
-    /// Its record in the doors' stream, to lose it first.
+    /// Its record in the instances' stream, to lose it first.
     pub record: Option<Arc<Record>>,
     /// Until when a `-NAK` nobody received (no consumer leader: an election) is
     /// tried again; `None`: once.
@@ -122,10 +129,10 @@ pub(crate) struct Release {
     pub sure_until: Option<Instant>,
 }
 
-/// The leases this door keeps alive, and the way to the nak pump.
+/// The leases this instance keeps alive, and the way to the nak pump.
 pub(crate) struct Leases {
     held: Mutex<HashMap<Arc<str>, Held>>,
-    /// Leases given back by other doors while this one was cut off (bounded as `held`).
+    /// Leases given back by other instances while this one was cut off (bounded as `held`).
     lost: Mutex<std::collections::HashSet<Arc<str>>>,
     /// Leases whose reader was moved (bounded as `held`).
     ended: Mutex<std::collections::HashSet<Arc<str>>>,
@@ -186,7 +193,7 @@ impl Leases {
             return;
         }
         let next = taken + every;
-        held.insert(
+        let held_before = held.insert(
             reply,
             Held {
                 record,
@@ -196,9 +203,12 @@ impl Leases {
                 renew,
             },
         );
+        // An ack subject names one delivery: kept twice, the first keep's record
+        // would never lose its line.
+        debug_assert!(held_before.is_none(), "a lease kept twice");
     }
 
-    /// The stream sequences of the leases this door holds on `consumer` (what a peek
+    /// The stream sequences of the leases this instance holds on `consumer` (what a peek
     /// must not show).
     pub fn leased_seqs(&self, consumer: &str) -> std::collections::HashSet<u64> {
         let token = format!(".{consumer}.");
@@ -229,7 +239,7 @@ impl Leases {
         Forgot::Unknown
     }
 
-    /// Other doors gave every lease of this door back (they took it for dead): none
+    /// Other instances gave every lease of this instance back (they took it for dead): none
     /// is renewed or given back again. How many.
     pub fn lose_all(&self) -> usize {
         let held: Vec<Arc<str>> = lock(&self.held).drain().map(|(reply, _)| reply).collect();
@@ -244,7 +254,7 @@ impl Leases {
         n
     }
 
-    /// The reader `consumer` is being moved: the leases this door holds on it end
+    /// The reader `consumer` is being moved: the leases this instance holds on it end
     /// (no renewal; their confirm and release do nothing). Those recorded, with their
     /// records, which are to lose them.
     pub fn end_consumer(&self, consumer: &str) -> Vec<(Arc<Record>, Arc<str>)> {
@@ -274,6 +284,18 @@ impl Leases {
     /// Queues `-NAK` for the lease (after its record lost it); false once the
     /// backend is closed.
     pub fn nak(&self, release: Release) -> bool {
+        // A -NAK retried (`nak_by`) is one of a lease kept here, whose sure end is
+        // known ([`Forgot::Held`]), and the retries stop before it.
+        if let Some(nak_by) = release.nak_by {
+            debug_assert!(
+                release.sure_until.is_some(),
+                "a retried -NAK without its lease's end"
+            );
+            debug_assert!(
+                release.sure_until.is_some_and(|sure| nak_by <= sure),
+                "a -NAK retried past its lease's sure end"
+            );
+        }
         let naks = lock(&self.naks);
         let Some(tx) = naks.as_ref() else {
             return false;
@@ -303,7 +325,10 @@ impl Leases {
     }
 
     fn nak_sent(&self) {
-        self.unsent.fetch_sub(1, Ordering::AcqRel);
+        let unsent = self.unsent.fetch_sub(1, Ordering::AcqRel);
+        // One call per release that `nak` queued: more would make `released` stop
+        // waiting for releases still queued.
+        assert!(unsent > 0, "a release counted as sent twice");
         self.sent.notify_waiters();
     }
 
@@ -312,7 +337,7 @@ impl Leases {
         lock(&self.naks).take();
     }
 
-    /// The records of the leases this door holds whose stored version lists leases
+    /// The records of the leases this instance holds whose stored version lists leases
     /// no longer open ([`Record::is_stale`]), each once.
     pub fn stale_records(&self) -> Vec<Arc<Record>> {
         let mut seen = std::collections::HashSet::new();
@@ -365,8 +390,8 @@ pub(crate) async fn nak_pump(
                 Err(_) => break,
             }
         }
-        // The records first: a door killed between the two leaves the lease to
-        // AckWait, rather than to another door's -NAK after it went to a new
+        // The records first: an instance killed between the two leaves the lease to
+        // AckWait, rather than to another instance's -NAK after it went to a new
         // holder. One write per record for all its leases released together.
         for (record, replies) in by_record(&batch) {
             record.ended(&api, &replies).await;
@@ -611,8 +636,10 @@ mod tests {
         ];
         let groups = by_record(&batch);
         assert_eq!(groups.len(), 2);
-        assert!(Arc::ptr_eq(&groups[0].0, &a) && groups[0].1 == ["1", "4"]);
-        assert!(Arc::ptr_eq(&groups[1].0, &b) && groups[1].1 == ["2"]);
+        assert!(Arc::ptr_eq(&groups[0].0, &a));
+        assert_eq!(groups[0].1, ["1", "4"]);
+        assert!(Arc::ptr_eq(&groups[1].0, &b));
+        assert_eq!(groups[1].1, ["2"]);
     }
 
     #[test]
@@ -693,5 +720,26 @@ mod tests {
             Forgot::Held { .. }
         ));
         assert!(leases.end_consumer("q~r").is_empty());
+    }
+
+    /// A release the nak pump counts as sent more often than it was queued is a bug
+    /// (`released` would stop waiting for releases still queued): it crashes.
+    #[test]
+    #[should_panic(expected = "a release counted as sent twice")]
+    fn a_release_sent_twice_is_a_bug() {
+        let (leases, _rx) = Leases::new(Duration::from_millis(300));
+        leases.nak_sent();
+    }
+
+    /// Keeping one delivery's lease twice is a bug (the first keep's record would
+    /// never lose its line); caught in debug builds.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "a lease kept twice")]
+    fn a_lease_kept_twice_is_a_bug() {
+        let (leases, _rx) = Leases::new(Duration::from_millis(300));
+        let ack_wait = Duration::from_secs(30);
+        leases.keep("a".into(), ack_wait, true, None, Instant::now());
+        leases.keep("a".into(), ack_wait, true, None, Instant::now());
     }
 }

@@ -1,4 +1,4 @@
-//! The servers a door's failover watch left lately ([`super::connect::failover_watch`]),
+//! The servers an instance's failover watch left lately ([`super::connect::failover_watch`]),
 //! which its reconnections skip for a while: the NATS client alone picks a server at
 //! random and went back to the one cut off from its peers about one time in three.
 
@@ -11,7 +11,7 @@ use async_nats::{Server, ServerAddr};
 #[derive(Default)]
 pub(crate) struct Left {
     servers: Vec<(String, u16, std::time::Instant)>,
-    /// Turns among equal candidates, so doors and attempts do not all pick the same
+    /// Turns among equal candidates, so instances and attempts do not all pick the same
     /// one (a name that no longer resolves fails without counting as a failure).
     turn: usize,
 }
@@ -32,8 +32,8 @@ impl Left {
     }
 
     /// Whether `addr` is a server left lately: the same host and port as its INFO
-    /// gave. Nothing looser: a server's own port need not be the one the door dials
-    /// (a published container port), and a wrong match could pin the door to the
+    /// gave. Nothing looser: a server's own port need not be the one the instance dials
+    /// (a published container port), and a wrong match could pin the instance to the
     /// server it leaves.
     fn has(&self, addr: &ServerAddr, now: std::time::Instant) -> bool {
         self.servers
@@ -112,10 +112,8 @@ mod tests {
             got.iter().all(|p| matches!(p, Some(4223) | Some(4224))),
             "{got:?}"
         );
-        assert!(
-            got.contains(&Some(4223)) && got.contains(&Some(4224)),
-            "{got:?}"
-        );
+        assert!(got.contains(&Some(4223)), "{got:?}");
+        assert!(got.contains(&Some(4224)), "{got:?}");
         // Two left lately: the third, not one of the two in turn.
         let mut l = left(&[("127.0.0.1", 4222), ("127.0.0.1", 4223)]);
         assert_eq!(ports(&mut l, &servers, 3), vec![Some(4224); 3]);
@@ -142,7 +140,7 @@ mod tests {
             assert_ne!(addr.host(), "10.0.0.2");
         }
         // A server listening on every address names no host of its own, and one in
-        // a container may name a port the door does not dial: not told, the client
+        // a container may name a port the instance does not dial: not told, the client
         // chooses as it would.
         assert!(left(&[("0.0.0.0", 4222)]).choose(&servers).is_none());
         let published = pool(&[("nats://h1:4222", 0), ("nats://h2:4223", 0)]);

@@ -1,18 +1,18 @@
 //! A small replicated map in the cluster, for a front door's own metadata (the event
-//! bus's tokens, topics and subscriptions) and for choosing which door does what.
+//! bus's tokens, topics and subscriptions) and for choosing which instance does what.
 //!
 //! One stream per map, `<stream>_MAP_<NAME>` (file storage, the stream's replicas, one
 //! message per subject, no Direct Get), a subject per key,
 //! `_weir.<stream>.map.<name>.<key>`. A key's revision is the stream sequence of its
 //! value; a write can require the revision it expects
 //! (`Nats-Expected-Last-Subject-Sequence`, 0 for "absent"), which makes
-//! compare-and-set writes: of two doors writing from the same revision, one wins and
+//! compare-and-set writes: of two instances writing from the same revision, one wins and
 //! the other gets [`Kind::Conflict`] (unless the key then holds the very value it
 //! wrote: a retried write whose first attempt was stored, its reply lost, is done). A delete purges the key's messages up to the
 //! revision it expects, so it never removes a newer value.
 //!
 //! Every read asks the stream's leader (`STREAM.MSG.GET`): a replica behind could
-//! answer an older value, and a door that takes over from another must see what the
+//! answer an older value, and an instance that takes over from another must see what the
 //! other last wrote.
 
 use async_nats::{HeaderMap, Request};

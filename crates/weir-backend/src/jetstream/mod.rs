@@ -1,26 +1,26 @@
 //! The JetStream backend: queues in a NATS JetStream cluster, so that several
-//! stateless front doors share them.
+//! stateless weir instances share them.
 //!
 //! One stream holds every queue (a subject each); each reader is a durable pull
 //! consumer (see [`layout`]); what every reader of a queue confirmed is purged by the
-//! doors' sweeps ([`sweep`]). A publish awaits its PubAck (stored on a
+//! instances' sweeps ([`sweep`]). A publish awaits its PubAck (stored on a
 //! quorum); a take is a one-message pull and, for a plain `get`, a double ack before
-//! the reply; a lease is a delivered, unacknowledged message that the door keeps
+//! the reply; a lease is a delivered, unacknowledged message that the instance keeps
 //! alive while its connection holds it ([`leases`]). Failures of the moment (a leader
 //! election, a lost connection) are retried until `unavailable_retry_ms` and then
 //! answered as [`Kind::Unavailable`] ([`api`], [`errors`]).
 //!
 //! The handles ([`Queue`], [`Reader`]) are cheap clones of shared entries of the
-//! [`registry`], so that a door's handle cache works as with the engine.
+//! [`registry`], so that an instance's handle cache works as with the engine.
 //!
 //! Differences from the engine, on purpose (see `docs/cluster.md`):
 //! - `delete q` keeps the queue's default-reader consumer: the queue is emptied and its
-//!   named readers deleted, but it still exists (with 0 items), so a `set` from a door
+//!   named readers deleted, but it still exists (with 0 items), so a `set` from an instance
 //!   that still holds a handle on it lands in it instead of vanishing.
-//! - A plain take is at-least-once: a door that dies between the pull and its ack
+//! - A plain take is at-least-once: an instance that dies between the pull and its ack
 //!   leaves the item to come back after AckWait.
-//! - `peek` reads from the reader's ack floor, skipping this door's leases: it can show
-//!   an item leased at another door (see [`reader`]).
+//! - `peek` reads from the reader's ack floor, skipping this instance's leases: it can show
+//!   an item leased at another instance (see [`reader`]).
 //! - A `get` of a queue that does not exist creates nothing ([`JetStream::existing_default_reader`]).
 //! - Leases given back are redelivered in the order they were given back.
 //! - A confirmed item leaves the stream at the next sweep (`sweep_ms`), not at once:
@@ -31,8 +31,8 @@
 mod admin;
 mod api;
 mod connect;
-mod doors;
 mod errors;
+mod instances;
 mod layout;
 mod leases;
 mod left;
@@ -54,12 +54,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-pub use crate::jetstream_config::{JetStreamConfig, DOORS_STREAM_BYTES_MIN};
+pub use crate::jetstream_config::{
+    JetStreamConfig, DOORS_STREAM_BYTES_MIN, INSTANCES_STREAM_BYTES_MIN,
+};
 use async_nats::connection::State;
 use bytes::Bytes;
 pub use scan::Scan;
 use tokio::sync::Semaphore;
-use weir::{AppendOptions, QueueConfig, QueueStats, StoreOptions, TakeMode};
+use weir::{QueueConfig, StoreOptions};
+use weir_types::{AppendOptions, QueueStats, TakeMode};
 
 use self::api::Api;
 use self::connect::{LinkState, OwnedRuntime};
@@ -69,12 +72,12 @@ use self::metrics::Op;
 use self::registry::{QueueEntry, ReaderEntry, Registry};
 use crate::{Error, Kind, Result, Taken};
 
-/// Queue and reader creations (consumer creations on the meta leader) running at
-/// once, per door: a client naming new queues as fast as it can does not flood the
-/// cluster's meta leader.
-const CREATIONS_AT_ONCE: usize = 4;
+// Queue and reader creations (consumer creations on the meta leader) running at
+// once, per instance: a client naming new queues as fast as it can does not flood
+// the cluster's meta leader. The same bound as the engine's (`weir_types`).
+use weir_types::CREATIONS_AT_ONCE;
 
-/// A connection to the cluster, shared by every connection of the door.
+/// A connection to the cluster, shared by every connection of the instance.
 pub struct JetStream {
     inner: Arc<Inner>,
     runtime: Mutex<OwnedRuntime>,
@@ -89,18 +92,18 @@ pub(crate) struct Inner {
     options: RwLock<StoreOptions>,
     registry: Registry,
     leases: Arc<Leases>,
-    /// The other front doors ([`doors`]): who gives a killed door's leases back.
-    doors: Arc<doors::Doors>,
+    /// The other weir instances ([`instances`]): who gives a killed instance's leases back.
+    instances: Arc<instances::Instances>,
     link: Arc<LinkState>,
     /// The stream is set up and the registry filled.
     ready: AtomicBool,
     setup_lock: tokio::sync::Mutex<()>,
-    /// One creation at a time of a given reader made at the end in this door
+    /// One creation at a time of a given reader made at the end in this instance
     /// (`Inner::create_consumer`): locks striped by the consumer's name.
     placing: [tokio::sync::Mutex<()>; PLACING_STRIPES],
     creations: Semaphore,
-    /// Unique per door (and run): the prefix of its `Nats-Msg-Id`s.
-    door_id: String,
+    /// Unique per instance (and run): the prefix of its `Nats-Msg-Id`s.
+    instance_id: String,
     published: AtomicU64,
     stats_cache: stats::Cache,
     /// The queues whose confirmed items are to be purged ([`sweep`]).
@@ -138,6 +141,15 @@ impl Lease {
     pub fn seq(&self) -> u64 {
         self.seq
     }
+
+    /// A lease of no real delivery, for the crate's tests of what is done with one.
+    #[cfg(test)]
+    pub(crate) fn for_tests(reply: &str, seq: u64) -> Lease {
+        Lease {
+            reply: reply.into(),
+            seq,
+        }
+    }
 }
 
 impl Inner {
@@ -167,9 +179,9 @@ impl JetStream {
         setup::connect(config, options).await
     }
 
-    /// The queue if this door knows it exists; never waits on the network.
+    /// The queue if this instance knows it exists; never waits on the network.
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         Ok(self.inner.registry.get(name).map(|entry| Queue {
             entry,
             inner: self.inner.clone(),
@@ -273,7 +285,7 @@ impl JetStream {
     /// The server drops expired items itself (`Nats-TTL`): nothing to do, 0.
     pub async fn expire(&self, queue: Option<&str>) -> Result<u64> {
         if let Some(name) = queue {
-            weir::validate_queue_name(name)?;
+            weir_types::validate_queue_name(name)?;
         }
         Ok(0)
     }
@@ -313,7 +325,10 @@ impl JetStream {
             ("backend_replicas", c.replicas.to_string()),
             ("backend_max_consumers", c.max_consumers.to_string()),
             ("backend_lease_timeout_ms", c.lease_timeout_ms.to_string()),
-            ("backend_door_timeout_ms", c.door_timeout_ms.to_string()),
+            (
+                "backend_instance_timeout_ms",
+                c.instance_timeout_ms.to_string(),
+            ),
             (
                 "backend_unavailable_retry_ms",
                 c.unavailable_retry_ms.to_string(),
@@ -322,7 +337,7 @@ impl JetStream {
             ("backend_ping_interval_ms", c.ping_interval_ms.to_string()),
             ("backend_failover_ms", c.failover_ms.to_string()),
             (
-                "backend_doors_stream_bytes",
+                "backend_instances_stream_bytes",
                 c.doors_stream_bytes.to_string(),
             ),
         ]
@@ -350,7 +365,7 @@ impl JetStream {
     }
 
     /// A graceful shutdown has begun. Leases released from now on (the connections
-    /// closing) are still given back at once: other doors' clients get them, where
+    /// closing) are still given back at once: other instances' clients get them, where
     /// the embedded engine keeps them for after its restart. `close` sends what is
     /// queued before the connection to the cluster ends.
     pub fn begin_shutdown(&self) {}
@@ -382,7 +397,7 @@ impl Queue {
     pub async fn append(&self, data: Bytes, options: AppendOptions) -> Result<u64> {
         let result = queue::append(&self.inner, &self.entry, data, options).await;
         self.inner.api.metrics.count(Op::Append, &result);
-        // This door changed the figures: its next `stats` shows it (read your writes).
+        // This instance changed the figures: its next `stats` shows it (read your writes).
         self.inner.stats_cache.invalidate();
         result
     }
@@ -436,7 +451,7 @@ impl Reader {
             ..
         } = forgot
         {
-            // After the ack: a door killed between the two leaves a record whose
+            // After the ack: an instance killed between the two leaves a record whose
             // -NAK finds the item no longer pending. An ack not known to be
             // recorded leaves the item maybe pending: its line goes as a release's.
             if matches!(result, Ok(true)) {
@@ -460,7 +475,7 @@ impl Reader {
                 sure_until,
             } => (record, nak_by, Some(sure_until)),
             leases::Forgot::Unknown => (None, None, None),
-            // Given back by other doors already (this door was taken for dead).
+            // Given back by other instances already (this instance was taken for dead).
             leases::Forgot::Lost => return Ok(true),
             // Its reader was moved: nothing to give back.
             leases::Forgot::Ended => return Ok(false),

@@ -1,10 +1,10 @@
 //! Appending: one publish per item, answered once the cluster's PubAck says it is
 //! stored on a quorum.
 //!
-//! Each publish carries a `Nats-Msg-Id` unique to this door and append, so that a
+//! Each publish carries a `Nats-Msg-Id` unique to this instance and append, so that a
 //! retry after a lost PubAck (a timeout, a leader election, a reconnection) is stored
 //! once: JetStream answers a duplicate within the stream's duplicate window with the
-//! first one's sequence. Retries go on until `unavailable_retry_ms`, then the door
+//! first one's sequence. Retries go on until `unavailable_retry_ms`, then the instance
 //! answers `backend unavailable` (the item may or may not be stored, as any timed-out
 //! write). Item flags and expiry travel as headers (`Weir-Flags`, `Weir-Expires` in
 //! Unix ms); an expiring item also gets a `Nats-TTL` so the server reclaims it.
@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use async_nats::{HeaderMap, Request};
 use bytes::Bytes;
 use serde::Deserialize;
-use weir::AppendOptions;
+use weir_types::AppendOptions;
 
 use super::api::{Backoff, Sent};
 use super::errors::{code, not_found, unavailable, unexpected, ApiError};
@@ -43,21 +43,17 @@ impl PubAck {
 }
 
 pub(crate) fn now_ms() -> u64 {
-    weir::Clock::system().now_ms()
+    weir_types::now_ms()
 }
 
-/// When an item expires (Unix ms; 0 for never): its own expiry or the queue's
-/// `max_age` from now, whichever comes first.
+/// The expiry an item is stored with (Unix ms; 0 for never, as in every item): the
+/// one rule of expiry (`weir_types::expiry_ms`, the engine's) for an item enqueued
+/// `now` in a queue whose `max_age` is `max_age_ms` (0 for none).
 fn expiry_ms(own: u64, max_age_ms: u64, now: u64) -> u64 {
-    let aged = if max_age_ms == 0 {
-        0
-    } else {
-        now.saturating_add(max_age_ms)
-    };
-    match (own, aged) {
-        (0, a) => a,
-        (o, 0) => o,
-        (o, a) => o.min(a),
+    let max_age = (max_age_ms != 0).then(|| std::time::Duration::from_millis(max_age_ms));
+    match weir_types::expiry_ms(own, now, max_age) {
+        weir_types::NEVER => 0,
+        at => at,
     }
 }
 
@@ -116,10 +112,10 @@ fn headers(inner: &Inner, flags: u32, expires: u64, now: u64) -> HeaderMap {
     headers
 }
 
-/// A message id no other publish of any door has: this door's id and a counter.
+/// A message id no other publish of any instance has: this instance's id and a counter.
 fn msg_id(inner: &Inner) -> String {
     let n = inner.published.fetch_add(1, Ordering::Relaxed);
-    format!("{}.{n}", inner.door_id)
+    format!("{}.{n}", inner.instance_id)
 }
 
 /// The headers' size on the wire, about (`NATS/1.0\r\n`, `k: v\r\n` each, `\r\n`).
@@ -170,7 +166,7 @@ pub(super) async fn publish(
             },
             Sent::NoResponders => {
                 // No stream leader (an election), or no stream at all (deleted by
-                // hand): the latter is answered at once, so the door makes the queue
+                // hand): the latter is answered at once, so the instance makes the queue
                 // again (and with it the stream) rather than lose the item.
                 if !checked_stream {
                     checked_stream = true;

@@ -15,9 +15,9 @@
 //! - A lease keeps the message's ack subject; it is kept alive by [`super::leases`]
 //!   unless the queue sets `open_timeout`.
 //! - `peek` reads the reader's ack floor (`CONSUMER.INFO`) and the queue's kept items
-//!   after it by Direct Get, skipping what this door has leased: the oldest item the
+//!   after it by Direct Get, skipping what this instance has leased: the oldest item the
 //!   reader has not confirmed, given-back ones included. It does not see leases held
-//!   at other doors (it may show such an item), and with several readers an item this
+//!   at other instances (it may show such an item), and with several readers an item this
 //!   reader confirmed out of order may show while others still need it. It changes
 //!   nothing: giving a pulled item back would reorder JetStream's redeliveries, which
 //!   go in the order they were given back.
@@ -25,7 +25,7 @@
 use async_nats::{HeaderMap, Message, Request};
 use bytes::Bytes;
 use tokio::time::Instant;
-use weir::{Item, TakeMode};
+use weir_types::{Item, TakeMode};
 
 use super::api::{Backoff, Sent};
 use super::errors::{not_found, unavailable, unexpected};
@@ -39,14 +39,14 @@ use crate::{Result, Taken};
 /// work one request can cause.
 const SKIPS_MAX: usize = 10_000;
 
-/// How long a take waits for this door's queued releases to be confirmed first.
+/// How long a take waits for this instance's queued releases to be confirmed first.
 const RELEASES_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A PubAck says a quorum stored the item, but the consumer's leader may be on a
 /// replica that applies it a moment later, and a no-wait pull there finds nothing.
-/// So a no-wait take that finds nothing on a queue this door appended to within
-/// [`RECENT_APPEND_MS`], and whose consumer has not yet delivered this door's latest
-/// append to it, waits up to this long for it: a door reads its own writes, as with
+/// So a no-wait take that finds nothing on a queue this instance appended to within
+/// [`RECENT_APPEND_MS`], and whose consumer has not yet delivered this instance's latest
+/// append to it, waits up to this long for it: an instance reads its own writes, as with
 /// the engine (`set` then `get`). The wait is at the server (a pull with `expires`)
 /// and ends as soon as the replica has the item. Replication on a healthy cluster
 /// takes well under a millisecond. (Waiting 100 ms on every empty get after a write,
@@ -117,8 +117,8 @@ impl Reader {
     }
 
     /// A pulled item handed out under a lease: kept alive (unless the queue sets
-    /// `open_timeout`), and recorded first so that another door gives it back at once
-    /// if this one is killed ([`super::doors`]).
+    /// `open_timeout`), and recorded first so that another instance gives it back at once
+    /// if this one is killed ([`super::instances`]).
     async fn leased(&self, item: Item, reply: std::sync::Arc<str>) -> Taken {
         let inner = &self.inner;
         // Its AckWait runs from its delivery, before the record's write.
@@ -130,7 +130,18 @@ impl Reader {
         } else {
             now_ms().saturating_add(u64::try_from(ack_wait.as_millis()).unwrap_or(u64::MAX))
         };
-        let record = inner.doors.record(&reply, expires_at_ms).await;
+        // A lease kept alive has no end of its own; one with a fixed AckWait has.
+        debug_assert!(
+            renew || expires_at_ms != 0,
+            "a lease with neither renewals nor an end"
+        );
+        // The lease names its item by the delivery's stream sequence.
+        debug_assert_eq!(
+            Delivery::parse(&reply).map(|d| d.stream_seq),
+            Some(item.seq),
+            "a lease whose ack subject names another item"
+        );
+        let record = inner.instances.record(&reply, expires_at_ms).await;
         inner
             .leases
             .keep(reply.clone(), ack_wait, renew, record, taken);
@@ -144,7 +155,7 @@ impl Reader {
         }
     }
 
-    /// Whether the reader's consumer has gone past this door's latest append to the
+    /// Whether the reader's consumer has gone past this instance's latest append to the
     /// queue: then an empty pull means an empty queue, with no replica to wait for
     /// (one request, where waiting costs up to [`REPLICA_LAG`]).
     async fn caught_up(&self) -> Result<bool> {
@@ -160,7 +171,7 @@ impl Reader {
         Ok(info.delivered.stream_seq >= last)
     }
 
-    /// After a no-wait pull found nothing: this door's latest append to the queue,
+    /// After a no-wait pull found nothing: this instance's latest append to the queue,
     /// once the reader's consumer has it (see [`REPLICA_LAG`]); nothing once the
     /// consumer delivered it (to anyone) or [`REPLICA_LAG_MAX`] passed.
     async fn own_write(&self) -> Result<Option<Message>> {
@@ -177,7 +188,7 @@ impl Reader {
         Ok(None)
     }
 
-    /// Whether this door appended to the queue within [`RECENT_APPEND_MS`].
+    /// Whether this instance appended to the queue within [`RECENT_APPEND_MS`].
     fn appended_lately(&self) -> bool {
         let at = self
             .queue

@@ -1,12 +1,12 @@
-//! Lease records written together: the part of [`super::doors`] on a lease's path.
+//! Lease records written together: the part of [`super::instances`] on a lease's path.
 //!
-//! A door records each lease it hands out in its doors' stream before the client gets
-//! the item, so that another door can give it back at once if this one is killed.
+//! An instance records each lease it hands out in the instances' stream before the client gets
+//! the item, so that another instance can give it back at once if this one is killed.
 //! One replicated write per lease, and another when it ends, cost about 40 % of lease
 //! throughput on a small cluster whose servers are the bottleneck (docs/benchmarks.md).
 //! So the leases being recorded at the same moment share one record (group commit):
 //!
-//! - **One write in flight per door** ([`WRITES_MAX`]). A lease to record joins the
+//! - **One write in flight per instance** ([`WRITES_MAX`]). A lease to record joins the
 //!   batch being gathered; a waiter that finds no write in flight takes the oldest
 //!   batch, writes it (one publish, one line per lease: `<ack subject> <expires
 //!   ms>`) and tells its waiters. Alone, a lease waits one round trip; under load,
@@ -16,10 +16,10 @@
 //!   writes in flight were no better.)
 //! - **A confirmed lease writes nothing.** Its line stays in the stored record: a
 //!   `-NAK` of an acknowledged item finds it no longer pending and does nothing.
-//!   Before a reader is moved (which can make the item pending again), the door
+//!   Before a reader is moved (which can make the item pending again), the instance
 //!   writes such records again without those lines ([`Record::refresh`]).
 //! - **A released lease rewrites its record** without its line before its `-NAK` is
-//!   sent (otherwise a killed door's give-back could take the item back from its next
+//!   sent (otherwise a killed instance's give-back could take the item back from its next
 //!   holder). Rewrites of one record go out in order.
 //! - **The last lease of a record to end** replaces it with a tombstone that goes by
 //!   itself, as a single lease's record did.
@@ -42,7 +42,7 @@ use super::queue::PubAck;
 /// A tombstone's life: it replaces a record whose leases all ended, then goes.
 const TOMBSTONE_TTL: &str = "1s";
 /// A record goes by itself after this long (if its tombstone was lost): a lease held
-/// longer comes back after AckWait if its door is killed.
+/// longer comes back after AckWait if its instance is killed.
 pub(crate) const RECORD_TTL: &str = "86400s";
 /// Records being written at once, at most; the leases to record meanwhile gather.
 pub(crate) const WRITES_MAX: usize = 1;
@@ -53,7 +53,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One record in the doors' stream, and the leases in it not yet ended.
+/// One record in the instances' stream, and the leases in it not yet ended.
 pub(crate) struct Record {
     subject: Arc<str>,
     /// `(ack subject, expires ms)` of the leases in it still open.
@@ -96,7 +96,14 @@ impl Record {
 
     fn add(&self, reply: &str, expires_at_ms: u64) -> usize {
         let mut open = lock(&self.open);
+        // A lease is recorded once: a second line would outlive its lease's end.
+        debug_assert!(
+            !open.iter().any(|(r, _)| &**r == reply),
+            "a lease recorded twice"
+        );
         open.push((reply.into(), expires_at_ms));
+        // `Batcher::join` starts a new record when one is full.
+        debug_assert!(open.len() <= LINES_MAX, "a record over LINES_MAX leases");
         open.len()
     }
 
@@ -136,7 +143,7 @@ impl Record {
     /// of a confirmed item does nothing, unless its reader was moved back before it
     /// since and the item pending again (the server checks only that the stream
     /// sequence is pending and the delivery sequence within what it delivered, which
-    /// a move starts again). So before a move the door's records lose such lines.
+    /// a move starts again). So before a move the instance's records lose such lines.
     pub async fn refresh(&self, api: &Api) {
         if self.stale.load(Ordering::Acquire) {
             self.write_current(api, true).await;
@@ -261,8 +268,9 @@ pub(crate) enum Stored {
 }
 
 impl Stored {
-    /// What `Api::send` of a record gave.
-    pub fn of(sent: &Sent) -> Stored {
+    /// What became of a record's write, from what `Api::send` answered: a PubAck
+    /// that says stored, no reply in time (maybe), anything else (no).
+    pub fn from_sent(sent: &Sent) -> Stored {
         match sent {
             Sent::Reply(m) if PubAck::stored(&m.payload) => Stored::Yes,
             Sent::Failed(_) => Stored::Maybe,
@@ -273,7 +281,7 @@ impl Stored {
 
 /// A record being gathered or written.
 struct Pending {
-    /// Its number among this door's records.
+    /// Its number among this instance's records.
     n: u64,
     record: Arc<Record>,
     done: watch::Sender<Option<Stored>>,
@@ -316,7 +324,11 @@ struct Writing<'a>(&'a Batcher);
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        lock(&self.0.state).writing -= 1;
+        let mut state = lock(&self.0.state);
+        // One `Writing` per write `Batcher::take` counted.
+        debug_assert!(state.writing > 0, "a record write ended twice");
+        state.writing = state.writing.saturating_sub(1);
+        drop(state);
         self.0.written.notify_waiters();
     }
 }
@@ -380,7 +392,7 @@ impl Batcher {
     }
 
     /// Adds the lease to the newest record being gathered, or to a new one (when
-    /// that one is full, or named otherwise: the door registered again under a new
+    /// that one is full, or named otherwise: the instance registered again under a new
     /// key meanwhile).
     fn join(
         &self,
@@ -425,6 +437,10 @@ impl Batcher {
         }
         let batch = state.gathering.pop_front()?;
         state.writing += 1;
+        assert!(
+            state.writing <= WRITES_MAX,
+            "more record writes at once than WRITES_MAX"
+        );
         Some((batch, Writing(self)))
     }
 
@@ -650,7 +666,7 @@ mod tests {
             .front()
             .map(|p| p.record.body());
         assert_eq!(gathered.as_deref(), Some(""), "its line left");
-        // The empty record is never written: a lease under another name (the door
+        // The empty record is never written: a lease under another name (the instance
         // registered again) gets a record of its own, and rec.1 is skipped.
         drop(stuck);
         let next = batcher
@@ -700,5 +716,16 @@ mod tests {
         assert_eq!(late, None);
         // Its record, empty, is not written at all.
         assert!(lock(&batcher.state).gathering.is_empty());
+    }
+
+    /// A lease recorded twice in one record is a bug (its second line would
+    /// outlive the lease); caught in debug builds.
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "a lease recorded twice")]
+    fn a_lease_recorded_twice_is_a_bug() {
+        let record = Record::new("rec");
+        record.add(REPLY, 0);
+        record.add(REPLY, 0);
     }
 }

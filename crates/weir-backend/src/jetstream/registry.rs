@@ -1,6 +1,6 @@
-//! The queues and readers this front door knows exist, so that finding one is a map
+//! The queues and readers this weir instance knows exist, so that finding one is a map
 //! lookup (`existing_queue` must never wait on the network), and what it keeps per
-//! queue: the queue's settings as the config gives them, and this door's own
+//! queue: the queue's settings as the config gives them, and this instance's own
 //! counters (JetStream has no per-subject totals).
 //!
 //! A queue exists on the cluster when its default reader's consumer `q~` does, or,
@@ -8,7 +8,7 @@
 //! queues), while one of its named readers' consumers does. The registry is filled
 //! from the stream's consumer list when the stream is first set up, and from `stats`'
 //! listings (queues with a default reader), then as queues and readers are used or
-//! created; another door's new queue is learnt when this door first names it
+//! created; another instance's new queue is learnt when this instance first names it
 //! (creating a consumer again is idempotent).
 //! Its size is bounded by the stream's consumers (`max_consumers`).
 
@@ -30,12 +30,12 @@ pub(crate) struct QueueEntry {
     /// `open_timeout` in ms; 0 for none.
     open_timeout_ms: AtomicU64,
     max_item_size: AtomicU64,
-    /// Items this door appended since it started (`total_items`).
+    /// Items this instance appended since it started (`total_items`).
     pub appended: AtomicU64,
-    /// When this door last appended (Unix ms), for read-your-writes (see
+    /// When this instance last appended (Unix ms), for read-your-writes (see
     /// `reader::REPLICA_LAG`).
     pub appended_at_ms: AtomicU64,
-    /// The stream sequence of this door's latest append (read-your-writes).
+    /// The stream sequence of this instance's latest append (read-your-writes).
     pub appended_seq: AtomicU64,
     /// Kept for its named readers only (`open_queue_for_readers`): it must never get
     /// a default reader, which nobody would read.
@@ -51,7 +51,7 @@ pub(crate) struct ReaderEntry {
     pub next_subject: Arc<str>,
     /// The consumer's AckWait in ms, as the server reported it.
     ack_wait_ms: AtomicU64,
-    /// Items this door skipped because they had expired.
+    /// Items this instance skipped because they had expired.
     pub expired: AtomicU64,
 }
 

@@ -21,7 +21,7 @@ use async_nats::{HeaderMap, Message};
 use serde_json::json;
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
-use weir::Item;
+use weir_types::Item;
 
 use super::errors::unexpected;
 use super::queue::{now_ms, EXPIRES_HEADER, FLAGS_HEADER};
@@ -54,7 +54,7 @@ impl JetStream {
     /// Starts a walk over what `queue` keeps. A queue with nothing kept (or that does
     /// not exist: its subject has no message) gives an empty walk.
     pub async fn scan(&self, queue: &str, from: ScanFrom) -> Result<Scan> {
-        weir::validate_queue_name(queue)?;
+        weir_types::validate_queue_name(queue)?;
         let inner = &self.inner;
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;

@@ -13,10 +13,10 @@
 //! target is clamped to the start, and a `new` reader is refused with a clear
 //! error.
 //!
-//! The leases this door holds on the reader end with the move (as on the engine):
+//! The leases this instance holds on the reader end with the move (as on the engine):
 //! confirming one answers false and acknowledges nothing, since its item may be
 //! pending again under a new delivery, which the stale acknowledgement would
-//! confirm. Leases other doors hold are not known here: their confirm of an item
+//! confirm. Leases other instances hold are not known here: their confirm of an item
 //! delivered again confirms the new delivery (the item was delivered once; at
 //! least once holds), and a release of one gives it back early.
 
@@ -83,9 +83,9 @@ impl Queue {
         target(inner, &self.entry.name, SeekTo::Time(ms), deadline).await
     }
 
-    /// Whether the reader's consumer exists (this door's registry, else the cluster).
+    /// Whether the reader's consumer exists (this instance's registry, else the cluster).
     pub async fn has_reader(&self, reader: &str) -> Result<bool> {
-        weir::validate_reader_name(reader)?;
+        weir_types::validate_reader_name(reader)?;
         if self.entry.reader(reader).is_some() {
             return Ok(true);
         }
@@ -103,7 +103,7 @@ impl Queue {
     /// Moves the reader with `CONSUMER.RESET`; where it stands, `None` when it does
     /// not exist. See the module doc for what may be moved where.
     pub async fn seek_reader(&self, reader: &str, to: SeekTo) -> Result<Option<u64>> {
-        weir::validate_reader_name(reader)?;
+        weir_types::validate_reader_name(reader)?;
         let inner = &self.inner;
         let deadline = inner.api.deadline();
         inner.ready(deadline).await?;
@@ -114,7 +114,7 @@ impl Queue {
             Err(e) => return Err(e),
         };
         // A reader its maker did not finish placing is placed first, so that the
-        // placing is not done again, over this move, by a door that finds it later.
+        // placing is not done again, over this move, by an instance that finds it later.
         let info = inner.place(&name, info, deadline).await?;
         let floor = match info.config.deliver_policy.as_str() {
             "all" => 0,
@@ -132,7 +132,7 @@ impl Queue {
                 format!("moving reader {name} needs nats-server 2.14 or later (CONSUMER.RESET)"),
             ));
         }
-        // This door's leases end first: a confirm racing the move must not
+        // This instance's leases end first: a confirm racing the move must not
         // acknowledge an item the move makes pending again.
         inner.end_leases(&name).await;
         inner.refresh_records(deadline).await;
@@ -147,7 +147,7 @@ impl Queue {
             .api
             .json(&api, &json!({ "seq": target }), deadline)
             .await?;
-        // And again: a lease this door took while the reset was on its way was
+        // And again: a lease this instance took while the reset was on its way was
         // delivered before it, and may be pending again now.
         inner.end_leases(&name).await;
         // Moved forward, it no longer keeps what it skipped.
@@ -162,15 +162,15 @@ impl Queue {
 }
 
 impl Inner {
-    /// The leases this door holds on `consumer` end (see [`super::leases::Leases::end_consumer`]);
-    /// their records in the doors' stream lose them.
+    /// The leases this instance holds on `consumer` end (see [`super::leases::Leases::end_consumer`]);
+    /// their records in the instances' stream lose them.
     pub(super) async fn end_leases(&self, consumer: &str) {
         for (record, reply) in self.leases.end_consumer(consumer) {
             record.ended(&self.api, &[&reply]).await;
         }
     }
 
-    /// Before a reader is moved: the door's records that still list leases no
+    /// Before a reader is moved: the instance's records that still list leases no
     /// longer open (confirmed ones) are written again without them
     /// (`Record::refresh`: after a move such a line's -NAK could land on a new
     /// delivery). Concurrently, and no longer than `deadline`.

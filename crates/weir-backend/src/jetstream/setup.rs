@@ -9,7 +9,7 @@
 //!
 //! A queue's default reader `q~` is created before the queue is handed out: the queue
 //! exists while a consumer of it does, and a sweep removes the items of a subject
-//! that has none (`sweep.rs`). Creation is idempotent across doors: a create of a
+//! that has none (`sweep.rs`). Creation is idempotent across instances: a create of a
 //! consumer that exists (with this or another configuration, e.g. after a `flush q.r`) is
 //! taken as success.
 
@@ -55,8 +55,8 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     let metrics = Arc::new(Metrics::default());
     let link = Arc::new(LinkState::new(&config));
     let health = Arc::new(Health::default());
-    let door_id = door_id();
-    let client = connect_client(&config, &handle, &metrics, &link, &health, &door_id).await?;
+    let instance_id = instance_id();
+    let client = connect_client(&config, &handle, &metrics, &link, &health, &instance_id).await?;
     let api = Api {
         client,
         metrics,
@@ -68,11 +68,11 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     };
     let (leases, released) = Leases::new(Duration::from_millis(config.lease_timeout_ms.max(1)));
     let leases = Arc::new(leases);
-    let doors = Arc::new(super::doors::Doors::new(
+    let instances = Arc::new(super::instances::Instances::new(
         api.clone(),
         leases.clone(),
         &layout.stream,
-        &door_id,
+        &instance_id,
         &config,
     ));
     let inner = Arc::new(Inner {
@@ -81,13 +81,13 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         options: RwLock::new(options),
         registry: Registry::default(),
         leases: leases.clone(),
-        doors: doors.clone(),
+        instances: instances.clone(),
         link,
         ready: AtomicBool::new(false),
         setup_lock: tokio::sync::Mutex::new(()),
         placing: std::array::from_fn(|_| tokio::sync::Mutex::new(())),
         creations: Semaphore::new(CREATIONS_AT_ONCE),
-        door_id,
+        instance_id,
         published: AtomicU64::new(0),
         stats_cache: stats::Cache::default(),
         sweeper: super::sweep::Sweeper::default(),
@@ -96,7 +96,7 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     });
     let nak_pump = handle.spawn(leases::nak_pump(api.clone(), leases.clone(), released));
     handle.spawn(leases::keepalive_pump(api, Arc::downgrade(&leases)));
-    handle.spawn(super::doors::Doors::run(Arc::downgrade(&doors)));
+    handle.spawn(super::instances::Instances::run(Arc::downgrade(&instances)));
     let every = Duration::from_millis(inner.config.sweep_ms);
     handle.spawn(super::sweep::pump(Arc::downgrade(&inner), every));
     let failover = Duration::from_millis(inner.config.failover_ms);
@@ -118,7 +118,7 @@ async fn connect_client(
     metrics: &Arc<Metrics>,
     link: &Arc<LinkState>,
     health: &Arc<Health>,
-    door_id: &str,
+    instance_id: &str,
 ) -> Result<async_nats::Client> {
     let addrs = connect::server_addrs(config)?;
     let options = connect::options(
@@ -126,7 +126,7 @@ async fn connect_client(
         metrics.clone(),
         link.clone(),
         health.clone(),
-        door_id,
+        instance_id,
     )
     .await?;
     handle
@@ -181,8 +181,8 @@ pub(super) async fn close(js: &JetStream) {
     if let Some(pump) = pump {
         let _ = tokio::time::timeout(CLOSE_WAIT, pump).await;
     }
-    let doors = inner.doors.clone();
-    let _ = tokio::time::timeout(CLOSE_WAIT, doors.close()).await;
+    let instances = inner.instances.clone();
+    let _ = tokio::time::timeout(CLOSE_WAIT, instances.close()).await;
     let client = inner.api.client.clone();
     let _ = tokio::time::timeout(CLOSE_WAIT, client.flush()).await;
     let _ = tokio::time::timeout(CLOSE_WAIT, client.drain()).await;
@@ -193,7 +193,7 @@ pub(super) async fn close(js: &JetStream) {
 }
 
 /// Unique per process and start: pid and the start time.
-fn door_id() -> String {
+fn instance_id() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -346,7 +346,7 @@ impl Inner {
     }
 
     pub(super) async fn open_queue(&self, name: &str) -> Result<Arc<QueueEntry>> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         if let Some(q) = self.registry.get(name) {
             return Ok(q);
         }
@@ -364,11 +364,11 @@ impl Inner {
 
     /// A queue kept for `readers` only: no default reader (`q~`) is made, so an item
     /// stays until each of them confirmed it, and the queue exists while any of them
-    /// does. Each reader this door has not registered yet is created before the
+    /// does. Each reader this instance has not registered yet is created before the
     /// queue is registered, so what is appended after this returns is kept for every
     /// one of them (an append while none of them exists goes at the next sweep). With
     /// `new_at_end`, a consumer made here delivers only what is published after it
-    /// (`by_start_sequence` one past the stream's last sequence; a door making it at
+    /// (`by_start_sequence` one past the stream's last sequence; an instance making it at
     /// the same moment finds it made); one that exists keeps where it stands.
     pub(super) async fn open_queue_for_readers(
         &self,
@@ -376,9 +376,9 @@ impl Inner {
         readers: &[&str],
         new_at_end: bool,
     ) -> Result<(Arc<QueueEntry>, Vec<Arc<ReaderEntry>>)> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         for r in readers {
-            weir::validate_reader_name(r)?;
+            weir_types::validate_reader_name(r)?;
         }
         crate::check_readers_named(readers)?;
         let registered = self.registry.get(name);
@@ -418,7 +418,7 @@ impl Inner {
     /// `q~`) is not found: a `get` of it must not make a default reader, which would
     /// keep every item since nobody reads it.
     pub(super) async fn find_queue(&self, name: &str) -> Result<Option<Arc<QueueEntry>>> {
-        weir::validate_queue_name(name)?;
+        weir_types::validate_queue_name(name)?;
         if let Some(q) = self.registry.get(name).filter(|q| q.reader("").is_some()) {
             return Ok(Some(q));
         }
@@ -442,7 +442,7 @@ impl Inner {
         queue: &Arc<QueueEntry>,
         name: &str,
     ) -> Result<Arc<ReaderEntry>> {
-        weir::validate_reader_name(name)?;
+        weir_types::validate_reader_name(name)?;
         if let Some(r) = queue.reader(name) {
             return Ok(r);
         }
@@ -477,7 +477,7 @@ impl Inner {
             .await
             .map_err(|_| unavailable("too many queues being created at once"))?;
         let name = consumer_name(queue, reader);
-        // Readers made at the end, one at a time in this door: two callers making
+        // Readers made at the end, one at a time in this instance: two callers making
         // the same one at once (two CONSUMER.CREATEs, then the placing) left its
         // CONSUMER.RESET unanswered, every time (the contract test, two to six
         // callers). After the first, the next finds it made and placed.
@@ -568,7 +568,7 @@ impl Inner {
         }
     }
 
-    /// Whether the server this door is connected to has `CONSUMER.RESET` (2.14 and
+    /// Whether the server this instance is connected to has `CONSUMER.RESET` (2.14 and
     /// later), so that a reader made at the end can later move back past its start.
     pub(super) fn resets_consumers(&self) -> bool {
         super::admin::has_reset(&self.api.client.server_info().version)
@@ -576,11 +576,11 @@ impl Inner {
 
     /// Moves a reader made at the end ([`Start::Placed`]) to where its
     /// [`PLACE_KEY`] says, then drops the key (an update of its config); its state
-    /// then. A reader without the key is left as it is. Done by the door that made
-    /// it, and by any door that finds the key (its maker died between the two steps,
-    /// or two doors made it at once). The move is made only while the reader has
-    /// delivered nothing since it was made (read again just before), so a door
-    /// finishing late never moves it back over what another door's clients took.
+    /// then. A reader without the key is left as it is. Done by the instance that made
+    /// it, and by any instance that finds the key (its maker died between the two steps,
+    /// or two instances made it at once). The move is made only while the reader has
+    /// delivered nothing since it was made (read again just before), so an instance
+    /// finishing late never moves it back over what another instance's clients took.
     pub(super) async fn place(
         &self,
         name: &str,
@@ -594,7 +594,7 @@ impl Inner {
         let api = format!("CONSUMER.INFO.{stream}.{name}");
         let raw: serde_json::Value = self.api.json(&api, &json!({}), deadline).await?;
         let Some(seq) = raw["config"]["metadata"][PLACE_KEY].as_str() else {
-            // Placed meanwhile by another door.
+            // Placed meanwhile by another instance.
             return self.consumer_info(name, deadline).await;
         };
         let seq: u64 = seq.parse().unwrap_or(0);

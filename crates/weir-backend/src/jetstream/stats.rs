@@ -6,16 +6,16 @@
 //! most-behind reader has yet to confirm (pending + leased), as on the engine (the
 //! stream keeps confirmed items until a sweep, `sweep.rs`, so its message count is
 //! not used). Per reader: `items` = pending + leased, `open_leases` = leased,
-//! `waiters` = waiting pulls (all doors), `taken` = the consumer's delivered sequence,
+//! `waiters` = waiting pulls (all instances), `taken` = the consumer's delivered sequence,
 //! `confirmed` = its ack floor (both since the consumer was made). `total_items` and
-//! `expired` are this door's own counters; `bytes`, `disk_bytes`, `age_ms`,
+//! `expired` are this instance's own counters; `bytes`, `disk_bytes`, `age_ms`,
 //! `discarded` and `corrupt_records` are 0: JetStream does not give them per subject
 //! (or not cheaply).
 //!
-//! The snapshot is reused for `stats_cache_ms` unless this door changed something
+//! The snapshot is reused for `stats_cache_ms` unless this instance changed something
 //! since (an append, a take, a confirm, a release, a delete or flush: asked again
 //! then; the answering replica can still trail that write by a Raft round), and one
-//! door makes at most one at a time, so a storm of `stats` or scrapes cannot hammer
+//! instance makes at most one at a time, so a storm of `stats` or scrapes cannot hammer
 //! the meta leader: they wait for the one in flight.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
-use weir::{QueueStats, ReaderStats};
+use weir_types::{QueueStats, ReaderStats};
 
 use super::layout::{split_consumer, ConsumerInfo, StreamInfo};
 use super::Inner;
@@ -40,7 +40,7 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    /// This door changed something (`delete`, `flush`): the next `stats` asks again.
+    /// This instance changed something (`delete`, `flush`): the next `stats` asks again.
     pub fn invalidate(&self) {
         self.stale.store(true, Ordering::Release);
     }
@@ -119,15 +119,15 @@ impl Inner {
             .collect();
         for q in queues.values_mut() {
             let learn = learnable.contains(q.name.as_str());
-            self.add_door_counters(q, learn);
+            self.add_instance_counters(q, learn);
         }
         Ok(queues.into_values().collect())
     }
 
-    /// This door's counters, and the queue in its registry (learnt from the listing)
+    /// This instance's counters, and the queue in its registry (learnt from the listing)
     /// when `learn`: it has a default reader ([`ConsumerInfo::learnable`]). A queue
     /// kept for its readers is registered when first used.
-    fn add_door_counters(&self, q: &mut QueueStats, learn: bool) {
+    fn add_instance_counters(&self, q: &mut QueueStats, learn: bool) {
         q.readers.sort_by(|a, b| a.name.cmp(&b.name));
         let entry = if learn {
             self.registry

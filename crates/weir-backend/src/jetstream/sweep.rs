@@ -1,6 +1,6 @@
 //! Removing from the stream what every reader of a queue has confirmed.
 //!
-//! The stream keeps every item (limits retention, no limit set) until a door purges
+//! The stream keeps every item (limits retention, no limit set) until an instance purges
 //! it; confirmations alone remove nothing. Interest retention, which removed an item
 //! at its last reader's ack, let each replica decide alone: a replica that was down
 //! while a reader (or a queue) was made came back, applied the other readers' acks
@@ -9,7 +9,7 @@
 //! other replicas deleted them too (nats-server's own behaviour, reproduced without
 //! weir). A purge is one replicated operation, applied the same on every replica.
 //!
-//! Each door marks the queues it confirmed, released or deleted on ([`Sweeper::mark`])
+//! Each instance marks the queues it confirmed, released or deleted on ([`Sweeper::mark`])
 //! and, every `sweep_ms`, sweeps them:
 //!
 //! 1. `last`: the stream's last sequence (`STREAM.INFO`);
@@ -36,7 +36,7 @@
 //! stream's log.
 //!
 //! Every `FULL_EVERY` sweeps, every queue with items in the stream is swept as well, so
-//! what a door confirmed just before it died goes too. A queue is purged again only
+//! what an instance confirmed just before it died goes too. A queue is purged again only
 //! when its bound has risen since its last purge here (a purge is a Raft round on the
 //! stream). Cost per marked queue and sweep: one `CONSUMER.INFO` per reader and at
 //! most one purge; per sweep, one `STREAM.INFO` and two `CONSUMER.NAMES` listings.
@@ -60,11 +60,11 @@ const FULL_EVERY: u64 = 30;
 /// Queues one sweep takes on; the others stay marked for the next.
 const QUEUES_PER_SWEEP: usize = 1_000;
 
-/// The queues to sweep, and how far each was purged by this door.
+/// The queues to sweep, and how far each was purged by this instance.
 #[derive(Default)]
 pub(crate) struct Sweeper {
     marked: Mutex<HashSet<String>>,
-    /// The bound of this door's last purge of each queue; cleared whole when it
+    /// The bound of this instance's last purge of each queue; cleared whole when it
     /// holds more queues than the stream may have readers (`max_consumers`).
     purged: Mutex<HashMap<String, u64>>,
 }
@@ -266,11 +266,11 @@ impl Inner {
             .into_iter()
             .filter(|(_, n)| *n > 0)
             .filter_map(|(subject, _)| subject.strip_prefix(&prefix).map(str::to_owned))
-            .filter(|queue| weir::validate_queue_name(queue).is_ok())
+            .filter(|queue| weir_types::validate_queue_name(queue).is_ok())
             .collect())
     }
 
-    /// Purges `queue`'s messages below sequence `bound`, unless this door already did.
+    /// Purges `queue`'s messages below sequence `bound`, unless this instance already did.
     async fn purge_below(&self, queue: &str, bound: u64, deadline: Instant) -> Result<()> {
         // `seq` 0 would purge the whole subject, 1 nothing.
         if bound <= 1 {

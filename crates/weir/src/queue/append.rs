@@ -17,9 +17,9 @@ use super::commit::Ticket;
 use super::expire::Move;
 use super::idle::MarkActiveOnDrop;
 use super::log::create_segment;
+use super::purpose::Purpose;
+use super::queue_core::QueueCore;
 use super::state::State;
-use super::take::Purpose;
-use super::QueueCore;
 
 /// When every reader has confirmed everything and the segment being written is at
 /// least this large, a new segment is started so the old one can be deleted: disk use

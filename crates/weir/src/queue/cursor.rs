@@ -13,7 +13,17 @@ use crate::error::Result;
 use crate::frame::RecordHeader;
 use crate::segment::{Loc, ReadBuf};
 
-use super::log::ReadAt;
+/// What reading at a position found.
+pub(crate) enum ReadAt {
+    /// A whole, intact record and its payload.
+    Rec(RecordHeader, Bytes),
+    /// The end of the segment's valid data.
+    End,
+    /// Damage: a record that does not check out.
+    Bad,
+    /// The segment is gone (deleted): the position must be looked up again.
+    Missing,
+}
 
 /// Segments a cursor walks.
 pub(crate) trait Walk {

@@ -14,9 +14,10 @@ use crate::readers::Slot;
 use super::commit::Ticket;
 use super::cursor::Step;
 use super::idle::MarkActiveOnDrop;
+use super::purpose::Purpose;
+use super::queue_core::QueueCore;
 use super::state::State;
-use super::take::Purpose;
-use super::{io_err, QueueCore};
+use crate::error::io_err;
 
 /// Most expired items one take drops (or moves) before it lets go of the lock.
 pub(super) const EXPIRED_PER_CALL_MAX: u32 = 1024;
@@ -149,7 +150,7 @@ impl QueueCore {
         let _active = MarkActiveOnDrop(self);
         let now = self.clock.now_ms();
         let mut moves = Vec::new();
-        let result = (|| {
+        let result = (|| -> Result<(u64, Option<Ticket>)> {
             let mut state = self.state.lock();
             state.check_usable()?;
             if state.nothing_to_expire(now) {

@@ -7,7 +7,7 @@ use super::iter::Iter;
 use crate::config::QueueConfig;
 use crate::error::Result;
 use crate::item::AppendOptions;
-use crate::queue::QueueCore;
+use crate::queue::queue_core::QueueCore;
 use crate::reader::Reader;
 use crate::stats::QueueStats;
 use std::sync::Arc;

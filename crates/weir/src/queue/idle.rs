@@ -11,8 +11,8 @@ use crate::config::Durability;
 use crate::error::{Error, Result};
 use crate::segment::{Loc, Segment};
 
+use super::queue_core::QueueCore;
 use super::state::State;
-use super::QueueCore;
 
 /// A queue not written for this long gives back its mapping windows (their RSS); the
 /// next write maps again. Bounds the memory of many idle queues.

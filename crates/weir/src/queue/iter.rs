@@ -18,9 +18,10 @@ use crate::error::{Error, Result};
 use crate::item::Item;
 use crate::segment::{self, Loc, ReadBuf, FILE_HEADER_BYTES, SCAN_CHUNK_BYTES};
 
+use super::cursor::ReadAt;
 use super::cursor::{self, Step, Walk};
 use super::expire::is_expired;
-use super::log::{found_to_read_at, ReadAt};
+use super::log::found_to_read_at;
 
 /// Iterator over a queue's kept items; see [`crate::Queue::iter`]. Expired items are
 /// skipped; damaged records are skipped (with an error logged).

@@ -9,8 +9,8 @@ use crate::journal::JournalRecord;
 
 use super::commit::Ticket;
 use super::idle::MarkActiveOnDrop;
+use super::queue_core::QueueCore;
 use super::state::State;
-use super::QueueCore;
 
 impl State {
     /// Releases the leases past their `open_timeout`; returns the readers to wake.
@@ -42,9 +42,7 @@ impl State {
 impl QueueCore {
     /// Whether the store has begun shutting down (see `Store::begin_shutdown`).
     pub(super) fn is_shutting_down(&self) -> bool {
-        self.store
-            .upgrade()
-            .is_some_and(|s| s.shutting_down.load(std::sync::atomic::Ordering::Acquire))
+        self.store.upgrade().is_some_and(|s| s.shutting_down())
     }
 
     pub(crate) fn confirm(&self, reader: &str, lease: LeaseId) -> Result<(bool, Option<Ticket>)> {

@@ -20,24 +20,12 @@ use crate::segment::{
     FILE_HEADER_BYTES, READ_AHEAD_BYTES,
 };
 
-use super::cursor::{self, Step, Walk};
+use super::cursor::{self, ReadAt, Step, Walk};
 
 /// Mapping window of the segment being written: bounds the RSS the writer adds.
 pub(super) const WRITE_WINDOW_BYTES: u64 = 256 * 1024;
 // Windows are mapped at page offsets and grow in whole pages.
 const _: () = assert!(WRITE_WINDOW_BYTES.is_multiple_of(4096));
-
-/// What reading at a position found.
-pub(crate) enum ReadAt {
-    /// A whole, intact record and its payload.
-    Rec(RecordHeader, Bytes),
-    /// The end of the segment's valid data.
-    End,
-    /// Damage: a record that does not check out.
-    Bad,
-    /// The segment is gone (deleted): the position must be looked up again.
-    Missing,
-}
 
 /// The segment files of a queue, oldest first; the last one is written through
 /// `writer`, a mapping window over its end.

@@ -28,11 +28,12 @@ use crate::segment::{
 use crate::space_reserve::SpaceReserve;
 use crate::store::StoreInner;
 
-use super::commit::SyncState;
 use super::log::{create_segment, SegmentLog, WRITE_WINDOW_BYTES};
+use super::queue_core::{QueueCore, StoreLink};
 use super::reader_state::new_reader;
 use super::state::State;
-use super::{io_err, QueueCore};
+use super::sync_state::SyncState;
+use crate::error::io_err;
 
 /// The files of a new, empty queue in `dir` (created here): a reader journal, an empty
 /// reader list and a first segment holding only its header. No fsync (see
@@ -110,9 +111,9 @@ impl State {
         if self.config.durability == Durability::Buffered {
             // A killed process loses what it had staged, and a reader may have taken
             // and confirmed it from the staging buffer already: documented, a warning.
-            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {}, which a reader had confirmed, were still staged in the process when it stopped (buffered): readers that had not taken them skip them; sequence numbers continue after the confirmed ones", self.next_seq);
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, first_lost = self.next_seq, "confirmed items were only staged when the process stopped (buffered): other readers skip them");
         } else {
-            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, "items after {}, which a reader had confirmed, were lost (an OS crash before their fsync): readers that had not taken them skip them; sequence numbers continue after the confirmed ones", self.next_seq);
+            tracing::warn!(dir = %dir.display(), lost_to = seq_floor, first_lost = self.next_seq, "confirmed items were lost (an OS crash before their fsync): other readers skip them");
         }
         self.retired = self.next_seq..seq_floor;
         self.next_seq = seq_floor;
@@ -202,7 +203,7 @@ impl State {
                     self.hold = Some(self.floor);
                 }
                 self.write_reader_list(None)?;
-                tracing::error!(dir = %dir.display(), list = ?lost, held_from = ?self.hold, "the reader journal and the reader list are both lost: the stored items are kept for readers nobody can name until the queue is flushed");
+                tracing::error!(dir = %dir.display(), list = ?lost, held_from = ?self.hold, "reader journal and list both lost: items are kept for unknown readers until the queue is flushed");
             }
             reader_list::Read::Damaged => {
                 tracing::warn!(dir = %dir.display(), "the reader list is damaged; it is written again from the reader journal");
@@ -289,6 +290,7 @@ impl QueueCore {
     /// active queues (the first tick takes an idle one off it).
     fn new(name: &str, dir: &Path, store: Weak<StoreInner>, state: State) -> Arc<QueueCore> {
         let budget = state.tally.clone();
+        let store: Weak<dyn StoreLink> = store;
         let core = Arc::new_cyclic(|me| QueueCore {
             clock: state.clock.clone(),
             name: name.to_string(),

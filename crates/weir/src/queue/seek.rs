@@ -13,8 +13,10 @@
 
 use std::sync::Arc;
 
+use super::idle::MarkActiveOnDrop;
+use super::queue_core::QueueCore;
 use super::state::State;
-use super::{io_err, MarkActiveOnDrop, QueueCore};
+use crate::error::io_err;
 use crate::error::{Error, Result};
 use crate::journal::JournalRecord;
 use crate::segment::{self, Loc, FILE_HEADER_BYTES};

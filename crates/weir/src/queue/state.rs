@@ -22,7 +22,7 @@ use crate::space_reserve::SpaceReserve;
 
 use super::log::SegmentLog;
 use super::reader_state::{new_reader, ReaderState};
-use super::{io_err, is_disk_full};
+use crate::error::{io_err, is_disk_full};
 
 pub(super) struct State {
     /// The queue's name (its `expire_to` may not name itself).

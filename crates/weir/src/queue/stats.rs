@@ -9,7 +9,8 @@ use crate::segment::Loc;
 use crate::stats::{QueueStats, ReaderStats};
 
 use super::idle::MarkActiveOnDrop;
-use super::{io_err, QueueCore};
+use super::queue_core::QueueCore;
+use crate::error::io_err;
 
 impl QueueCore {
     pub(crate) fn stats(&self) -> QueueStats {

@@ -14,13 +14,15 @@ use crate::readers::Slot;
 use crate::segment::Loc;
 
 use super::commit::Ticket;
+use super::cursor::ReadAt;
 use super::cursor::Step;
 use super::expire::{expiry_ms, is_expired, Move, EXPIRED_PER_CALL_MAX};
 use super::idle::MarkActiveOnDrop;
-use super::log::ReadAt;
+use super::purpose::Purpose;
+use super::queue_core::QueueCore;
 use super::reader_state::{LeaseInfo, ReaderState};
 use super::state::State;
-use super::{io_err, QueueCore};
+use crate::error::io_err;
 
 /// What a reader's next item is and where it comes from.
 pub(super) struct Candidate {
@@ -43,18 +45,6 @@ impl Candidate {
             expires_at_ms: self.header.expires_at_ms,
         }
     }
-}
-
-/// What a take is for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Purpose {
-    Take,
-    Lease,
-    Peek,
-    /// Drop the oldest item to make room.
-    Discard,
-    /// Drop the next item only if it has expired.
-    ExpireHead,
 }
 
 impl State {

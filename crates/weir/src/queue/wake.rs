@@ -10,9 +10,9 @@ use tokio::sync::Notify;
 use crate::error::{Error, Result};
 
 use super::idle::MarkActiveOnDrop;
+use super::queue_core::QueueCore;
 use super::reader_state::ReaderState;
 use super::state::State;
-use super::QueueCore;
 
 /// Counts a waiter for `stats` while it lives.
 pub(crate) struct WaiterGuard(pub(super) Option<Arc<AtomicU64>>);

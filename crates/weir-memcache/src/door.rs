@@ -1,4 +1,4 @@
-//! The server: open the store, bind, accept, run one task per connection, shut down.
+//! The memcache door: bind, accept, run one task per connection, shut down.
 //!
 //! Each connection runs [`handle`]: execute every complete request in the read
 //! buffer, write all their replies at once, read again. Limits: `max_connections`
@@ -6,7 +6,8 @@
 //! `request_timeout_ms` from the first byte of a request to its last (so a client
 //! trickling a byte a second cannot hold a half-sent request forever), plus the
 //! parser's line and item limits. Shutdown: stop accepting, let each connection
-//! finish the requests it has fully received, release leases, close the store.
+//! finish the requests it has fully received, release leases; the root closes the
+//! store after.
 //!
 //! Threads: `threads` event loops, each a single-threaded tokio runtime on its own OS
 //! thread; the accept loop hands connections to them in turn. A connection lives on
@@ -16,7 +17,6 @@
 //! in throughput: request/reply traffic has no long tasks to balance.
 
 use std::io;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,15 +27,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
 use crate::cmd::{self, Ctx, Flow, Session};
-use crate::config::{BackendSettings, Settings};
 use crate::connection::Connection;
 use crate::inbound::Next;
-use crate::metrics::{LoopMetrics, Metrics};
+use crate::metrics::LoopMetrics;
 use crate::parse::{binary_error, CommandKind};
 use crate::reply;
-use crate::shared::{RuntimeLimits, Shared};
-use crate::shutdown::Shutdown;
-use crate::signals::Signals;
+use crate::settings::{MemcacheSettings, Reload};
+use crate::shared::Shared;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
@@ -64,300 +62,128 @@ async fn listen(addr: &str) -> io::Result<TcpListener> {
         .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
 }
 
-/// What a start opens after the store, before it serves the first client.
-struct Doors {
-    listener: TcpListener,
-    http_listener: TcpListener,
-    bus: Option<weir_bus::BusHandle>,
-    proxy: Option<weir_proxy::ProxyHandle>,
+/// A running memcache door: its listener bound, its event loops started, its accept
+/// loop on a task of the runtime that started it.
+pub struct MemcacheDoor {
+    shared: Arc<Shared>,
+    addr: std::net::SocketAddr,
+    /// The accept loop, then the event loops' stop; taken by [`MemcacheDoor::stopped`].
+    running: taken_once::Slot<tokio::task::JoinHandle<()>>,
 }
 
-/// Binds the listeners and starts the bus and the proxy.
-async fn open_doors(
-    settings: &Settings,
-    backend: &Arc<weir_backend::Backend>,
-) -> anyhow::Result<Doors> {
-    let listener = listen(&settings.listen)
-        .await
-        .with_context(|| format!("listening on {}", settings.listen))?;
-    let http_listener = TcpListener::bind(&settings.http_listen)
-        .await
-        .with_context(|| format!("listening on {} (HTTP)", settings.http_listen))?;
-    let bus = start_bus(settings, backend).await?;
-    let proxy = start_proxy(settings, backend).await?;
-    Ok(Doors {
-        listener,
-        http_listener,
-        bus,
-        proxy,
-    })
-}
+/// A listener bound before the door starts (the root binds every port before it
+/// starts any door, so a port in use fails the start before anything runs).
+pub struct BoundListener(TcpListener);
 
-/// Opens the store and the doors. A signal meanwhile does not cut the start short
-/// (an open cancelled half-way would go on on the blocking pool, unclosed, and a
-/// bus or proxy starting would race the store's close): it is returned, and the
-/// server shuts down as soon as it is started, by the graceful path. A failed
-/// start closes the store.
-async fn start(
-    settings: &Settings,
-    files_open_max: usize,
-    signals: &mut Signals,
-) -> anyhow::Result<(Arc<weir_backend::Backend>, Doors, Option<&'static str>)> {
-    let work = async {
-        let backend = Arc::new(open_backend(settings, files_open_max).await?);
-        match open_doors(settings, &backend).await {
-            Ok(doors) => Ok((backend, doors)),
-            Err(e) => {
-                if let Err(closing) = backend.close().await {
-                    tracing::warn!(error = %closing, "closing the store after a failed start");
-                }
-                Err(e)
-            }
-        }
-    };
-    tokio::pin!(work);
-    let mut signalled = None;
-    loop {
-        tokio::select! {
-            biased;
-            started = &mut work => {
-                let (backend, doors) = started?;
-                return Ok((backend, doors, signalled));
-            }
-            why = signals.recv(), if signalled.is_none() => {
-                tracing::info!("{why} during start-up: stopping as soon as started");
-                signalled = Some(why);
-            }
-        }
-    }
-}
-
-/// Runs the server until it is shut down; returns once the store is closed.
-pub async fn run(settings: Settings, config_path: Option<PathBuf>) -> anyhow::Result<()> {
-    // First of all: a signal from here on stops the start gracefully.
-    let mut signals = Signals::install().context("installing the SIGTERM and SIGINT handlers")?;
-    let files_open_max = files_open_max(settings.max_connections);
-    let (backend, doors, signalled) = start(&settings, files_open_max, &mut signals).await?;
-    let Doors {
-        listener,
-        http_listener,
-        bus,
-        proxy,
-    } = doors;
-    let shared = Arc::new(Shared {
-        backend,
-        files_open_max,
-        settings: settings.clone(),
-        limits: RuntimeLimits::new(settings.limits),
-        metrics: Metrics::new(settings.threads),
-        config_path,
-        shutdown: Shutdown::default(),
-        started: Instant::now(),
-        bus,
-        proxy,
-        metrics_gathering: Default::default(),
-    });
-    let workers = Workers::start(settings.threads.saturating_sub(1))?;
-    log_listening(&listener, &http_listener, &settings)?;
-    if signalled.is_some() {
-        // The graceful stop at once: the accept loop ends (a connection already
-        // waiting may get its requests answered first), then the usual stop.
-        shared.begin_shutdown();
-    }
-    tokio::spawn(on_signals(Arc::clone(&shared), signals));
-    let http_limits = crate::http::HttpLimits {
-        max_connections: settings.http_max_connections,
-        header_timeout: Duration::from_millis(settings.http_header_timeout_ms),
-    };
-    let http = tokio::spawn(crate::http::serve(
-        http_listener,
-        Arc::clone(&shared),
-        http_limits,
-    ));
-
-    accept_loop(
-        &shared,
-        listener,
-        &workers,
-        settings.max_connections,
-        settings.shutdown_grace_ms,
-    )
-    .await;
-    // A blocking join, on purpose: nothing else needs this thread now, and the loops
-    // stop within a second (dropping connections past the grace period).
-    workers.stop();
-
-    // The HTTP port began its drain at the shutdown, and ends it within its grace.
-    match tokio::time::timeout(crate::http::STOP_WAIT, http).await {
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "HTTP server"),
-        Err(_) => tracing::warn!("HTTP server did not stop in time"),
-        _ => {}
-    }
-    stop_bus(&shared).await;
-    tracing::info!(backend = shared.backend.kind_name(), "closing the store");
-    shared.backend.close().await.context("closing the store")?;
-    tracing::info!("stopped");
-    Ok(())
-}
-
-/// Starts the event bus when the settings enable it, on its own runtime (started
-/// from the blocking pool: a runtime cannot be built on this one's thread). Its
-/// queues are the backend's; its metadata is a file in the data directory on the
-/// embedded engine, and in the cluster on JetStream (where one door serves it).
-async fn start_bus(
-    settings: &Settings,
-    backend: &Arc<weir_backend::Backend>,
-) -> anyhow::Result<Option<weir_bus::BusHandle>> {
-    let Some(bus_settings) = settings.bus.clone() else {
-        return Ok(None);
-    };
-    let backend = Arc::clone(backend);
-    let meta_dir = settings.data_dir.clone();
-    let handle =
-        tokio::task::spawn_blocking(move || weir_bus::start(backend, meta_dir, bus_settings))
+impl BoundListener {
+    /// Binds the memcache port with a [`LISTEN_BACKLOG`]-deep accept queue.
+    pub async fn bind(addr: &str) -> anyhow::Result<BoundListener> {
+        let listener = listen(addr)
             .await
-            .context("starting the bus")??;
-    Ok(Some(handle))
-}
-
-/// The one `listening` line, once both ports are bound.
-fn log_listening(
-    listener: &TcpListener,
-    http: &TcpListener,
-    settings: &Settings,
-) -> io::Result<()> {
-    tracing::info!(
-        memcache = %listener.local_addr()?,
-        http = %http.local_addr()?,
-        data_dir = %settings.data_dir.display(),
-        threads = settings.threads,
-        max_connections = settings.max_connections,
-        "listening"
-    );
-    Ok(())
-}
-
-/// Stops the event bus and the proxy, if they run, before the store closes:
-/// deliveries and replays in flight end, leased items go back to their queues.
-async fn stop_bus(shared: &Arc<Shared>) {
-    if shared.bus.is_none() && shared.proxy.is_none() {
-        return;
+            .with_context(|| format!("listening on {addr}"))?;
+        Ok(BoundListener(listener))
     }
-    tracing::info!("stopping the bus and the proxy");
-    let stopping = Arc::clone(shared);
-    // Joins their threads: off this runtime's thread.
-    let _ = tokio::task::spawn_blocking(move || {
-        if let Some(bus) = &stopping.bus {
-            bus.stop();
+
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+impl MemcacheDoor {
+    /// Starts the event loops and the accept loop (on a task of the current runtime)
+    /// on `listener`, over `backend`.
+    pub fn start(
+        listener: BoundListener,
+        backend: Arc<weir_backend::Backend>,
+        settings: MemcacheSettings,
+        reload: Option<Reload>,
+    ) -> anyhow::Result<MemcacheDoor> {
+        let addr = listener.local_addr()?;
+        let max_connections = settings.max_connections;
+        let grace_ms = settings.shutdown_grace_ms;
+        let workers = Workers::start(settings.threads.saturating_sub(1))?;
+        let shared = Arc::new(Shared::new(backend, settings, reload));
+        let serving = Arc::clone(&shared);
+        let running = tokio::spawn(async move {
+            accept_loop(&serving, listener.0, &workers, max_connections, grace_ms).await;
+            // A blocking join, on purpose: nothing else needs this thread now, and the
+            // loops stop within a second (dropping connections past the grace period).
+            workers.stop();
+        });
+        Ok(MemcacheDoor {
+            shared,
+            addr,
+            running: taken_once::Slot::new(running),
+        })
+    }
+
+    /// The memcache port's address.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Appends the door's counters to a `/metrics` page.
+    pub fn render_metrics(&self, out: &mut String) {
+        self.shared.metrics.render(out, |_| {});
+    }
+
+    /// As [`MemcacheDoor::render_metrics`], with `after_connections` writing right
+    /// after the connection counters (the HTTP port's own, where the page has always
+    /// shown it).
+    pub fn render_metrics_around(
+        &self,
+        out: &mut String,
+        after_connections: impl FnOnce(&mut String),
+    ) {
+        self.shared.metrics.render(out, after_connections);
+    }
+
+    /// Stops accepting; each connection finishes the requests it has received, then
+    /// ends (see `shutdown.rs`). The root tells the backend first.
+    pub fn begin_shutdown(&self) {
+        self.shared.shutdown.trigger();
+    }
+
+    /// Resolves once a shutdown has begun: by [`MemcacheDoor::begin_shutdown`] or by
+    /// an enabled `shutdown` command (which tells the backend itself first).
+    pub async fn shutdown_requested(&self) {
+        self.shared.shutdown.wait().await;
+    }
+
+    /// Resolves once the accept loop has ended, its connections have finished (or
+    /// the grace period has passed) and the event loops have stopped.
+    pub async fn stopped(&self) {
+        if let Some(running) = self.running.take() {
+            if let Err(e) = running.await {
+                tracing::warn!(error = %e, "the memcache accept loop");
+            }
         }
-        if let Some(proxy) = &stopping.proxy {
-            proxy.stop();
+    }
+}
+
+/// The zero counters of a memcache door that does not run (`weir proxy
+/// --http-listen` shows the series at zero, as it always has); `after_connections`
+/// as in [`MemcacheDoor::render_metrics_around`].
+pub fn render_idle_metrics(out: &mut String, after_connections: impl FnOnce(&mut String)) {
+    crate::metrics::Metrics::new(1).render(out, after_connections);
+}
+
+/// A value taken once, from behind a shared reference.
+mod taken_once {
+    pub struct Slot<T>(std::sync::Mutex<Option<T>>);
+
+    impl<T> Slot<T> {
+        pub fn new(value: T) -> Slot<T> {
+            Slot(std::sync::Mutex::new(Some(value)))
         }
-    })
-    .await;
-}
 
-/// Starts the proxy when the settings configure it (from the blocking pool, as
-/// the bus).
-async fn start_proxy(
-    settings: &Settings,
-    backend: &Arc<weir_backend::Backend>,
-) -> anyhow::Result<Option<weir_proxy::ProxyHandle>> {
-    let Some(proxy_settings) = settings.proxy.clone() else {
-        return Ok(None);
-    };
-    let backend = Arc::clone(backend);
-    let handle = tokio::task::spawn_blocking(move || weir_proxy::start(backend, proxy_settings))
-        .await
-        .context("starting the proxy")??;
-    Ok(Some(handle))
-}
-
-/// Opens the backend the settings name: the embedded store on the blocking pool
-/// (recovery reads the disk), or a connection to the JetStream cluster.
-pub async fn open_backend(
-    settings: &Settings,
-    files_open_max: usize,
-) -> anyhow::Result<weir_backend::Backend> {
-    let mut options = settings.store.clone();
-    options.files_open_max = files_open_max;
-    if let BackendSettings::JetStream(js) = &settings.backend {
-        return connect_jetstream(settings, js, options).await;
+        pub fn take(&self) -> Option<T> {
+            match self.0.lock() {
+                Ok(mut slot) => slot.take(),
+                Err(poisoned) => poisoned.into_inner().take(),
+            }
+        }
     }
-    let dir = settings.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || weir::Store::open_with(&dir, options))
-        .await
-        .context("opening the store")?
-        .with_context(|| format!("opening the data directory {}", settings.data_dir.display()))?;
-    Ok(weir_backend::Backend::Embedded(
-        weir_backend::Embedded::new(store),
-    ))
-}
-
-/// A connection to the JetStream cluster the settings name.
-#[cfg(feature = "jetstream")]
-async fn connect_jetstream(
-    settings: &Settings,
-    js: &weir_backend::JetStreamConfig,
-    options: weir::StoreOptions,
-) -> anyhow::Result<weir_backend::Backend> {
-    for key in &settings.ignored {
-        tracing::warn!(
-            key,
-            "ignored on the jetstream backend: the cluster's settings decide"
-        );
-    }
-    let servers = js.servers.join(",");
-    let backend = weir_backend::jetstream::JetStream::connect(js.clone(), options)
-        .await
-        .with_context(|| format!("connecting to JetStream at {servers}"))?;
-    Ok(weir_backend::Backend::JetStream(backend))
-}
-
-/// A build without JetStream: the settings are refused when resolved
-/// (`config::resolve_backend`); this is never reached, but answers as they do.
-#[cfg(not(feature = "jetstream"))]
-async fn connect_jetstream(
-    _settings: &Settings,
-    _js: &weir_backend::JetStreamConfig,
-    _options: weir::StoreOptions,
-) -> anyhow::Result<weir_backend::Backend> {
-    anyhow::bail!(weir_backend::NO_JETSTREAM)
-}
-
-/// Descriptors the process keeps for other things than queue files and memcache
-/// connections: the listeners, HTTP connections, the log, short-lived opens.
-const FILES_RESERVED: usize = 256;
-/// The least budget of queue files, however few descriptors are left.
-const FILES_FOR_QUEUES_MIN: usize = 64;
-
-/// The store's descriptor budget (`StoreOptions::files_open_max`): the open-files
-/// limit (raised to the hard limit at start) less what `max_connections` and the rest
-/// of the server may need, so that queues and clients cannot together run out.
-fn files_open_max(max_connections: usize) -> usize {
-    let limit = weir::open_files_limit();
-    let left = limit.saturating_sub(max_connections.saturating_add(FILES_RESERVED));
-    if left < FILES_FOR_QUEUES_MIN {
-        tracing::warn!(
-            open_files_limit = limit,
-            max_connections,
-            "few descriptors left for queue files: queues will close and reopen their files often; raise the open-files hard limit or lower max_connections"
-        );
-    }
-    let budget = left.max(FILES_FOR_QUEUES_MIN);
-    tracing::info!(
-        open_files_limit = limit,
-        queue_files_max = budget,
-        "descriptor budget"
-    );
-    budget
-}
-
-/// SIGTERM and SIGINT start a graceful shutdown.
-async fn on_signals(shared: Arc<Shared>, mut signals: Signals) {
-    let why = signals.recv().await;
-    tracing::info!("{why}: shutting down");
-    shared.begin_shutdown();
 }
 
 /// Event loops besides the one the accept loop runs on.

@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 
-use crate::capture_cli::{checked, http_client, runtime, via, Location, Via};
+use super::capture_cli::{checked, http_client, runtime, via, Location, Via};
 
 #[derive(clap::Subcommand)]
 pub enum DiffCommand {
@@ -45,8 +45,8 @@ pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
         println!("{text}");
         return Ok(());
     }
-    let report: Vec<weir_proxy::RouteReport> =
+    let report: Vec<crate::RouteReport> =
         serde_json::from_str(&text).with_context(|| format!("{endpoint} sent no diff report"))?;
-    print!("{}", weir_proxy::diff_report_text(&report));
+    print!("{}", crate::diff_report_text(&report));
     Ok(())
 }

@@ -19,11 +19,11 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::capture_file::{self, LINE_BYTES_MAX};
 use anyhow::{bail, Context};
-use weir_proxy::capture_file::{self, LINE_BYTES_MAX};
 
-use crate::captures::{CAPTURE_QUEUE_PREFIX, IMPORT_BYTES_MAX};
-use crate::config::ADMIN_KEY_ENV;
+use super::captures::{CAPTURE_QUEUE_PREFIX, IMPORT_BYTES_MAX};
+use super::ADMIN_KEY_ENV;
 
 /// Time to connect to weir's HTTP port, and the longest wait for the next bytes.
 const SERVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -506,7 +506,7 @@ fn import_dir(dir: &Path, queue: &str, input: &Path, imported: &mut u64) -> anyh
     let rt = runtime()?;
     let appended = in_pieces(input, |text, count| {
         let items = capture_file::items_of(text, LINE_BYTES_MAX)?;
-        rt.block_on(crate::captures::append_captures(&backend, queue, &items))?;
+        rt.block_on(super::captures::append_captures(&backend, queue, &items))?;
         *imported += count;
         Ok(())
     });

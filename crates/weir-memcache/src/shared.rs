@@ -1,67 +1,52 @@
 //! What every connection shares: the backend (where the queues live), the settings, the
-//! reloadable limits, the metrics and the shutdown signal. Its own module so that the
-//! commands (`cmd`) and the server loop (`server`) both use it without importing each
-//! other.
+//! reloadable limits, the metrics, the reload and the shutdown signal. Its
+//! own module so that the commands (`cmd`) and the accept loop (`door`) both use it
+//! without importing each other.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crate::config::{Limits, Settings};
 use crate::metrics::Metrics;
 use crate::parse::ParseLimits;
+use crate::settings::{Limits, MemcacheSettings, Reload};
 use crate::shutdown::Shutdown;
 
 /// Pending replies past this size are written before the next request of the same
 /// read is executed (and, within a `get` or `monitor`, before the next item).
 pub const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
 
-/// What every connection shares.
+/// What every connection shares. Nothing of the other doors: the root composes them.
 pub struct Shared {
     /// Where the queues live; connections get the queues and readers they have not
     /// cached from it, which creates them (within `max_queues`) without blocking an
     /// event loop.
     pub backend: std::sync::Arc<weir_backend::Backend>,
-    /// The store's descriptor budget, derived at start (see `server::files_open_max`) and
-    /// kept across reloads.
-    pub files_open_max: usize,
-    /// The settings the server started with (`stats settings` shows the restart-only
+    /// The settings the door started with (`stats settings` shows the restart-only
     /// ones from here, the reloadable ones from `limits`).
-    pub settings: Settings,
+    pub settings: MemcacheSettings,
     pub limits: RuntimeLimits,
     pub metrics: Metrics,
-    pub config_path: Option<PathBuf>,
+    /// What `reload` runs; none without a config file.
+    pub reload: Option<Reload>,
     pub shutdown: Shutdown,
     pub started: Instant,
-    /// The event bus, when enabled: its figures join `/metrics`.
-    pub bus: Option<weir_bus::BusHandle>,
-    /// The proxy, when configured: its figures join `/metrics`.
-    pub proxy: Option<weir_proxy::ProxyHandle>,
-    /// A `/metrics` gathering of the backend's figures is running (at most one).
-    pub metrics_gathering: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Shared {
-    /// What `weir proxy --http-listen` shares with its HTTP port: the proxy, the
-    /// backend and the settings; no memcache port (its series stay at zero) and no bus.
-    pub fn for_proxy(
-        settings: Settings,
+    pub fn new(
         backend: std::sync::Arc<weir_backend::Backend>,
-        proxy: weir_proxy::ProxyHandle,
-    ) -> std::sync::Arc<Shared> {
-        std::sync::Arc::new(Shared {
+        settings: MemcacheSettings,
+        reload: Option<Reload>,
+    ) -> Shared {
+        Shared {
             backend,
-            files_open_max: settings.store.files_open_max,
             limits: RuntimeLimits::new(settings.limits),
-            metrics: Metrics::new(1),
-            config_path: None,
+            metrics: Metrics::new(settings.threads),
+            settings,
+            reload,
             shutdown: Shutdown::default(),
             started: Instant::now(),
-            bus: None,
-            proxy: Some(proxy),
-            settings,
-            metrics_gathering: Default::default(),
-        })
+        }
     }
 
     /// Starts the graceful shutdown. The backend is told first, so that no item a

@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 use proptest::prelude::*;
-use weir_server::parse::{parse, Parse, ParseLimits, Request};
-use weir_server::request::{parse_read_key, parse_write_key};
+use weir_memcache::parse::{parse, Parse, ParseLimits, Request};
+use weir_memcache::request::{parse_read_key, parse_write_key};
 
 fn limits() -> ParseLimits {
     ParseLimits {

@@ -1,46 +1,53 @@
-//! Front doors that know each other, so that the open leases of a door that was
-//! killed come back to the other doors' clients at once, not after AckWait.
+//! The weir instances (processes) sharing a stream know each other, so that the open
+//! leases of an instance that was killed come back to the other instances' clients at
+//! once, not after AckWait.
 //!
 //! JetStream knows no connections: a lease is a delivered message that nobody acked,
-//! and only AckWait ends it. A door that closes gives its leases back itself (a
-//! `-NAK` each); a door that is killed cannot. So each door leaves enough behind for
-//! another door to do it:
+//! and only AckWait ends it. An instance that closes gives its leases back itself (a
+//! `-NAK` each); an instance that is killed cannot. So each instance leaves enough
+//! behind for another instance to do it:
 //!
 //! - **A small stream of its own**, `<stream>_DOORS` (memory storage, one message per
-//!   subject, the stream's replicas): the door's registration
+//!   subject, the stream's replicas): the instance's registration
 //!   `_weir.<stream>.rec.door.<key>`, and records of its open leases,
 //!   `_weir.<stream>.rec.lease.<key>.<n>`, holding the lease's ack subject. The record
 //!   is stored (PubAck) before the item is handed to the client. The leases handed
 //!   out at the same moment share a record (one write); a release rewrites it
 //!   without its lease, and when its last lease ends a tombstone (empty, `Nats-TTL:
 //!   1s`) replaces it and then goes by itself ([`super::records`]).
-//! - **A ping subject**, `_weir.<stream>.ping.<key>`, that the door answers. The NATS
-//!   server drops a connection's subscriptions the moment the connection ends (a
+//! - **A ping subject**, `_weir.<stream>.ping.<key>`, that the instance answers. The
+//!   NATS server drops a connection's subscriptions the moment the connection ends (a
 //!   killed process's socket is closed by its kernel), and a request to a subject
 //!   nobody subscribes to is answered "no responders" at once.
 //!
-//! Every door pings every registered door every quarter of `door_timeout_ms` (50 ms to
-//! 1 s). One
-//! that has had no responders for `door_timeout_ms` is dead: the first door to mark
-//! its registration dead (a publish that expects the registration's sequence, so
-//! exactly one door wins) sends `-NAK` for each of its recorded leases, and purges its
-//! records. Only a door that saw the dead one answer within half the lease timeout
-//! sends the Naks: a lease is renewed every third of its AckWait, so it is still the
-//! dead door's then, where a later `-NAK` could take back an item that AckWait
-//! already gave to someone else (JetStream's acks name the stream sequence, not the
+//! The stream and the registrations' subjects keep the names they had when an
+//! instance was called a "door" (`_DOORS`, `rec.door`): they are shared with the
+//! instances of an older version during a rolling upgrade, which must find each
+//! other's registrations and records where they always were.
+//!
+//! Every instance pings every registered instance every quarter of
+//! `instance_timeout_ms` (50 ms to 1 s). One that has had no responders for
+//! `instance_timeout_ms` is dead: the first instance to mark its registration dead (a
+//! publish that expects the registration's sequence, so exactly one instance wins)
+//! sends `-NAK` for each of its recorded leases, and purges its records. Only an
+//! instance that saw the dead one answer within half the lease timeout sends the
+//! Naks: a lease is renewed every third of its AckWait, so it is still the dead
+//! instance's then, where a later `-NAK` could take back an item that AckWait already
+//! gave to someone else (JetStream's acks name the stream sequence, not the
 //! delivery).
 //!
-//! A door cut off from NATS for longer than `door_timeout_ms` is taken for dead too.
-//! When it is back it finds its registration marked dead: its leases were given to
-//! other doors, so it stops renewing them, does not give them back again when its
-//! clients abort (a confirm is still sent; the item is then delivered twice, never
-//! lost), and registers again under a new key (`<id>.<epoch>`). So does a door that
-//! was disconnected for longer than half the lease timeout (its leases may have timed
-//! out and gone to others, marked dead or not).
+//! An instance cut off from NATS for longer than `instance_timeout_ms` is taken for
+//! dead too. When it is back it finds its registration marked dead: its leases were
+//! given to other instances, so it stops renewing them, does not give them back again
+//! when its clients abort (a confirm is still sent; the item is then delivered twice,
+//! never lost), and registers again under a new key (`<id>.<epoch>`). So does an
+//! instance that was disconnected for longer than half the lease timeout (its leases
+//! may have timed out and gone to others, marked dead or not).
 //!
-//! What this does not cover (AckWait does, as before): an item a door had pulled for
-//! a plain `get` and not yet acked; a lease whose record could not be stored in time
-//! (the doors' stream unavailable); a door killed while no other door runs.
+//! What this does not cover (AckWait does, as before): an item an instance had pulled
+//! for a plain `get` and not yet acked; a lease whose record could not be stored in
+//! time (the instances' stream unavailable); an instance killed while no other
+//! instance runs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,42 +68,42 @@ use super::queue::PubAck;
 use super::records::{self, Batcher, Record, Stored, RECORD_TTL};
 use crate::Result;
 
-/// Doors one door keeps track of; more are not pinged (with a warning).
-const DOORS_MAX: usize = 256;
-/// A dead door's registration, marked dead, stays at least this long (and twice the
-/// lease timeout), so every door sees it was taken care of, and a door that was only
+/// Instances one instance keeps track of; more are not pinged (with a warning).
+const INSTANCES_MAX: usize = 256;
+/// A dead instance's registration, marked dead, stays at least this long (and twice the
+/// lease timeout), so every instance sees it was taken care of, and an instance that was only
 /// cut off sees it when it is back; then it goes.
 const DEAD_TTL_MIN_S: u64 = 60;
-/// Failed looks at its own registration in a row after which the door sets the
-/// doors' stream up again (it may be gone: deleted, or a restarted single server).
+/// Failed looks at its own registration in a row after which the instance sets the
+/// instances' stream up again (it may be gone: deleted, or a restarted single server).
 const SELF_FAILURES_MAX: u32 = 8;
-/// `door_timeout_ms` is capped at this (an hour).
-const DOOR_TIMEOUT_MAX_MS: u64 = 3_600_000;
+/// `instance_timeout_ms` is capped at this (an hour).
+const INSTANCE_TIMEOUT_MAX_MS: u64 = 3_600_000;
 /// The longest a lease's record may hold up the lease: past it the lease goes out
-/// unrecorded (it then comes back after AckWait if its door is killed).
+/// unrecorded (it then comes back after AckWait if its instance is killed).
 const RECORD_WAIT_MAX: Duration = Duration::from_millis(500);
 /// A lease that expires by itself (`open_timeout`) this soon is not given back by
-/// another door: AckWait is about to.
+/// another instance: AckWait is about to.
 const EXPIRY_MARGIN_MS: u64 = 250;
-/// How often the door list is read, in pings.
+/// How often the instance list is read, in pings.
 const LIST_EVERY: u32 = 4;
-/// Requests at once when a dead door's leases are given back.
+/// Requests at once when a dead instance's leases are given back.
 const NAKS_AT_ONCE: usize = 16;
 
-/// Where one door is with another.
+/// Where one instance is with another.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 enum Watch {
     /// Alive, or not yet known to be dead.
     #[default]
     Watching,
-    /// This door marked it dead and gave its leases back; its records are still to
+    /// This instance marked it dead and gave its leases back; its records are still to
     /// be purged.
     Purging,
-    /// Taken care of (by this door or another), or gone.
+    /// Taken care of (by this instance or another), or gone.
     Done,
 }
 
-/// What one door knows of another.
+/// What one instance knows of another.
 #[derive(Default)]
 struct Known {
     /// When it last answered a ping.
@@ -106,7 +113,7 @@ struct Known {
     watch: Watch,
 }
 
-pub(crate) struct Doors {
+pub(crate) struct Instances {
     api: Api,
     leases: Arc<Leases>,
     /// `<stream>_DOORS`.
@@ -115,7 +122,7 @@ pub(crate) struct Doors {
     prefix: String,
     /// Unique per process and start.
     id: String,
-    /// Bumped when this door finds itself taken for dead.
+    /// Bumped when this instance finds itself taken for dead.
     epoch: AtomicU64,
     registered: AtomicBool,
     /// A graceful shutdown has begun: the watch ends.
@@ -127,20 +134,20 @@ pub(crate) struct Doors {
     timeout: Duration,
     lease_timeout: Duration,
     replicas: usize,
-    /// The stream's `max_bytes` (`doors_stream_bytes`).
+    /// The stream's `max_bytes` (`instances_stream_bytes`).
     stream_bytes: u64,
     warned: AtomicBool,
 }
 
-impl Doors {
+impl Instances {
     pub fn new(
         api: Api,
         leases: Arc<Leases>,
         stream: &str,
         id: &str,
         config: &super::JetStreamConfig,
-    ) -> Doors {
-        Doors {
+    ) -> Instances {
+        Instances {
             api,
             leases,
             stream: format!("{stream}_DOORS"),
@@ -151,10 +158,12 @@ impl Doors {
             closing: AtomicBool::new(false),
             answering: AtomicBool::new(false),
             batcher: Batcher::default(),
-            timeout: Duration::from_millis(config.door_timeout_ms.min(DOOR_TIMEOUT_MAX_MS)),
+            timeout: Duration::from_millis(config.instance_timeout_ms.min(INSTANCE_TIMEOUT_MAX_MS)),
             lease_timeout: Duration::from_millis(config.lease_timeout_ms.max(1)),
             replicas: config.replicas,
-            stream_bytes: config.doors_stream_bytes.max(crate::DOORS_STREAM_BYTES_MIN),
+            stream_bytes: config
+                .doors_stream_bytes
+                .max(crate::INSTANCES_STREAM_BYTES_MIN),
             warned: AtomicBool::new(false),
         }
     }
@@ -163,12 +172,12 @@ impl Doors {
         !self.timeout.is_zero()
     }
 
-    /// `<id>.<epoch>`: this door's name in subjects.
+    /// `<id>.<epoch>`: this instance's name in subjects.
     fn key(&self) -> String {
         format!("{}.{}", self.id, self.epoch.load(Ordering::Acquire))
     }
 
-    fn door_subject(&self, key: &str) -> String {
+    fn registration_subject(&self, key: &str) -> String {
         format!("{}.rec.door.{key}", self.prefix)
     }
 
@@ -179,7 +188,7 @@ impl Doors {
     /// Records an open lease (its ack subject, and when it expires by itself, 0 for a
     /// lease kept alive) before it is handed out; the record's subject, or `None`
     /// when it could not be stored in time (the lease then comes back after AckWait
-    /// if this door is killed).
+    /// if this instance is killed).
     pub async fn record(&self, reply: &str, expires_at_ms: u64) -> Option<Arc<Record>> {
         if !self.enabled() || !self.registered.load(Ordering::Acquire) {
             return None;
@@ -200,7 +209,7 @@ impl Doors {
                 .await;
             // No reply in time: it may be stored all the same, so it is tombstoned
             // when its leases end, like a stored one.
-            Stored::of(&sent)
+            Stored::from_sent(&sent)
         };
         let record = self
             .batcher
@@ -209,57 +218,63 @@ impl Doors {
         if record.is_none() && !self.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 stream = %self.stream,
-                "jetstream: a lease's record was not stored; such leases come back after AckWait if this door is killed"
+                "jetstream: a lease's record was not stored; such leases come back after AckWait if this instance is killed"
             );
         }
         record
     }
 
-    /// Keeps the registration current and watches the other doors, until the doors
-    /// are dropped. Does nothing when `door_timeout_ms` is 0.
-    pub async fn run(doors: std::sync::Weak<Doors>) {
+    /// Keeps the registration current and watches the other instances, until
+    /// `instances` is dropped. Does nothing when `instance_timeout_ms` is 0.
+    pub async fn run(instances: std::sync::Weak<Instances>) {
         let mut known: HashMap<String, Known> = HashMap::new();
         let mut round: u32 = 0;
         let mut warned = false;
         let mut failures: u32 = 0;
         let mut connected_at = Instant::now();
         loop {
-            let Some(d) = doors.upgrade() else { return };
-            if !d.enabled() || d.closing.load(Ordering::Acquire) {
+            let Some(this) = instances.upgrade() else {
+                return;
+            };
+            if !this.enabled() || this.closing.load(Ordering::Acquire) {
                 return;
             }
-            let every = (d.timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-            d.after_cut_off(&mut connected_at);
-            if d.registered.load(Ordering::Acquire) {
-                if d.check_self().await.is_ok() {
+            let every = (this.timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+            this.after_cut_off(&mut connected_at);
+            if this.registered.load(Ordering::Acquire) {
+                if this.check_self().await.is_ok() {
                     failures = 0;
                 } else {
                     failures += 1;
                     if failures >= SELF_FAILURES_MAX {
-                        // Set the doors' stream up again (it may be gone).
-                        d.registered.store(false, Ordering::Release);
+                        // Set the instances' stream up again (it may be gone).
+                        this.registered.store(false, Ordering::Release);
                         failures = 0;
                     }
                 }
                 if round.is_multiple_of(LIST_EVERY) {
-                    d.list(&mut known).await;
+                    this.list(&mut known).await;
                 }
-                d.ping_all(&mut known).await;
+                this.ping_all(&mut known).await;
                 round = round.wrapping_add(1);
-            } else if let Err(e) = d.register().await {
+            } else if let Err(e) = this.register().await {
                 // Once at warn (retried every round; leases go out unrecorded meanwhile).
                 if std::mem::replace(&mut warned, true) {
-                    tracing::debug!("jetstream: door registration: {e}");
+                    tracing::debug!("jetstream: instance registration: {e}");
                 } else {
-                    tracing::warn!("jetstream: registering this door in {} failed ({e}); until it works, a killed door's leases come back after lease_timeout_ms", d.stream);
+                    tracing::warn!(
+                        stream = %this.stream,
+                        error = %e,
+                        "jetstream: registering this instance failed; until it does, a killed instance's leases wait for AckWait"
+                    );
                 }
             }
-            drop(d);
+            drop(this);
             tokio::time::sleep(every).await;
         }
     }
 
-    /// Sets the doors' stream up, starts answering pings, and registers.
+    /// Sets the instances' stream up, starts answering pings, and registers.
     async fn register(&self) -> Result<()> {
         let deadline = Instant::now() + self.api.request_timeout;
         let config = json!({
@@ -305,34 +320,37 @@ impl Doors {
     }
 
     async fn publish_registration(&self, deadline: Instant) -> Result<()> {
-        let subject = self.door_subject(&self.key());
+        let subject = self.registration_subject(&self.key());
         let request = Request::new().payload(Bytes::from(format!("alive {}", now_ms())));
         match self.api.send(subject, request, deadline).await {
             Sent::Reply(m) if PubAck::stored(&m.payload) => Ok(()),
             _ => Err(crate::Error::new(
                 crate::Kind::Unavailable,
-                "the doors' stream did not store the registration",
+                "the instances' stream did not store the registration",
             )),
         }
     }
 
-    /// Whether another door took this one for dead (it was cut off from NATS): then
+    /// Whether another instance took this one for dead (it was cut off from NATS): then
     /// its leases are no longer its own, and it registers again under a new key.
     async fn check_self(&self) -> Result<()> {
         let key = self.key();
         let deadline = Instant::now() + self.api.request_timeout;
-        match self.last(&self.door_subject(&key), deadline).await? {
+        match self
+            .last(&self.registration_subject(&key), deadline)
+            .await?
+        {
             Some((_, payload)) if payload.starts_with(b"dead") => {
-                self.lost_leases("other doors took it for dead (it was cut off from NATS)");
+                self.lost_leases("other instances took it for dead (it was cut off from NATS)");
             }
             Some(_) => return Ok(()),
-            // The registration is gone (the doors' stream lost it): register again.
+            // The registration is gone (the instances' stream lost it): register again.
             None => {}
         }
         self.publish_registration(deadline).await
     }
 
-    /// Cut off from NATS for longer than half the lease timeout, a door's leases may
+    /// Cut off from NATS for longer than half the lease timeout, an instance's leases may
     /// have timed out and gone to other clients, marked dead or not: lost.
     fn after_cut_off(&self, connected_at: &mut Instant) {
         let now = Instant::now();
@@ -345,7 +363,7 @@ impl Doors {
         *connected_at = now;
     }
 
-    /// This door's leases are no longer its own: none is renewed or given back again,
+    /// This instance's leases are no longer its own: none is renewed or given back again,
     /// and it registers again under a new key.
     fn lost_leases(&self, why: &str) {
         let lost = self.leases.lose_all();
@@ -354,14 +372,15 @@ impl Doors {
         self.registered.store(false, Ordering::Release);
         if lost > 0 {
             tracing::warn!(
-                door = %key,
+                instance = %key,
                 lost,
-                "jetstream: {why}: its open leases went back to the queues; they are not renewed or given back again"
+                why,
+                "jetstream: this instance's open leases went back to the queues; none is renewed or given back again"
             );
         }
     }
 
-    /// Learns the registered doors (other than this one).
+    /// Learns the registered instances (other than this one).
     async fn list(&self, known: &mut HashMap<String, Known>) {
         let deadline = Instant::now() + self.api.request_timeout;
         let filter = format!("{}.rec.door.>", self.prefix);
@@ -377,26 +396,32 @@ impl Doors {
             .collect();
         known.retain(|k, _| listed.contains(k));
         for key in listed {
-            if known.len() >= DOORS_MAX && !known.contains_key(&key) {
-                tracing::warn!(max = DOORS_MAX, "jetstream: too many front doors to watch");
+            if known.len() >= INSTANCES_MAX && !known.contains_key(&key) {
+                tracing::warn!(
+                    max = INSTANCES_MAX,
+                    "jetstream: too many weir instances to watch"
+                );
                 break;
             }
             known.entry(key).or_default();
         }
+        // This instance never watches itself (it would find itself dead when its
+        // ping subscription lags, and give its own leases back).
+        debug_assert!(!known.contains_key(&mine), "an instance watching itself");
     }
 
-    /// Pings every door not yet taken care of; claims the ones silent for too long.
+    /// Pings every instance not yet taken care of; claims the ones silent for too long.
     async fn ping_all(&self, known: &mut HashMap<String, Known>) {
         let now = Instant::now();
         let mut dead = Vec::new();
-        for (key, door) in known.iter_mut() {
-            if door.watch == Watch::Purging {
+        for (key, instance) in known.iter_mut() {
+            if instance.watch == Watch::Purging {
                 if self.purge(key).await.is_ok() {
-                    door.watch = Watch::Done;
+                    instance.watch = Watch::Done;
                 }
                 continue;
             }
-            if door.watch == Watch::Done {
+            if instance.watch == Watch::Done {
                 continue;
             }
             let subject = format!("{}.ping.{key}", self.prefix);
@@ -407,40 +432,48 @@ impl Doors {
             let deadline = Instant::now() + wait;
             match self.api.send(subject, request, deadline).await {
                 Sent::Reply(_) => {
-                    door.alive_at = Some(Instant::now());
-                    door.silent_since = None;
+                    instance.alive_at = Some(Instant::now());
+                    instance.silent_since = None;
                 }
                 Sent::NoResponders => {
-                    let since = *door.silent_since.get_or_insert(now);
+                    let since = *instance.silent_since.get_or_insert(now);
                     if now.duration_since(since) >= self.timeout {
                         dead.push(key.clone());
                     }
                 }
-                // Slow, or this door is cut off: nothing is known.
+                // Slow, or this instance is cut off: nothing is known.
                 Sent::Failed(_) | Sent::Refused(_) => {}
             }
         }
         for key in dead {
-            let Some(door) = known.get_mut(&key) else {
+            let Some(instance) = known.get_mut(&key) else {
                 continue;
             };
+            // Only an instance still watched is found dead: one being purged or
+            // done was skipped above, so none is claimed (and given back) twice.
+            assert!(
+                instance.watch == Watch::Watching,
+                "a dead instance claimed twice"
+            );
             // Its leases are still its own until half the lease timeout after it
             // last answered (see the module doc); after that AckWait gives them back.
-            let until = door.alive_at.map(|at| at + self.lease_timeout / 2);
+            let until = instance.alive_at.map(|at| at + self.lease_timeout / 2);
             match self.claim(&key, until).await {
-                Ok(watch) => door.watch = watch,
+                Ok(watch) => instance.watch = watch,
                 // Nothing known (a timeout, an election): again next round.
-                Err(e) => tracing::debug!(door = %key, "jetstream: a dead door's leases: {e}"),
+                Err(e) => {
+                    tracing::debug!(instance = %key, "jetstream: a dead instance's leases: {e}")
+                }
             }
         }
     }
 
-    /// Marks `key`'s registration dead (unless another door did), gives its leases
+    /// Marks `key`'s registration dead (unless another instance did), gives its leases
     /// back until `until` (not at all when `None`: it was never seen alive), and
     /// purges its records.
     async fn claim(&self, key: &str, until: Option<Instant>) -> Result<Watch> {
         let deadline = Instant::now() + self.api.request_timeout;
-        let subject = self.door_subject(key);
+        let subject = self.registration_subject(key);
         let Some((seq, payload)) = self.last(&subject, deadline).await? else {
             return Ok(Watch::Done);
         };
@@ -458,12 +491,12 @@ impl Doors {
         )));
         match self.api.send(subject, request, deadline).await {
             Sent::Reply(m) if PubAck::stored(&m.payload) => {}
-            // Another door marked it first (its sequence moved on).
+            // Another instance marked it first (its sequence moved on).
             Sent::Reply(_) => return Ok(Watch::Done),
             // Nothing known: again next round (a mark that was stored after all
             // reads as taken care of, its leases left to AckWait).
             Sent::NoResponders | Sent::Failed(_) => {
-                return Err(super::errors::unavailable("marking a door dead"))
+                return Err(super::errors::unavailable("marking an instance dead"))
             }
             Sent::Refused(e) => return Err(e),
         }
@@ -471,14 +504,14 @@ impl Doors {
             Some(until) => self.give_back(key, until).await.unwrap_or(0),
             None => 0,
         };
-        tracing::info!(door = %key, given_back = given, "jetstream: a front door died; its open leases are back in their queues");
+        tracing::info!(instance = %key, given_back = given, "jetstream: a weir instance died; its open leases are back in their queues");
         Ok(match self.purge(key).await {
             Ok(()) => Watch::Done,
             Err(_) => Watch::Purging,
         })
     }
 
-    /// Removes a dead door's lease records.
+    /// Removes a dead instance's lease records.
     async fn purge(&self, key: &str) -> Result<()> {
         let api = format!("STREAM.PURGE.{}", self.stream);
         let body = json!({ "filter": self.leases_filter(key) });
@@ -489,9 +522,9 @@ impl Doors {
             .map(drop)
     }
 
-    /// `-NAK` for each of the dead door's recorded leases, as long as it is before
+    /// `-NAK` for each of the dead instance's recorded leases, as long as it is before
     /// `until`; how many. A reader's leases are given back in the order of their
-    /// items (the server redelivers in the order it gets them back): a killed door's
+    /// items (the server redelivers in the order it gets them back): a killed instance's
     /// leases come back in their queue's order.
     async fn give_back(&self, key: &str, until: Instant) -> Result<usize> {
         let deadline = Instant::now() + self.api.request_timeout;
@@ -554,7 +587,7 @@ impl Doors {
         Ok(naks)
     }
 
-    /// The subjects of the doors' stream matching `filter` (one page: up to the
+    /// The subjects of the instances' stream matching `filter` (one page: up to the
     /// server's 100,000).
     async fn subjects(&self, filter: &str, deadline: Instant) -> Result<Vec<String>> {
         let api = format!("STREAM.INFO.{}", self.stream);
@@ -565,7 +598,7 @@ impl Doors {
         Ok(info.state.subjects.into_keys().collect())
     }
 
-    /// The last message on `subject` (Direct Get, one attempt: the doors' loop tries
+    /// The last message on `subject` (Direct Get, one attempt: the instances' loop tries
     /// again next round): its sequence and payload.
     async fn last(&self, subject: &str, deadline: Instant) -> Result<Option<(u64, Bytes)>> {
         let query = json!({ "last_by_subj": subject });
@@ -588,7 +621,7 @@ impl Doors {
         }
     }
 
-    /// Purges this door's records at a graceful shutdown (its leases were given back
+    /// Purges this instance's records at a graceful shutdown (its leases were given back
     /// already).
     pub async fn close(&self) {
         self.closing.store(true, Ordering::Release);
@@ -597,7 +630,7 @@ impl Doors {
         }
         let key = self.key();
         let api = format!("STREAM.PURGE.{}", self.stream);
-        for filter in [self.leases_filter(&key), self.door_subject(&key)] {
+        for filter in [self.leases_filter(&key), self.registration_subject(&key)] {
             let deadline = Instant::now() + self.api.request_timeout;
             let _ = self
                 .api

@@ -1,6 +1,6 @@
 //! `weir replay`: sends recorded captures to any URL, from a capture queue (of a
 //! running weir, `--server`, or a data directory, `--data-dir`) or from a file made by
-//! `weir capture export` (`--from-file`), paced as asked (`weir_proxy::replay`).
+//! `weir capture export` (`--from-file`), paced as asked (`crate::replay`).
 //!
 //! The captures are read as the replay goes, a bounded number ahead of it, so a
 //! recording of any size replays in bounded memory; a file is checked whole first,
@@ -11,13 +11,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::capture_file::{self, LINE_BYTES_MAX};
+use crate::replay::{Pace, ReplayOptions, ReplaySummary};
+use crate::Captured;
 use anyhow::{bail, Context};
 use tokio::sync::mpsc;
-use weir_proxy::capture_file::{self, LINE_BYTES_MAX};
-use weir_proxy::replay::{Pace, ReplayOptions, ReplaySummary};
-use weir_proxy::Captured;
 
-use crate::capture_cli::{
+use super::capture_cli::{
     check_file, now, open_file, open_store, parse_time, queue_name, runtime, via, Location,
     ServerLines, Via,
 };
@@ -137,7 +137,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let (summary, read) = rt.block_on(async {
         let (tx, rx) = mpsc::channel(REPLAY_AHEAD);
         let reading = tokio::spawn(read(source, selection, tx));
-        let summary = weir_proxy::replay::replay(rx, &options).await;
+        let summary = crate::replay::replay(rx, &options).await;
         let read = match reading.await {
             Ok(read) => read,
             Err(e) => Err(anyhow::anyhow!("reading the captures: {e}")),

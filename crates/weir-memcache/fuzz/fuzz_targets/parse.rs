@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir_server::parse::{parse, Parse, ParseLimits, Request};
-use weir_server::request::parse_read_key;
+use weir_memcache::parse::{parse, Parse, ParseLimits, Request};
+use weir_memcache::request::parse_read_key;
 
 fuzz_target!(|data: &[u8]| {
     let limits = ParseLimits {

@@ -173,7 +173,7 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
     );
     stat(out, "wait_ms_max", limits.wait_ms_max());
     stat(out, "max_queues", shared.backend.queues_max() as u64);
-    stat(out, "queue_files_max", shared.files_open_max as u64);
+    stat(out, "queue_files_max", s.files_open_max as u64);
     stat_text(
         out,
         "shutdown_command",

@@ -3,7 +3,7 @@
 //! the command line cannot open it):
 //!
 //! - `GET /captures/{queue}?since=MS&limit=N` streams the kept captures of a capture
-//!   queue as JSON lines (`weir_proxy::capture_file`), without consuming anything:
+//!   queue as JSON lines (`crate::capture_file`), without consuming anything:
 //!   those received at or after `since` (Unix ms), at most `limit`. An export that
 //!   fails midway (an I/O error, a shutdown) breaks the response off, so a client
 //!   never takes a partial export for a whole one.
@@ -11,7 +11,7 @@
 //!   first: a bad line is a 400 that names it, and then nothing is appended; a good
 //!   body is appended in one batch, all or nothing. The queue is created if needed.
 //! - `GET /proxy/diffs`: what the proxy's diffing shadows found (JSON, see
-//!   `weir_proxy::RouteReport`), for `weir diff report`; 404 when no proxy runs.
+//!   `crate::RouteReport`), for `weir diff report`; 404 when no proxy runs.
 //! - `POST /proxy/dead-letters/{route}/{shadow}/redrive`: starts replaying again the
 //!   dead letters of a shadow (`{"redriving": N, "queue": ...}`); 404 for a shadow
 //!   the running proxy does not have, 409 while one runs for it.
@@ -33,9 +33,11 @@
 //! `capture_file::LINE_BYTES_MAX`; one import at a time (the others wait their
 //! turn); [`EXPORTS_MAX`] exports at once (503 past it).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::capture_file::{self, LineError, LINE_BYTES_MAX};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -45,9 +47,8 @@ use axum::{Json, Router};
 use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use tokio::sync::{mpsc, Semaphore};
-use weir_proxy::capture_file::{self, LineError, LINE_BYTES_MAX};
 
-use crate::shared::Shared;
+use crate::ProxyHandle;
 
 /// The queues these endpoints serve: the proxy's capture queues.
 pub const CAPTURE_QUEUE_PREFIX: &str = "proxy:capture:";
@@ -63,8 +64,45 @@ const EXPORT_LINES_AHEAD: usize = 16;
 static IMPORTS: Semaphore = Semaphore::const_new(1);
 static EXPORTS: Semaphore = Semaphore::const_new(EXPORTS_MAX);
 
+/// What the endpoints need of the process they run in: the backend, the admin key
+/// and the proxy, if one runs. Its own type, so the endpoints need nothing of the
+/// other doors.
+pub struct CaptureApi {
+    pub backend: Arc<weir_backend::Backend>,
+    /// The key the endpoints want; none turns them off (403).
+    pub admin_key: Option<String>,
+    pub proxy: Option<Arc<ProxyHandle>>,
+    /// Set by [`CaptureApi::begin_shutdown`]: exports in flight break off.
+    stopping: AtomicBool,
+}
+
+impl CaptureApi {
+    pub fn new(
+        backend: Arc<weir_backend::Backend>,
+        admin_key: Option<String>,
+        proxy: Option<Arc<ProxyHandle>>,
+    ) -> Arc<CaptureApi> {
+        Arc::new(CaptureApi {
+            backend,
+            admin_key,
+            proxy,
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// The process is stopping: exports in flight break off (so a client never
+    /// takes a partial export for a whole one).
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
 /// The endpoints, to merge into the HTTP port's router.
-pub fn routes() -> Router<Arc<Shared>> {
+pub fn router(api: Arc<CaptureApi>) -> Router {
     Router::new()
         .route("/captures/{queue}", get(export).post(import))
         .route("/proxy/diffs", get(diffs))
@@ -72,12 +110,13 @@ pub fn routes() -> Router<Arc<Shared>> {
             "/proxy/dead-letters/{route}/{shadow}/redrive",
             axum::routing::post(redrive),
         )
+        .with_state(api)
 }
 
 /// `POST /proxy/dead-letters/{route}/{shadow}/redrive`: a re-drive of a shadow's
 /// dead letters, started.
 async fn redrive(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<CaptureApi>>,
     Path((route, shadow)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
@@ -90,13 +129,13 @@ async fn redrive(
     match proxy.redrive(&route, &shadow).await {
         Ok(n) => Json(json!({
             "redriving": n,
-            "queue": weir_proxy::dead_queue(&route, &shadow),
+            "queue": crate::dead_queue(&route, &shadow),
         }))
         .into_response(),
         Err(e) => {
             let status = match e {
-                weir_proxy::RedriveError::NotFound => StatusCode::NOT_FOUND,
-                weir_proxy::RedriveError::Running => StatusCode::CONFLICT,
+                crate::RedriveError::NotFound => StatusCode::NOT_FOUND,
+                crate::RedriveError::Running => StatusCode::CONFLICT,
                 _ => StatusCode::SERVICE_UNAVAILABLE,
             };
             refuse(status, &e.to_string()).into_response()
@@ -105,7 +144,7 @@ async fn redrive(
 }
 
 /// `GET /proxy/diffs`: the diff report of the running proxy.
-async fn diffs(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+async fn diffs(State(shared): State<Arc<CaptureApi>>, headers: HeaderMap) -> Response {
     if let Err(refused) = authorize(&shared, &headers) {
         return refused.into_response();
     }
@@ -145,8 +184,8 @@ fn refuse(status: StatusCode, reason: &str) -> Refusal {
 }
 
 /// The admin key's check: 403 when none is set, 401 without the right one.
-fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Refusal> {
-    let Some(key) = &shared.settings.admin_key else {
+fn authorize(shared: &CaptureApi, headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(key) = &shared.admin_key else {
         return Err(refuse(
             StatusCode::FORBIDDEN,
             "the capture endpoints are off: no admin key is set ([server] admin_key or WEIR_ADMIN_KEY)",
@@ -159,7 +198,7 @@ fn authorize(shared: &Shared, headers: &HeaderMap) -> Result<(), Refusal> {
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     let reason = match given {
-        Some(token) if same_secret(token.as_bytes(), key.expose().as_bytes()) => return Ok(()),
+        Some(token) if same_secret(token.as_bytes(), key.as_bytes()) => return Ok(()),
         Some(_) => "wrong admin key",
         None => "the admin key is needed: Authorization: Bearer KEY",
     };
@@ -226,7 +265,7 @@ fn export_params(query: Option<&str>) -> Result<(Option<u64>, Option<u64>), Stri
 }
 
 async fn export(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<CaptureApi>>,
     Path(queue): Path<String>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
@@ -256,7 +295,7 @@ async fn export(
         let _permit = permit;
         let mut stopped = false;
         let result = capture_file::walk_scan(scan, &queue, since, limit, |line| {
-            stopped = shared.shutdown.is_triggered();
+            stopped = shared.is_stopping();
             let tx = &tx;
             let stop = stopped;
             async move { !stop && tx.send(Ok(Bytes::from(line))).await.is_ok() }
@@ -283,7 +322,7 @@ async fn export(
 }
 
 async fn import(
-    State(shared): State<Arc<Shared>>,
+    State(shared): State<Arc<CaptureApi>>,
     Path(queue): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -327,7 +366,7 @@ pub async fn append_captures(
     let (q, _) = backend
         .queue_for_readers_with(
             queue,
-            &[weir_proxy::RECORD_READER],
+            &[crate::RECORD_READER],
             false,
             weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
         )

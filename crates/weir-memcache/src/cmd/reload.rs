@@ -1,20 +1,17 @@
-//! `reload`: re-read the config file and apply the queue settings and the reloadable
+//! `reload`: re-read the config file (through the root's [`crate::Reload`]) and apply the queue settings and the reloadable
 //! server limits at once. A file that fails to parse changes nothing.
 
 use super::{put_server_error, Ctx, Flow};
-use crate::config;
 use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {
-    let Some(path) = ctx.shared.config_path.clone() else {
+    let Some(reload) = ctx.shared.reload.clone() else {
         ctx.out.put(reply::RELOADED);
         return Flow::Continue;
     };
-    let files_open_max = ctx.shared.files_open_max;
+    let files_open_max = ctx.shared.settings.files_open_max;
     let parsed = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let file = config::read_file(&path)?;
-        let limits = config::resolve_limits(&file.server)?;
-        let mut options = config::store_options(&file)?;
+        let (limits, mut options) = reload()?;
         // Derived at start from restart-only settings: kept as it was.
         options.files_open_max = files_open_max;
         Ok((limits, options))

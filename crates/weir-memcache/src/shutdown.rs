@@ -1,7 +1,9 @@
 //! Graceful shutdown, passed down explicitly (as in mini-redis).
 //!
-//! SIGTERM, SIGINT or an enabled `shutdown` command call [`Shutdown::trigger`]. The
-//! accept loop and the HTTP server watch a `watch` channel. Connections do not: a
+//! The root's stop (on SIGTERM or SIGINT) or an enabled `shutdown` command call
+//! [`Shutdown::trigger`]. The accept loop watches a `watch` channel, and so does the
+//! root (`MemcacheDoor::shutdown_requested`: a `shutdown` command stops the whole
+//! process). Connections do not: a
 //! connection would re-arm a shutdown future on every read, which costs a shared
 //! structure (a channel's lock, or a cold cache line of a per-connection one-shot)
 //! on every request. Instead each connection registers its socket, and the trigger

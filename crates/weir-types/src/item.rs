@@ -1,0 +1,77 @@
+//! An item as stored and handed out, the options of an append, a take's mode and
+//! what it returns: the same on every backend.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// One item of a queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Sequence number, unique and increasing within its queue (first item is 1).
+    pub seq: u64,
+    /// The payload; may be empty.
+    pub data: Bytes,
+    /// Opaque flags stored with the item (memcache's `flags`).
+    pub flags: u32,
+    /// Enqueue time, Unix milliseconds.
+    pub enqueued_at_ms: u64,
+    /// Expiry time, Unix milliseconds; 0 means never.
+    pub expires_at_ms: u64,
+}
+
+impl Item {
+    /// When the item expires in a queue whose `max_age` is `max_age` (Unix
+    /// milliseconds; [`NEVER`](crate::NEVER) when never): see [`expiry_ms`](crate::expiry_ms).
+    pub fn expiry_ms(&self, max_age: Option<Duration>) -> u64 {
+        crate::expiry::expiry_ms(self.expires_at_ms, self.enqueued_at_ms, max_age)
+    }
+
+    /// Whether the item has expired at `now_ms` (Unix milliseconds) in a queue whose
+    /// `max_age` is `max_age` (the queue's `max_age` setting): exactly when the
+    /// queue stops handing it out.
+    pub fn is_expired_at(&self, now_ms: u64, max_age: Option<Duration>) -> bool {
+        self.expiry_ms(max_age) <= now_ms
+    }
+}
+
+/// Options of one append.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppendOptions {
+    /// Flags stored with the item.
+    pub flags: u32,
+    /// Expiry time in Unix milliseconds; 0 means never. A time in the past stores an
+    /// item that is already expired (it is never delivered).
+    pub expires_at_ms: u64,
+    /// Return only once the item is fdatasync'ed, whatever the queue's durability.
+    pub sync: bool,
+}
+
+/// Identifies a lease within its reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub u64);
+
+/// An item handed out under a lease: confirm or release it by `id`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: LeaseId,
+    pub item: Item,
+}
+
+/// What a take does with the item it finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TakeMode {
+    /// Take and confirm at once (a plain `get`).
+    Take,
+    /// Take under a lease (`get q/open`).
+    Lease,
+    /// Look at the next item without taking it.
+    Peek,
+}
+
+/// What a take returns: the item, and its lease when taken with [`TakeMode::Lease`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken {
+    pub item: Item,
+    pub lease: Option<LeaseId>,
+}
