@@ -40,6 +40,20 @@ impl Embedded {
         &self.store
     }
 
+    /// The map `name` of the data directory (`DATA_DIR/maps/NAME.map`: see
+    /// [`crate::LocalMap`]), opened on the blocking pool (it is read whole).
+    pub async fn shared_map(&self, name: &str) -> Result<crate::LocalMap> {
+        let dir = self.store.dir().to_owned();
+        let name = name.to_owned();
+        match tokio::task::spawn_blocking(move || crate::LocalMap::open(&dir, &name)).await {
+            Ok(opened) => opened,
+            Err(e) => Err(Error::new(
+                crate::Kind::Other,
+                format!("opening a map: {e}"),
+            )),
+        }
+    }
+
     pub fn existing_queue(&self, name: &str) -> Result<Option<Queue>> {
         Ok(self.store.existing_queue(name)?)
     }

@@ -33,13 +33,13 @@
 //!
 //! Off by default: a library user gets the embedded engine alone, without the NATS
 //! client (`async-nats` and its few dozen crates) and what only it needs (`base64`,
-//! `futures-util`, `serde_json`, `time`, `tracing`), unless it asks for
+//! `futures-util`, `serde_json`, `time`), unless it asks for
 //! `features = ["jetstream"]`. The feature adds the `jetstream` module and a
 //! `JetStream` variant to each of those enums; without it each has its `Embedded`
 //! variant alone and every method behaves as on the engine. [`JetStreamConfig`]
 //! stays in either build, so that a front door reads a config file naming a cluster
-//! and refuses it plainly ([`NO_JETSTREAM`]); [`SharedMap`] too, a type with no value
-//! without the feature ([`Backend::shared_map`] answers `None`). The `weir` binary
+//! and refuses it plainly ([`NO_JETSTREAM`]). [`SharedMap`] is in either build:
+//! without the feature it has its data-directory variant alone. The `weir` binary
 //! turns the feature on by default (`weir-server`'s own feature `jetstream`);
 //! `cluster-tests` implies it.
 
@@ -51,6 +51,7 @@ mod error;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
 mod jetstream_config;
+mod local_map;
 mod shared_map;
 
 use std::time::Duration;
@@ -59,7 +60,11 @@ pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
 pub use jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN};
-pub use shared_map::{Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX};
+pub use local_map::LocalMap;
+pub use shared_map::{
+    Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX,
+    VALUE_BYTES_MAX as MAP_VALUE_BYTES_MAX,
+};
 pub use weir::StoreOptions;
 pub use weir_types::{
     expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
@@ -169,24 +174,30 @@ impl Backend {
         }
     }
 
-    /// Whether other processes (front doors) share these queues: JetStream.
-    pub fn is_shared(&self) -> bool {
+    /// A small map kept with the queues, for a front door's own metadata and for
+    /// choosing one door among several (compare-and-set writes): a file of the data
+    /// directory on the embedded engine (this process's alone), the cluster's on
+    /// JetStream (shared by every door). See [`SharedMap`].
+    pub async fn shared_map(&self, name: &str) -> Result<SharedMap> {
         match self {
-            Backend::Embedded(_) => false,
+            Backend::Embedded(e) => e.shared_map(name).await.map(SharedMap::Local),
             #[cfg(feature = "jetstream")]
-            Backend::JetStream(_) => true,
+            Backend::JetStream(j) => j
+                .shared_map(name)
+                .await
+                .map(|m| SharedMap::Cluster(Box::new(m))),
         }
     }
 
-    /// A small map replicated with the queues, for a front door's own metadata and
-    /// for choosing one door among several (compare-and-set writes); `None` on the
-    /// embedded engine, whose one process keeps such things in its data directory.
-    #[cfg_attr(not(feature = "jetstream"), allow(unused_variables))]
-    pub async fn shared_map(&self, name: &str) -> Result<Option<SharedMap>> {
+    /// The map `name` when this process is its only writer (the embedded engine, in
+    /// its locked data directory): opened at once, nothing to wait for. `None` on
+    /// JetStream, whose maps are the cluster's ([`Backend::shared_map`]), reached
+    /// over the network and written by every door.
+    pub async fn local_map(&self, name: &str) -> Result<Option<SharedMap>> {
         match self {
-            Backend::Embedded(_) => Ok(None),
+            Backend::Embedded(e) => e.shared_map(name).await.map(|m| Some(SharedMap::Local(m))),
             #[cfg(feature = "jetstream")]
-            Backend::JetStream(j) => j.shared_map(name).await.map(Some),
+            Backend::JetStream(_) => Ok(None),
         }
     }
 

@@ -1,15 +1,23 @@
-//! The small replicated map of [`crate::Backend::shared_map`]: what a caller writes and
-//! reads, whichever build it is.
+//! The small map of [`crate::Backend::shared_map`], for a front door's own metadata
+//! (the event bus's tokens, topics and subscriptions) and for choosing one door among
+//! several: what a caller writes and reads, whichever backend holds it.
 //!
-//! The map itself lives in a JetStream cluster (`jetstream/map.rs`). A build without
-//! the cargo feature `jetstream` has no cluster, so [`SharedMap`] is there a type
-//! with no value: `shared_map` answers `None` and a door's code for the map compiles
-//! unchanged, without one `cfg`, and is never reached.
+//! On the embedded engine the map is a file of the data directory (`local_map.rs`),
+//! written by this process alone; on JetStream it lives in the cluster
+//! (`jetstream/map.rs`), shared by every door. Both answer alike: compare-and-set
+//! writes against a key's revision ([`Expect`]), [`crate::Kind::Conflict`] when the
+//! key is not as expected, deletes by revision that never remove a newer value, and
+//! revisions that only grow within a map.
 
 use bytes::Bytes;
 
+use crate::local_map::LocalMap;
+use crate::{Error, Kind, Result};
+
 /// A key: 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]` (a subject token).
 pub const KEY_BYTES_MAX: usize = 200;
+
+pub use crate::local_map::VALUE_BYTES_MAX;
 
 /// What a write expects of the key first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,34 +36,88 @@ pub struct Entry {
     pub revision: u64,
 }
 
-#[cfg(feature = "jetstream")]
-pub use crate::jetstream::map::SharedMap;
-
-/// A map of the cluster, in a build without JetStream: no value of it exists
-/// ([`crate::Backend::shared_map`] answers `None`), so none of its methods runs.
-#[cfg(not(feature = "jetstream"))]
+/// A map of the backend; cheap to clone.
 #[derive(Clone)]
-pub enum SharedMap {}
+pub enum SharedMap {
+    /// In the embedded engine's data directory: this process's alone.
+    Local(LocalMap),
+    /// In the JetStream cluster, shared by every door.
+    #[cfg(feature = "jetstream")]
+    Cluster(Box<crate::jetstream::map::SharedMap>),
+}
 
-#[cfg(not(feature = "jetstream"))]
 impl SharedMap {
-    /// The key's value (see the JetStream build's `SharedMap::get`).
-    pub async fn get(&self, _key: &str) -> crate::Result<Option<Entry>> {
-        match *self {}
+    /// The key's value.
+    pub async fn get(&self, key: &str) -> Result<Option<Entry>> {
+        match self {
+            SharedMap::Local(m) => m.get(key),
+            #[cfg(feature = "jetstream")]
+            SharedMap::Cluster(m) => m.get(key).await,
+        }
     }
 
-    /// Every key and value (see the JetStream build's `SharedMap::list`).
-    pub async fn list(&self) -> crate::Result<Vec<Entry>> {
-        match *self {}
+    /// Every key and value, in the order they were last written.
+    pub async fn list(&self) -> Result<Vec<Entry>> {
+        match self {
+            SharedMap::Local(m) => m.list(),
+            #[cfg(feature = "jetstream")]
+            SharedMap::Cluster(m) => m.list().await,
+        }
     }
 
-    /// A compare-and-set write (see the JetStream build's `SharedMap::put`).
-    pub async fn put(&self, _key: &str, _value: Bytes, _expect: Expect) -> crate::Result<u64> {
-        match *self {}
+    /// Writes `value` under `key` if the key is as `expect` says, durably; answers
+    /// the new revision, or [`Kind::Conflict`] when the key was not as expected
+    /// (unless it holds this very value: a retried write is done at its revision).
+    /// A value is at most [`VALUE_BYTES_MAX`] bytes ([`Kind::TooLarge`]).
+    pub async fn put(&self, key: &str, value: Bytes, expect: Expect) -> Result<u64> {
+        match self {
+            SharedMap::Local(m) => {
+                let (m, key) = (m.clone(), key.to_owned());
+                blocking(move || m.put(&key, value, expect)).await
+            }
+            #[cfg(feature = "jetstream")]
+            SharedMap::Cluster(m) => Box::pin(m.put(key, value, expect)).await,
+        }
     }
 
-    /// A compare-and-set delete (see the JetStream build's `SharedMap::delete`).
-    pub async fn delete(&self, _key: &str, _revision: u64) -> crate::Result<bool> {
-        match *self {}
+    /// Removes `key` if its value is at `revision` (a newer value stays: then
+    /// [`Kind::Conflict`]), durably; false when it had no value.
+    pub async fn delete(&self, key: &str, revision: u64) -> Result<bool> {
+        match self {
+            SharedMap::Local(m) => {
+                let (m, key) = (m.clone(), key.to_owned());
+                blocking(move || m.delete(&key, revision)).await
+            }
+            #[cfg(feature = "jetstream")]
+            SharedMap::Cluster(m) => m.delete(key, revision).await,
+        }
+    }
+}
+
+/// 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]`.
+pub(crate) fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= KEY_BYTES_MAX
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'-'))
+}
+
+/// 1 to 32 of `[a-z0-9_]`: a map's name, on either backend.
+pub(crate) fn valid_map_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// File work (a write and its fsync) on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(e) => Err(Error::new(Kind::Other, format!("a map's write: {e}"))),
     }
 }

@@ -18,6 +18,11 @@ async fn on_the_engine(
 }
 
 #[tokio::test]
+async fn a_map_writes_compare_and_set() -> common::TestResult {
+    on_the_engine(common::a_map_writes_compare_and_set).await
+}
+
+#[tokio::test]
 async fn a_reader_made_at_the_end_is_never_moved_again() -> common::TestResult {
     on_the_engine(common::a_reader_made_at_the_end_is_never_moved_again).await
 }

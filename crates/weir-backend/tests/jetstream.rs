@@ -1582,6 +1582,7 @@ async fn the_contract_of_every_backend() -> TestResult {
     common::a_reader_made_at_the_end_is_never_moved_again(&backend).await?;
     common::readers_not_kept_are_forgotten(&backend).await?;
     common::leases_and_deleted_readers(&backend).await?;
+    common::a_map_writes_compare_and_set(&backend).await?;
     backend.close().await?;
     Ok(())
 }

@@ -2,9 +2,10 @@
 //! and the one way to change them.
 //!
 //! Every change to tokens, topics or subscriptions goes through [`Bus::change`]:
-//! under one lock it edits a copy of the metadata, writes it durably (`meta.rs`'s
-//! file, or `meta_map.rs`'s keys in the cluster),
-//! publishes it, then brings the backend and the workers in line (`sync_runtime`).
+//! under one lock it edits a copy of the metadata, writes what changed durably
+//! (`meta_map.rs`'s keys in the backend's map: a file of the data directory on the
+//! embedded engine, the cluster's map on JetStream), publishes it, then brings the
+//! backend and the workers in line (`sync_runtime`).
 //! The backend follows the metadata, never the reverse: a crash between the two is
 //! repaired at the next start by `reconcile`, which creates what the metadata names
 //! and deletes what it does not (orphan readers, queues of deleted topics).
@@ -26,7 +27,7 @@ use weir_backend::{Backend, Queue, SeekTo};
 
 use crate::config::BusSettings;
 use crate::error::{ApiError, ApiResult};
-use crate::meta::{Meta, MetaFile, MetaStore, SubscriberMeta, TopicMeta};
+use crate::meta::{Meta, SubscriberMeta, TopicMeta};
 use crate::meta_map::MetaMap;
 use crate::metrics::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
@@ -97,8 +98,9 @@ pub struct SubscriberRt {
 pub struct Bus {
     pub backend: Arc<Backend>,
     pub settings: BusSettings,
-    /// Shared with the blocking pool, where a file is written.
-    store: Arc<MetaStore>,
+    /// The metadata's keys in the backend's map: set at open on the embedded
+    /// engine, once the cluster answered on JetStream (`owner.rs`).
+    store: std::sync::OnceLock<MetaMap>,
     meta: RwLock<Arc<Meta>>,
     /// This door serves the bus: always on the embedded engine; on JetStream while
     /// it holds the cluster's `owner` key (`owner.rs`). A door that does not answers
@@ -106,8 +108,8 @@ pub struct Bus {
     active: AtomicBool,
     /// On JetStream: the `owner` key, renewed before every change of the metadata.
     owner: std::sync::OnceLock<Arc<crate::owner::Owner>>,
-    /// On JetStream: a write of the map failed in a way that leaves what it holds
-    /// unknown here; it is read again before the next change.
+    /// A write of the map failed in a way that leaves what it holds unknown here
+    /// (part of a change may stand); it is read again before the next change.
     stale: AtomicBool,
     /// Held across a change's edit, write and runtime update: changes are serial.
     /// Shared so that a change, once edited, finishes in a task of its own even when
@@ -137,9 +139,10 @@ pub struct Bus {
 }
 
 impl Bus {
-    /// Opens the metadata: with `meta_dir`, the file there (see [`MetaFile::open`]),
-    /// and reconciles the backend with it, the bus serving at once; with `map`
-    /// instead, nothing is read until [`Bus::activate`]. Workers start with
+    /// Opens the metadata: with [`MetaHome::Local`], the data directory's map (an
+    /// earlier weir's `meta.json` imported into it first: `meta_import.rs`), and
+    /// reconciles the backend with it, the bus serving at once; with
+    /// [`MetaHome::Cluster`], nothing is read until [`Bus::activate`]. Workers start with
     /// [`Bus::sync_runtime`] once the bus is in an `Arc`.
     pub async fn open(
         backend: Arc<Backend>,
@@ -147,21 +150,23 @@ impl Bus {
         settings: BusSettings,
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<Bus> {
-        let (store, meta, active) = match home {
-            MetaHome::Dir(meta_dir) => {
-                let (file, meta) = tokio::task::spawn_blocking(move || MetaFile::open(&meta_dir))
-                    .await
-                    .context("reading the bus's metadata")??;
-                (MetaStore::File(file), meta, true)
+        let store = std::sync::OnceLock::new();
+        let (meta, active) = match home {
+            MetaHome::Local { map, data_dir } => {
+                let map = MetaMap::new(map);
+                crate::meta_import::import(&map, &data_dir).await?;
+                let meta = map.load().await.context("reading the bus's metadata")?;
+                let _ = store.set(map);
+                (meta, true)
             }
-            MetaHome::Cluster => (MetaStore::Map(Box::default()), Meta::empty(), false),
+            MetaHome::Cluster => (Meta::empty(), false),
         };
         let client = crate::client::build(&settings)?;
         let bus = Bus {
             in_flight: Semaphore::new(settings.deliveries_in_flight_max),
             backend,
             settings,
-            store: Arc::new(store),
+            store,
             meta: RwLock::new(Arc::new(meta)),
             active: AtomicBool::new(active),
             owner: std::sync::OnceLock::new(),
@@ -184,22 +189,18 @@ impl Bus {
         Ok(bus)
     }
 
-    /// The cluster's map, once open (`owner.rs`).
+    /// The cluster's map, once open (`owner.rs`; the embedded engine's is set at
+    /// [`Bus::open`]).
     pub fn set_map(&self, map: MetaMap) {
-        if let MetaStore::Map(cell) = &*self.store {
-            let _ = cell.set(map);
-        }
+        let _ = self.store.set(map);
     }
 
-    /// The cluster's map, when the metadata is there and the map is open.
+    /// The metadata's map, once open.
     fn map(&self) -> Option<&MetaMap> {
-        match &*self.store {
-            MetaStore::Map(cell) => cell.get(),
-            MetaStore::File(_) => None,
-        }
+        self.store.get()
     }
 
-    /// Reads the whole metadata from the cluster's map into this door's copy.
+    /// Reads the whole metadata from the map into this door's copy.
     async fn load_map(&self, map: &MetaMap) -> weir_backend::Result<()> {
         let meta = map.load().await?;
         *self.meta.write() = Arc::new(meta);
@@ -225,9 +226,6 @@ impl Bus {
         if self.is_shutting_down() {
             anyhow::bail!("the bus is stopping");
         }
-        let MetaStore::Map(_) = &*self.store else {
-            return Ok(());
-        };
         let Some(map) = self.map() else {
             anyhow::bail!("the bus's metadata map is not open");
         };
@@ -380,7 +378,7 @@ impl Bus {
         next: Arc<Meta>,
         touched: &Touched,
     ) -> ApiResult<()> {
-        if let Err(e) = self.write_meta(Arc::clone(&next)).await {
+        if let Err(e) = self.write_meta(&next, &previous).await {
             self.reload_after_refused_write().await;
             return Err(e);
         }
@@ -390,7 +388,7 @@ impl Bus {
             return Ok(());
         };
         let refused = ApiError::engine("applying a change", &e);
-        self.write_meta(Arc::clone(&previous)).await?;
+        self.write_meta(&previous, &next).await?;
         *self.meta.write() = Arc::clone(&previous);
         self.by_topic.lock().update(&next, &previous, touched);
         // Back to `previous` for what the change touched: create what is missing,
@@ -405,35 +403,25 @@ impl Bus {
         Err(refused)
     }
 
-    /// Writes `meta` durably: to the file (file work and fsyncs: on the blocking
-    /// pool), or to the cluster's map (what changed, compare-and-set), once the
-    /// `owner` key is renewed: a door another has taken over from writes nothing.
-    async fn write_meta(&self, meta: Arc<Meta>) -> ApiResult<()> {
-        let store = Arc::clone(&self.store);
-        if let MetaStore::Map(map) = &*store {
-            let Some(map) = map.get() else {
-                return Err(ApiError::standby());
-            };
-            if let Some(owner) = self.owner.get() {
-                owner.renew().await.map_err(|e| refused_write(&e))?;
-            }
-            return map
-                .write(&meta, || self.may_write())
-                .await
-                .map_err(|e| refused_write(&e));
+    /// Writes what changed from `held` (what the map holds) to `meta` durably to the
+    /// map (the changed keys only, compare-and-set; each write fsync'ed on the
+    /// embedded engine, replicated on JetStream), once the `owner` key is renewed on
+    /// JetStream: a door another has taken over from writes nothing.
+    async fn write_meta(&self, meta: &Meta, held: &Meta) -> ApiResult<()> {
+        let Some(map) = self.map() else {
+            return Err(ApiError::standby());
+        };
+        if let Some(owner) = self.owner.get() {
+            owner.renew().await.map_err(|e| refused_write(&e))?;
         }
-        tokio::task::spawn_blocking(move || match &*store {
-            MetaStore::File(file) => file.write(&meta),
-            MetaStore::Map(_) => Ok(()),
-        })
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-        .map_err(|e| ApiError::meta(&e))
+        map.write(meta, Some(held), || self.may_write())
+            .await
+            .map_err(|e| refused_write(&e))
     }
 
-    /// After a write to the cluster's map failed (part of a change may stand, or
-    /// another door wrote since this one read): what stands there is read again and
-    /// the backend brought in line with it. A file's write leaves the old file.
+    /// After a write to the map failed (part of a change may stand, or another door
+    /// wrote since this one read): what stands there is read again and the backend
+    /// brought in line with it.
     async fn reload_after_refused_write(&self) {
         let Some(map) = self.map() else {
             return;
@@ -806,8 +794,8 @@ impl Bus {
         match subs.get_mut(token) {
             Some(rt) if rt.config.borrow().id == s.id => {
                 rt.name = name;
-                if **rt.config.borrow() != *s {
-                    let _ = rt.config.send(Arc::new(s.clone()));
+                if **rt.config.borrow() != **s {
+                    let _ = rt.config.send(Arc::clone(s));
                     rt.notify.notify_one();
                 }
             }
@@ -816,7 +804,7 @@ impl Bus {
                 if let Some(old) = subs.remove(token) {
                     let _ = old.stop.send(true);
                 }
-                let rt = crate::worker::start(Arc::clone(self), name, Arc::new(s.clone()));
+                let rt = crate::worker::start(Arc::clone(self), name, Arc::clone(s));
                 subs.insert(token.to_owned(), rt);
             }
         }
@@ -844,8 +832,9 @@ impl Bus {
     }
 }
 
-/// A refused write of the cluster's map, as the API answers it: 503 either way (a
-/// conflict: this door no longer serves, or the metadata changed under it; retry).
+/// A refused write of the map, as the API answers it: 503 on a conflict (on
+/// JetStream: this door no longer serves, or the metadata changed under it; retry),
+/// else as any storage failure (507 when the disk is full).
 fn refused_write(e: &weir_backend::Error) -> ApiError {
     if e.kind() == weir_backend::Kind::Conflict {
         tracing::warn!(error = %e, "the bus's metadata changed under this door, or another door serves the bus now");
@@ -864,8 +853,13 @@ const LANES: usize = 4;
 
 /// Where [`Bus::open`] finds the metadata.
 pub enum MetaHome {
-    /// `DIR/bus/meta.json` (the embedded engine's data directory).
-    Dir(PathBuf),
+    /// The backend's map when this process is its only writer (the embedded
+    /// engine's), and the data directory where an earlier weir's `meta.json` may be
+    /// (`meta_import.rs`).
+    Local {
+        map: weir_backend::SharedMap,
+        data_dir: PathBuf,
+    },
     /// The cluster's map (JetStream), opened later by `owner.rs`, once the
     /// cluster answers.
     Cluster,

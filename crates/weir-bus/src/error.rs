@@ -70,23 +70,6 @@ impl ApiError {
         };
         ApiError::new(status, message)
     }
-
-    /// A failure writing the bus's metadata: logged, answered 500 (507 when the disk
-    /// is full); the change was not made.
-    pub fn meta(e: &std::io::Error) -> ApiError {
-        let status = if e.raw_os_error() == Some(libc_enospc()) {
-            StatusCode::INSUFFICIENT_STORAGE
-        } else {
-            StatusCode::INTERNAL_SERVER_ERROR
-        };
-        tracing::error!(error = %e, "could not write the bus's metadata");
-        ApiError::new(status, "could not save the change: storage error")
-    }
-}
-
-/// ENOSPC on Linux.
-const fn libc_enospc() -> i32 {
-    28
 }
 
 impl IntoResponse for ApiError {

@@ -7,10 +7,11 @@
 //! (`bus:topic:NAME`), each subscriber a reader on each of its topics (an event is
 //! written once, whatever the number of subscribers), each subscriber's dead letters
 //! a queue of their own (`bus:dead:ID`). The bus's metadata (tokens, topics,
-//! subscriptions, secrets) is written before the API answers: one small file in the
-//! embedded data directory, written atomically (`meta.rs`), or, on JetStream, a key
-//! per item in the cluster's map (`meta_map.rs`), where one door serves the bus and
-//! the others stand by (`owner.rs`).
+//! subscriptions, secrets) is written before the API answers, a key per item in the
+//! backend's map (`meta_map.rs`): a file of the data directory on the embedded
+//! engine (an earlier weir's `meta.json` imported into it once: `meta_import.rs`),
+//! the cluster's map on JetStream, where one door serves the bus and the others
+//! stand by (`owner.rs`).
 //!
 //! The map: `api/` the HTTP endpoints, `bus.rs` the metadata and the runtime state
 //! and the one way to change them, `worker.rs` the delivery of one subscriber,
@@ -32,6 +33,7 @@ mod error;
 mod event;
 mod guard;
 mod meta;
+mod meta_import;
 mod meta_map;
 mod metrics;
 mod names;
@@ -53,6 +55,8 @@ use tokio::sync::watch;
 pub use crate::config::{BusConfig, BusSettings};
 pub use crate::sign::signature;
 
+/// The name of the bus's map in the backend ([`weir_backend::Backend::shared_map`]).
+pub(crate) const BUS_MAP: &str = "bus";
 /// How long [`BusHandle::stop`] lets deliveries in flight finish.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How long [`BusHandle::stop`] waits for a change of the metadata in flight.
@@ -66,12 +70,13 @@ pub struct BusHandle {
     local_addr: SocketAddr,
 }
 
-/// Opens the bus's metadata in `meta_dir` (`meta_dir/bus/meta.json`), brings
+/// Opens the bus's metadata (the backend's map `bus`; on the embedded engine an
+/// earlier weir's `meta_dir/bus/meta.json` is imported into it first), brings
 /// `backend`'s bus queues in line with it, binds `settings.listen` and starts
-/// serving and delivering. Errors (a bad metadata file, a queue the backend
-/// refuses, an address in use) come back here, before anything runs. On a shared
-/// backend (JetStream) `meta_dir` is not used: the metadata is in the cluster, read
-/// when this door comes to serve the bus (`owner.rs`); until then it answers 503.
+/// serving and delivering. Errors (a damaged map or `meta.json`, a queue the backend
+/// refuses, an address in use) come back here, before anything runs. On JetStream
+/// `meta_dir` is not used: the metadata is in the cluster, read when this door comes
+/// to serve the bus (`owner.rs`); until then it answers 503.
 pub fn start(
     backend: Arc<weir_backend::Backend>,
     meta_dir: PathBuf,
@@ -89,10 +94,18 @@ pub fn start(
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
             .with_context(|| format!("listening on {listen} (bus)"))?;
-        let home = if backend.is_shared() {
-            bus::MetaHome::Cluster
-        } else {
-            bus::MetaHome::Dir(meta_dir)
+        // The embedded engine's map is this process's alone: the bus serves at once.
+        // The cluster's is shared: one door serves, chosen there (`owner.rs`).
+        let local = backend
+            .local_map(BUS_MAP)
+            .await
+            .context("opening the bus's metadata map")?;
+        let home = match local {
+            Some(map) => bus::MetaHome::Local {
+                map,
+                data_dir: meta_dir,
+            },
+            None => bus::MetaHome::Cluster,
         };
         let bus = bus::Bus::open(backend, home, settings, shutdown_rx)
             .await

@@ -1,4 +1,5 @@
-//! The bus's metadata in the cluster's map, when the queues are on JetStream.
+//! The bus's metadata in the backend's map ([`weir_backend::SharedMap`]): a file of
+//! the data directory on the embedded engine, the cluster's map on JetStream.
 //!
 //! One key per token (`tok-HEX`), topic (`top-HEX`) and subscription (`sub-HEX`),
 //! HEX being the hex of the name or token, each value that item's JSON (beside
@@ -17,6 +18,7 @@
 //! writes back.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -43,7 +45,8 @@ impl MetaMap {
         }
     }
 
-    /// Reads the whole metadata from the cluster (after another door's last write).
+    /// Reads the whole metadata from the map (on JetStream, after another door's
+    /// last write).
     pub async fn load(&self) -> weir_backend::Result<Meta> {
         let entries = self.map.list().await?;
         let mut written = self.written.lock().await;
@@ -63,15 +66,26 @@ impl MetaMap {
 
     /// Writes what differs between `meta` and what the map holds, key by key, as
     /// long as `may_write` says this door may (it still serves the bus); stops at the
-    /// first refusal (what was written stays, and is known here).
+    /// first refusal (what was written stays, and is known here). With `previous`
+    /// (the metadata the map holds, as last read or written here), only the items
+    /// that differ from it are encoded and compared: a change costs the keys it
+    /// changes, not the whole metadata; without, every item is.
     pub async fn write(
         &self,
         meta: &Meta,
+        previous: Option<&Meta>,
         may_write: impl Fn() -> bool,
     ) -> weir_backend::Result<()> {
-        let next = encode(meta)?;
+        let next = match previous {
+            Some(previous) => encode_changed(previous, meta)?,
+            None => encode(meta)?,
+        };
         let mut written = self.written.lock().await;
-        for (key, value) in ordered_changes(&written, &next) {
+        let changes = match previous {
+            Some(_) => ordered_changes(&written, next, false),
+            None => ordered_changes(&written, next, true),
+        };
+        for (key, value) in changes {
             if !may_write() {
                 return Err(Error::new(
                     Kind::Conflict,
@@ -98,12 +112,15 @@ impl MetaMap {
     }
 }
 
-/// The changes from `written` to `next`, in the order that keeps every cut valid:
-/// subscriptions deleted, tokens and topics written, subscriptions written, topics
-/// and tokens deleted. `None` deletes.
+/// The changes from `written` to `next` (a key's new value, `None` to delete it),
+/// in the order that keeps every cut valid: subscriptions deleted, tokens and topics
+/// written, subscriptions written, topics and tokens deleted. A value `written`
+/// already holds is left out. With `whole`, `next` is every key, and a key of
+/// `written` that it lacks is deleted.
 fn ordered_changes(
     written: &BTreeMap<String, (Bytes, u64)>,
-    next: &BTreeMap<String, Bytes>,
+    next: BTreeMap<String, Option<Bytes>>,
+    whole: bool,
 ) -> Vec<(String, Option<Bytes>)> {
     let rank = |key: &str, put: bool| match (key.starts_with(SUBSCRIBER), put) {
         (true, false) => 0,
@@ -112,31 +129,64 @@ fn ordered_changes(
         (false, false) => 3,
     };
     let mut changes: Vec<(u8, String, Option<Bytes>)> = Vec::new();
-    for (key, value) in next {
-        if written.get(key).is_none_or(|(old, _)| old != value) {
-            changes.push((rank(key, true), key.clone(), Some(value.clone())));
+    if whole {
+        for key in written.keys().filter(|k| !next.contains_key(*k)) {
+            changes.push((rank(key, false), key.clone(), None));
         }
     }
-    for key in written.keys().filter(|k| !next.contains_key(*k)) {
-        changes.push((rank(key, false), key.clone(), None));
+    for (key, value) in next {
+        let same = match (&value, written.get(&key)) {
+            (Some(value), Some((old, _))) => old == value,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            changes.push((rank(&key, value.is_some()), key, value));
+        }
     }
     changes.sort_by_key(|(rank, _, _)| *rank);
     changes.into_iter().map(|(_, k, v)| (k, v)).collect()
 }
 
-/// The metadata as keys and values.
-fn encode(meta: &Meta) -> weir_backend::Result<BTreeMap<String, Bytes>> {
+/// The items that differ between `previous` and `next`, as keys and values (`None`:
+/// gone from `next`).
+fn encode_changed(
+    previous: &Meta,
+    next: &Meta,
+) -> weir_backend::Result<BTreeMap<String, Option<Bytes>>> {
     let mut out = BTreeMap::new();
-    for (token, name) in &meta.tokens {
-        out.insert(key(TOKEN, token), json(name)?);
-    }
-    for (name, topic) in &meta.topics {
-        out.insert(key(TOPIC, name), json(topic)?);
-    }
-    for (token, s) in &meta.subscribers {
-        out.insert(key(SUBSCRIBER, token), json(s)?);
-    }
+    changed(&mut out, TOKEN, &previous.tokens, &next.tokens)?;
+    changed(&mut out, TOPIC, &previous.topics, &next.topics)?;
+    changed(
+        &mut out,
+        SUBSCRIBER,
+        &previous.subscribers,
+        &next.subscribers,
+    )?;
     Ok(out)
+}
+
+/// The entries of `a` and `b` that differ, encoded under `kind` into `out`.
+fn changed<V: PartialEq + Serialize>(
+    out: &mut BTreeMap<String, Option<Bytes>>,
+    kind: &str,
+    a: &BTreeMap<String, V>,
+    b: &BTreeMap<String, V>,
+) -> weir_backend::Result<()> {
+    for (name, value) in b {
+        if a.get(name) != Some(value) {
+            out.insert(key(kind, name), Some(json(value)?));
+        }
+    }
+    for name in a.keys().filter(|n| !b.contains_key(*n)) {
+        out.insert(key(kind, name), None);
+    }
+    Ok(())
+}
+
+/// The metadata as keys and values, every item.
+fn encode(meta: &Meta) -> weir_backend::Result<BTreeMap<String, Option<Bytes>>> {
+    encode_changed(&Meta::empty(), meta)
 }
 
 fn decode_into(meta: &mut Meta, key: &str, value: &[u8]) -> weir_backend::Result<()> {
@@ -152,7 +202,7 @@ fn decode_into(meta: &mut Meta, key: &str, value: &[u8]) -> weir_backend::Result
         }
         SUBSCRIBER => {
             meta.subscribers
-                .insert(name, parse::<SubscriberMeta>(key, value)?);
+                .insert(name, Arc::new(parse::<SubscriberMeta>(key, value)?));
         }
         _ => {
             return Err(invalid(format!(
@@ -170,7 +220,9 @@ fn normalize(meta: &mut Meta) {
         .retain(|token, _| tokens.contains_key(token));
     let topics: Vec<String> = meta.topics.keys().cloned().collect();
     for s in meta.subscribers.values_mut() {
-        s.topics.retain(|t| topics.contains(t));
+        if s.topics.iter().any(|t| !topics.contains(t)) {
+            Arc::make_mut(s).topics.retain(|t| topics.contains(t));
+        }
     }
     for t in meta.topics.values_mut() {
         if t.publisher
@@ -222,8 +274,8 @@ mod tests {
     use super::*;
     use crate::meta::{Format, Secret};
 
-    fn subscriber(topics: &[&str]) -> SubscriberMeta {
-        SubscriberMeta {
+    fn subscriber(topics: &[&str]) -> Arc<SubscriberMeta> {
+        Arc::new(SubscriberMeta {
             id: "s1".into(),
             uuid: None,
             callback: "https://example.com/hook".into(),
@@ -237,7 +289,7 @@ mod tests {
                 expires_at_ms: None,
             }],
             redrive_below: 0,
-        }
+        })
     }
 
     fn sample() -> Meta {
@@ -259,7 +311,11 @@ mod tests {
     #[test]
     fn keys_are_subject_tokens_and_read_back() {
         let meta = sample();
-        let encoded = encode(&meta).unwrap();
+        let encoded: BTreeMap<String, Bytes> = encode(&meta)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, v.unwrap()))
+            .collect();
         for k in encoded.keys() {
             assert!(k
                 .bytes()
@@ -285,7 +341,7 @@ mod tests {
         let written: BTreeMap<String, (Bytes, u64)> = encode(&before)
             .unwrap()
             .into_iter()
-            .map(|(k, v)| (k, (v, 1)))
+            .map(|(k, v)| (k, (v.unwrap(), 1)))
             .collect();
         // The subscriber's token is deleted and a new token subscribes to a new topic.
         let mut after = before.clone();
@@ -300,7 +356,15 @@ mod tests {
             },
         );
         after.subscribers.insert("t2".into(), subscriber(&["new"]));
-        let changes = ordered_changes(&written, &encode(&after).unwrap());
+        let changes = ordered_changes(&written, encode(&after).unwrap(), true);
+        // The same changes from the two states alone (what a change writes).
+        let only = ordered_changes(&written, encode_changed(&before, &after).unwrap(), false);
+        assert_eq!(only, changes);
+        // A change of one item encodes that item alone.
+        let mut one = before.clone();
+        one.tokens.insert("t3".into(), "three".into());
+        let keys: Vec<String> = encode_changed(&before, &one).unwrap().into_keys().collect();
+        assert_eq!(keys, vec![key(TOKEN, "t3")]);
         let keys: Vec<(String, bool)> = changes
             .iter()
             .map(|(k, v)| (k.clone(), v.is_some()))

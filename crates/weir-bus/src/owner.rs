@@ -121,12 +121,12 @@ impl Owner {
         }
     }
 
-    /// The bus's map; `None` when the bus stops first, or the backend has none.
+    /// The bus's map; `None` when the bus stops first.
     async fn open(&self, bus: &Bus) -> Option<SharedMap> {
         let mut warned = false;
         while !bus.is_shutting_down() {
-            match bus.backend.shared_map("bus").await {
-                Ok(map) => return map,
+            match bus.backend.shared_map(crate::BUS_MAP).await {
+                Ok(map) => return Some(map),
                 Err(e) => {
                     if !std::mem::replace(&mut warned, true) {
                         tracing::warn!(error = %e, "the bus cannot reach its metadata in the cluster; retrying");

@@ -40,7 +40,10 @@ impl Touched {
         }
         for token in changed_keys(&previous.subscribers, &next.subscribers) {
             touched.subscribers.insert(token.to_owned());
-            let (before, after) = (previous.subscribers.get(token), next.subscribers.get(token));
+            let (before, after) = (
+                previous.subscribers.get(token).map(|s| &**s),
+                next.subscribers.get(token).map(|s| &**s),
+            );
             let (moved, joined) = moved_topics(before, after);
             for topic in moved {
                 touched.topics.insert(topic.to_owned());
@@ -150,7 +153,7 @@ impl ByTopic {
     /// The subscriptions of `meta` on `topic` (the index is of `meta`).
     pub fn subscribers<'m>(&self, meta: &'m Meta, topic: &str) -> Vec<&'m SubscriberMeta> {
         self.tokens(topic)
-            .filter_map(|t| meta.subscribers.get(t))
+            .filter_map(|t| meta.subscribers.get(t).map(|s| &**s))
             .collect()
     }
 }
@@ -160,8 +163,8 @@ mod tests {
     use super::*;
     use crate::meta::{Format, TopicMeta};
 
-    fn sub(id: &str, topics: &[&str]) -> SubscriberMeta {
-        SubscriberMeta {
+    fn sub(id: &str, topics: &[&str]) -> std::sync::Arc<SubscriberMeta> {
+        std::sync::Arc::new(SubscriberMeta {
             id: id.into(),
             uuid: None,
             callback: "https://example.com/hook".into(),
@@ -171,7 +174,7 @@ mod tests {
             format: Format::Routemaster,
             secrets: vec![],
             redrive_below: 0,
-        }
+        })
     }
 
     fn big(topics: usize, subscribers: usize) -> Meta {
@@ -218,7 +221,11 @@ mod tests {
         assert!(t.subscribers.is_empty());
         // A subscription leaves one topic: that topic and that subscriber.
         let mut after = before.clone();
-        if let Some(s) = after.subscribers.get_mut("s7") {
+        if let Some(s) = after
+            .subscribers
+            .get_mut("s7")
+            .map(std::sync::Arc::make_mut)
+        {
             s.topics.retain(|t| t != "t500");
         }
         let t = Touched::between(&before, &after);
@@ -226,7 +233,11 @@ mod tests {
         assert_eq!(t.subscribers.iter().collect::<Vec<_>>(), ["s7"]);
         // A subscription's callback changes: its worker only, no topic.
         let mut after = before.clone();
-        if let Some(s) = after.subscribers.get_mut("s9") {
+        if let Some(s) = after
+            .subscribers
+            .get_mut("s9")
+            .map(std::sync::Arc::make_mut)
+        {
             s.callback = "https://example.com/other".into();
         }
         let t = Touched::between(&before, &after);
@@ -253,7 +264,11 @@ mod tests {
         assert_eq!(index.tokens("t2").count(), 3);
         let mut after = before.clone();
         after.subscribers.remove("s0");
-        if let Some(s) = after.subscribers.get_mut("s1") {
+        if let Some(s) = after
+            .subscribers
+            .get_mut("s1")
+            .map(std::sync::Arc::make_mut)
+        {
             s.topics = vec!["t2".into(), "t9".into()];
         }
         after.subscribers.insert("s5".into(), sub("id5", &["t9"]));

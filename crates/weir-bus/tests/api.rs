@@ -603,3 +603,65 @@ async fn a_slow_body_gets_408_and_cannot_hold_up_a_stop() {
         started.elapsed()
     );
 }
+
+/// A data directory of an earlier weir, its metadata whole in `DATA_DIR/bus/meta.json`
+/// (`tests/fixtures/meta.json`, as that weir wrote it), is imported into the bus's map
+/// at the first start; the file is renamed `meta.json.imported`, and what it held and
+/// later changes survive the next restarts, read from the map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_meta_json_is_imported_into_the_map_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus_dir = dir.path().join("bus");
+    std::fs::create_dir_all(&bus_dir).unwrap();
+    std::fs::write(
+        bus_dir.join("meta.json"),
+        include_str!("fixtures/meta.json"),
+    )
+    .unwrap();
+    let mut bus = TestBus {
+        dir,
+        handle: None,
+        backend: None,
+        base: String::new(),
+        http: reqwest::Client::new(),
+    };
+    bus.restart_with(config()).await;
+    assert!(!bus_dir.join("meta.json").exists());
+    assert!(bus_dir.join("meta.json.imported").exists());
+    assert!(bus.dir.path().join("maps").join("bus.map").exists());
+    let check = |topics: Value, subs: Value| {
+        let names: Vec<(&str, &Value)> = topics
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap(), &t["publisher"]))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("orders", &json!("orders-service")),
+                ("refunds", &Value::Null)
+            ]
+        );
+        assert!(
+            subs.to_string()
+                .contains("https://billing.example.com/events"),
+            "{subs}"
+        );
+    };
+    let (status, topics) = bus.get("/topics", "sub-token-1").await;
+    assert_eq!(status, StatusCode::OK, "{topics}");
+    check(topics, bus.get("/subscriptions", ROOT).await.1);
+    let later = bus.token("later").await;
+    // Read from the map now: the file is not read again.
+    std::fs::write(bus_dir.join("meta.json.imported"), b"{not json").unwrap();
+    bus.restart_with(config()).await;
+    check(
+        bus.get("/topics", &later).await.1,
+        bus.get("/subscriptions", ROOT).await.1,
+    );
+    let (_, tokens) = bus.get("/api_tokens", ROOT).await;
+    assert!(tokens.to_string().contains("later"), "{tokens}");
+    assert!(tokens.to_string().contains("orders-service"), "{tokens}");
+    bus.stop().await;
+}

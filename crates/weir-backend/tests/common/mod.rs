@@ -185,3 +185,75 @@ pub async fn leases_and_deleted_readers(backend: &Backend) -> TestResult {
     assert!(!backend.delete_reader("leasing", "w").await?);
     Ok(())
 }
+
+/// The backend's map ([`Backend::shared_map`]): writes are compare-and-set, a delete
+/// never removes a newer value, revisions only grow (a deleted key written again
+/// gets a higher one), lists come in the order of the last writes, and bad keys and
+/// map names are refused: the data directory's map and the cluster's alike.
+pub async fn a_map_writes_compare_and_set(backend: &Backend) -> TestResult {
+    use bytes::Bytes;
+    use weir_backend::{Expect, Kind};
+    let map = backend.shared_map("contract").await?;
+    assert!(map.get("a").await?.is_none());
+    let r1 = map.put("a", Bytes::from("one"), Expect::Absent).await?;
+    let e = map
+        .put("a", Bytes::from("two"), Expect::Absent)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "{e}");
+    let r2 = map
+        .put("a", Bytes::from("two"), Expect::Revision(r1))
+        .await?;
+    assert!(r2 > r1);
+    let e = map
+        .put("a", Bytes::from("three"), Expect::Revision(r1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "a stale revision loses: {e}");
+    // A write of the value the key already holds (a retry) is done, at that revision.
+    let again = map.put("a", Bytes::from("two"), Expect::Revision(r1));
+    assert_eq!(again.await?, r2);
+    let got = map.get("a").await?.ok_or("a is gone")?;
+    assert_eq!((got.value.as_ref(), got.revision), (&b"two"[..], r2));
+    let rb = map.put("b-2_=", Bytes::from("bee"), Expect::Absent).await?;
+    let listed: Vec<(String, Vec<u8>, u64)> = map
+        .list()
+        .await?
+        .into_iter()
+        .map(|e| (e.key, e.value.to_vec(), e.revision))
+        .collect();
+    let want = vec![
+        ("a".into(), b"two".to_vec(), r2),
+        ("b-2_=".into(), b"bee".to_vec(), rb),
+    ];
+    assert_eq!(listed, want);
+    let e = map.delete("a", r1).await.unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "a newer value stays: {e}");
+    assert!(map.get("a").await?.is_some());
+    assert!(map.delete("a", r2).await?);
+    assert!(!map.delete("a", r2).await?, "already gone");
+    assert!(map.get("a").await?.is_none());
+    let e = map
+        .put("a", Bytes::from("x"), Expect::Revision(r2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), Kind::Conflict, "the key is gone: {e}");
+    let r3 = map.put("a", Bytes::from("again"), Expect::Absent).await?;
+    assert!(r3 > rb, "revisions only grow");
+    for bad in ["", "a.b", "a b", "*", ">", &"k".repeat(201)] {
+        let e = map
+            .put(bad, Bytes::new(), Expect::Absent)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), Kind::InvalidArgument, "{bad:?}: {e}");
+    }
+    for bad in ["", "Upper", "a.b", &"m".repeat(33)] {
+        let e = backend
+            .shared_map(bad)
+            .await
+            .err()
+            .ok_or("a bad name was taken")?;
+        assert_eq!(e.kind(), Kind::InvalidName, "{bad:?}: {e}");
+    }
+    Ok(())
+}

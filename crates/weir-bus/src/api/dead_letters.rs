@@ -124,7 +124,7 @@ pub async fn redrive(
             .subscribers
             .get_mut(&token)
             .ok_or_else(|| ApiError::not_found("subscriber not found"))?;
-        s.redrive_below = next;
+        Arc::make_mut(s).redrive_below = next;
         Ok(())
     })
     .await?;

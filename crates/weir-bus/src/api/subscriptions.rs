@@ -65,7 +65,7 @@ pub async fn subscribe(
             }
             let previous = meta.subscribers.remove(&token);
             let (id, secrets, redrive_below, created) = match previous {
-                Some(p) => (p.id, p.secrets, p.redrive_below, None),
+                Some(p) => (p.id.clone(), p.secrets.clone(), p.redrive_below, None),
                 None => {
                     let s = new_secret();
                     let secrets = vec![Secret {
@@ -78,7 +78,7 @@ pub async fn subscribe(
             };
             meta.subscribers.insert(
                 token.clone(),
-                SubscriberMeta {
+                Arc::new(SubscriberMeta {
                     id,
                     uuid: req.uuid,
                     callback: req.callback,
@@ -88,7 +88,7 @@ pub async fn subscribe(
                     format: req.format,
                     secrets,
                     redrive_below,
-                },
+                }),
             );
             Ok(created)
         })
@@ -219,6 +219,7 @@ pub async fn unsubscribe_topic(
             .subscribers
             .get_mut(&token)
             .ok_or_else(|| ApiError::not_found("subscriber not found"))?;
+        let s = Arc::make_mut(s);
         let before = s.topics.len();
         s.topics.retain(|t| *t != name);
         if s.topics.len() == before {
@@ -297,6 +298,7 @@ pub async fn rotate_secret(
         let s = meta
             .subscribers
             .get_mut(&token)
+            .map(Arc::make_mut)
             .ok_or_else(|| ApiError::not_found("subscriber not found"))?;
         s.secrets
             .retain(|x| x.expires_at_ms.is_none_or(|t| now_ms < t));

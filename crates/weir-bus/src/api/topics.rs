@@ -123,7 +123,8 @@ pub fn check_name(name: &str) -> ApiResult<()> {
 pub async fn list(State(bus): State<Arc<Bus>>, headers: HeaderMap) -> ApiResult<impl IntoResponse> {
     caller(&bus, &headers)?;
     let meta = bus.meta();
-    let kept: Option<HashMap<String, u64>> = if bus.backend.is_shared() {
+    let per_queue_seqs = matches!(*bus.backend, weir_backend::Backend::Embedded(_));
+    let kept: Option<HashMap<String, u64>> = if !per_queue_seqs {
         let names = meta.topics.keys().map(|n| topic_queue(n)).collect();
         let stats = bus.backend.stats(Some(names)).await;
         let stats = stats.map_err(|e| ApiError::engine("reading the topics' figures", &e))?;
@@ -171,7 +172,9 @@ pub async fn remove(
         }
         meta.topics.remove(&name);
         for s in meta.subscribers.values_mut() {
-            s.topics.retain(|t| *t != name);
+            if s.topics.contains(&name) {
+                Arc::make_mut(s).topics.retain(|t| *t != name);
+            }
         }
         Ok(())
     })
