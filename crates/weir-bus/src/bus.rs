@@ -102,8 +102,8 @@ pub struct Bus {
     /// engine, once the cluster answered on JetStream (`owner.rs`).
     store: std::sync::OnceLock<MetaMap>,
     meta: RwLock<Arc<Meta>>,
-    /// This door serves the bus: always on the embedded engine; on JetStream while
-    /// it holds the cluster's `owner` key (`owner.rs`). A door that does not answers
+    /// This instance serves the bus: always on the embedded engine; on JetStream while
+    /// it holds the cluster's `owner` key (`owner.rs`). An instance that does not answers
     /// 503 and delivers nothing.
     active: AtomicBool,
     /// On JetStream: the `owner` key, renewed before every change of the metadata.
@@ -200,7 +200,7 @@ impl Bus {
         self.store.get()
     }
 
-    /// Reads the whole metadata from the map into this door's copy.
+    /// Reads the whole metadata from the map into this instance's copy.
     async fn load_map(&self, map: &MetaMap) -> weir_backend::Result<()> {
         let meta = map.load().await?;
         *self.meta.write() = Arc::new(meta);
@@ -208,18 +208,18 @@ impl Bus {
         Ok(())
     }
 
-    /// The `owner` key this door renews before a change (`owner.rs`).
+    /// The `owner` key this instance renews before a change (`owner.rs`).
     pub fn set_owner(&self, owner: Arc<crate::owner::Owner>) {
         let _ = self.owner.set(owner);
     }
 
-    /// Whether this door serves the bus now.
+    /// Whether this instance serves the bus now.
     pub fn is_active(&self) -> bool {
         self.active.load(Ordering::Acquire)
     }
 
-    /// This door starts serving the bus (it took the cluster's `owner` key): reads
-    /// the metadata the previous door left, brings the backend in line with it (as
+    /// This instance starts serving the bus (it took the cluster's `owner` key): reads
+    /// the metadata the previous instance left, brings the backend in line with it (as
     /// at a start) and starts the workers.
     pub async fn activate(self: &Arc<Self>) -> anyhow::Result<()> {
         let _serial = self.hold_changes().await;
@@ -240,7 +240,7 @@ impl Bus {
         Ok(())
     }
 
-    /// This door stops serving the bus (another took over, or it cannot reach the
+    /// This instance stops serving the bus (another took over, or it cannot reach the
     /// cluster): no change runs any more, the workers stop (their leases go back),
     /// and what it knew is forgotten, to be read again if it serves later.
     pub async fn deactivate(&self) {
@@ -256,9 +256,9 @@ impl Bus {
         *self.meta.write() = Arc::new(Meta::empty());
     }
 
-    /// Whether this door may still change the backend and the metadata: always on
+    /// Whether this instance may still change the backend and the metadata: always on
     /// the embedded engine; on JetStream while its hold of the `owner` key is fresh
-    /// (`owner.rs`), so that a door taken over from (cut off, frozen) changes
+    /// (`owner.rs`), so that an instance taken over from (cut off, frozen) changes
     /// nothing once another may serve.
     pub fn may_write(&self) -> bool {
         self.owner.get().is_none_or(|o| o.holds_fresh())
@@ -406,7 +406,7 @@ impl Bus {
     /// Writes what changed from `held` (what the map holds) to `meta` durably to the
     /// map (the changed keys only, compare-and-set; each write fsync'ed on the
     /// embedded engine, replicated on JetStream), once the `owner` key is renewed on
-    /// JetStream: a door another has taken over from writes nothing.
+    /// JetStream: an instance another has taken over from writes nothing.
     async fn write_meta(&self, meta: &Meta, held: &Meta) -> ApiResult<()> {
         let Some(map) = self.map() else {
             return Err(ApiError::standby());
@@ -419,7 +419,7 @@ impl Bus {
             .map_err(|e| refused_write(&e))
     }
 
-    /// After a write to the map failed (part of a change may stand, or another door
+    /// After a write to the map failed (part of a change may stand, or another instance
     /// wrote since this one read): what stands there is read again and the backend
     /// brought in line with it.
     async fn reload_after_refused_write(&self) {
@@ -428,7 +428,7 @@ impl Bus {
         };
         // Until read again, what the map holds is not known here.
         self.stale.store(true, Ordering::Release);
-        // A door another has taken over from touches nothing more (it stops serving
+        // An instance another has taken over from touches nothing more (it stops serving
         // at its next renewal).
         if let Some(owner) = self.owner.get() {
             if owner.renew().await.is_err() {
@@ -817,7 +817,7 @@ impl Bus {
         } else {
             Err(weir_backend::Error::new(
                 weir_backend::Kind::Conflict,
-                "this door no longer serves the bus",
+                "this instance no longer serves the bus",
             ))
         }
     }
@@ -833,14 +833,14 @@ impl Bus {
 }
 
 /// A refused write of the map, as the API answers it: 503 on a conflict (on
-/// JetStream: this door no longer serves, or the metadata changed under it; retry),
+/// JetStream: this instance no longer serves, or the metadata changed under it; retry),
 /// else as any storage failure (507 when the disk is full).
 fn refused_write(e: &weir_backend::Error) -> ApiError {
     if e.kind() == weir_backend::Kind::Conflict {
-        tracing::warn!(error = %e, "the bus's metadata changed under this door, or another door serves the bus now");
+        tracing::warn!(error = %e, "the bus's metadata changed under this instance, or another instance serves the bus now");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "the bus's metadata changed under this door, or another door serves the bus now; retry",
+            "the bus's metadata changed under this instance, or another instance serves the bus now; retry",
         )
     } else {
         ApiError::engine("writing the bus's metadata", e)

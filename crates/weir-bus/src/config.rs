@@ -33,13 +33,13 @@ pub const RETRY_MAX_MS_DEFAULT: u64 = 600_000;
 pub const ATTEMPTS_MAX_DEFAULT: u32 = 20;
 pub const SECRET_OVERLAP_MS_DEFAULT: u64 = 24 * 3600 * 1000;
 pub const RETENTION_MS_DEFAULT: u64 = 0;
-/// On JetStream: how long the door serving the bus may go silent before one standing
+/// On JetStream: how long the instance serving the bus may go silent before one standing
 /// by takes over (`owner.rs`).
 pub const TAKEOVER_MS_DEFAULT: u64 = 10_000;
 /// `GET /pulse/scaling` answers a second late once this many events wait for
 /// subscribers (routemaster's `ROUTEMASTER_SCALING_THRESHOLD`).
 pub const SCALING_THRESHOLD_DEFAULT: u64 = 1_000;
-/// The shortest `takeover_ms`: the serving door writes its hold every fifth of it,
+/// The shortest `takeover_ms`: the serving instance writes its hold every fifth of it,
 /// and one write may take a JetStream leader election (a few seconds) to go through.
 pub const TAKEOVER_MS_MIN: u64 = 1_000;
 /// The longest retry pause that may be configured: a day.
@@ -48,7 +48,7 @@ pub const RETRY_MAX_MS_MAX: u64 = 86_400_000;
 /// the batch's leases and body are held in memory while it is delivered.
 pub const BATCH_EVENTS_MAX_MAX: u64 = 100_000;
 /// The readers of a topic queue: one per subscriber, plus the retention reader.
-pub const SUBSCRIBERS_MAX_MAX: usize = weir::READERS_PER_QUEUE_MAX - 1;
+pub const SUBSCRIBERS_MAX_MAX: usize = weir_backend::READERS_PER_QUEUE_MAX - 1;
 
 /// The `[bus]` section, as written in the file (every field optional).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -86,8 +86,8 @@ pub struct BusConfig {
     /// Events stay on disk at least this long after they were published, delivered
     /// or not, so that a subscriber can be moved back to them (replay).
     pub retention_ms: Option<u64>,
-    /// On JetStream, where one door serves the bus and the others stand by: how
-    /// long the serving door may go silent before another takes over.
+    /// On JetStream, where one instance serves the bus and the others stand by: how
+    /// long the serving instance may go silent before another takes over.
     pub takeover_ms: Option<u64>,
     /// Events waiting for subscribers at which `GET /pulse/scaling` answers a second
     /// late, the signal HireFire's response-time scaling reads.

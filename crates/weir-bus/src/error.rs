@@ -37,12 +37,12 @@ impl ApiError {
         ApiError::new(StatusCode::FORBIDDEN, message)
     }
 
-    /// This door does not serve the bus now (another door does, on the same
-    /// cluster): 503, worth a retry here or at the door that serves.
+    /// This instance does not serve the bus now (another instance does, on the same
+    /// cluster): 503, worth a retry here or at the instance that serves.
     pub fn standby() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "this door stands by: another weir door on the cluster serves the bus",
+            "this instance stands by: another weir instance on the cluster serves the bus",
         )
     }
 

@@ -10,7 +10,7 @@
 //! subscriptions, secrets) is written before the API answers, a key per item in the
 //! backend's map (`meta_map.rs`): a file of the data directory on the embedded
 //! engine (an earlier weir's `meta.json` imported into it once: `meta_import.rs`),
-//! the cluster's map on JetStream, where one door serves the bus and the others
+//! the cluster's map on JetStream, where one instance serves the bus and the others
 //! stand by (`owner.rs`).
 //!
 //! The map: `api/` the HTTP endpoints, `bus.rs` the metadata and the runtime state
@@ -75,7 +75,7 @@ pub struct BusHandle {
 /// `backend`'s bus queues in line with it, binds `settings.listen` and starts
 /// serving and delivering. Errors (a damaged map or `meta.json`, a queue the backend
 /// refuses, an address in use) come back here, before anything runs. On JetStream
-/// `meta_dir` is not used: the metadata is in the cluster, read when this door comes
+/// `meta_dir` is not used: the metadata is in the cluster, read when this instance comes
 /// to serve the bus (`owner.rs`); until then it answers 503.
 pub fn start(
     backend: Arc<weir_backend::Backend>,
@@ -95,7 +95,7 @@ pub fn start(
             .await
             .with_context(|| format!("listening on {listen} (bus)"))?;
         // The embedded engine's map is this process's alone: the bus serves at once.
-        // The cluster's is shared: one door serves, chosen there (`owner.rs`).
+        // The cluster's is shared: one instance serves, chosen there (`owner.rs`).
         let local = backend
             .local_map(BUS_MAP)
             .await
@@ -117,11 +117,11 @@ pub fn start(
     let local_addr = listener.local_addr()?;
     tracing::info!(bus = %local_addr, "bus listening");
     let serving = Arc::clone(&bus);
-    // On a shared backend one door serves the bus and the others stand by.
+    // On a shared backend one instance serves the bus and the others stand by.
     let owner = (!bus.is_active()).then(|| {
-        let door = names::new_subscriber_id();
+        let instance = names::new_subscriber_id();
         Arc::new(owner::Owner::new(
-            door,
+            instance,
             local_addr.to_string(),
             bus.settings.takeover,
         ))
@@ -168,7 +168,7 @@ fn run(
         // Deliveries in flight get STOP_GRACE; leased events go back.
         serving.drain_workers(STOP_GRACE).await;
         janitor.abort();
-        // The workers stopped: a door standing by may take over now.
+        // The workers stopped: an instance standing by may take over now.
         if let Some(owner) = owner {
             let _ = tokio::time::timeout(CHANGE_GRACE, owner.resign()).await;
         }

@@ -3,12 +3,12 @@
 //!
 //! One key per token (`tok-HEX`), topic (`top-HEX`) and subscription (`sub-HEX`),
 //! HEX being the hex of the name or token, each value that item's JSON (beside
-//! `owner`, which says which door serves the bus: `owner.rs`): a change
+//! `owner`, which says which instance serves the bus: `owner.rs`): a change
 //! writes only the keys it changes, so the metadata is not bounded by a message's
 //! size (1 MB by default), only by the bus's limits. Every write is compare-and-set
-//! against the revision last read or written here: a door that no longer serves the
+//! against the revision last read or written here: an instance that no longer serves the
 //! bus (another took over) has its write refused ([`weir_backend::Kind::Conflict`])
-//! rather than overwrite the newer door's.
+//! rather than overwrite the newer instance's.
 //!
 //! A change of several keys is not atomic: it writes tokens and topics before the
 //! subscriptions that name them, and deletes subscriptions before what they name,
@@ -45,7 +45,7 @@ impl MetaMap {
         }
     }
 
-    /// Reads the whole metadata from the map (on JetStream, after another door's
+    /// Reads the whole metadata from the map (on JetStream, after another instance's
     /// last write).
     pub async fn load(&self) -> weir_backend::Result<Meta> {
         let entries = self.map.list().await?;
@@ -65,7 +65,7 @@ impl MetaMap {
     }
 
     /// Writes what differs between `meta` and what the map holds, key by key, as
-    /// long as `may_write` says this door may (it still serves the bus); stops at the
+    /// long as `may_write` says this instance may (it still serves the bus); stops at the
     /// first refusal (what was written stays, and is known here). With `previous`
     /// (the metadata the map holds, as last read or written here), only the items
     /// that differ from it are encoded and compared: a change costs the keys it
@@ -89,7 +89,7 @@ impl MetaMap {
             if !may_write() {
                 return Err(Error::new(
                     Kind::Conflict,
-                    "this door no longer serves the bus",
+                    "this instance no longer serves the bus",
                 ));
             }
             match value {

@@ -24,10 +24,10 @@ pub fn is_token(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_:-".contains(&b))
 }
 
-/// What a topic's queue name starts with.
-pub const TOPIC_PREFIX: &str = "bus:topic:";
-/// What a dead-letter queue's name starts with.
-pub const DEAD_PREFIX: &str = "bus:dead:";
+/// What a topic's queue name starts with (reserved for the bus in every door).
+pub const TOPIC_PREFIX: &str = weir_backend::BUS_TOPIC_PREFIX;
+/// What a dead-letter queue's name starts with (reserved for the bus in every door).
+pub const DEAD_PREFIX: &str = weir_backend::BUS_DEAD_PREFIX;
 
 pub fn topic_queue(topic: &str) -> String {
     format!("{TOPIC_PREFIX}{topic}")
@@ -61,11 +61,11 @@ mod tests {
             assert!(!is_token(bad), "{bad:?}");
         }
         // What they become is valid in the engine.
-        weir::validate_queue_name(&topic_queue(&"a".repeat(64))).unwrap();
-        weir::validate_queue_name(&dead_queue(&"a".repeat(64))).unwrap();
-        weir::validate_reader_name(RETENTION_READER).unwrap();
+        weir_backend::validate_queue_name(&topic_queue(&"a".repeat(64))).unwrap();
+        weir_backend::validate_queue_name(&dead_queue(&"a".repeat(64))).unwrap();
+        weir_backend::validate_reader_name(RETENTION_READER).unwrap();
         let id = new_subscriber_id();
-        weir::validate_reader_name(&id).unwrap();
+        weir_backend::validate_reader_name(&id).unwrap();
         assert_eq!(id.len(), 17);
         assert_ne!(id, new_subscriber_id());
     }

@@ -1,20 +1,20 @@
-//! Which door serves the bus, when several weir doors share a JetStream cluster.
+//! Which instance serves the bus, when several weir instances share a JetStream cluster.
 //!
 //! The bus's deliveries keep one batch in flight per subscriber, in order, and its
-//! metadata changes are read-modify-writes: both want one door at a time. So one
-//! door serves the bus (its API, its workers, its retention janitor) and the others
+//! metadata changes are read-modify-writes: both want one instance at a time. So one
+//! instance serves the bus (its API, its workers, its retention janitor) and the others
 //! stand by, answering 503 (a load balancer's health check on `/health` sends
-//! clients to the one that serves). The door that serves holds the cluster map's
+//! clients to the one that serves). The instance that serves holds the cluster map's
 //! `owner` key: it writes it again (compare-and-set) every fifth of `takeover_ms`.
-//! A door standing by reads the key as often (at least every second); when its revision has not moved for
+//! An instance standing by reads the key as often (at least every second); when its revision has not moved for
 //! `takeover_ms`, it takes the key over (compare-and-set on the revision it saw: of
-//! two standing by, one wins) and starts serving. A door that stops cleanly deletes
+//! two standing by, one wins) and starts serving. An instance that stops cleanly deletes
 //! the key, so another takes over at its next read.
 //!
-//! The door that serves stops serving when a write of the key is refused (another
+//! The instance that serves stops serving when a write of the key is refused (another
 //! took it) or has not succeeded for half of `takeover_ms`, which is before anyone
 //! standing by may take over (they wait all of it, from when they saw the last
-//! write): two doors deliver at once only if one is frozen (stopped, swapped out)
+//! write): two instances deliver at once only if one is frozen (stopped, swapped out)
 //! longer than that and then goes on; its next write of the key or of the metadata
 //! is then refused, and it stops. Deliveries are at least once either way.
 
@@ -28,24 +28,24 @@ use weir_backend::{Expect, Kind, SharedMap};
 
 use crate::bus::Bus;
 
-/// The longest pause between two reads of the key by a door standing by: a door
+/// The longest pause between two reads of the key by an instance standing by: an instance
 /// that stops cleanly gives the key up, and another serves within this.
 const STANDBY_READ_MAX: Duration = Duration::from_secs(1);
 
-/// The key the serving door holds.
+/// The key the serving instance holds.
 pub const OWNER_KEY: &str = "owner";
 
 /// The `owner` key's value.
 #[derive(Serialize, Deserialize)]
 struct Holder {
-    /// Unique per door and start.
-    door: String,
-    /// The bus's address at that door, for the logs of the others.
+    /// Unique per instance and start.
+    instance: String,
+    /// The bus's address at that instance, for the logs of the others.
     listen: String,
 }
 
 /// The task renewing the hold; ended with this (the owner's task aborted at
-/// shutdown, or failed), so that it never renews for a door that no longer serves.
+/// shutdown, or failed), so that it never renews for an instance that no longer serves.
 struct Holding(tokio::task::JoinHandle<()>);
 
 impl Drop for Holding {
@@ -54,23 +54,23 @@ impl Drop for Holding {
     }
 }
 
-/// What this door knows of the `owner` key.
+/// What this instance knows of the `owner` key.
 pub struct Owner {
-    /// Set once the cluster answered (a door may start while it does not).
+    /// Set once the cluster answered (an instance may start while it does not).
     map: std::sync::OnceLock<SharedMap>,
     me: Bytes,
     every: Duration,
     takeover: Duration,
-    /// The key's revision while this door holds it; held across a write of the
+    /// The key's revision while this instance holds it; held across a write of the
     /// key, so that two writes never race each other's revision.
     held: tokio::sync::Mutex<Option<u64>>,
-    /// When this door last wrote the key while holding it; `None` when it does not.
+    /// When this instance last wrote the key while holding it; `None` when it does not.
     renewed: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Owner {
-    pub fn new(door: String, listen: String, takeover: Duration) -> Owner {
-        let me = serde_json::to_vec(&Holder { door, listen }).unwrap_or_default();
+    pub fn new(instance: String, listen: String, takeover: Duration) -> Owner {
+        let me = serde_json::to_vec(&Holder { instance, listen }).unwrap_or_default();
         Owner {
             map: std::sync::OnceLock::new(),
             me: Bytes::from(me),
@@ -82,7 +82,7 @@ impl Owner {
     }
 
     /// Opens the cluster's map (retrying while the cluster cannot be reached), then
-    /// stands by until this door holds the key, serves while it does, and again,
+    /// stands by until this instance holds the key, serves while it does, and again,
     /// until the bus stops.
     pub async fn run(self: Arc<Self>, bus: Arc<Bus>) {
         let Some(map) = self.open(&bus).await else {
@@ -96,7 +96,7 @@ impl Owner {
                 return;
             };
             self.hold(Some(revision), &mut *self.held.lock().await);
-            tracing::info!("this door now serves the bus");
+            tracing::info!("this instance now serves the bus");
             // The hold is renewed from now on, while the metadata is read and the
             // queues brought in line (which can take longer than `takeover_ms` with
             // many topics).
@@ -105,7 +105,7 @@ impl Owner {
                 Holding(tokio::spawn(async move { owner.serve(&bus).await }))
             };
             if let Err(e) = bus.activate().await {
-                tracing::error!(error = %format!("{e:#}"), "could not start serving the bus; letting another door try");
+                tracing::error!(error = %format!("{e:#}"), "could not start serving the bus; letting another instance try");
                 drop(holding);
                 bus.deactivate().await;
                 self.resign().await;
@@ -116,7 +116,7 @@ impl Owner {
             let _ = (&mut holding.0).await;
             bus.deactivate().await;
             if !bus.is_shutting_down() {
-                tracing::warn!("this door no longer serves the bus; standing by");
+                tracing::warn!("this instance no longer serves the bus; standing by");
             }
         }
     }
@@ -142,7 +142,7 @@ impl Owner {
         self.map.get()
     }
 
-    /// Reads the key every `every` until this door takes it: when it is absent, or
+    /// Reads the key every `every` until this instance takes it: when it is absent, or
     /// its revision has not moved for `takeover`. `None` when the bus stops first.
     async fn stand_by(&self, bus: &Bus) -> Option<u64> {
         let mut seen: Option<(u64, Instant)> = None;
@@ -163,7 +163,7 @@ impl Owner {
                             let holder = serde_json::from_slice::<Holder>(&e.value)
                                 .map(|h| h.listen)
                                 .unwrap_or_default();
-                            tracing::info!(serving = %holder, "another door serves the bus; this one stands by");
+                            tracing::info!(serving = %holder, "another instance serves the bus; this one stands by");
                         }
                         seen = Some((e.revision, Instant::now()));
                         None
@@ -187,7 +187,7 @@ impl Owner {
         }
     }
 
-    /// Writes the key every `every` while this door holds it; returns when it no
+    /// Writes the key every `every` while this instance holds it; returns when it no
     /// longer does (refused, or no write for half of `takeover`, a renewal in flight
     /// included) or the bus stops.
     async fn serve(&self, bus: &Bus) {
@@ -203,12 +203,12 @@ impl Owner {
             match renewing.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) if e.kind() == Kind::Conflict => {
-                    tracing::warn!("another door took the bus over");
+                    tracing::warn!("another instance took the bus over");
                     return;
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "the bus could not renew its hold"),
                 Err(_) => {
-                    tracing::warn!("the bus could not renew its hold within half of takeover_ms; another door may take over");
+                    tracing::warn!("the bus could not renew its hold within half of takeover_ms; another instance may take over");
                     self.hold(None, &mut *self.held.lock().await);
                     return;
                 }
@@ -216,8 +216,8 @@ impl Owner {
         }
     }
 
-    /// Whether this door holds the key and wrote it less than half of `takeover`
-    /// ago: before that, no other door may take it. Checked before every write of
+    /// Whether this instance holds the key and wrote it less than half of `takeover`
+    /// ago: before that, no other instance may take it. Checked before every write of
     /// the metadata and every deletion of a queue or reader.
     pub fn holds_fresh(&self) -> bool {
         self.renewed
@@ -225,16 +225,16 @@ impl Owner {
             .is_some_and(|at| at.elapsed() < self.takeover / 2)
     }
 
-    /// Writes the key again (compare-and-set on the revision this door holds):
-    /// [`Kind::Conflict`] when this door does not hold it (any more). Before every
-    /// change of the metadata too, so that a door another has taken over from
+    /// Writes the key again (compare-and-set on the revision this instance holds):
+    /// [`Kind::Conflict`] when this instance does not hold it (any more). Before every
+    /// change of the metadata too, so that an instance another has taken over from
     /// changes nothing.
     pub async fn renew(&self) -> weir_backend::Result<()> {
         let mut held = self.held.lock().await;
         let (Some(revision), Some(map)) = (*held, self.map()) else {
             return Err(weir_backend::Error::new(
                 Kind::Conflict,
-                "this door does not serve the bus",
+                "this instance does not serve the bus",
             ));
         };
         match map
@@ -254,13 +254,13 @@ impl Owner {
         }
     }
 
-    /// Records the revision this door holds (now written), or that it holds none.
+    /// Records the revision this instance holds (now written), or that it holds none.
     fn hold(&self, revision: Option<u64>, held: &mut Option<u64>) {
         *held = revision;
         *self.renewed.lock() = revision.map(|_| Instant::now());
     }
 
-    /// Gives the key up (at a clean stop): a door standing by takes over at its next
+    /// Gives the key up (at a clean stop): an instance standing by takes over at its next
     /// read rather than after `takeover`.
     pub async fn resign(&self) {
         let held = {
@@ -271,7 +271,7 @@ impl Owner {
         };
         if let (Some(revision), Some(map)) = (held, self.map()) {
             if let Err(e) = map.delete(OWNER_KEY, revision).await {
-                tracing::warn!(error = %e, "could not give the bus up; another door takes over after takeover_ms");
+                tracing::warn!(error = %e, "could not give the bus up; another instance takes over after takeover_ms");
             }
         }
     }
@@ -282,7 +282,7 @@ mod tests {
     use super::*;
 
     /// A hold is fresh for half of `takeover` after its last write, and never once
-    /// given up: what fences a door that may have been taken over from.
+    /// given up: what fences an instance that may have been taken over from.
     #[tokio::test(start_paused = true)]
     async fn a_hold_goes_stale_at_half_the_takeover_time() {
         let owner = Owner::new("d".into(), "127.0.0.1:1".into(), Duration::from_secs(10));

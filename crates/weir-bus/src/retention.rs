@@ -41,7 +41,7 @@ pub async fn janitor(bus: Arc<Bus>) {
             return;
         }
         if !bus.is_active() {
-            // Another door serves the bus (on JetStream); its janitor runs.
+            // Another instance serves the bus (on JetStream); its janitor runs.
             last.clear();
             continue;
         }

@@ -263,7 +263,7 @@ impl Worker {
         let id = &self.id;
         for topic in topics {
             let _held = self.bus.hold_changes().await;
-            // A door that stopped serving the bus (its metadata forgotten) deletes
+            // An instance that stopped serving the bus (its metadata forgotten) deletes
             // nothing: its worker stopped, not its subscription.
             if !self.bus.is_active() || !self.bus.may_write() {
                 return;

@@ -86,9 +86,9 @@ pub fn router(bus: Arc<Bus>) -> Router {
         .with_state(bus)
 }
 
-/// Every request, `/health` included, is answered 503 by a door that does not serve
-/// the bus (on JetStream, another door does): a load balancer's health check sends
-/// clients to the door that serves.
+/// Every request, `/health` included, is answered 503 by an instance that does not serve
+/// the bus (on JetStream, another instance does): a load balancer's health check sends
+/// clients to the instance that serves.
 async fn refuse_on_standby(
     axum::extract::State(bus): axum::extract::State<Arc<Bus>>,
     request: axum::extract::Request,
