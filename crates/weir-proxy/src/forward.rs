@@ -797,7 +797,8 @@ fn over_budget(counters: &crate::metrics::CaptureCounters, queue: &str) {
     {
         tracing::warn!(
             queue,
-            "a request was forwarded but not captured: no room in body_memory_max and no spill file (weir_proxy_captures_total{{outcome=\"over_budget\"}} counts them)"
+            counted = "weir_proxy_captures_total{outcome=\"over_budget\"}",
+            "forwarded, not captured: no room in body_memory_max and no spill file"
         );
     }
 }

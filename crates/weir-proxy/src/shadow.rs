@@ -202,9 +202,13 @@ pub async fn forget_readers(
 pub(crate) fn warn_left(queue: &str, left: &[String]) {
     for old in left {
         if old.is_empty() {
-            tracing::warn!(queue, "the capture queue has a default reader (made through the memcache port), which keeps every capture; remove its consumer QUEUE~ with the nats tools");
+            tracing::warn!(
+                queue,
+                remove = "its consumer QUEUE~, with the nats tools",
+                "the capture queue has a default reader, which keeps every capture"
+            );
         } else {
-            tracing::warn!(queue, reader = %old, "a reader of the capture queue is no shadow of this proxy's config; it keeps every capture until deleted (delete QUEUE.READER on the memcache port, once no proxy replays to it)");
+            tracing::warn!(queue, reader = %old, delete = "QUEUE+READER on the memcache port, once no proxy replays to it", "a reader of the capture queue is no shadow of this proxy's config: it keeps every capture");
         }
     }
 }

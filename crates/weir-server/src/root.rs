@@ -392,7 +392,7 @@ fn files_open_max(max_connections: usize) -> usize {
         tracing::warn!(
             open_files_limit = limit,
             max_connections,
-            "few descriptors left for queue files: queues will close and reopen their files often; raise the open-files hard limit or lower max_connections"
+            "few descriptors left for queue files, which will close and reopen often: raise the hard limit or lower max_connections"
         );
     }
     let budget = left.max(FILES_FOR_QUEUES_MIN);
