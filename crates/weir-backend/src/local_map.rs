@@ -76,8 +76,12 @@ struct State {
     len: u64,
     /// The bytes of the records of the live entries.
     live: u64,
-    /// A failed write left bytes that could not be cut off: nothing more is written.
+    /// A failed write left bytes that could not be cut off, or a compaction's
+    /// rename could not be made durable: nothing more is written.
     broken: bool,
+    /// Dead bytes below which no compaction is tried: raised after one fails, so that
+    /// a lasting cause (a full disk) does not rewrite the whole map at every write.
+    compact_from: u64,
 }
 
 /// The maps open in this process, by path: two handles on one file share one state.
@@ -206,7 +210,14 @@ impl LocalMap {
 impl State {
     /// Reads the file (creating it), replays its records, cuts off a torn tail.
     fn open(dir: &Path, path: PathBuf) -> Result<State> {
-        fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
+        if !dir.is_dir() {
+            fs::create_dir_all(dir).map_err(|e| io_error("creating", dir, e))?;
+            // The new directory's entry in its parent (the data directory) is made
+            // durable too, or the map could vanish whole with a power cut.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+        }
         let temp = temp_path(&path);
         match fs::remove_file(&temp) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -230,6 +241,7 @@ impl State {
             len: 0,
             live: 0,
             broken: false,
+            compact_from: COMPACT_MIN_BYTES,
         };
         if bytes.len() < MAGIC.len() && MAGIC.starts_with(&bytes) {
             // New, or a creation cut before its magic was written whole.
@@ -357,14 +369,19 @@ impl State {
     }
 
     /// Compacts when dead records pass [`COMPACT_FACTOR`] times the live ones. A
-    /// failure leaves the old file whole (and is tried again at a later write).
+    /// failure before the rename leaves the old file whole, and the next attempt
+    /// waits for [`COMPACT_MIN_BYTES`] more dead bytes.
     fn compact_if_due(&mut self) {
         let dead = self.len - MAGIC.len() as u64 - self.live;
-        if dead < COMPACT_MIN_BYTES || dead <= self.live * COMPACT_FACTOR {
+        if dead < self.compact_from || dead <= self.live * COMPACT_FACTOR {
             return;
         }
-        if let Err(e) = self.compact() {
-            tracing::warn!(map = %self.path.display(), error = %e, "could not compact a map; its file stays as it is");
+        match self.compact() {
+            Ok(()) => self.compact_from = COMPACT_MIN_BYTES,
+            Err(e) => {
+                self.compact_from = dead.saturating_add(COMPACT_MIN_BYTES);
+                tracing::warn!(map = %self.path.display(), error = %e, "could not compact a map");
+            }
         }
     }
 
@@ -381,32 +398,41 @@ impl State {
         for (key, (value, revision)) in by_revision {
             out.extend_from_slice(&frame(&put_body(*revision, key, value)));
         }
+        // The new file's descriptor is the one written to after the rename: it
+        // follows the file, so nothing is opened again once the rename is made.
+        let _ = fs::remove_file(&temp);
         let written = (|| {
             let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
+                .read(true)
+                .append(true)
+                .create_new(true)
                 .mode(0o600)
                 .open(&temp)?;
             f.write_all(&out)?;
             f.sync_all()?;
             fs::rename(&temp, &self.path)?;
-            if let Some(dir) = self.path.parent() {
-                File::open(dir)?.sync_all()?;
-            }
-            OpenOptions::new().read(true).append(true).open(&self.path)
+            Ok::<File, std::io::Error>(f)
         })();
-        match written {
-            Ok(file) => {
-                self.file = file;
-                self.len = out.len() as u64;
-                Ok(())
-            }
+        let file = match written {
+            Ok(file) => file,
             Err(e) => {
                 let _ = fs::remove_file(&temp);
-                Err(io_error("compacting", &self.path, e))
+                return Err(io_error("compacting", &self.path, e));
             }
+        };
+        // Renamed: the old file is gone, every later record goes to the new one.
+        self.file = file;
+        self.len = out.len() as u64;
+        let Some(dir) = self.path.parent() else {
+            return Ok(());
+        };
+        if let Err(e) = sync_dir(dir) {
+            // Until the directory is synced, a crash may bring the old file back,
+            // without what is written from now on: write nothing more.
+            self.broken = true;
+            return Err(e);
         }
+        Ok(())
     }
 }
 
@@ -452,7 +478,8 @@ fn read_whole(file: &mut File, path: &Path) -> Result<Vec<u8>> {
     if len > FILE_BYTES_MAX {
         return Err(damaged(path, 0, "it is larger than any map"));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
+    // Grown as it is read, not reserved from the length a damaged file may claim.
+    let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
         .map_err(|e| io_error("reading", path, e))?;
     Ok(bytes)

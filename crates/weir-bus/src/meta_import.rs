@@ -1,15 +1,20 @@
 //! The bus's metadata as earlier weirs kept it on the embedded engine:
 //! `DATA_DIR/bus/meta.json`, the whole [`Meta`] in one JSON file, rewritten on every
 //! change. At the first start of this weir on such a data directory the file is
-//! imported into the bus's map (`meta_map.rs`), then renamed `meta.json.imported`
-//! (and the directory fsync'ed): from then on the map is the metadata.
+//! imported into the bus's map (`meta_map.rs`), copied to `meta.json.imported`, and
+//! replaced by a stub of version [`IMPORTED_VERSION`] (each step fsync'ed): from
+//! then on the map is the metadata. The stub is there for a rollback: an earlier
+//! weir started on this data directory refuses a `meta.json` of a version it does
+//! not read, and stops, where with no file it would take the bus for empty and
+//! delete every `bus:*` queue it does not name.
 //!
-//! An import cut short (a kill) leaves `meta.json` in place, with some of its keys
-//! written: the next start imports it again, writing what differs (the file is the
-//! truth until it is renamed), so an import is done once, whole.
+//! An import cut short (a kill) leaves the full `meta.json` in place, with some of
+//! its keys written: the next start imports it again, writing what differs (the file
+//! is the truth until the stub replaces it, in one rename), so an import is done
+//! once, whole.
 
 use std::fs::{self, File};
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -20,8 +25,13 @@ use crate::meta_map::MetaMap;
 const FILE_NAME: &str = "meta.json";
 /// What an earlier weir left of a write cut short: never the confirmed state.
 const TEMP_NAME: &str = "meta.json.tmp";
-/// What `meta.json` becomes once imported.
+/// A copy of `meta.json` as it was imported.
 pub const IMPORTED_NAME: &str = "meta.json.imported";
+/// The copy, while it is written.
+const IMPORTED_TEMP: &str = "meta.json.imported.tmp";
+/// The version of the stub left as `meta.json` once imported: above [`VERSION`],
+/// the last an earlier weir reads.
+pub const IMPORTED_VERSION: u32 = VERSION + 1;
 /// The file's size limit when read: far above what the limits allow.
 const FILE_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
@@ -48,12 +58,12 @@ pub async fn import(map: &MetaMap, data_dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("importing {} into the bus's metadata map", path.display()))?;
     tokio::task::spawn_blocking(move || retire(&dir))
         .await
-        .context("renaming the bus's meta.json")??;
+        .context("replacing the bus's meta.json by its stub")??;
     tracing::info!(
         file = %path.display(),
         topics = meta.topics.len(),
         subscriptions = meta.subscribers.len(),
-        "imported the bus's metadata into its map; the file is now {IMPORTED_NAME}"
+        "imported the bus's metadata into its map; the file is kept as {IMPORTED_NAME}"
     );
     Ok(())
 }
@@ -78,6 +88,10 @@ fn read(dir: &Path) -> io::Result<Option<Meta>> {
             let bytes = fs::read(&path)?;
             let meta: Meta = serde_json::from_slice(&bytes)
                 .map_err(|e| invalid(format!("{} is not valid: {e}", path.display())))?;
+            if meta.version == IMPORTED_VERSION {
+                // Imported already: the stub this module leaves.
+                return Ok(None);
+            }
             if meta.version > VERSION {
                 return Err(invalid(format!(
                     "{} has version {}; this weir reads up to {VERSION}",
@@ -90,11 +104,28 @@ fn read(dir: &Path) -> io::Result<Option<Meta>> {
     }
 }
 
-/// Renames `meta.json` to [`IMPORTED_NAME`] and fsyncs the directory: once done,
-/// the map alone is read.
+/// Copies `meta.json` to [`IMPORTED_NAME`], then replaces it by the stub (see the
+/// module's doc), each durable before the next: once done, the map alone is read.
 fn retire(dir: &Path) -> io::Result<()> {
-    let to: PathBuf = dir.join(IMPORTED_NAME);
-    fs::rename(dir.join(FILE_NAME), to)?;
+    let path = dir.join(FILE_NAME);
+    let bytes = fs::read(&path)?;
+    write_durably(dir, IMPORTED_TEMP, IMPORTED_NAME, &bytes)?;
+    let stub = Meta {
+        version: IMPORTED_VERSION,
+        ..Meta::default()
+    };
+    let stub = serde_json::to_vec(&stub).map_err(|e| invalid(e.to_string()))?;
+    write_durably(dir, TEMP_NAME, FILE_NAME, &stub)
+}
+
+/// Writes `bytes` to `dir/temp`, fsyncs it, renames it to `dir/name` and fsyncs
+/// the directory.
+fn write_durably(dir: &Path, temp: &str, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let temp: PathBuf = dir.join(temp);
+    let mut f = File::create(&temp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&temp, dir.join(name))?;
     File::open(dir)?.sync_all()
 }
 
@@ -131,6 +162,24 @@ mod tests {
         .unwrap();
         let e = read(dir.path()).err().unwrap();
         assert!(e.to_string().contains("version 99"), "{e}");
+    }
+
+    #[test]
+    fn the_stub_left_after_an_import_is_nothing_to_import_and_keeps_the_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(FILE_NAME), FIXTURE).unwrap();
+        retire(dir.path()).unwrap();
+        assert!(read(dir.path()).unwrap().is_none());
+        assert_eq!(
+            fs::read_to_string(dir.path().join(IMPORTED_NAME)).unwrap(),
+            FIXTURE
+        );
+        // An earlier weir reads the stub's version and refuses it (it reads up to
+        // VERSION), rather than taking the bus for empty.
+        let stub: Meta =
+            serde_json::from_slice(&fs::read(dir.path().join(FILE_NAME)).unwrap()).unwrap();
+        assert!(stub.version > VERSION);
+        assert!(!dir.path().join(IMPORTED_TEMP).exists());
     }
 
     #[test]

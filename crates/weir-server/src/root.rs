@@ -141,7 +141,15 @@ pub async fn run(
     };
     let (backend, opened, signalled) = start(&settings, files_open_max, plan, &mut signals).await?;
     let reload = config_path.map(config::reload_from);
-    let running = compose(&settings, backend, opened, files_open_max, reload)?;
+    let (running, failed) = compose(&settings, backend, opened, files_open_max, reload);
+    if let Some(e) = failed {
+        // The bus and the proxy may run already, and the store is open: stop them
+        // all in order, then say why the start failed.
+        if let Err(stop_error) = stop(running, plan).await {
+            tracing::error!(error = %stop_error, "stopping after a failed start");
+        }
+        return Err(e);
+    }
     // Signalled during the start: the graceful stop at once (a connection already
     // waiting may get its requests answered first).
     if signalled.is_none() {
@@ -151,27 +159,43 @@ pub async fn run(
 }
 
 /// Starts the memcache door on its bound listener and the HTTP port, and logs where
-/// they listen.
+/// they listen. What runs is returned even when the memcache door could not start
+/// (with the error, and no HTTP port), so that the caller stops it in order.
 fn compose(
     settings: &Settings,
     backend: Arc<weir_backend::Backend>,
     opened: Opened,
     files_open_max: usize,
     reload: Option<weir_memcache::Reload>,
-) -> anyhow::Result<Running> {
+) -> (Running, Option<anyhow::Error>) {
+    let bus = opened.bus.map(Arc::new);
+    let proxy = opened.proxy.map(Arc::new);
+    let (stopping, stopping_rx) = watch::channel(false);
     let memcache = match opened.memcache {
-        Some(listener) => Some(Arc::new(MemcacheDoor::start(
+        Some(listener) => match MemcacheDoor::start(
             listener,
             Arc::clone(&backend),
             settings.memcache(files_open_max),
             reload,
-        )?)),
+        ) {
+            Ok(door) => Some(Arc::new(door)),
+            Err(e) => {
+                let running = Running {
+                    backend,
+                    memcache: None,
+                    bus,
+                    proxy,
+                    http: None,
+                    stopping,
+                };
+                return (running, Some(e));
+            }
+        },
         None => None,
     };
-    let bus = opened.bus.map(Arc::new);
-    let proxy = opened.proxy.map(Arc::new);
-    log_listening(memcache.as_deref(), opened.http.as_ref(), settings)?;
-    let (stopping, stopping_rx) = watch::channel(false);
+    if let Err(e) = log_listening(memcache.as_deref(), opened.http.as_ref(), settings) {
+        tracing::warn!(error = %e, "could not read a listening address");
+    }
     let http = opened.http.map(|listener| {
         let mut doors: Vec<Arc<dyn Door>> = Vec::new();
         if let Some(bus) = &bus {
@@ -193,20 +217,30 @@ fn compose(
             evicted: Default::default(),
             gathering: Default::default(),
         };
-        let limits = HttpLimits {
-            max_connections: settings.http_max_connections,
-            header_timeout: Duration::from_millis(settings.http_header_timeout_ms),
-        };
-        tokio::spawn(crate::http::serve(listener, Arc::new(port), limits))
+        spawn_http(listener, port, settings)
     });
-    Ok(Running {
+    let running = Running {
         backend,
         memcache,
         bus,
         proxy,
         http,
         stopping,
-    })
+    };
+    (running, None)
+}
+
+/// Serves the HTTP port on `listener` within the settings' limits.
+fn spawn_http(
+    listener: TcpListener,
+    port: HttpPort,
+    settings: &Settings,
+) -> tokio::task::JoinHandle<io::Result<()>> {
+    let limits = HttpLimits {
+        max_connections: settings.http_max_connections,
+        header_timeout: Duration::from_millis(settings.http_header_timeout_ms),
+    };
+    tokio::spawn(crate::http::serve(listener, Arc::new(port), limits))
 }
 
 /// Waits for SIGTERM, SIGINT, or an enabled memcache `shutdown` command.
