@@ -191,7 +191,7 @@ impl BusHandle {
     }
 
     /// Stops serving and delivering, and waits for it: connections finish the
-    /// request in flight, deliveries in flight get [`STOP_GRACE`], leased events go
+    /// request in flight, deliveries in flight get `STOP_GRACE`, leased events go
     /// back to their queues (delivered again later: at-least-once). Blocks: call it
     /// off any async runtime's threads. Later calls do nothing.
     pub fn stop(&self) {

@@ -1,6 +1,6 @@
 //! The memcache door: bind, accept, run one task per connection, shut down.
 //!
-//! Each connection runs [`handle`]: execute every complete request in the read
+//! Each connection runs `handle`: execute every complete request in the read
 //! buffer, write all their replies at once, read again. Limits: `max_connections`
 //! (one more is told `SERVER_ERROR too many connections` and closed),
 //! `request_timeout_ms` from the first byte of a request to its last (so a client

@@ -128,7 +128,7 @@ struct ServeArgs {
     /// JetStream servers, comma-separated nats:// URLs [default: the file's]
     #[arg(long, value_name = "URLS", env = "WEIR_NATS_SERVERS")]
     nats_servers: Option<String>,
-    /// JetStream stream NAME, with subjects NAME.q.<queue> [default: the file's, else WEIR]
+    /// JetStream stream NAME, with subjects NAME.q.QUEUE [default: the file's, else WEIR]
     #[arg(long, value_name = "NAME", env = "WEIR_NATS_STREAM")]
     nats_stream: Option<String>,
 }

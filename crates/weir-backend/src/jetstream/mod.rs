@@ -2,16 +2,16 @@
 //! stateless weir instances share them.
 //!
 //! One stream holds every queue (a subject each); each reader is a durable pull
-//! consumer (see [`layout`]); what every reader of a queue confirmed is purged by the
-//! instances' sweeps ([`sweep`]). A publish awaits its PubAck (stored on a
+//! consumer (see `layout.rs`); what every reader of a queue confirmed is purged by the
+//! instances' sweeps (`sweep.rs`). A publish awaits its PubAck (stored on a
 //! quorum); a take is a one-message pull and, for a plain `get`, a double ack before
 //! the reply; a lease is a delivered, unacknowledged message that the instance keeps
-//! alive while its connection holds it ([`leases`]). Failures of the moment (a leader
+//! alive while its connection holds it (`leases.rs`). Failures of the moment (a leader
 //! election, a lost connection) are retried until `unavailable_retry_ms` and then
-//! answered as [`Kind::Unavailable`] ([`api`], [`errors`]).
+//! answered as [`Kind::Unavailable`] (`api.rs`, `errors.rs`).
 //!
 //! The handles ([`Queue`], [`Reader`]) are cheap clones of shared entries of the
-//! [`registry`], so that an instance's handle cache works as with the engine.
+//! `registry.rs`, so that an instance's handle cache works as with the engine.
 //!
 //! Differences from the engine, on purpose (see `docs/cluster.md`):
 //! - `delete q` keeps the queue's default-reader consumer: the queue is emptied and its
@@ -20,7 +20,7 @@
 //! - A plain take is at-least-once: an instance that dies between the pull and its ack
 //!   leaves the item to come back after AckWait.
 //! - `peek` reads from the reader's ack floor, skipping this instance's leases: it can show
-//!   an item leased at another instance (see [`reader`]).
+//!   an item leased at another instance (see `reader.rs`).
 //! - A `get` of a queue that does not exist creates nothing ([`JetStream::existing_default_reader`]).
 //! - Leases given back are redelivered in the order they were given back.
 //! - A confirmed item leaves the stream at the next sweep (`sweep_ms`), not at once:
@@ -104,7 +104,7 @@ pub(crate) struct Inner {
     instance_id: String,
     published: AtomicU64,
     stats_cache: stats::Cache,
-    /// The queues whose confirmed items are to be purged ([`sweep`]).
+    /// The queues whose confirmed items are to be purged (`sweep.rs`).
     sweeper: sweep::Sweeper,
     runtime: tokio::runtime::Handle,
 }

@@ -159,7 +159,7 @@ pub fn put_server_error(out: &mut BytesMut, text: &str) {
 }
 
 /// `text` on one line: control characters become spaces, at most
-/// [`ERROR_TEXT_BYTES_MAX`] bytes.
+/// `ERROR_TEXT_BYTES_MAX` bytes.
 pub fn put_one_line(out: &mut BytesMut, text: &str) {
     for b in text.bytes().take(ERROR_TEXT_BYTES_MAX) {
         out.put_u8(if b.is_ascii_control() { b' ' } else { b });
