@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// What a store takes as the current time. `Clock::default()` is the system clock.
 #[derive(Clone, Debug, Default)]
@@ -118,12 +118,10 @@ impl Default for ManualClock {
     }
 }
 
-/// The system's current time in Unix milliseconds.
+/// The system's current time in Unix milliseconds (the one reading every backend
+/// shares, `weir_types::now_ms`).
 pub(crate) fn system_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    weir_types::now_ms()
 }
 
 #[cfg(test)]
