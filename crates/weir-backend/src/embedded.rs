@@ -239,10 +239,12 @@ pub(crate) async fn append_batch(
     .await
 }
 
-/// [`crate::Queue::bounds`] on the engine: it may read segment headers.
+/// [`crate::Queue::bounds`] on the engine: from memory, no file read.
 pub(crate) async fn bounds(queue: &Queue) -> Result<(u64, u64)> {
-    let queue = queue.clone();
-    blocking(move || queue.seq_bounds()).await
+    // In place, as a take is: the engine reads them from memory under the queue's
+    // lock. The blocking pool would cost two thread switches per call, and the bus's
+    // janitor asks every topic every second.
+    Ok(queue.seq_bounds()?)
 }
 
 /// [`crate::Queue::seq_at_time`] on the engine: a search over record headers.

@@ -97,6 +97,9 @@ impl Queue {
     /// `(oldest, next)`, the oldest item still kept on disk (for some reader, or by
     /// retention) and the seq the next append gets. Items are dropped a segment at a
     /// time, so `oldest` can lie before every reader's position.
+    ///
+    /// Read from memory under the queue's lock: no file is opened, and the look does
+    /// not count as a use (an idle queue still closes its files after its idle time).
     pub fn seq_bounds(&self) -> Result<(u64, u64)> {
         self.core.seq_bounds()
     }

@@ -179,16 +179,23 @@ impl State {
 
     /// Closes the descriptors of sealed segments that no reader's cursor (nor the
     /// floor) is in; a lease or a released item in one opens it again when read.
+    /// Runs every tick of a queue in use, so it allocates nothing and looks only at
+    /// sealed segments still open: a queue with one segment (most) costs a length
+    /// check, whatever its number of readers.
     pub(super) fn close_unused_segments(&mut self) {
-        let in_use: Vec<u64> = self
-            .readers
-            .values()
-            .map(|r| r.cursor.segment_first_seq)
-            .chain(self.floor_loc.map(|l| l.segment_first_seq))
-            .collect();
         let last = self.log.segments.len().saturating_sub(1);
+        let floor = self.floor_loc.map(|l| l.segment_first_seq);
+        let readers = &self.readers;
         for seg in self.log.segments.iter_mut().take(last) {
-            if !in_use.contains(&seg.first_seq) {
+            if !seg.is_open() {
+                continue;
+            }
+            let first = seg.first_seq;
+            let in_use = floor == Some(first)
+                || readers
+                    .values()
+                    .any(|r| r.cursor.segment_first_seq == first);
+            if !in_use {
                 seg.close_file();
             }
         }
@@ -298,5 +305,43 @@ impl QueueCore {
         self.state
             .try_lock()
             .map(|state| if state.used { now } else { state.last_used })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests: a failure is a panic
+
+    use std::time::{Duration, Instant};
+
+    use super::IDLE_CLOSE;
+    use crate::{AppendOptions, Store};
+
+    /// Looking at a queue's bounds (the bus's janitor does, every second for every
+    /// topic) is not a use: the queue still closes its files once idle. Before, the
+    /// look kept them open for as long as it was repeated.
+    #[test]
+    fn a_look_at_the_bounds_does_not_keep_files_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let queue = store.queue("q").unwrap();
+        let seq = queue.append(b"one", AppendOptions::default()).unwrap();
+        let core = &queue.core;
+        let t0 = Instant::now();
+        core.tick(t0);
+        assert!(core.state.lock().any_file_open());
+        let step = IDLE_CLOSE / 4;
+        for i in 1..=8u32 {
+            assert_eq!(queue.seq_bounds().unwrap().1, seq + 1);
+            // The first idle tick may fsync before it closes: tick twice.
+            core.tick(t0 + step * i);
+            core.tick(t0 + step * i + Duration::from_millis(1));
+        }
+        assert!(
+            !core.state.lock().any_file_open(),
+            "files closed after {:?} with only looks at the bounds",
+            step * 8
+        );
+        store.close().unwrap();
     }
 }

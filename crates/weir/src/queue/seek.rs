@@ -133,8 +133,11 @@ impl QueueCore {
 
     /// See [`crate::Queue::seq_bounds`].
     pub(crate) fn seq_bounds(&self) -> Result<(u64, u64)> {
-        let mut state = self.state.lock();
-        state.ready()?;
+        // Not `ready`: the bounds are in memory, and a look at them (the bus's
+        // retention janitor, every second for every topic) must not keep an idle
+        // queue's files open.
+        let state = self.state.lock();
+        state.check_usable()?;
         Ok(seek_bounds(&state))
     }
 
