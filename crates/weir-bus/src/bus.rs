@@ -49,25 +49,49 @@ pub struct TopicWake {
     notify: Arc<Notify>,
     /// Set before the worker is woken; the worker clears it before it looks.
     pending: Arc<AtomicBool>,
+    /// The worker's flags, whose list of topics flagged this wake-up joins.
+    flags: Arc<WakeFlags>,
+    topic: Arc<str>,
 }
 
 impl TopicWake {
-    /// Tells the worker that the topic has something new.
+    /// The wake-up of the worker whose flags are `flags`, by `topic`.
+    pub fn new(notify: Arc<Notify>, flags: Arc<WakeFlags>, topic: &str) -> TopicWake {
+        TopicWake {
+            notify,
+            pending: flags.flag(topic),
+            flags,
+            topic: Arc::from(topic),
+        }
+    }
+
+    /// Tells the worker that the topic has something new. The first wake-up since
+    /// the worker's last look lists the topic, so that a worker of 1,000 topics
+    /// woken by one publish looks at one flag, not at 1,000.
     pub fn notify_one(&self) {
-        self.pending.store(true, Ordering::Release);
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            self.flags.listed.lock().push(Arc::clone(&self.topic));
+        }
         self.notify.notify_one();
     }
 }
 
 /// A worker's "something new" flags, one per topic, shared with the topics'
-/// [`TopicWake`]s.
+/// [`TopicWake`]s, and the topics whose flag was set since the worker last looked.
 #[derive(Default)]
-pub struct WakeFlags(Mutex<HashMap<String, Arc<AtomicBool>>>);
+pub struct WakeFlags {
+    flags: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    /// A topic joins when its flag goes from clear to set, and the worker clears a
+    /// flag only after it took this list: so a topic is in it at most twice (once
+    /// more if the worker cleared its flag while looking at it for another
+    /// reason), and the list is bounded by the worker's topics.
+    listed: Mutex<Vec<Arc<str>>>,
+}
 
 impl WakeFlags {
     /// The flag of `topic` (made set: a new source is looked at once).
     pub fn flag(&self, topic: &str) -> Arc<AtomicBool> {
-        let mut flags = self.0.lock();
+        let mut flags = self.flags.lock();
         Arc::clone(
             flags
                 .entry(topic.to_owned())
@@ -78,7 +102,12 @@ impl WakeFlags {
     /// Forgets the flags of topics the worker no longer reads.
     pub fn keep_only(&self, topics: &[String]) {
         let keep: HashSet<&str> = topics.iter().map(String::as_str).collect();
-        self.0.lock().retain(|t, _| keep.contains(t.as_str()));
+        self.flags.lock().retain(|t, _| keep.contains(t.as_str()));
+    }
+
+    /// The topics flagged since the last call, emptying the list.
+    pub fn take_listed(&self) -> Vec<Arc<str>> {
+        std::mem::take(&mut *self.listed.lock())
     }
 }
 
@@ -762,10 +791,7 @@ impl Bus {
             let wake: Vec<TopicWake> = by_topic
                 .tokens(name)
                 .filter_map(|token| subs.get(token))
-                .map(|r| TopicWake {
-                    notify: Arc::clone(&r.notify),
-                    pending: r.flags.flag(name),
-                })
+                .map(|r| TopicWake::new(Arc::clone(&r.notify), Arc::clone(&r.flags), name))
                 .collect();
             *rt = Arc::new(TopicRt {
                 queue: rt.queue.clone(),

@@ -19,6 +19,7 @@
 //! dead-letter queue while its items are older than the subscription's
 //! `redrive_below` mark.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
@@ -70,6 +71,7 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
         notify: Arc::clone(&notify),
         flags: Arc::clone(&flags),
         cached: None,
+        index: None,
         swept: Instant::now(),
         adopted,
         config: config_rx,
@@ -99,6 +101,8 @@ struct Worker {
     /// The sources as last built, kept from batch to batch until the settings
     /// change or a topic's queue is found gone.
     cached: Option<Arc<Vec<Source>>>,
+    /// The sources the index was built for, and their positions by topic name.
+    index: Option<(Arc<Vec<Source>>, TopicIndex)>,
     /// When every source was last looked at.
     swept: Instant,
     config: watch::Receiver<Arc<SubscriberMeta>>,
@@ -132,6 +136,9 @@ async fn supervise(worker: Worker) {
         worker.delete_readers_if_gone().await;
     }
 }
+
+/// A source's position in the worker's sources, by topic name.
+type TopicIndex = HashMap<String, usize>;
 
 /// Where a batch's events come from: a topic's reader, or the dead-letter queue.
 struct Source {
@@ -394,23 +401,59 @@ impl Worker {
         IDLE_POLL.saturating_mul(seconds.max(1))
     }
 
-    /// Which sources to look at now: each that a publish flagged, that had events
-    /// left at the last look, or (once a sweep is due) every one.
-    fn sources_due(&mut self, sources: &[Source]) -> Vec<bool> {
+    /// The index of `sources` by topic, built once per set of sources.
+    fn index_of(&mut self, sources: &Arc<Vec<Source>>) -> &TopicIndex {
+        let stale = self
+            .index
+            .as_ref()
+            .is_none_or(|(of, _)| !Arc::ptr_eq(of, sources));
+        if stale {
+            self.index = None;
+        }
+        let (_, index) = self.index.get_or_insert_with(|| {
+            let index = sources
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| s.topic.as_ref().map(|(t, _)| (t.clone(), i)))
+                .collect();
+            (Arc::clone(sources), index)
+        });
+        index
+    }
+
+    /// Which sources to look at now, by index, in order: each whose topic a publish
+    /// listed since the last look, each that had events left at the last look (or
+    /// has not been looked at), the dead-letter queue, and (once a sweep is due)
+    /// every one. Their flags are cleared before the look: a publish meanwhile sets
+    /// a flag again and lists its topic. Costs the listed topics and a relaxed load
+    /// per source, not an atomic exchange per source: 200 workers of 1,000 topics
+    /// each are woken by every publish to any topic.
+    fn sources_due(&mut self, sources: &Arc<Vec<Source>>) -> Vec<usize> {
         if self.swept.elapsed() >= self.sweep_every(sources.len()) {
             self.swept = Instant::now();
-            for s in sources {
+            for s in sources.iter() {
                 s.idle.store(false, Relaxed);
             }
         }
-        sources
+        let listed = self.flags.take_listed();
+        let mut due: Vec<usize> = Vec::with_capacity(listed.len());
+        if !listed.is_empty() {
+            let index = self.index_of(sources);
+            due.extend(listed.iter().filter_map(|t| index.get(&**t).copied()));
+        }
+        let busy = sources
             .iter()
-            .map(|s| {
-                // Cleared before the look: a publish meanwhile sets it again.
-                let flagged = s.pending.as_ref().is_none_or(|p| p.swap(false, AcqRel));
-                flagged || !s.idle.load(Relaxed)
-            })
-            .collect()
+            .enumerate()
+            .filter(|(_, s)| s.pending.is_none() || !s.idle.load(Relaxed));
+        due.extend(busy.map(|(i, _)| i));
+        due.sort_unstable();
+        due.dedup();
+        for s in due.iter().filter_map(|&i| sources.get(i)) {
+            if let Some(pending) = &s.pending {
+                pending.swap(false, AcqRel);
+            }
+        }
+        due
     }
 
     /// The reader of the subscriber's dead-letter queue; `None` when the queue is
@@ -511,16 +554,17 @@ impl Worker {
         let bytes_max = self.bus.settings.batch_bytes_max;
         let full = |b: &Batch| b.events.len() >= max || b.bytes >= bytes_max;
         let sources = Arc::clone(&batch.sources);
-        let mut empty: Vec<bool> = self.sources_due(&sources).iter().map(|l| !l).collect();
-        while !full(batch) && empty.iter().any(|e| !e) {
-            for (i, done) in empty.iter_mut().enumerate() {
+        let mut due = self.sources_due(&sources);
+        while !full(batch) && !due.is_empty() {
+            let mut left = Vec::with_capacity(due.len());
+            for i in due {
                 let Some(source) = sources.get(i) else {
-                    *done = true;
                     continue;
                 };
                 let dead_letters = source.topic.is_none();
+                let mut done = false;
                 // Dead letters: as many as fit before any topic's next event.
-                while !*done && !full(batch) {
+                while !done && !full(batch) {
                     match self.take_one(source, i).await {
                         Ok(Some(p)) => {
                             batch.bytes += p.event.len();
@@ -528,7 +572,7 @@ impl Worker {
                         }
                         Ok(None) => {
                             source.idle.store(true, Relaxed);
-                            *done = true;
+                            done = true;
                         }
                         Err(e) if e.kind() == weir_backend::Kind::NotFound => {
                             if let Some((topic, _)) = &source.topic {
@@ -537,18 +581,27 @@ impl Worker {
                                 }
                             }
                             gone = true;
-                            *done = true;
+                            done = true;
                         }
                         Err(e) => {
                             tracing::error!(subscriber = %self.id, error = %e, "could not take an event");
-                            *done = true;
+                            done = true;
                         }
                     }
                     if !dead_letters {
                         break;
                     }
                 }
+                if !done {
+                    left.push(i);
+                }
             }
+            due = left;
+        }
+        // Left when the batch filled: their flags are cleared, so they are marked
+        // as having events (or not looked at) to be looked at next time.
+        for s in due.iter().filter_map(|&i| sources.get(i)) {
+            s.idle.store(false, Relaxed);
         }
         if gone {
             self.cached = None;

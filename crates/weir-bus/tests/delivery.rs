@@ -662,3 +662,48 @@ async fn a_deleted_retention_reader_is_made_again_at_the_oldest_event() {
     assert_eq!(retention.map(|r| r.items), Some(3), "{stats:?}");
     bus.stop().await;
 }
+
+/// A batch that fills while publishes have flagged more of its topics leaves those
+/// topics to the next batch, not to the next sweep of every topic (20 s for 200
+/// topics): with `max` 1, events published to 200 topics at once all arrive
+/// promptly. Before, the flags of the topics not reached were cleared and the
+/// topics, found empty earlier, were skipped until the sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_flagged_while_a_batch_fills_are_looked_at_next() {
+    const TOPICS: usize = 200;
+    let recv = Receiver::start().await;
+    let mut bus = TestBus::start(config()).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    // Topic names are letters and `_`.
+    let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
+    let topics: Vec<String> = (0..TOPICS)
+        .map(|i| format!("topic_{}{}", letter(i / 26), letter(i)))
+        .collect();
+    for t in &topics {
+        assert_eq!(
+            bus.publish(&publisher, t, "https://x.example/claim").await,
+            StatusCode::OK
+        );
+    }
+    bus.subscribe(
+        &sub,
+        json!({"topics": topics, "callback": recv.url("s"), "max": 1, "timeout": 50}),
+    )
+    .await
+    .unwrap();
+    // Long enough for the new worker to look at every topic once and find it empty.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for t in &topics {
+        let url = format!("https://x.example/{t}");
+        assert_eq!(bus.publish(&publisher, t, &url).await, StatusCode::OK);
+    }
+    let events = recv.wait_events("s", TOPICS, WAIT).await;
+    assert_eq!(
+        events.len(),
+        TOPICS,
+        "every topic's event arrived within {WAIT:?}"
+    );
+    bus.stop().await;
+    recv.stop();
+}
