@@ -171,26 +171,31 @@ pub(crate) fn open_store(dir: &Path) -> anyhow::Result<weir::Store> {
     }
 }
 
-/// The one of `--server` and `--data-dir` given.
-pub(crate) enum Via<'a> {
+/// How a command reaches a queue: over a running weir's HTTP port with the admin
+/// key (`--server`), or by opening a stopped weir's data directory (`--data-dir`).
+pub(crate) enum Reach<'a> {
     Server { url: &'a str, key: String },
     Dir(&'a Path),
 }
 
-pub(crate) fn via(at: &Location) -> anyhow::Result<Via<'_>> {
-    match (&at.server, &at.data_dir) {
-        (Some(url), None) => {
-            let key = at
-                .key
-                .clone()
-                .or_else(|| std::env::var(ADMIN_KEY_ENV).ok().filter(|k| !k.is_empty()))
-                .with_context(|| {
-                    format!("--server needs the admin key: --key KEY or {ADMIN_KEY_ENV}")
-                })?;
-            Ok(Via::Server { url, key })
+impl Location {
+    /// How to reach the queue, from the one of `--server` and `--data-dir` given
+    /// (and, for `--server`, the admin key from `--key` or the environment).
+    pub(crate) fn reach(&self) -> anyhow::Result<Reach<'_>> {
+        match (&self.server, &self.data_dir) {
+            (Some(url), None) => {
+                let key = self
+                    .key
+                    .clone()
+                    .or_else(|| std::env::var(ADMIN_KEY_ENV).ok().filter(|k| !k.is_empty()))
+                    .with_context(|| {
+                        format!("--server needs the admin key: --key KEY or {ADMIN_KEY_ENV}")
+                    })?;
+                Ok(Reach::Server { url, key })
+            }
+            (None, Some(dir)) => Ok(Reach::Dir(dir)),
+            _ => bail!("say where the queue is: --server URL (a running weir) or --data-dir DIR"),
         }
-        (None, Some(dir)) => Ok(Via::Dir(dir)),
-        _ => bail!("say where the queue is: --server URL (a running weir) or --data-dir DIR"),
     }
 }
 
@@ -275,12 +280,12 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|t| parse_time(t, now()))
         .transpose()?;
-    let via = via(&args.at)?;
+    let reach = args.at.reach()?;
     let rt = runtime()?;
     let mut out = Output::open(&args.out)?;
-    let result = match via {
-        Via::Dir(dir) => export_dir(dir, &queue, since, args.limit, &mut out),
-        Via::Server { url, key } => rt.block_on(async {
+    let result = match reach {
+        Reach::Dir(dir) => export_dir(dir, &queue, since, args.limit, &mut out),
+        Reach::Server { url, key } => rt.block_on(async {
             let mut lines = ServerLines::open(url, &key, &queue, since, args.limit).await?;
             let mut n = 0u64;
             while let Some(line) = lines.next().await? {
@@ -428,12 +433,12 @@ fn in_pieces(
 /// `weir capture import`.
 pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     let queue = queue_name(&args.queue)?;
-    let via = via(&args.at)?;
+    let reach = args.at.reach()?;
     check_file(&args.input, "imported")?;
     let mut imported = 0u64;
-    let result = match via {
-        Via::Dir(dir) => import_dir(dir, &queue, &args.input, &mut imported),
-        Via::Server { url, key } => {
+    let result = match reach {
+        Reach::Dir(dir) => import_dir(dir, &queue, &args.input, &mut imported),
+        Reach::Server { url, key } => {
             let rt = runtime()?;
             let client = rt.block_on(async { ServerClient::new(&key) })?;
             let url = captures_url(url, &queue);

@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 
-use super::capture_cli::{runtime, via, Location, Via};
+use super::capture_cli::{runtime, Location, Reach};
 use super::server_client::ServerClient;
 
 #[derive(clap::Subcommand)]
@@ -25,7 +25,7 @@ pub struct ReportArgs {
 }
 
 pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
-    let Via::Server { url, key } = via(&args.at)? else {
+    let Reach::Server { url, key } = args.at.reach()? else {
         anyhow::bail!("the diff figures live in the running proxy: use --server URL");
     };
     let endpoint = format!("{}/proxy/diffs", url.trim_end_matches('/'));
