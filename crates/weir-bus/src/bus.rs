@@ -33,9 +33,9 @@ use crate::metrics::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
 use crate::scope::{ByTopic, Touched};
 
-/// A topic as the publish path needs it: its queue, its epoch, and the wake-ups of
-/// the workers that read it.
-pub struct TopicRt {
+/// A topic as it runs, as the publish path needs it: its queue, its epoch, and the
+/// wake-ups of the workers that read it.
+pub struct LiveTopic {
     pub queue: Queue,
     pub epoch: u32,
     pub publisher: Option<String>,
@@ -111,8 +111,9 @@ impl WakeFlags {
     }
 }
 
-/// A subscriber's running worker.
-pub struct SubscriberRt {
+/// A subscriber as it runs: the handles of its delivery worker (its wake-ups, the
+/// config it reads, its counters, its stop signal and its task).
+pub struct LiveSubscriber {
     pub notify: Arc<Notify>,
     pub flags: Arc<WakeFlags>,
     pub config: watch::Sender<Arc<SubscriberMeta>>,
@@ -144,13 +145,13 @@ pub struct Bus {
     /// Shared so that a change, once edited, finishes in a task of its own even when
     /// the request that asked for it is dropped (a client gone).
     change_lock: Arc<tokio::sync::Mutex<()>>,
-    topics: RwLock<HashMap<String, Arc<TopicRt>>>,
+    topics: RwLock<HashMap<String, Arc<LiveTopic>>>,
     /// Topic → subscriber tokens, as the metadata has them (`scope.rs`).
     by_topic: Mutex<ByTopic>,
     /// A refused write had the metadata read again: the next change brings every
     /// worker in line, not only what it touched.
     resync: AtomicBool,
-    pub(crate) subscribers: Mutex<HashMap<String, SubscriberRt>>,
+    pub(crate) subscribers: Mutex<HashMap<String, LiveSubscriber>>,
     /// Deliveries in flight, across subscribers.
     pub in_flight: Semaphore,
     pub client: reqwest::Client,
@@ -320,7 +321,7 @@ impl Bus {
         Arc::clone(&self.meta.read())
     }
 
-    pub fn topic(&self, name: &str) -> Option<Arc<TopicRt>> {
+    pub fn topic(&self, name: &str) -> Option<Arc<LiveTopic>> {
         self.topics.read().get(name).cloned()
     }
 
@@ -665,7 +666,7 @@ impl Bus {
         };
         let mut map = self.topics.write();
         let keep_wake = map.get(name).map(|rt| rt.wake.clone()).unwrap_or_default();
-        map.insert(name.to_owned(), Arc::new(topic_rt(queue, t, keep_wake)));
+        map.insert(name.to_owned(), Arc::new(live_topic(queue, t, keep_wake)));
         Ok(())
     }
 
@@ -793,7 +794,7 @@ impl Bus {
                 .filter_map(|token| subs.get(token))
                 .map(|r| TopicWake::new(Arc::clone(&r.notify), Arc::clone(&r.flags), name))
                 .collect();
-            *rt = Arc::new(TopicRt {
+            *rt = Arc::new(LiveTopic {
                 queue: rt.queue.clone(),
                 epoch: rt.epoch,
                 publisher: rt.publisher.clone(),
@@ -806,7 +807,7 @@ impl Bus {
     /// given new settings, or stopped.
     fn sync_worker(
         self: &Arc<Self>,
-        subs: &mut HashMap<String, SubscriberRt>,
+        subs: &mut HashMap<String, LiveSubscriber>,
         meta: &Meta,
         token: &str,
     ) {
@@ -891,8 +892,9 @@ pub enum MetaHome {
     Cluster,
 }
 
-fn topic_rt(queue: Queue, t: &TopicMeta, wake: Vec<TopicWake>) -> TopicRt {
-    TopicRt {
+/// The running form of topic `t`: its queue `queue`, waking the workers in `wake`.
+fn live_topic(queue: Queue, t: &TopicMeta, wake: Vec<TopicWake>) -> LiveTopic {
+    LiveTopic {
         queue,
         epoch: t.epoch,
         publisher: t.publisher.clone(),

@@ -31,7 +31,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
 
-use crate::bus::{Bus, SubscriberRt, WakeFlags};
+use crate::bus::{Bus, LiveSubscriber, WakeFlags};
 use crate::event::{cloudevents_batch, delivered, event_id, routemaster_batch};
 use crate::guard::{check_callback, Policy};
 use crate::meta::{Format, SubscriberMeta};
@@ -57,7 +57,7 @@ const SPLIT_AFTER_REFUSALS: u32 = 2;
 
 /// Starts the worker of a subscriber (its token's owner is `name`) on the current
 /// runtime.
-pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> SubscriberRt {
+pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> LiveSubscriber {
     let notify = Arc::new(Notify::new());
     let flags = Arc::new(WakeFlags::default());
     let id = config.id.clone();
@@ -79,7 +79,7 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> Subscr
         counters: Arc::clone(&counters),
     };
     let task = tokio::spawn(supervise(worker));
-    SubscriberRt {
+    LiveSubscriber {
         notify,
         flags,
         config: config_tx,

@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 use weir_backend::{Backend, Queue, Reader, TakeMode};
 
 use crate::capture::Captured;
-use crate::shadow::ShadowRt;
+use crate::shadow::LiveShadow;
 
 /// The reader that keeps a dead-letter queue's items until they are re-driven.
 pub const DEAD_READER: &str = "dead";
@@ -84,7 +84,7 @@ impl DeadLetters {
 
 /// Stores a replay that ran out of attempts in its shadow's dead letters; false
 /// (after a pause) when that failed: the capture is then not to be confirmed.
-pub async fn bury(s: &ShadowRt, c: &Captured, why: &str) -> bool {
+pub async fn bury(s: &LiveShadow, c: &Captured, why: &str) -> bool {
     let stored = match s.dead.opened().await {
         Ok((queue, _)) => queue
             .append(&c.encode(), weir_backend::AppendOptions::default())
@@ -132,7 +132,7 @@ impl std::fmt::Display for RedriveError {
 /// Starts a re-drive of `chain[0]`'s dead letters (to `chain`: the shadow and, in
 /// sequential mode, the ones after it) on the current runtime; the number of dead
 /// letters it will replay.
-pub async fn redrive(chain: Vec<Arc<ShadowRt>>) -> Result<u64, RedriveError> {
+pub async fn redrive(chain: Vec<Arc<LiveShadow>>) -> Result<u64, RedriveError> {
     let Some(first) = chain.first().cloned() else {
         return Ok(0);
     };
@@ -170,7 +170,7 @@ pub async fn redrive(chain: Vec<Arc<ShadowRt>>) -> Result<u64, RedriveError> {
 }
 
 /// Replays the dead letters below sequence number `end`, one at a time.
-async fn run_redrive(chain: &[Arc<ShadowRt>], reader: &Reader, end: u64) {
+async fn run_redrive(chain: &[Arc<LiveShadow>], reader: &Reader, end: u64) {
     let first = &chain[0];
     let mut shutdown = first.shutdown.clone();
     let mut done = 0u64;

@@ -50,21 +50,23 @@ pub const POOLED_BODY_BYTES_MAX: usize = 32 * 1024;
 /// The header that says why the proxy answered instead of a target.
 pub const ERROR_HEADER: &str = "x-weir-proxy-error";
 
-/// A route as it runs.
-pub struct RouteRt {
+/// A configured route as it runs: its settings with what serving them takes (the
+/// compiled pattern, the client to its targets, the balancer, the capture queue,
+/// the counters).
+pub struct LiveRoute {
     pub settings: RouteSettings,
     pub pattern: Pattern,
     pub client: HttpClient,
     pub balancer: Balancer,
     /// The capture queue, once it is set up, for a route with shadows or `record`
-    /// (see [`RouteRt::captures`]). On JetStream it is set up in the background when
+    /// (see [`LiveRoute::captures`]). On JetStream it is set up in the background when
     /// the cluster cannot be reached at start; until then captures count as
     /// `not_ready`.
     pub capture: Arc<std::sync::OnceLock<weir_backend::Queue>>,
     pub counters: RouteCounters,
 }
 
-impl RouteRt {
+impl LiveRoute {
     /// Whether the route captures its requests (it has shadows or records).
     pub fn captures(&self) -> bool {
         !self.settings.shadows.is_empty() || self.settings.record
@@ -85,7 +87,7 @@ impl RouteRt {
 }
 
 pub struct Proxy {
-    pub routes: Vec<RouteRt>,
+    pub routes: Vec<LiveRoute>,
     /// Where the capture queues live: the embedded engine or a JetStream cluster.
     pub backend: Arc<weir_backend::Backend>,
     /// Captures waiting for their body or their append: a stop waits for them.
@@ -236,7 +238,7 @@ fn idempotent(method: &hyper::Method) -> bool {
 
 async fn forward(
     proxy: &Proxy,
-    route: &RouteRt,
+    route: &LiveRoute,
     client: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
@@ -283,7 +285,7 @@ struct Pending {
 /// and, as it streams to the client, its body up to `capture_bytes_max`.
 fn with_answer_captured(
     proxy: &Proxy,
-    route: &RouteRt,
+    route: &LiveRoute,
     answer_to: AnswerSender,
     response: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
@@ -336,7 +338,7 @@ struct Outgoing {
 /// the target as it arrives, its capture's copy kept by a [`CopySink`].
 async fn outgoing_body(
     proxy: &Proxy,
-    route: &RouteRt,
+    route: &LiveRoute,
     head: &hyper::http::request::Parts,
     client: SocketAddr,
     declared: Option<u64>,
@@ -441,7 +443,7 @@ async fn read_whole(
 /// captures keep the order of their requests; the rest (a body still coming, the
 /// wait for durability) goes on in a task of its own. The client never waits for it.
 async fn start_capture(
-    route: &RouteRt,
+    route: &LiveRoute,
     p: Pending,
     answer: Option<tokio::sync::oneshot::Receiver<AnswerPart>>,
 ) {
@@ -462,7 +464,7 @@ async fn start_capture(
 /// target could not be reached or did not answer in time. True with a target's
 /// answer, false with one the proxy made.
 async fn send(
-    route: &RouteRt,
+    route: &LiveRoute,
     head: &hyper::http::request::Parts,
     client: SocketAddr,
     mut out: Outgoing,
@@ -522,7 +524,7 @@ type Sent = Result<
 /// The client's answer to one attempt on `target` (its index in the balancer):
 /// whose fault a failure is, and whether another target may be tried.
 fn outcome(
-    route: &RouteRt,
+    route: &LiveRoute,
     head: &hyper::http::request::Parts,
     body: Option<&BodyState>,
     (index, target): (usize, &Target),

@@ -61,8 +61,8 @@ pub use crate::forward::{capture_queue, ERROR_HEADER};
 pub use crate::record::RECORD_READER;
 pub use crate::shadow::REPLAY_HEADER;
 
-use crate::forward::{http_client, Proxy, RouteRt};
-use crate::shadow::ShadowRt;
+use crate::forward::{http_client, LiveRoute, Proxy};
+use crate::shadow::LiveShadow;
 
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
@@ -150,7 +150,7 @@ pub fn start(
 
 /// Each shadow, with the reader and the queue its backlog is read from: filled at
 /// start, and later by a route set up in the background.
-type Shadows = Arc<parking_lot::Mutex<Vec<(Arc<ShadowRt>, String, String)>>>;
+type Shadows = Arc<parking_lot::Mutex<Vec<(Arc<LiveShadow>, String, String)>>>;
 
 type Setup = (Proxy, Shadows, Vec<(String, tokio::net::TcpListener)>);
 
@@ -200,7 +200,7 @@ async fn setup(
                 ));
             }
         }
-        routes.push(RouteRt {
+        routes.push(LiveRoute {
             pattern: route::Pattern::new(&r.path),
             client: http_client(r.connect_timeout, &r.tls),
             balancer: balance::Balancer::new(&r.targets),
@@ -302,7 +302,7 @@ async fn route_set_up_later(
 /// `record`) and each shadow started, with its reader and the queue.
 type RouteSetUp = (
     Option<weir_backend::Queue>,
-    Vec<(Arc<ShadowRt>, String, String)>,
+    Vec<(Arc<LiveShadow>, String, String)>,
 );
 
 /// The capture queue of a route with shadows or `record`, its readers set up and its

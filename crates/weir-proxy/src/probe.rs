@@ -18,7 +18,7 @@ use hyper::header::{HeaderValue, HOST};
 use hyper::{Method, Request};
 use tokio::sync::watch;
 
-use crate::shadow::{ShadowRt, REPLAY_HEADER};
+use crate::shadow::{LiveShadow, REPLAY_HEADER};
 
 /// A probe waits at most this long for its answer (or the shadow's `timeout_ms`).
 const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(2);
@@ -79,7 +79,7 @@ impl Health {
 }
 
 /// Marks the shadow down, and starts probing it unless that is going on already.
-pub fn mark_down(s: &Arc<ShadowRt>, why: &str) {
+pub fn mark_down(s: &Arc<LiveShadow>, why: &str) {
     let went_down = s.health.state.send_if_modified(|st| {
         let was_up = st.up;
         st.up = false;
@@ -92,7 +92,7 @@ pub fn mark_down(s: &Arc<ShadowRt>, why: &str) {
 }
 
 /// Probes the shadow until a probe passes (it is then up) or the proxy stops.
-async fn probe_until_up(s: Arc<ShadowRt>) {
+async fn probe_until_up(s: Arc<LiveShadow>) {
     let mut failed = false;
     let mut shutdown = s.shutdown.clone();
     loop {
@@ -116,7 +116,7 @@ async fn probe_until_up(s: Arc<ShadowRt>) {
 const GATEWAY_STATUSES: [u16; 3] = [502, 503, 504];
 
 /// One probe: whether `HEAD probe_path` is answered, not by a gateway.
-async fn probe(s: &ShadowRt) -> bool {
+async fn probe(s: &LiveShadow) -> bool {
     let target = &s.settings.target;
     let Ok(uri) = target
         .url(&s.settings.retry.probe_path)

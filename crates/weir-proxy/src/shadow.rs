@@ -48,8 +48,9 @@ pub const SEQUENTIAL_READER: &str = "sequential";
 /// The header every replay carries: `ROUTE/SHADOW`.
 pub const REPLAY_HEADER: &str = "x-weir-replay";
 
-/// A shadow as it runs.
-pub struct ShadowRt {
+/// A configured shadow as it runs: its settings with what replaying to it takes
+/// (the client, the counters, the comparison, the health probe, the dead letters).
+pub struct LiveShadow {
     pub route: String,
     pub settings: ShadowSettings,
     pub client: HttpClient,
@@ -60,7 +61,7 @@ pub struct ShadowRt {
     pub dead: crate::dead::DeadLetters,
     /// In sequential mode, the shadows after this one (a re-drive of its dead
     /// letters replays to them too).
-    pub after: std::sync::OnceLock<Vec<Arc<ShadowRt>>>,
+    pub after: std::sync::OnceLock<Vec<Arc<LiveShadow>>>,
     pub shutdown: watch::Receiver<bool>,
 }
 
@@ -68,7 +69,7 @@ pub struct ShadowRt {
 /// order (sequential mode).
 struct Replayer {
     reader: Reader,
-    shadows: Vec<Arc<ShadowRt>>,
+    shadows: Vec<Arc<LiveShadow>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -83,7 +84,7 @@ pub async fn start(
     queue: &str,
     route: &RouteSettings,
     shutdown: &watch::Receiver<bool>,
-) -> weir_backend::Result<(weir_backend::Queue, Vec<(Arc<ShadowRt>, String)>)> {
+) -> weir_backend::Result<(weir_backend::Queue, Vec<(Arc<LiveShadow>, String)>)> {
     let shadows = shadows_of(backend, route, shutdown);
     let mut wanted: Vec<&str> = if route.shadows.is_empty() {
         Vec::new()
@@ -138,13 +139,13 @@ fn shadows_of(
     backend: &Arc<Backend>,
     route: &RouteSettings,
     shutdown: &watch::Receiver<bool>,
-) -> Vec<Arc<ShadowRt>> {
+) -> Vec<Arc<LiveShadow>> {
     let route_diff = route.diffs().then(|| Arc::new(RouteDiff::new(route)));
-    let shadows: Vec<Arc<ShadowRt>> = route
+    let shadows: Vec<Arc<LiveShadow>> = route
         .shadows
         .iter()
         .map(|s| {
-            Arc::new(ShadowRt {
+            Arc::new(LiveShadow {
                 route: route.name.clone(),
                 settings: s.clone(),
                 client: http_client(CONNECT_TIMEOUT, &route.tls),
@@ -311,7 +312,7 @@ impl Replayer {
 /// done with and to be confirmed; false when the proxy stops, or a dead letter could
 /// not be stored (the capture is then released, to be replayed again).
 pub(crate) async fn replay_all(
-    shadows: &[Arc<ShadowRt>],
+    shadows: &[Arc<LiveShadow>],
     captured: &Captured,
     shutdown: &watch::Receiver<bool>,
 ) -> bool {
@@ -404,7 +405,7 @@ enum Attempt {
 
 /// One replay to one shadow: attempts while the shadow is up, until one is
 /// delivered or `attempts_max` ran out, with a pause between them.
-async fn replay(s: &Arc<ShadowRt>, c: &Captured, mut shutdown: watch::Receiver<bool>) -> Outcome {
+async fn replay(s: &Arc<LiveShadow>, c: &Captured, mut shutdown: watch::Receiver<bool>) -> Outcome {
     let retry = &s.settings.retry;
     let tag = format!("{}/{}", s.route, s.settings.name);
     let mut attempts = 0u32;
@@ -458,7 +459,7 @@ async fn replay(s: &Arc<ShadowRt>, c: &Captured, mut shutdown: watch::Receiver<b
 
 /// Sends one attempt and reads its answer (compared with the primary's for a
 /// diffing shadow, when delivered).
-async fn attempt(s: &ShadowRt, c: &Captured, req: Request<crate::forward::ProxyBody>) -> Attempt {
+async fn attempt(s: &LiveShadow, c: &Captured, req: Request<crate::forward::ProxyBody>) -> Attempt {
     let within = s.settings.timeout;
     match tokio::time::timeout(within, s.client.request(req)).await {
         Ok(Ok(response)) => {

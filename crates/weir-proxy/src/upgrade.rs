@@ -29,14 +29,14 @@ const PUMP_BUFFER_BYTES: usize = 16 * 1024;
 
 use crate::config::Target;
 use crate::forward::{
-    empty, error_chain, from_target, refusal, upstream_request, ProxyBody, RouteRt,
+    empty, error_chain, from_target, refusal, upstream_request, LiveRoute, ProxyBody,
 };
 use crate::headers;
 
 /// Whether `req` is a WebSocket upgrade the route forwards: `websocket = true`, an
 /// HTTP/1.1 `GET`, `Connection: upgrade`, and `websocket` among the protocols of
 /// `Upgrade`. Any other upgrade is not one: the request goes on as a plain one.
-pub fn websocket(route: &RouteRt, req: &Request<Incoming>) -> bool {
+pub fn websocket(route: &LiveRoute, req: &Request<Incoming>) -> bool {
     route.settings.websocket
         && req.version() == Version::HTTP_11
         && req.method() == Method::GET
@@ -57,7 +57,7 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
 /// Forwards a WebSocket upgrade request and, on `101` to websocket, joins the two
 /// connections; a `101` to another protocol is a 502.
 pub async fn forward(
-    route: &RouteRt,
+    route: &LiveRoute,
     client: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<ProxyBody> {
@@ -123,7 +123,7 @@ pub async fn forward(
 /// Sends the upgrade request to `target` (its index in the balancer): the target's
 /// answer, or the refusal the client gets when there is none in time.
 async fn ask(
-    route: &RouteRt,
+    route: &LiveRoute,
     outgoing: Request<ProxyBody>,
     index: usize,
     target: &Target,

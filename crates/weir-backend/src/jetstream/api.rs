@@ -5,12 +5,17 @@
 //! (`CONSUMER.MSG.NEXT`), a double ack to a message's reply subject, a Direct Get.
 //! [`Api::send`] makes one attempt, bounded in time as a whole (the client's own
 //! request timeout does not cover a send that waits for room in its command channel
-//! while it reconnects). A call that retries spaces its attempts with [`Backoff`]:
-//! 50 ms, doubled after each pause up to 250 ms, until the deadline its caller gives
-//! (most give [`Api::deadline`], `unavailable_retry_ms` from the start of the call;
-//! the instances' upkeep gives one request timeout: what fails is tried again on
-//! its next round). [`Api::json`] is the JetStream API on top: it retries what
-//! failed for the moment and maps the rest through [`super::errors`].
+//! while it reconnects), and refuses at once, without sending, while the client is
+//! not connected and the link has been down for `unavailable_retry_ms` or longer.
+//! A call that retries spaces its attempts with [`Backoff`]: `BACKOFF_FIRST`
+//! (50 ms), doubled after each pause up to `BACKOFF_MAX` (250 ms), until the
+//! deadline its caller gives: most give [`Api::deadline`], `unavailable_retry_ms`
+//! from the start of the call; the instances' upkeep gives one request timeout (what
+//! fails is tried again on its next round) and a lease's record at most 500 ms
+//! (`instances.rs`); a release's `-NAK` is retried while nobody receives it and the
+//! lease surely lasts, at most 15 s (`leases.rs`). [`Api::json`] is the JetStream
+//! API on top: it retries what failed for the moment and maps the rest through
+//! [`super::errors`].
 //!
 //! The API is spoken directly (the request subjects and JSON bodies are NATS's
 //! documented wire API) rather than through async-nats' typed helpers, so that every

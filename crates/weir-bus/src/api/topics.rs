@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use weir_backend::AppendOptions;
 
 use super::{caller, client, json_body, read_body, Caller};
-use crate::bus::{Bus, TopicRt};
+use crate::bus::{Bus, LiveTopic};
 use crate::error::{ApiError, ApiResult};
 use crate::event::parse_publish;
 use crate::meta::{Meta, TopicMeta};
@@ -66,7 +66,7 @@ pub async fn publish(
 }
 
 /// Makes `token` the publisher of `name`, creating the topic if needed.
-async fn claim(bus: &Arc<Bus>, name: &str, token: &str) -> ApiResult<Arc<TopicRt>> {
+async fn claim(bus: &Arc<Bus>, name: &str, token: &str) -> ApiResult<Arc<LiveTopic>> {
     let topics_max = bus.settings.topics_max;
     bus.change(|meta| {
         match meta.topics.get_mut(name) {

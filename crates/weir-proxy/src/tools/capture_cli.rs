@@ -17,17 +17,14 @@
 use std::io::{BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::capture_file::{self, LINE_BYTES_MAX};
 use anyhow::{bail, Context};
 
 use super::captures::{CAPTURE_QUEUE_PREFIX, IMPORT_BYTES_MAX};
+use super::server_client::{Answer, ServerClient};
 use super::ADMIN_KEY_ENV;
-
-/// Time to connect to weir's HTTP port, and the longest wait for the next bytes.
-const SERVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const SERVER_READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Where a capture queue is: a running weir, or a data directory.
 #[derive(clap::Args, Debug, Clone)]
@@ -174,26 +171,31 @@ pub(crate) fn open_store(dir: &Path) -> anyhow::Result<weir::Store> {
     }
 }
 
-/// The one of `--server` and `--data-dir` given.
-pub(crate) enum Via<'a> {
+/// How a command reaches a queue: over a running weir's HTTP port with the admin
+/// key (`--server`), or by opening a stopped weir's data directory (`--data-dir`).
+pub(crate) enum Reach<'a> {
     Server { url: &'a str, key: String },
     Dir(&'a Path),
 }
 
-pub(crate) fn via(at: &Location) -> anyhow::Result<Via<'_>> {
-    match (&at.server, &at.data_dir) {
-        (Some(url), None) => {
-            let key = at
-                .key
-                .clone()
-                .or_else(|| std::env::var(ADMIN_KEY_ENV).ok().filter(|k| !k.is_empty()))
-                .with_context(|| {
-                    format!("--server needs the admin key: --key KEY or {ADMIN_KEY_ENV}")
-                })?;
-            Ok(Via::Server { url, key })
+impl Location {
+    /// How to reach the queue, from the one of `--server` and `--data-dir` given
+    /// (and, for `--server`, the admin key from `--key` or the environment).
+    pub(crate) fn reach(&self) -> anyhow::Result<Reach<'_>> {
+        match (&self.server, &self.data_dir) {
+            (Some(url), None) => {
+                let key = self
+                    .key
+                    .clone()
+                    .or_else(|| std::env::var(ADMIN_KEY_ENV).ok().filter(|k| !k.is_empty()))
+                    .with_context(|| {
+                        format!("--server needs the admin key: --key KEY or {ADMIN_KEY_ENV}")
+                    })?;
+                Ok(Reach::Server { url, key })
+            }
+            (None, Some(dir)) => Ok(Reach::Dir(dir)),
+            _ => bail!("say where the queue is: --server URL (a running weir) or --data-dir DIR"),
         }
-        (None, Some(dir)) => Ok(Via::Dir(dir)),
-        _ => bail!("say where the queue is: --server URL (a running weir) or --data-dir DIR"),
     }
 }
 
@@ -205,35 +207,13 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
-pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .connect_timeout(SERVER_CONNECT_TIMEOUT)
-        .read_timeout(SERVER_READ_TIMEOUT)
-        .build()
-        .context("making an HTTP client")
-}
-
 fn captures_url(base: &str, queue: &str) -> String {
     format!("{}/captures/{queue}", base.trim_end_matches('/'))
 }
 
-/// An answer that is not 2xx, as an error carrying weir's reason.
-pub(crate) async fn checked(response: reqwest::Response) -> anyhow::Result<reqwest::Response> {
-    let status = response.status();
-    if status.is_success() {
-        return Ok(response);
-    }
-    let text = response.text().await.unwrap_or_default();
-    let reason = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or(text);
-    bail!("weir answered {status}: {}", reason.trim())
-}
-
 /// `GET /captures/QUEUE`, read a line at a time as it streams in.
 pub(crate) struct ServerLines {
-    response: reqwest::Response,
+    response: Answer,
     pending: Vec<u8>,
     /// Where the next line starts in `pending`.
     start: usize,
@@ -248,13 +228,16 @@ impl ServerLines {
         limit: Option<u64>,
     ) -> anyhow::Result<ServerLines> {
         let mut query = Vec::new();
-        query.extend(since.map(|s| ("since", s)));
-        query.extend(limit.map(|l| ("limit", l)));
-        let request = http_client()?
-            .get(captures_url(url, queue))
-            .bearer_auth(key)
-            .query(&query);
-        let response = checked(request.send().await.context("asking weir")?).await?;
+        query.extend(since.map(|s| format!("since={s}")));
+        query.extend(limit.map(|l| format!("limit={l}")));
+        let mut url = captures_url(url, queue);
+        if !query.is_empty() {
+            url = format!("{url}?{}", query.join("&"));
+        }
+        let response = ServerClient::new(key)?
+            .get(&url)
+            .await
+            .context("asking weir")?;
         Ok(ServerLines {
             response,
             pending: Vec::new(),
@@ -297,12 +280,12 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(|t| parse_time(t, now()))
         .transpose()?;
-    let via = via(&args.at)?;
+    let reach = args.at.reach()?;
     let rt = runtime()?;
     let mut out = Output::open(&args.out)?;
-    let result = match via {
-        Via::Dir(dir) => export_dir(dir, &queue, since, args.limit, &mut out),
-        Via::Server { url, key } => rt.block_on(async {
+    let result = match reach {
+        Reach::Dir(dir) => export_dir(dir, &queue, since, args.limit, &mut out),
+        Reach::Server { url, key } => rt.block_on(async {
             let mut lines = ServerLines::open(url, &key, &queue, since, args.limit).await?;
             let mut n = 0u64;
             while let Some(line) = lines.next().await? {
@@ -450,18 +433,18 @@ fn in_pieces(
 /// `weir capture import`.
 pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     let queue = queue_name(&args.queue)?;
-    let via = via(&args.at)?;
+    let reach = args.at.reach()?;
     check_file(&args.input, "imported")?;
     let mut imported = 0u64;
-    let result = match via {
-        Via::Dir(dir) => import_dir(dir, &queue, &args.input, &mut imported),
-        Via::Server { url, key } => {
+    let result = match reach {
+        Reach::Dir(dir) => import_dir(dir, &queue, &args.input, &mut imported),
+        Reach::Server { url, key } => {
             let rt = runtime()?;
-            let client = rt.block_on(async { http_client() })?;
+            let client = rt.block_on(async { ServerClient::new(&key) })?;
             let url = captures_url(url, &queue);
             // One piece in memory at a time: each is sent before the next is read.
             in_pieces(&args.input, |text, _| {
-                imported += rt.block_on(post_piece(&client, &url, &key, text))?;
+                imported += rt.block_on(post_piece(&client, &url, text))?;
                 Ok(())
             })
             .map(|_| ())
@@ -475,22 +458,11 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
 }
 
 /// One piece of an import; how many captures weir appended.
-async fn post_piece(
-    client: &reqwest::Client,
-    url: &str,
-    key: &str,
-    text: &[u8],
-) -> anyhow::Result<u64> {
-    let sent = client
-        .post(url)
-        .bearer_auth(key)
-        .header("content-type", "application/x-ndjson")
-        .body(text.to_vec())
-        .send()
+async fn post_piece(client: &ServerClient, url: &str, text: &[u8]) -> anyhow::Result<u64> {
+    let text = client
+        .post(url, "application/x-ndjson", text.to_vec())
         .await
-        .context("sending to weir")?;
-    let text = checked(sent)
-        .await?
+        .context("sending to weir")?
         .bytes()
         .await
         .context("reading weir's answer")?;
@@ -519,6 +491,7 @@ fn import_dir(dir: &Path, queue: &str, input: &Path, imported: &mut u64) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn times_in_ms_rfc3339_or_ago() {

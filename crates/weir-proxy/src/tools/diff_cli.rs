@@ -5,7 +5,8 @@
 
 use anyhow::Context;
 
-use super::capture_cli::{checked, http_client, runtime, via, Location, Via};
+use super::capture_cli::{runtime, Location, Reach};
+use super::server_client::ServerClient;
 
 #[derive(clap::Subcommand)]
 pub enum DiffCommand {
@@ -24,19 +25,15 @@ pub struct ReportArgs {
 }
 
 pub fn report(args: &ReportArgs) -> anyhow::Result<()> {
-    let Via::Server { url, key } = via(&args.at)? else {
+    let Reach::Server { url, key } = args.at.reach()? else {
         anyhow::bail!("the diff figures live in the running proxy: use --server URL");
     };
     let endpoint = format!("{}/proxy/diffs", url.trim_end_matches('/'));
     let text = runtime()?.block_on(async {
-        let response = http_client()?
+        ServerClient::new(&key)?
             .get(&endpoint)
-            .bearer_auth(&key)
-            .send()
             .await
-            .with_context(|| format!("asking {endpoint}"))?;
-        checked(response)
-            .await?
+            .with_context(|| format!("asking {endpoint}"))?
             .text()
             .await
             .with_context(|| format!("reading {endpoint}"))

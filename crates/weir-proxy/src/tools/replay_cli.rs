@@ -18,8 +18,8 @@ use anyhow::{bail, Context};
 use tokio::sync::mpsc;
 
 use super::capture_cli::{
-    check_file, now, open_file, open_store, parse_time, queue_name, runtime, via, Location,
-    ServerLines, Via,
+    check_file, now, open_file, open_store, parse_time, queue_name, runtime, Location, Reach,
+    ServerLines,
 };
 
 /// Default of `--concurrency`.
@@ -93,9 +93,9 @@ fn source(args: &ReplayArgs) -> anyhow::Result<Source> {
         }
         (Some(queue), None) => {
             let queue = queue_name(queue)?;
-            Ok(match via(&args.at)? {
-                Via::Dir(dir) => Source::Dir(dir.to_path_buf(), queue),
-                Via::Server { url, key } => Source::Server {
+            Ok(match args.at.reach()? {
+                Reach::Dir(dir) => Source::Dir(dir.to_path_buf(), queue),
+                Reach::Server { url, key } => Source::Server {
                     url: url.to_string(),
                     key,
                     queue,

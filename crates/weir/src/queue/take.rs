@@ -241,12 +241,12 @@ impl State {
         want: bool,
     ) -> Result<Option<Item>> {
         let len = c.header.len as u64;
-        let moving = self
+        let for_expire_to = self
             .config
             .expire_to
             .as_deref()
             .is_some_and(|to| to != self.name);
-        if moving {
+        if for_expire_to {
             let lease = self.hold_lease(slot, &c, None, true)?;
             let r = self.readers.at_mut(slot);
             r.expire_moves += 1;
@@ -281,13 +281,14 @@ impl State {
     }
 
     /// Moves the reader past `c` and holds it under a new lease (an engine lease, with
-    /// no deadline, when `moving`); returns the lease id.
+    /// no deadline, when `for_expire_to`: held until the item is appended to the
+    /// `expire_to` queue); returns the lease id.
     fn hold_lease(
         &mut self,
         slot: Slot,
         c: &Candidate,
         deadline: Option<Instant>,
-        moving: bool,
+        for_expire_to: bool,
     ) -> Result<u64> {
         let lease = self.next_lease_id;
         let r = self.readers.at_mut(slot);
@@ -299,7 +300,7 @@ impl State {
                 loc: c.loc,
                 len: c.header.len,
                 deadline,
-                for_expire_to: moving,
+                for_expire_to,
             },
         );
         self.next_lease_id += 1;
