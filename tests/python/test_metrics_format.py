@@ -50,8 +50,13 @@ EXPECTED = {
     "weir_queue_oldest_age_ms": "gauge",
     "weir_queue_disk_bytes": "gauge",
     "weir_reader_items": "gauge",
+    "weir_reader_bytes": "gauge",
     "weir_reader_taken_total": "counter",
     "weir_reader_confirmed_total": "counter",
+    "weir_reader_expired_total": "counter",
+    "weir_reader_discarded_total": "counter",
+    "weir_reader_open_leases": "gauge",
+    "weir_reader_waiters": "gauge",
     "weir_reader_oldest_age_ms": "gauge",
     # the bus
     "weir_bus_topics": "gauge",
@@ -76,6 +81,7 @@ EXPECTED = {
     "weir_proxy_replay_backlog": "gauge",
     "weir_proxy_connections_evicted_total": "counter",
     "weir_proxy_body_bytes_in_memory": "gauge",
+    "weir_proxy_body_bytes_in_memory_max": "gauge",
     "weir_proxy_body_memory_max_bytes": "gauge",
     "weir_proxy_bodies_spilled_total": "counter",
 }
