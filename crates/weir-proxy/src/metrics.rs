@@ -104,7 +104,7 @@ pub struct RouteRow {
     pub route: String,
     pub requests: u64,
     pub status: [u64; 5],
-    /// By outcome, in the order of [`CAPTURE_OUTCOMES`].
+    /// By outcome: captured, too large, incomplete, failed, not ready, over budget.
     pub captures: [u64; 6],
 }
 
