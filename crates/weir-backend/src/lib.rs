@@ -51,6 +51,7 @@
 mod door_upkeep;
 pub mod embedded;
 mod error;
+pub mod exposition;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
 mod jetstream_config;
@@ -427,13 +428,13 @@ impl Backend {
         }
     }
 
-    /// The backend's own `/metrics` series (embedded: none).
-    #[cfg_attr(not(feature = "jetstream"), allow(unused_variables, clippy::ptr_arg))]
-    pub fn render_metrics(&self, out: &mut String) {
+    /// Encodes the backend's own `/metrics` series (embedded: none).
+    #[cfg_attr(not(feature = "jetstream"), allow(unused_variables))]
+    pub fn encode_metrics(&self, enc: &mut exposition::DescriptorEncoder<'_>) -> std::fmt::Result {
         match self {
-            Backend::Embedded(_) => {}
+            Backend::Embedded(_) => Ok(()),
             #[cfg(feature = "jetstream")]
-            Backend::JetStream(j) => j.render_metrics(out),
+            Backend::JetStream(j) => j.encode_metrics(enc),
         }
     }
 

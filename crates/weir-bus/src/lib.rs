@@ -183,11 +183,23 @@ impl BusHandle {
         self.local_addr
     }
 
-    /// Appends the bus's figures to a Prometheus text body; `stats` are the
-    /// backend's queue figures the page gathered (lag and dead letters are read
-    /// there; a queue left out counts nothing).
+    /// Encodes the bus's figures onto a `/metrics` page; `stats` are the backend's
+    /// queue figures the page gathered (lag and dead letters are read there; a queue
+    /// left out counts nothing).
+    pub fn encode_metrics(
+        &self,
+        stats: &[weir_backend::QueueStats],
+        enc: &mut weir_backend::exposition::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        metrics::snapshot(&self.bus, stats).encode(enc)
+    }
+
+    /// The bus's figures as Prometheus text, appended to `out` (for tests and tools:
+    /// `weir serve` encodes them with the rest of its page, `encode_metrics`).
     pub fn render_metrics(&self, stats: &[weir_backend::QueueStats], out: &mut String) {
-        metrics::render(&self.bus, stats, out);
+        out.push_str(&weir_backend::exposition::text(metrics::snapshot(
+            &self.bus, stats,
+        )));
     }
 
     /// Stops serving and delivering, and waits for it: connections finish the

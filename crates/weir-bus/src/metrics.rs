@@ -1,16 +1,21 @@
-//! Per-subscriber lag and delivery figures on `/metrics` (Prometheus text format):
-//! queued events and the oldest one's age (read from the backend's reader stats,
-//! which the page gathers once per scrape for every queue), and counters the workers
-//! keep: events sent, failed attempts, events dead-lettered, and a histogram of
-//! delivery latency (confirmation time minus publish time, per event).
+//! Per-subscriber lag and delivery figures on `/metrics` (encoded by
+//! `weir_backend::exposition`, the page's one encoder): queued events and the oldest
+//! one's age (read from the backend's reader stats, which the page gathers once per
+//! scrape for every queue), and counters the workers keep: events sent, failed
+//! attempts, events dead-lettered, and a histogram of delivery latency (confirmation
+//! time minus publish time, per event; `prometheus-client`'s own histogram).
 //!
 //! Subscribers are labelled by their token's owner name and their random id
 //! (`subscriber_id`), never by the token, which is a credential.
 
 use std::collections::HashMap;
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
+use prometheus_client::encoding::EncodeMetric;
+use prometheus_client::metrics::histogram::Histogram;
+use weir_backend::exposition::{self, Collector, DescriptorEncoder};
 use weir_backend::QueueStats;
 
 use crate::bus::Bus;
@@ -21,23 +26,28 @@ const LATENCY_BUCKETS_MS: [u64; 14] = [
     1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 10_000, 60_000, 600_000,
 ];
 
-#[derive(Default)]
+#[derive(Debug)]
 pub struct SubscriberCounters {
     pub sent: AtomicU64,
     pub failed_attempts: AtomicU64,
     pub dead_lettered: AtomicU64,
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS_MS.len()],
-    latency_count: AtomicU64,
-    latency_sum_ms: AtomicU64,
+    latency: Histogram,
+}
+
+impl Default for SubscriberCounters {
+    fn default() -> SubscriberCounters {
+        SubscriberCounters {
+            sent: AtomicU64::new(0),
+            failed_attempts: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            latency: Histogram::new(LATENCY_BUCKETS_MS.map(|ms| ms as f64)),
+        }
+    }
 }
 
 impl SubscriberCounters {
     pub fn observe_latency_ms(&self, ms: u64) {
-        if let Some(i) = LATENCY_BUCKETS_MS.iter().position(|&b| ms <= b) {
-            self.latency_buckets[i].fetch_add(1, Relaxed);
-        }
-        self.latency_count.fetch_add(1, Relaxed);
-        self.latency_sum_ms.fetch_add(ms, Relaxed);
+        self.latency.observe(ms as f64);
     }
 }
 
@@ -69,81 +79,135 @@ pub fn lag(stats: &StatsIndex<'_>, id: &str, topics: &[String]) -> (u64, Option<
     (queued, oldest)
 }
 
-/// Appends the bus's figures to a `/metrics` body; `stats` are the queues' figures
-/// the page gathered (the topic and dead-letter queues among them). A subscriber's
-/// backlog and dead letters are left out when its queues are not in `stats` (the
-/// gathering did not finish in time), rather than shown as 0.
-pub fn render(bus: &Bus, stats: &[QueueStats], out: &mut String) {
-    let rows = rows(bus, &index(stats));
-    let gauge = |out: &mut String, metric: &str, help: &str, kind: &str| {
-        let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-    };
-    gauge(out, "weir_bus_topics", "Topics of the event bus.", "gauge");
-    let _ = writeln!(out, "weir_bus_topics {}", bus.meta().topics.len());
-    let evicted = "weir_bus_api_connections_evicted_total";
-    let help = "Idle API connections closed at connections_max for a new one.";
-    gauge(out, evicted, help, "counter");
-    let n = bus.api_connections_evicted.load(Relaxed);
-    let _ = writeln!(out, "{evicted} {n}");
-    let series: [Series; 6] = [
-        (
-            "weir_bus_subscriber_queued",
-            "Events waiting for the subscriber, over its topics.",
-            "gauge",
-            |r| r.1,
-        ),
-        (
-            "weir_bus_subscriber_oldest_age_ms",
-            "Age of the oldest event waiting for the subscriber.",
-            "gauge",
-            |r| r.2,
-        ),
-        (
-            "weir_bus_subscriber_dead_letters",
-            "Events in the subscriber's dead-letter queue.",
-            "gauge",
-            |r| r.3,
-        ),
-        (
-            "weir_bus_subscriber_sent_total",
-            "Events delivered and confirmed by a 2xx.",
-            "counter",
-            |r| Some(r.4.sent.load(Relaxed)),
-        ),
-        (
-            "weir_bus_subscriber_failed_attempts_total",
-            "Delivery attempts that failed.",
-            "counter",
-            |r| Some(r.4.failed_attempts.load(Relaxed)),
-        ),
-        (
-            "weir_bus_subscriber_dead_lettered_total",
-            "Events moved to the dead-letter queue.",
-            "counter",
-            |r| Some(r.4.dead_lettered.load(Relaxed)),
-        ),
-    ];
-    for (metric, help, kind, value) in series {
-        gauge(out, metric, help, kind);
-        // A figure not known this scrape (the queues' figures did not come in
-        // time) is left out, never shown as 0: a backlog must not read as none.
-        for (row, v) in rows.iter().filter_map(|r| value(r).map(|v| (r, v))) {
-            let _ = writeln!(out, "{metric}{{{}}} {v}", row.0);
-        }
-    }
-    let metric = "weir_bus_delivery_latency_ms";
-    gauge(
-        out,
-        metric,
-        "Publish to confirmed delivery, per event, in milliseconds.",
-        "histogram",
-    );
-    for (labels, .., c) in &rows {
-        render_histogram(out, metric, labels, c);
+/// The bus's figures at one scrape; `stats` are the queues' figures the page
+/// gathered (the topic and dead-letter queues among them). A subscriber's backlog and
+/// dead letters are left out when its queues are not in `stats` (the gathering did
+/// not finish in time), rather than shown as 0.
+pub fn snapshot(bus: &Bus, stats: &[QueueStats]) -> Snapshot {
+    Snapshot {
+        topics: bus.meta().topics.len() as u64,
+        evicted: bus.api_connections_evicted.load(Relaxed),
+        rows: rows(bus, &index(stats)),
     }
 }
 
-/// One row per subscriber: labels, queued, oldest age, dead letters, counters.
+/// What [`snapshot`] read: the series, ready to encode.
+#[derive(Debug)]
+pub struct Snapshot {
+    topics: u64,
+    evicted: u64,
+    rows: Vec<Row>,
+}
+
+impl Snapshot {
+    /// Encodes the bus's series onto a `/metrics` page.
+    pub fn encode(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        exposition::gauge(
+            enc,
+            "weir_bus_topics",
+            "Topics of the event bus.",
+            self.topics,
+        )?;
+        exposition::counter(
+            enc,
+            "weir_bus_api_connections_evicted_total",
+            "Idle API connections closed at connections_max for a new one.",
+            self.evicted,
+        )?;
+        for (metric, help, counter, value) in SERIES {
+            // A figure not known this scrape (the queues' figures did not come in
+            // time) is left out, never shown as 0: a backlog must not read as none.
+            let samples = self
+                .rows
+                .iter()
+                .filter_map(|r| value(r).map(|v| (r.labels(), v)));
+            match counter {
+                true => exposition::counters(enc, metric, help, samples)?,
+                false => exposition::gauges(enc, metric, help, samples)?,
+            }
+        }
+        exposition::histograms(
+            enc,
+            "weir_bus_delivery_latency_ms",
+            "Publish to confirmed delivery, per event, in milliseconds.",
+            |h| {
+                for r in &self.rows {
+                    r.counters.latency.encode(h.encode_family(&r.labels())?)?;
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        Snapshot::encode(self, &mut enc)
+    }
+}
+
+/// A metric's name, help, whether it is a counter (else a gauge), and how to read it
+/// from a row.
+type Series = (&'static str, &'static str, bool, fn(&Row) -> Option<u64>);
+
+const SERIES: [Series; 6] = [
+    (
+        "weir_bus_subscriber_queued",
+        "Events waiting for the subscriber, over its topics.",
+        false,
+        |r| r.queued,
+    ),
+    (
+        "weir_bus_subscriber_oldest_age_ms",
+        "Age of the oldest event waiting for the subscriber.",
+        false,
+        |r| r.oldest,
+    ),
+    (
+        "weir_bus_subscriber_dead_letters",
+        "Events in the subscriber's dead-letter queue.",
+        false,
+        |r| r.dead,
+    ),
+    (
+        "weir_bus_subscriber_sent_total",
+        "Events delivered and confirmed by a 2xx.",
+        true,
+        |r| Some(r.counters.sent.load(Relaxed)),
+    ),
+    (
+        "weir_bus_subscriber_failed_attempts_total",
+        "Delivery attempts that failed.",
+        true,
+        |r| Some(r.counters.failed_attempts.load(Relaxed)),
+    ),
+    (
+        "weir_bus_subscriber_dead_lettered_total",
+        "Events moved to the dead-letter queue.",
+        true,
+        |r| Some(r.counters.dead_lettered.load(Relaxed)),
+    ),
+];
+
+/// One subscriber's figures (`None`: no figures for its queues this scrape).
+#[derive(Debug)]
+struct Row {
+    /// The owner name of its token.
+    name: String,
+    id: String,
+    queued: Option<u64>,
+    oldest: Option<u64>,
+    dead: Option<u64>,
+    counters: Arc<SubscriberCounters>,
+}
+
+impl Row {
+    fn labels(&self) -> [(&str, &str); 2] {
+        [("subscriber", &self.name), ("subscriber_id", &self.id)]
+    }
+}
+
+/// One row per subscriber.
 fn rows(bus: &Bus, stats: &StatsIndex<'_>) -> Vec<Row> {
     let meta = bus.meta();
     let mut rows = Vec::new();
@@ -163,57 +227,16 @@ fn rows(bus: &Bus, stats: &StatsIndex<'_>) -> Vec<Row> {
             false => (None, None),
         };
         let dead = stats.get(dead_queue(&s.id).as_str()).map(|q| q.items);
-        let labels = format!(
-            "subscriber=\"{}\",subscriber_id=\"{}\"",
-            escape(&name),
-            s.id
-        );
-        rows.push((labels, queued, oldest, dead, counters));
+        rows.push(Row {
+            name,
+            id: s.id.clone(),
+            queued,
+            oldest,
+            dead,
+            counters,
+        });
     }
     rows
-}
-
-fn render_histogram(out: &mut String, metric: &str, labels: &str, c: &SubscriberCounters) {
-    let mut cumulative = 0;
-    for (i, bound) in LATENCY_BUCKETS_MS.iter().enumerate() {
-        cumulative += c.latency_buckets[i].load(Relaxed);
-        let _ = writeln!(
-            out,
-            "{metric}_bucket{{{labels},le=\"{bound}\"}} {cumulative}"
-        );
-    }
-    let count = c.latency_count.load(Relaxed);
-    let _ = writeln!(out, "{metric}_bucket{{{labels},le=\"+Inf\"}} {count}");
-    let _ = writeln!(
-        out,
-        "{metric}_sum{{{labels}}} {}",
-        c.latency_sum_ms.load(Relaxed)
-    );
-    let _ = writeln!(out, "{metric}_count{{{labels}}} {count}");
-}
-
-/// Labels, queued, oldest age, dead letters (`None`: no figures for the queues this
-/// scrape), counters.
-type Row = (
-    String,
-    Option<u64>,
-    Option<u64>,
-    Option<u64>,
-    std::sync::Arc<SubscriberCounters>,
-);
-/// A metric's name, help, type, and how to read it from a row.
-type Series = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&Row) -> Option<u64>,
-);
-
-/// A label value with `\`, `"` and newlines escaped.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -221,14 +244,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn latencies_fall_in_cumulative_buckets() {
-        let c = SubscriberCounters::default();
+    fn latencies_fall_in_cumulative_buckets_and_names_are_escaped() {
+        let counters = Arc::new(SubscriberCounters::default());
         for ms in [0, 3, 3, 700_000] {
-            c.observe_latency_ms(ms);
+            counters.observe_latency_ms(ms);
         }
-        assert_eq!(c.latency_buckets[0].load(Relaxed), 1);
-        assert_eq!(c.latency_buckets[2].load(Relaxed), 2);
-        assert_eq!(c.latency_count.load(Relaxed), 4);
-        assert_eq!(escape("a\"b"), "a\\\"b");
+        let row = Row {
+            name: "team \"a\" \\ b".into(),
+            id: "s1".into(),
+            queued: None,
+            oldest: None,
+            dead: None,
+            counters,
+        };
+        let page = exposition::text(Snapshot {
+            topics: 1,
+            evicted: 0,
+            rows: vec![row],
+        });
+        let labels = r#"subscriber="team \"a\" \\ b",subscriber_id="s1""#;
+        for line in [
+            format!("weir_bus_delivery_latency_ms_bucket{{{labels},le=\"1\"}} 1"),
+            format!("weir_bus_delivery_latency_ms_bucket{{{labels},le=\"5\"}} 3"),
+            format!("weir_bus_delivery_latency_ms_bucket{{{labels},le=\"600000\"}} 3"),
+            format!("weir_bus_delivery_latency_ms_bucket{{{labels},le=\"+Inf\"}} 4"),
+            format!("weir_bus_delivery_latency_ms_count{{{labels}}} 4"),
+            format!("weir_bus_subscriber_sent_total{{{labels}}} 0"),
+        ] {
+            assert!(page.lines().any(|l| l == line), "{line} not in\n{page}");
+        }
+        // Unknown figures are left out, not shown as 0.
+        assert!(!page.contains("weir_bus_subscriber_queued{"), "{page}");
     }
 }

@@ -25,6 +25,7 @@ use anyhow::Context;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use weir_backend::exposition::DescriptorEncoder;
 
 use crate::cmd::{self, Ctx, Flow, Session};
 use crate::connection::Connection;
@@ -122,20 +123,15 @@ impl MemcacheDoor {
         self.addr
     }
 
-    /// Appends the door's counters to a `/metrics` page.
-    pub fn render_metrics(&self, out: &mut String) {
-        self.shared.metrics.render(out, |_| {});
-    }
-
-    /// As [`MemcacheDoor::render_metrics`], with `after_connections` writing right
-    /// after the connection counters (the HTTP port's own, where the page has always
-    /// shown it).
-    pub fn render_metrics_around(
+    /// Encodes the door's counters onto a `/metrics` page; `after_connections`
+    /// encodes right after the connection counters (the HTTP port's own, where the
+    /// page has always shown it).
+    pub fn encode_metrics(
         &self,
-        out: &mut String,
-        after_connections: impl FnOnce(&mut String),
-    ) {
-        self.shared.metrics.render(out, after_connections);
+        enc: &mut DescriptorEncoder<'_>,
+        after_connections: impl FnOnce(&mut DescriptorEncoder<'_>) -> std::fmt::Result,
+    ) -> std::fmt::Result {
+        self.shared.metrics.encode(enc, after_connections)
     }
 
     /// Stops accepting; each connection finishes the requests it has received, then
@@ -161,11 +157,14 @@ impl MemcacheDoor {
     }
 }
 
-/// The zero counters of a memcache door that does not run (`weir proxy
+/// Encodes the zero counters of a memcache door that does not run (`weir proxy
 /// --http-listen` shows the series at zero, as it always has); `after_connections`
-/// as in [`MemcacheDoor::render_metrics_around`].
-pub fn render_idle_metrics(out: &mut String, after_connections: impl FnOnce(&mut String)) {
-    crate::metrics::Metrics::new(1).render(out, after_connections);
+/// as in [`MemcacheDoor::encode_metrics`].
+pub fn encode_idle_metrics(
+    enc: &mut DescriptorEncoder<'_>,
+    after_connections: impl FnOnce(&mut DescriptorEncoder<'_>) -> std::fmt::Result,
+) -> std::fmt::Result {
+    crate::metrics::Metrics::new(1).encode(enc, after_connections)
 }
 
 /// A value taken once, from behind a shared reference.

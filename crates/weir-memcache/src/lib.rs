@@ -8,7 +8,7 @@
 //!
 //! The surface the root uses: [`BoundListener::bind`], then [`MemcacheDoor::start`]
 //! with a [`MemcacheSettings`] and an optional [`Reload`];
-//! [`MemcacheDoor::render_metrics`], [`MemcacheDoor::begin_shutdown`],
+//! [`MemcacheDoor::encode_metrics`], [`MemcacheDoor::begin_shutdown`],
 //! [`MemcacheDoor::shutdown_requested`] (an enabled `shutdown` command) and
 //! [`MemcacheDoor::stopped`].
 //!
@@ -34,5 +34,5 @@ pub mod settings;
 pub mod shared;
 pub mod shutdown;
 
-pub use crate::door::{render_idle_metrics, BoundListener, MemcacheDoor};
+pub use crate::door::{encode_idle_metrics, BoundListener, MemcacheDoor};
 pub use crate::settings::{Limits, MemcacheSettings, Reload};

@@ -1,4 +1,5 @@
-//! Counters of the memcache door, and their Prometheus rendering.
+//! Counters of the memcache door, and their `/metrics` series (encoded by
+//! `weir_backend::exposition`, the page's one encoder).
 //!
 //! Per-request counters live in one [`LoopMetrics`] per event loop, each on its own
 //! cache lines, and are summed when read (`stats`, `/metrics`): counters shared by the
@@ -12,9 +13,12 @@
 //! backend when `/metrics` is scraped, so they can never drift from what `stats`
 //! shows.
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+
+use prometheus_client::encoding::NoLabelSet;
+use weir_backend::exposition::{self, DescriptorEncoder};
 
 use crate::parse::CommandKind;
 
@@ -183,25 +187,22 @@ impl Metrics {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = base;
     }
 
-    /// Appends the Prometheus text format of every counter of the door to `out`
-    /// (the root's `/metrics` adds the queues' and the other doors' figures).
-    /// `after_connections` writes what the page has always shown right after the
-    /// connection counters (the HTTP port's evictions), so the page keeps its order.
-    pub fn render(&self, out: &mut String, after_connections: impl FnOnce(&mut String)) {
-        let single = |out: &mut String, name: &str, kind: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
+    /// Encodes every counter of the door onto a `/metrics` page (the root adds the
+    /// queues' and the other doors' figures). `after_connections` encodes what the
+    /// page has always shown right after the connection counters (the HTTP port's
+    /// evictions), so the page keeps its order.
+    pub fn encode(
+        &self,
+        enc: &mut DescriptorEncoder<'_>,
+        after_connections: impl FnOnce(&mut DescriptorEncoder<'_>) -> fmt::Result,
+    ) -> fmt::Result {
         let connections = self.connections_current.load(Relaxed);
-        single(
-            out,
+        exposition::gauge(
+            enc,
             "weir_connections",
-            "gauge",
             "Open memcache connections.",
             connections,
-        );
+        )?;
         let counters = [
             (
                 "weir_connections_total",
@@ -215,9 +216,9 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in counters {
-            single(out, name, "counter", help, value);
+            exposition::counter(enc, name, help, value)?;
         }
-        after_connections(out);
+        after_connections(enc)?;
         let counters = [
             (
                 "weir_bytes_read_total",
@@ -241,48 +242,29 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in counters {
-            single(out, name, "counter", help, value);
+            exposition::counter(enc, name, help, value)?;
         }
-        self.render_commands(out);
-        self.render_latency(out);
+        let commands = CommandKind::ALL
+            .into_iter()
+            .map(|kind| ([("command", kind.name())], self.command_count(kind)));
+        exposition::counters(enc, "weir_commands_total", "Requests by command.", commands)?;
+        self.encode_latency(enc)
     }
 
-    /// Requests by command.
-    fn render_commands(&self, out: &mut String) {
-        out.push_str(
-            "# HELP weir_commands_total Requests by command.\n# TYPE weir_commands_total counter\n",
-        );
-        for kind in CommandKind::ALL {
-            let _ = writeln!(
-                out,
-                "weir_commands_total{{command=\"{}\"}} {}",
-                kind.name(),
-                self.command_count(kind)
-            );
-        }
-    }
-
-    /// The request-duration histogram, in seconds.
-    fn render_latency(&self, out: &mut String) {
-        out.push_str("# HELP weir_request_duration_seconds Time to execute one request.\n# TYPE weir_request_duration_seconds histogram\n");
-        let mut cumulative = 0;
-        for (i, bound) in LATENCY_BUCKETS_US.iter().enumerate() {
-            cumulative += self.sum(|l| &l.latency_buckets[i]);
-            let _ = writeln!(
-                out,
-                "weir_request_duration_seconds_bucket{{le=\"{}\"}} {cumulative}",
-                *bound as f64 / 1e6
-            );
-        }
-        cumulative += self.sum(|l| &l.latency_buckets[LATENCY_BUCKETS_US.len()]);
-        let _ = writeln!(
-            out,
-            "weir_request_duration_seconds_bucket{{le=\"+Inf\"}} {cumulative}"
-        );
-        let _ = writeln!(
-            out,
-            "weir_request_duration_seconds_sum {}\nweir_request_duration_seconds_count {cumulative}",
-            self.sum(|l| &l.latency_sum_us) as f64 / 1e6
-        );
+    /// The request-duration histogram, in seconds: the loops' own buckets, summed.
+    fn encode_latency(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let bounds = LATENCY_BUCKETS_US.map(|us| us as f64 / 1e6);
+        let counts = (0..LATENCY_BUCKETS_US.len()).map(|i| self.sum(|l| &l.latency_buckets[i]));
+        let buckets = exposition::buckets(&bounds, counts);
+        let count = (0..=LATENCY_BUCKETS_US.len())
+            .map(|i| self.sum(|l| &l.latency_buckets[i]))
+            .fold(0u64, u64::wrapping_add);
+        let sum = self.sum(|l| &l.latency_sum_us) as f64 / 1e6;
+        exposition::histograms(
+            enc,
+            "weir_request_duration_seconds",
+            "Time to execute one request.",
+            |h| h.encode_histogram::<NoLabelSet>(sum, count, &buckets, None),
+        )
     }
 }

@@ -338,33 +338,50 @@ impl ProxyHandle {
         &self.addrs
     }
 
-    /// Appends the proxy's series to a Prometheus text body; the shadows' backlogs
-    /// come from `stats`, the backend's figures the rest of `/metrics` is made of (a
-    /// shadow whose queue is not in them has none).
-    pub fn render_metrics(&self, stats: &[weir_backend::QueueStats], out: &mut String) {
-        let routes: Vec<(&str, &metrics::RouteCounters)> = self
+    /// The proxy's figures now; the shadows' backlogs come from `stats`, the
+    /// backend's figures the rest of `/metrics` is made of (a shadow whose queue is
+    /// not in them has none).
+    pub fn metrics(&self, stats: &[weir_backend::QueueStats]) -> metrics::Snapshot {
+        let routes = self
             .proxy
             .routes
             .iter()
-            .map(|r| (r.settings.name.as_str(), &r.counters))
+            .map(|r| metrics::RouteRow::new(&r.settings.name, &r.counters))
             .collect();
-        // A copy (a few `Arc`s): the list is not locked while rendering, nor twice.
+        // A copy (a few `Arc`s): the list is not locked while reading, nor twice.
         let shadows = self.shadows.lock().clone();
-        let rows: Vec<metrics::ShadowRow<'_>> = shadows
+        let shadows = shadows
             .iter()
             .map(|(s, reader, queue)| metrics::ShadowRow {
-                route: &s.route,
-                shadow: &s.settings.name,
-                counters: &s.counters,
                 backlog: reader_items(stats, queue, reader),
                 dead_letters: reader_items(stats, s.dead.queue_name(), DEAD_READER),
                 up: s.health.is_up(),
+                ..metrics::ShadowRow::new(&s.route, &s.settings.name, &s.counters)
             })
             .collect();
-        metrics::render(&routes, &rows, out);
-        metrics::render_evicted(&self.evicted, out);
-        metrics::render_budget(&self.proxy.budget, out);
-        metrics::render_diffs(&self.diff_report(), out);
+        let budget = &self.proxy.budget;
+        metrics::Snapshot {
+            routes,
+            shadows,
+            evicted: self
+                .evicted
+                .iter()
+                .map(|(name, n)| (name.clone(), n.load(std::sync::atomic::Ordering::Relaxed)))
+                .collect(),
+            budget: [
+                budget.used(),
+                budget.peak(),
+                budget.max(),
+                budget.spilled.load(std::sync::atomic::Ordering::Relaxed),
+            ],
+            diffs: self.diff_report(),
+        }
+    }
+
+    /// The proxy's series as Prometheus text, appended to `out` (for tests and
+    /// tools: `weir serve` encodes [`ProxyHandle::metrics`] with the rest of its page).
+    pub fn render_metrics(&self, stats: &[weir_backend::QueueStats], out: &mut String) {
+        out.push_str(&weir_backend::exposition::text(self.metrics(stats)));
     }
 
     /// What the diffing shadows found, route by route (routes without one are left

@@ -1,13 +1,15 @@
 //! The proxy's figures on weir's `/metrics`: per route, requests and answers by
 //! status class and what was captured; per shadow, replays done, given up, and the
 //! backlog (from the backend's figures at scrape time); per diffing shadow, answers
-//! compared and the fields that differed.
+//! compared and the fields that differed. Read into a [`Snapshot`] at scrape time and
+//! encoded by `weir_backend::exposition`, the page's one encoder.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use hyper::StatusCode;
+use weir_backend::exposition::{self, Collector, DescriptorEncoder};
 
 /// Counters of one route.
 #[derive(Default)]
@@ -57,10 +59,16 @@ pub struct ShadowCounters {
     pub skipped: AtomicU64,
 }
 
-pub struct ShadowRow<'a> {
-    pub route: &'a str,
-    pub shadow: &'a str,
-    pub counters: &'a ShadowCounters,
+/// The figures of one shadow at a scrape.
+#[derive(Debug)]
+pub struct ShadowRow {
+    pub route: String,
+    pub shadow: String,
+    /// Replays answered, by class 1xx .. 5xx; failed, retried and skipped ones.
+    pub status: [u64; 5],
+    pub failed: u64,
+    pub retried: u64,
+    pub skipped: u64,
     /// `None` when the backend's figures were not to be had: the series leaves it out.
     pub backlog: Option<u64>,
     /// The shadow's dead letters not yet re-driven (`None`: no figure, or none made).
@@ -68,282 +76,327 @@ pub struct ShadowRow<'a> {
     pub up: bool,
 }
 
-/// Appends the proxy's series to a `/metrics` body.
-pub fn render(routes: &[(&str, &RouteCounters)], shadows: &[ShadowRow<'_>], out: &mut String) {
-    render_routes(routes, out);
-    render_shadows(shadows, out);
-}
+impl ShadowRow {
+    /// The counters of `counters` now, with the figures read elsewhere.
+    pub fn new(route: &str, shadow: &str, counters: &ShadowCounters) -> ShadowRow {
+        ShadowRow {
+            route: route.to_string(),
+            shadow: shadow.to_string(),
+            status: counters.status.each_ref().map(|n| n.load(Relaxed)),
+            failed: counters.failed.load(Relaxed),
+            retried: counters.retried.load(Relaxed),
+            skipped: counters.skipped.load(Relaxed),
+            backlog: None,
+            dead_letters: None,
+            up: false,
+        }
+    }
 
-/// Appends, per listener, the idle connections closed at `connections_max` for a
-/// new one.
-pub fn render_evicted(listeners: &[(String, std::sync::Arc<AtomicU64>)], out: &mut String) {
-    let m = "weir_proxy_connections_evicted_total";
-    head(
-        out,
-        m,
-        "Idle client connections closed at connections_max for a new one, per listener.",
-        "counter",
-    );
-    for (name, n) in listeners {
-        let _ = writeln!(
-            out,
-            "{m}{{listener=\"{}\"}} {}",
-            label(name),
-            n.load(Relaxed)
-        );
+    fn labels(&self) -> [(&str, &str); 2] {
+        [("route", &self.route), ("shadow", &self.shadow)]
     }
 }
 
-/// Appends the body memory budget's figures.
-pub fn render_budget(b: &crate::budget::Budget, out: &mut String) {
-    let series: [(&str, &str, &str, u64); 4] = [
-        (
-            "weir_proxy_body_bytes_in_memory",
-            "Body bytes held in memory now (reserved in body_memory_max).",
-            "gauge",
-            b.used(),
-        ),
-        (
-            "weir_proxy_body_bytes_in_memory_max",
-            "The most body bytes held in memory at once since the start.",
-            "gauge",
-            b.peak(),
-        ),
-        (
-            "weir_proxy_body_memory_max_bytes",
-            "The budget of body bytes held in memory (body_memory_max).",
-            "gauge",
-            b.max(),
-        ),
-        (
+/// The figures of one route at a scrape: requests, answers by class, and what
+/// became of the requests to capture.
+#[derive(Debug)]
+pub struct RouteRow {
+    pub route: String,
+    pub requests: u64,
+    pub status: [u64; 5],
+    /// By outcome: captured, too large, incomplete, failed, not ready, over budget.
+    pub captures: [u64; 6],
+}
+
+/// The outcomes of `weir_proxy_captures_total`.
+const CAPTURE_OUTCOMES: [&str; 6] = [
+    "captured",
+    "too_large",
+    "incomplete",
+    "failed",
+    "not_ready",
+    "over_budget",
+];
+
+impl RouteRow {
+    pub fn new(route: &str, c: &RouteCounters) -> RouteRow {
+        let s = &c.shared;
+        RouteRow {
+            route: route.to_string(),
+            requests: c.requests.load(Relaxed),
+            status: c.status.each_ref().map(|n| n.load(Relaxed)),
+            captures: [
+                &s.captured,
+                &s.too_large,
+                &s.incomplete,
+                &s.failed,
+                &s.not_ready,
+                &s.over_budget,
+            ]
+            .map(|n| n.load(Relaxed)),
+        }
+    }
+}
+
+/// The proxy's figures at one scrape, ready to encode.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub routes: Vec<RouteRow>,
+    pub shadows: Vec<ShadowRow>,
+    /// Per listener, the idle connections closed at `connections_max` for a new one.
+    pub evicted: Vec<(String, u64)>,
+    /// The body memory budget: in use, peak, the budget, bodies spilled.
+    pub budget: [u64; 4],
+    pub diffs: Vec<crate::differ::RouteReport>,
+}
+
+impl Snapshot {
+    /// Encodes the proxy's series onto a `/metrics` page.
+    pub fn encode(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        self.encode_routes(enc)?;
+        self.encode_shadows(enc)?;
+        exposition::counters(
+            enc,
+            "weir_proxy_connections_evicted_total",
+            "Idle client connections closed at connections_max for a new one, per listener.",
+            self.evicted
+                .iter()
+                .map(|(name, n)| ([("listener", name.as_str())], *n)),
+        )?;
+        self.encode_budget(enc)?;
+        encode_diffs(&self.diffs, enc)
+    }
+
+    fn encode_budget(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let [used, peak, max, spilled] = self.budget;
+        let gauges = [
+            (
+                "weir_proxy_body_bytes_in_memory",
+                "Body bytes held in memory now (reserved in body_memory_max).",
+                used,
+            ),
+            (
+                "weir_proxy_body_bytes_in_memory_max",
+                "The most body bytes held in memory at once since the start.",
+                peak,
+            ),
+            (
+                "weir_proxy_body_memory_max_bytes",
+                "The budget of body bytes held in memory (body_memory_max).",
+                max,
+            ),
+        ];
+        for (m, help, v) in gauges {
+            exposition::gauge(enc, m, help, v)?;
+        }
+        exposition::counter(
+            enc,
             "weir_proxy_bodies_spilled_total",
             "Request bodies whose capture copy went to a spill file past the budget.",
-            "counter",
-            b.spilled.load(Relaxed),
-        ),
-    ];
-    for (m, help, kind, v) in series {
-        head(out, m, help, kind);
-        let _ = writeln!(out, "{m} {v}");
+            spilled,
+        )
     }
-}
 
-fn head(out: &mut String, m: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {m} {help}\n# TYPE {m} {kind}");
-}
-
-fn render_routes(routes: &[(&str, &RouteCounters)], out: &mut String) {
-    head(
-        out,
-        "weir_proxy_requests_total",
-        "Requests routed, per route.",
-        "counter",
-    );
-    for (name, c) in routes {
-        let _ = writeln!(
-            out,
-            "weir_proxy_requests_total{{route=\"{name}\"}} {}",
-            c.requests.load(Relaxed)
-        );
+    fn encode_routes(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        exposition::counters(
+            enc,
+            "weir_proxy_requests_total",
+            "Requests routed, per route.",
+            self.routes
+                .iter()
+                .map(|r| ([("route", r.route.as_str())], r.requests)),
+        )?;
+        let answers = self.routes.iter().flat_map(|r| {
+            r.status
+                .iter()
+                .zip(CLASSES)
+                .map(|(n, class)| ([("route", r.route.as_str()), ("class", class)], *n))
+        });
+        exposition::counters(
+            enc,
+            "weir_proxy_responses_total",
+            "Answers to clients, per route and status class.",
+            answers,
+        )?;
+        let captures = self.routes.iter().flat_map(|r| {
+            r.captures
+                .iter()
+                .zip(CAPTURE_OUTCOMES)
+                .map(|(n, outcome)| ([("route", r.route.as_str()), ("outcome", outcome)], *n))
+        });
+        exposition::counters(
+            enc,
+            "weir_proxy_captures_total",
+            "Requests captured for replay, or why not.",
+            captures,
+        )
     }
-    head(
-        out,
-        "weir_proxy_responses_total",
-        "Answers to clients, per route and status class.",
-        "counter",
-    );
-    for (name, c) in routes {
-        for (i, n) in c.status.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "weir_proxy_responses_total{{route=\"{name}\",class=\"{}xx\"}} {}",
-                i + 1,
-                n.load(Relaxed)
-            );
+
+    fn encode_shadows(&self, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let replays = self.shadows.iter().flat_map(|r| {
+            r.status.iter().zip(CLASSES).map(|(n, class)| {
+                let [route, shadow] = r.labels();
+                ([route, shadow, ("class", class)], *n)
+            })
+        });
+        exposition::counters(
+            enc,
+            "weir_proxy_replays_total",
+            "Replays answered by the shadow, per status class.",
+            replays,
+        )?;
+        for (metric, help, counter, value) in SHADOW_SERIES {
+            let samples = self
+                .shadows
+                .iter()
+                .filter_map(|r| value(r).map(|v| (r.labels(), v)));
+            match counter {
+                true => exposition::counters(enc, metric, help, samples)?,
+                false => exposition::gauges(enc, metric, help, samples)?,
+            }
         }
-    }
-    head(
-        out,
-        "weir_proxy_captures_total",
-        "Requests captured for replay, or why not.",
-        "counter",
-    );
-    for (name, c) in routes {
-        let s = &c.shared;
-        for (outcome, v) in [
-            ("captured", &s.captured),
-            ("too_large", &s.too_large),
-            ("incomplete", &s.incomplete),
-            ("failed", &s.failed),
-            ("not_ready", &s.not_ready),
-            ("over_budget", &s.over_budget),
-        ] {
-            let _ = writeln!(
-                out,
-                "weir_proxy_captures_total{{route=\"{name}\",outcome=\"{outcome}\"}} {}",
-                v.load(Relaxed)
-            );
-        }
+        Ok(())
     }
 }
 
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        Snapshot::encode(self, &mut enc)
+    }
+}
+
+/// The status classes' label values, 1xx .. 5xx.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// A shadow's metric: name, help, whether it is a counter (else a gauge), and how to
+/// read it (`None`: left out).
 type ShadowSeries = (
     &'static str,
     &'static str,
-    &'static str,
-    fn(&ShadowRow<'_>) -> Option<u64>,
+    bool,
+    fn(&ShadowRow) -> Option<u64>,
 );
 
-fn render_shadows(shadows: &[ShadowRow<'_>], out: &mut String) {
-    head(
-        out,
-        "weir_proxy_replays_total",
-        "Replays answered by the shadow, per status class.",
-        "counter",
-    );
-    for r in shadows {
-        for (i, n) in r.counters.status.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "weir_proxy_replays_total{{route=\"{}\",shadow=\"{}\",class=\"{}xx\"}} {}",
-                r.route,
-                r.shadow,
-                i + 1,
-                n.load(Relaxed)
-            );
-        }
-    }
-    let series: [ShadowSeries; 6] = [
-        (
-            "weir_proxy_replays_failed_total",
-            "Replays out of attempts, kept as dead letters.",
-            "counter",
-            |r| Some(r.counters.failed.load(Relaxed)),
-        ),
-        (
-            "weir_proxy_replay_retries_total",
-            "Replay attempts not delivered, tried again.",
-            "counter",
-            |r| Some(r.counters.retried.load(Relaxed)),
-        ),
-        (
-            "weir_proxy_replay_dead_letters",
-            "Dead letters of the shadow not yet re-driven.",
-            "gauge",
-            |r| r.dead_letters,
-        ),
-        (
-            "weir_proxy_shadow_up",
-            "1 while the shadow is up, 0 while it is down (probed).",
-            "gauge",
-            |r| Some(u64::from(r.up)),
-        ),
-        (
-            "weir_proxy_replays_skipped_total",
-            "Captured requests left out by sample_percent.",
-            "counter",
-            |r| Some(r.counters.skipped.load(Relaxed)),
-        ),
-        (
-            "weir_proxy_replay_backlog",
-            "Captured requests not yet replayed to the shadow.",
-            "gauge",
-            |r| r.backlog,
-        ),
-    ];
-    for (metric, help, kind, value) in series {
-        head(out, metric, help, kind);
-        for r in shadows {
-            let Some(v) = value(r) else { continue };
-            let _ = writeln!(
-                out,
-                "{metric}{{route=\"{}\",shadow=\"{}\"}} {v}",
-                r.route, r.shadow,
-            );
-        }
-    }
-}
-
-/// A label value with `\\`, `"` and newlines escaped, as the text format wants.
-fn label(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+const SHADOW_SERIES: [ShadowSeries; 6] = [
+    (
+        "weir_proxy_replays_failed_total",
+        "Replays out of attempts, kept as dead letters.",
+        true,
+        |r| Some(r.failed),
+    ),
+    (
+        "weir_proxy_replay_retries_total",
+        "Replay attempts not delivered, tried again.",
+        true,
+        |r| Some(r.retried),
+    ),
+    (
+        "weir_proxy_replay_dead_letters",
+        "Dead letters of the shadow not yet re-driven.",
+        false,
+        |r| r.dead_letters,
+    ),
+    (
+        "weir_proxy_shadow_up",
+        "1 while the shadow is up, 0 while it is down (probed).",
+        false,
+        |r| Some(u64::from(r.up)),
+    ),
+    (
+        "weir_proxy_replays_skipped_total",
+        "Captured requests left out by sample_percent.",
+        true,
+        |r| Some(r.skipped),
+    ),
+    (
+        "weir_proxy_replay_backlog",
+        "Captured requests not yet replayed to the shadow.",
+        false,
+        |r| r.backlog,
+    ),
+];
 
 /// The diffing series: comparisons by outcome, differences by field and kind, and
-/// the noise fields learned per route.
-pub fn render_diffs(report: &[crate::differ::RouteReport], out: &mut String) {
+/// the noise fields learned per route (none at all without a diffing shadow).
+fn encode_diffs(
+    report: &[crate::differ::RouteReport],
+    enc: &mut DescriptorEncoder<'_>,
+) -> fmt::Result {
     if report.is_empty() {
-        return;
+        return Ok(());
     }
-    head(
-        out,
+    let shadows = || {
+        report
+            .iter()
+            .flat_map(|r| r.shadows.iter().map(move |s| (r.route.as_str(), s)))
+    };
+    let compared = shadows().flat_map(|(route, s)| {
+        let t = &s.stats;
+        [
+            ("same", t.same),
+            ("different", t.different),
+            ("noise", t.noise_only),
+            ("skipped", t.skipped),
+        ]
+        .map(|(outcome, n)| {
+            let labels = [
+                ("route", route),
+                ("shadow", s.shadow.as_str()),
+                ("outcome", outcome),
+            ];
+            (labels, n)
+        })
+    });
+    exposition::counters(
+        enc,
         "weir_proxy_diff_compared_total",
         "Shadow answers compared with the primary's, by outcome.",
-        "counter",
-    );
-    for r in report {
-        for s in &r.shadows {
-            let t = &s.stats;
-            for (outcome, n) in [
-                ("same", t.same),
-                ("different", t.different),
-                ("noise", t.noise_only),
-                ("skipped", t.skipped),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "weir_proxy_diff_compared_total{{route=\"{}\",shadow=\"{}\",outcome=\"{outcome}\"}} {n}",
-                    r.route, s.shadow
-                );
-            }
-        }
-    }
-    head(
-        out,
+        compared,
+    )?;
+    let fields = shadows().flat_map(|(route, s)| {
+        s.stats.fields.iter().flat_map(move |(field, kinds)| {
+            kinds.iter().map(move |(kind, f)| {
+                let labels = [
+                    ("route", route),
+                    ("shadow", s.shadow.as_str()),
+                    ("field", field.as_str()),
+                    ("kind", kind.as_str()),
+                ];
+                (labels, f.count)
+            })
+        })
+    });
+    exposition::counters(
+        enc,
         "weir_proxy_diffs_total",
         "Compared answers that differed in a field (not noise), by field and kind.",
-        "counter",
-    );
-    for r in report {
-        for s in &r.shadows {
-            for (field, kinds) in &s.stats.fields {
-                for (kind, f) in kinds {
-                    let _ = writeln!(
-                        out,
-                        "weir_proxy_diffs_total{{route=\"{}\",shadow=\"{}\",field=\"{}\",kind=\"{}\"}} {}",
-                        r.route,
-                        s.shadow,
-                        label(field),
-                        kind.as_str(),
-                        f.count
-                    );
-                }
-            }
-        }
-    }
-    head(
-        out,
+        fields,
+    )?;
+    exposition::gauges(
+        enc,
         "weir_proxy_diff_noise_fields",
         "Fields learned as noise from the reference, per route.",
-        "gauge",
-    );
-    for r in report {
-        let _ = writeln!(
-            out,
-            "weir_proxy_diff_noise_fields{{route=\"{}\"}} {}",
-            r.route,
-            r.noise_fields.len()
-        );
-    }
+        report
+            .iter()
+            .map(|r| ([("route", r.route.as_str())], r.noise_fields.len() as u64)),
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn labels_are_escaped() {
-        assert_eq!(super::label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let snapshot = Snapshot {
+            routes: Vec::new(),
+            shadows: Vec::new(),
+            evicted: vec![("a\"b\\c\nd".to_string(), 2)],
+            budget: [0; 4],
+            diffs: Vec::new(),
+        };
+        let page = exposition::text(snapshot);
+        let line = r#"weir_proxy_connections_evicted_total{listener="a\"b\\c\nd"} 2"#;
+        assert!(page.lines().any(|l| l == line), "{page}");
     }
 }

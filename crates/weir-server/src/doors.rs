@@ -2,10 +2,12 @@
 //! shape: their figures on `/metrics`, the start of their stop, and the end of it.
 //! The root holds each running door; no door holds another's handle.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use weir_backend::exposition::DescriptorEncoder;
 use weir_backend::QueueStats;
 use weir_memcache::MemcacheDoor;
 
@@ -14,9 +16,9 @@ pub type Stopped = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// What the root asks of every door.
 pub trait Door: Send + Sync + 'static {
-    /// Appends the door's series to a `/metrics` page; `stats` are the backend's
+    /// Encodes the door's series onto a `/metrics` page; `stats` are the backend's
     /// queue figures, gathered once per scrape.
-    fn render_metrics(&self, stats: &[QueueStats], out: &mut String);
+    fn encode_metrics(&self, stats: &[QueueStats], enc: &mut DescriptorEncoder<'_>) -> fmt::Result;
     /// Starts the stop: the door takes no new work in.
     fn begin_shutdown(&self);
     /// Finishes the stop: resolves once the door's work in flight has ended and its
@@ -25,8 +27,12 @@ pub trait Door: Send + Sync + 'static {
 }
 
 impl Door for MemcacheDoor {
-    fn render_metrics(&self, _stats: &[QueueStats], out: &mut String) {
-        MemcacheDoor::render_metrics(self, out);
+    fn encode_metrics(
+        &self,
+        _stats: &[QueueStats],
+        enc: &mut DescriptorEncoder<'_>,
+    ) -> fmt::Result {
+        MemcacheDoor::encode_metrics(self, enc, |_| Ok(()))
     }
 
     fn begin_shutdown(&self) {
@@ -41,8 +47,8 @@ impl Door for MemcacheDoor {
 /// The bus stops whole in [`Door::stopped`]: deliveries in flight end, leased items
 /// go back to their queues, its threads are joined (off the runtime's thread).
 impl Door for weir_bus::BusHandle {
-    fn render_metrics(&self, stats: &[QueueStats], out: &mut String) {
-        weir_bus::BusHandle::render_metrics(self, stats, out);
+    fn encode_metrics(&self, stats: &[QueueStats], enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        weir_bus::BusHandle::encode_metrics(self, stats, enc)
     }
 
     fn begin_shutdown(&self) {}
@@ -57,8 +63,8 @@ impl Door for weir_bus::BusHandle {
 /// The proxy stops whole in [`Door::stopped`]: requests in flight finish, replays in
 /// flight come again later, its threads are joined (off the runtime's thread).
 impl Door for weir_proxy::ProxyHandle {
-    fn render_metrics(&self, stats: &[QueueStats], out: &mut String) {
-        weir_proxy::ProxyHandle::render_metrics(self, stats, out);
+    fn encode_metrics(&self, stats: &[QueueStats], enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        self.metrics(stats).encode(enc)
     }
 
     fn begin_shutdown(&self) {}

@@ -25,6 +25,7 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use weir_backend::exposition::{self, Collector, DescriptorEncoder};
 use weir_http::Listener;
 use weir_proxy::tools::captures::{self, CaptureApi};
 
@@ -167,36 +168,47 @@ async fn metrics(State(port): State<Arc<HttpPort>>) -> Result<impl IntoResponse,
         }
         Some(gathering) => stats_within(gathering).await,
     };
-    // Thousands of queues make a large page: rendered off the event loop.
-    let body = tokio::task::spawn_blocking(move || render(&port, &stats))
+    // Thousands of queues make a large page: encoded off the event loop.
+    let body = tokio::task::spawn_blocking(move || exposition::text(Page { port, stats }))
         .await
         .unwrap_or_else(|e| format!("# rendering failed: {e}\n"));
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    ))
+    Ok(([(header::CONTENT_TYPE, exposition::CONTENT_TYPE)], body))
 }
 
-/// The page: the memcache door's series (at zero when it does not run) with the
-/// HTTP port's among them, every queue's and reader's, the backend's, then each
-/// other door's; in the order the page has always had.
-fn render(port: &HttpPort, stats: &[weir_backend::QueueStats]) -> String {
-    let mut body = String::with_capacity(4096);
-    let evicted = port.evicted.load(Ordering::Relaxed);
-    let http = |out: &mut String| crate::metrics::render_http_evicted(evicted, out);
-    match &port.memcache {
-        Some(memcache) => memcache.render_metrics_around(&mut body, http),
-        None => weir_memcache::render_idle_metrics(&mut body, http),
+/// The page at one scrape: the memcache door's series (at zero when it does not
+/// run) with the HTTP port's among them, every queue's and reader's, the backend's,
+/// then each other door's; in the order the page has always had. One collector
+/// over all of them, so one encoder writes the page.
+struct Page {
+    port: Arc<HttpPort>,
+    stats: Vec<weir_backend::QueueStats>,
+}
+
+impl std::fmt::Debug for Page {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Page")
+            .field("queues", &self.stats.len())
+            .finish_non_exhaustive()
     }
-    crate::metrics::render_queues(stats, &mut body);
-    port.backend.render_metrics(&mut body);
-    for door in &port.doors {
-        door.render_metrics(stats, &mut body);
+}
+
+impl Collector for Page {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let (port, stats) = (&self.port, &self.stats);
+        let evicted = port.evicted.load(Ordering::Relaxed);
+        let http =
+            |enc: &mut DescriptorEncoder<'_>| crate::metrics::encode_http_evicted(evicted, enc);
+        match &port.memcache {
+            Some(memcache) => memcache.encode_metrics(&mut enc, http)?,
+            None => weir_memcache::encode_idle_metrics(&mut enc, http)?,
+        }
+        crate::metrics::encode_queues(stats, &mut enc)?;
+        port.backend.encode_metrics(&mut enc)?;
+        for door in &port.doors {
+            door.encode_metrics(stats, &mut enc)?;
+        }
+        Ok(())
     }
-    body
 }
 
 #[cfg(test)]
@@ -244,7 +256,7 @@ mod tests {
             weir_backend::Embedded::new(store),
         ));
         let (_stopping_tx, stopping) = watch::channel(false);
-        let port = HttpPort {
+        let port = Arc::new(HttpPort {
             backend: Arc::clone(&backend),
             memcache: None,
             doors: Vec::new(),
@@ -252,8 +264,11 @@ mod tests {
             stopping,
             evicted: Arc::new(AtomicU64::new(3)),
             gathering: Default::default(),
-        };
-        let page = render(&port, &[]);
+        });
+        let page = exposition::text(Page {
+            port,
+            stats: Vec::new(),
+        });
         let families: Vec<&str> = page
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))

@@ -7,7 +7,7 @@
 //! ([`http`]: `/health`, `/metrics` composed from every running door's figures, and
 //! the proxy's capture endpoints merged in). [`root`] composes and stops them in
 //! order, [`doors`] gives them one shape, [`signals`] catches SIGTERM and SIGINT from
-//! before the store opens, [`metrics`] renders the root's own series. `weir capture`,
+//! before the store opens, [`metrics`] encodes the root's own series. `weir capture`,
 //! `weir replay` and `weir diff` run `weir_proxy::tools`.
 //!
 //! The protocol is documented in `docs/protocol.md`, the configuration in

@@ -1,43 +1,51 @@
 //! The root's own series on `/metrics`: the HTTP port's evictions and the figures of
 //! every queue and reader (the backend's `stats`, read when `/metrics` is scraped, so
-//! they can never drift from what `stats` shows). The doors render their own
+//! they can never drift from what `stats` shows). The doors encode their own
 //! counters (`weir_memcache::metrics`, the bus's, the proxy's); `http.rs` puts the
-//! page together.
+//! page together, all of it through one encoder (`weir_backend::exposition`).
 
-use std::fmt::Write;
+use std::fmt;
+
+use weir_backend::exposition::{self, DescriptorEncoder};
 
 /// `weir_http_connections_evicted_total`: idle HTTP-port connections closed at
 /// `http_max_connections` for a new one.
-pub fn render_http_evicted(evicted: u64, out: &mut String) {
-    let name = "weir_http_connections_evicted_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Idle HTTP-port connections closed at http_max_connections for a new one.\n# TYPE {name} counter\n{name} {evicted}"
-    );
+pub fn encode_http_evicted(evicted: u64, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    exposition::counter(
+        enc,
+        "weir_http_connections_evicted_total",
+        "Idle HTTP-port connections closed at http_max_connections for a new one.",
+        evicted,
+    )
 }
 
 /// The figures of every queue and reader.
-pub fn render_queues(stats: &[weir_backend::QueueStats], out: &mut String) {
+pub fn encode_queues(
+    stats: &[weir_backend::QueueStats],
+    enc: &mut DescriptorEncoder<'_>,
+) -> fmt::Result {
     for (name, kind, help, get) in QUEUE_FIELDS {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for s in stats {
-            let _ = writeln!(out, "{name}{{queue=\"{}\"}} {}", s.name, get(s));
+        let samples = stats.iter().map(|s| ([("queue", s.name.as_str())], get(s)));
+        match kind {
+            "counter" => exposition::counters(enc, name, help, samples)?,
+            _ => exposition::gauges(enc, name, help, samples)?,
         }
     }
     for (name, kind, help, get) in READER_FIELDS {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for s in stats {
-            for r in &s.readers {
-                let _ = writeln!(
-                    out,
-                    "{name}{{queue=\"{}\",reader=\"{}\"}} {}",
-                    s.name,
-                    r.name,
-                    get(r)
-                );
-            }
+        let samples = stats.iter().flat_map(|s| {
+            s.readers.iter().map(|r| {
+                (
+                    [("queue", s.name.as_str()), ("reader", r.name.as_str())],
+                    get(r),
+                )
+            })
+        });
+        match kind {
+            "counter" => exposition::counters(enc, name, help, samples)?,
+            _ => exposition::gauges(enc, name, help, samples)?,
         }
     }
+    Ok(())
 }
 
 /// A per-queue metric: name, type, help, and how to read it from the stats.

@@ -6,9 +6,11 @@
 //! allocation, nothing that can reach the cluster (the queue series come from the
 //! cached stats snapshot instead).
 
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use crate::exposition::{self, Collector, DescriptorEncoder};
 use crate::{Kind, Result};
 
 /// What a request did, for `weir_backend_requests_total{op}`.
@@ -32,7 +34,7 @@ const OPS: [&str; 9] = [
 ];
 const RESULTS: [&str; 3] = ["ok", "error", "unavailable"];
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Metrics {
     requests: [[AtomicU64; RESULTS.len()]; OPS.len()],
     retries: AtomicU64,
@@ -62,40 +64,53 @@ impl Metrics {
         self.connects.load(Ordering::Relaxed).saturating_sub(1)
     }
 
-    /// Prometheus text; `up` is the connection's state now.
-    pub fn render(&self, out: &mut String, up: bool) {
-        let _ = writeln!(
-            out,
-            "# HELP weir_backend_up Whether the JetStream cluster is reachable (1) or not (0).\n\
-             # TYPE weir_backend_up gauge\nweir_backend_up {}",
-            u8::from(up)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP weir_backend_retries_total Calls to the cluster retried after a failure of the moment.\n\
-             # TYPE weir_backend_retries_total counter\nweir_backend_retries_total {}",
-            self.retries.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP weir_backend_reconnects_total Times the client reconnected to the cluster.\n\
-             # TYPE weir_backend_reconnects_total counter\nweir_backend_reconnects_total {}",
-            self.reconnects()
-        );
-        let _ = writeln!(
-            out,
-            "# HELP weir_backend_requests_total Backend calls by operation and result.\n\
-             # TYPE weir_backend_requests_total counter"
-        );
-        for (op, row) in OPS.iter().zip(&self.requests) {
-            for (result, n) in RESULTS.iter().zip(row) {
-                let _ = writeln!(
-                    out,
-                    "weir_backend_requests_total{{op=\"{op}\",result=\"{result}\"}} {}",
-                    n.load(Ordering::Relaxed)
-                );
-            }
-        }
+    /// Encodes the series; `up` is the connection's state now.
+    pub fn encode(&self, enc: &mut DescriptorEncoder<'_>, up: bool) -> fmt::Result {
+        exposition::gauge(
+            enc,
+            "weir_backend_up",
+            "Whether the JetStream cluster is reachable (1) or not (0).",
+            u64::from(up),
+        )?;
+        exposition::counter(
+            enc,
+            "weir_backend_retries_total",
+            "Calls to the cluster retried after a failure of the moment.",
+            self.retries.load(Ordering::Relaxed),
+        )?;
+        exposition::counter(
+            enc,
+            "weir_backend_reconnects_total",
+            "Times the client reconnected to the cluster.",
+            self.reconnects(),
+        )?;
+        let samples = OPS.iter().zip(&self.requests).flat_map(|(op, row)| {
+            RESULTS.iter().zip(row).map(|(result, n)| {
+                (
+                    [("op", *op), ("result", *result)],
+                    n.load(Ordering::Relaxed),
+                )
+            })
+        });
+        exposition::counters(
+            enc,
+            "weir_backend_requests_total",
+            "Backend calls by operation and result.",
+            samples,
+        )
+    }
+}
+
+/// The series at one scrape, for encoding on their own ([`super::JetStream::render_metrics`]).
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub metrics: Arc<Metrics>,
+    pub up: bool,
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        self.metrics.encode(&mut enc, self.up)
     }
 }
 
@@ -111,10 +126,13 @@ mod tests {
         m.count::<()>(Op::Take, &Err(Error::new(Kind::Unavailable, "x")));
         m.connected();
         m.connected();
-        let mut out = String::new();
-        m.render(&mut out, true);
-        assert!(out.contains("weir_backend_up 1\n"));
-        assert!(out.contains("weir_backend_reconnects_total 1\n"));
+        let out = exposition::text(Snapshot {
+            metrics: Arc::new(m),
+            up: true,
+        });
+        assert!(out.contains("# TYPE weir_backend_requests_total counter\n"));
+        assert!(out.contains("\nweir_backend_up 1\n"));
+        assert!(out.contains("\nweir_backend_reconnects_total 1\n"));
         assert!(out.contains("weir_backend_requests_total{op=\"append\",result=\"ok\"} 1\n"));
         assert!(out.contains("{op=\"take\",result=\"unavailable\"} 1\n"));
     }

@@ -353,8 +353,21 @@ impl JetStream {
         .await
     }
 
+    /// Encodes the backend's own `/metrics` series.
+    pub fn encode_metrics(
+        &self,
+        enc: &mut crate::exposition::DescriptorEncoder<'_>,
+    ) -> std::fmt::Result {
+        self.inner.api.metrics.encode(enc, self.is_up())
+    }
+
+    /// The backend's own `/metrics` series, as text (for tests and tools).
     pub fn render_metrics(&self, out: &mut String) {
-        self.inner.api.metrics.render(out, self.is_up());
+        let snapshot = metrics::Snapshot {
+            metrics: std::sync::Arc::clone(&self.inner.api.metrics),
+            up: self.is_up(),
+        };
+        out.push_str(&crate::exposition::text(snapshot));
     }
 
     /// Connected to the cluster, with the stream set up (`weir_backend_up`).
