@@ -448,6 +448,20 @@ pub(crate) fn scan(file: &File, first_seq: u64, seed: u32, file_len: u64) -> io:
     })
 }
 
+/// Whether every byte is zero. Whole 64-byte blocks are OR-folded, which the compiler
+/// turns into vector instructions, where a byte-by-byte search with an early exit is
+/// not: every queue's open checks its last segment's reserved tail (256 KiB for a
+/// fresh one), and a restart with 1,000 queues spent a tenth of its time here.
+fn all_zero(bytes: &[u8]) -> bool {
+    let mut blocks = bytes.chunks_exact(64);
+    for block in &mut blocks {
+        if block.iter().fold(0u8, |acc, &b| acc | b) != 0 {
+            return false;
+        }
+    }
+    blocks.remainder().iter().all(|&b| b == 0)
+}
+
 /// Whether bytes `[from, to)` of the file are all zeroes (or missing).
 fn is_zero(file: &File, from: u64, to: u64) -> io::Result<bool> {
     let mut chunk = vec![0u8; SCAN_CHUNK_BYTES.min(to.saturating_sub(from) as usize)];
@@ -455,7 +469,7 @@ fn is_zero(file: &File, from: u64, to: u64) -> io::Result<bool> {
     while at < to {
         let want = ((to - at) as usize).min(chunk.len());
         let n = read_full_at(file, &mut chunk[..want], at)?;
-        if chunk[..n].iter().any(|&b| b != 0) {
+        if !all_zero(&chunk[..n]) {
             return Ok(false);
         }
         if n < want {
@@ -593,6 +607,19 @@ pub(crate) fn read_full_at(file: &File, buf: &mut [u8], off: u64) -> io::Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_zero_sees_one_set_byte_anywhere() {
+        for len in [0usize, 1, 63, 64, 65, 200, 4096] {
+            let mut bytes = vec![0u8; len];
+            assert!(all_zero(&bytes), "len {len}");
+            for at in 0..len {
+                bytes[at] = 0x80;
+                assert!(!all_zero(&bytes), "len {len}, byte {at}");
+                bytes[at] = 0;
+            }
+        }
+    }
 
     #[test]
     fn a_header_cut_short_by_a_crash_is_told_from_damage() {
