@@ -375,6 +375,8 @@ def test_data_dir_is_for_a_stopped_weir(server_bin, weirs, recorders, tmp_path):
     assert "in use by a running weir" in r.stderr and "--server" in r.stderr, r.stderr
     r = weir_cli(server_bin, "replay", "--from", QUEUE, "--data-dir", str(w.data_dir), "--to", "http://127.0.0.1:1")
     assert r.returncode == 1 and "--server" in r.stderr, r.stderr
+    status, served = w.http("GET", f"/captures/{QUEUE}?since=0&limit=3", headers={"authorization": f"Bearer {KEY}"})
+    assert status == 200, served
     w.sigterm()
     assert w.wait_exit(15) == 0
     # Stopped: the command line opens the directory itself.
@@ -382,6 +384,14 @@ def test_data_dir_is_for_a_stopped_weir(server_bin, weirs, recorders, tmp_path):
     r = weir_cli(server_bin, "capture", "export", "--queue", QUEUE, "--data-dir", str(w.data_dir), "--out", str(out), "--since", "1h")
     assert r.returncode == 0, r.stderr
     assert len(out.read_text().splitlines()) == 4
+    # The same walk as the running weir's endpoint: the same bytes, line for line.
+    r = weir_cli(server_bin, "capture", "export", "--queue", QUEUE, "--data-dir", str(w.data_dir), "--since", "0", "--limit", "3")
+    assert r.returncode == 0 and "exported 3 captures from " + QUEUE in r.stderr, r.stderr
+    assert r.stdout.encode() == served and len(served.splitlines()) == 3
+    r = weir_cli(server_bin, "capture", "export", "--queue", "nope", "--data-dir", str(w.data_dir))
+    assert r.returncode == 1 and f"no queue proxy:capture:nope in {w.data_dir}" in r.stderr, r.stderr
+    r = weir_cli(server_bin, "replay", "--from", "nope", "--data-dir", str(w.data_dir), "--to", "http://127.0.0.1:1")
+    assert r.returncode == 1 and f"no queue proxy:capture:nope in {w.data_dir}" in r.stderr, r.stderr
     r = weir_cli(server_bin, "capture", "import", "--queue", "copy", "--data-dir", str(w.data_dir), "--in", str(out))
     assert r.returncode == 0 and "imported 4 captures into proxy:capture:copy" in r.stderr, r.stderr
     # The same import as through a running weir: kept by a `record` reader.

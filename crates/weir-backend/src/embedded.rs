@@ -36,6 +36,18 @@ impl Embedded {
         }
     }
 
+    /// Opens the data directory `dir` with the default settings, for a tool that
+    /// works on a stopped weir's directory (`weir capture export/import --data-dir`,
+    /// `weir replay --data-dir`), so that it reaches the store through the backend
+    /// as a running weir does. [`Kind::Locked`](crate::Kind) when a weir (another
+    /// process) holds the directory.
+    pub fn open(dir: &std::path::Path) -> Result<Embedded> {
+        Ok(Embedded::new(Store::open_with(
+            dir,
+            StoreOptions::default(),
+        )?))
+    }
+
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -385,6 +397,29 @@ mod tests {
             Some(Kind::InvalidName)
         );
         assert_eq!(store.queue_names(), ["a", "b"]);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_data_directory_opens_once_and_says_when_it_is_locked(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let first = crate::Backend::Embedded(Embedded::open(dir.path())?);
+        first
+            .queue("kept")
+            .await?
+            .append(b"1", weir::AppendOptions::default())
+            .await?;
+        let locked = Embedded::open(dir.path()).err().ok_or("opened twice")?;
+        assert_eq!(locked.kind(), Kind::Locked);
+        assert!(
+            locked.to_string().contains("in use by another process"),
+            "{locked}"
+        );
+        first.close().await?;
+        drop(first);
+        let again = Embedded::open(dir.path())?;
+        assert!(again.existing_queue("kept")?.is_some());
         Ok(())
     }
 

@@ -89,9 +89,12 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {
+    /// The engine's error's own source: an engine error is said as the engine says
+    /// it (see `Display`), so it is not a source again (which would repeat its
+    /// message in a chain of causes, such as `{:#}` of an `anyhow::Error`).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Engine(e) => Some(e),
+            Error::Engine(e) => e.source(),
             Error::Backend { .. } => None,
         }
     }
@@ -112,3 +115,23 @@ impl From<weir::Error> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn an_engine_error_is_said_once_in_a_chain_of_causes() {
+        let io = std::io::Error::other("the disk said no");
+        let e = Error::from(weir::Error::from_io("writing", io));
+        assert_eq!(e.to_string(), "writing: the disk said no");
+        let mut chain = vec![e.to_string()];
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            chain.push(c.to_string());
+            cause = c.source();
+        }
+        assert_eq!(chain, ["writing: the disk said no", "the disk said no"]);
+    }
+}

@@ -6,10 +6,12 @@
 //! ([`Scan`]), and runs the whole-store commands, all through [`Backend`], [`Queue`]
 //! and [`Reader`], and only through them: what a front door needs besides (queue
 //! options, forgetting readers, a scratch directory) is an operation here too
-//! (`door_upkeep.rs`), never the engine's own store. Two places still open the
-//! engine's store themselves: the composition root (`weir-server`), which opens the
-//! store this crate's [`Embedded`] runs on, and `weir capture export/import
-//! --data-dir` on a stopped weir's data directory (`docs/architecture.md`).
+//! (`door_upkeep.rs`), never the engine's own store. One place still opens the
+//! engine's store itself: the composition root (`weir-server`), which opens the
+//! store this crate's [`Embedded`] runs on. The proxy's offline tools (`weir capture
+//! export/import --data-dir`, `weir replay --data-dir`) open a stopped weir's data
+//! directory with [`Embedded::open`] and go through this interface too
+//! (`docs/architecture.md`).
 //!
 //! [`Backend`], [`Queue`], [`Reader`], [`Lease`] and [`Scan`] are each an enum over
 //! the two implementations:

@@ -12,9 +12,11 @@
 //!
 //! Reading checks every line (method, URI, header names and values as HTTP allows
 //! them, status, base64) and refuses one longer than [`LINE_BYTES_MAX`], naming the
-//! line. The queue side: [`walk`] and [`export`] read a capture queue without
-//! consuming it, and [`append`] adds captures to one in a single all-or-nothing
-//! batch.
+//! line. The queue side goes through the backend interface, as every other use of
+//! storage does, so it works alike on either backend and on a running weir or a
+//! stopped weir's data directory: [`walk_captures`] and [`walk_scan`] read a capture
+//! queue through a [`weir_backend::Scan`] (made with [`scan_from`]) without consuming
+//! it; appending is `tools::captures::append_captures`.
 
 use std::io::BufRead;
 
@@ -346,7 +348,7 @@ impl Filter<'_> {
     }
 
     /// The capture `item` holds, when the walk hands it on.
-    fn capture(&mut self, item: &weir::Item) -> Option<Captured> {
+    fn capture(&mut self, item: &weir_backend::Item) -> Option<Captured> {
         let c = match Captured::decode(&item.data) {
             Ok(c) => c,
             Err(e) => {
@@ -366,47 +368,6 @@ impl Filter<'_> {
     }
 }
 
-/// Walks the kept captures of `queue` (without consuming anything), from those
-/// received at `since_ms` on, at most `limit` of them, handing each to `each` with
-/// its seq; `each` returning false stops the walk. Items appended after the walk
-/// began are not included; damaged ones are left out (logged, counted).
-pub fn walk(
-    queue: &weir::Queue,
-    since_ms: Option<u64>,
-    limit: Option<u64>,
-    mut each: impl FnMut(u64, Captured) -> bool,
-) -> weir::Result<Exported> {
-    // A capture is appended after its request arrived, so the first one received at
-    // `since_ms` or later lies at or after the first item appended then.
-    let start = match since_ms {
-        Some(ms) => queue.seq_at_time(ms)?,
-        None => 0,
-    };
-    let mut filter = Filter {
-        queue: queue.name(),
-        since_ms,
-        limit,
-        done: Exported::default(),
-    };
-    for item in queue.iter()? {
-        if filter.full() {
-            break;
-        }
-        let item = item?;
-        if item.seq < start {
-            continue;
-        }
-        let Some(c) = filter.capture(&item) else {
-            continue;
-        };
-        if !each(item.seq, c) {
-            break;
-        }
-        filter.done.captures += 1;
-    }
-    Ok(filter.done)
-}
-
 /// Items a [`walk_scan`] reads at a time.
 const SCAN_PAGE: usize = 64;
 
@@ -424,15 +385,16 @@ pub fn scan_from(since_ms: Option<u64>) -> weir_backend::ScanFrom {
     })
 }
 
-/// [`export`] through the backend interface (either backend): `scan`, made with
-/// [`scan_from`], walked for the captures received at `since_ms` or later, at most
-/// `limit`, each as its line handed to `out`, which answers whether to go on.
-pub async fn walk_scan<F: std::future::Future<Output = bool>>(
+/// Walks the captures of `scan` (made with [`scan_from`]) without consuming
+/// anything: those received at `since_ms` or later, at most `limit`, each handed to
+/// `each` with its seq; `each` answers whether to go on. Items appended after the
+/// walk began are not included; damaged ones are left out (logged, counted).
+pub async fn walk_captures<F: std::future::Future<Output = bool>>(
     mut scan: weir_backend::Scan,
     queue: &str,
     since_ms: Option<u64>,
     limit: Option<u64>,
-    mut out: impl FnMut(Vec<u8>) -> F,
+    mut each: impl FnMut(u64, Captured) -> F,
 ) -> weir_backend::Result<Exported> {
     let mut filter = Filter {
         queue,
@@ -454,7 +416,7 @@ pub async fn walk_scan<F: std::future::Future<Output = bool>>(
             let Some(c) = filter.capture(&item) else {
                 continue;
             };
-            if !out(encode_line(Some(item.seq), &c)).await {
+            if !each(item.seq, c).await {
                 return Ok(filter.done);
             }
             filter.done.captures += 1;
@@ -463,28 +425,19 @@ pub async fn walk_scan<F: std::future::Future<Output = bool>>(
     Ok(filter.done)
 }
 
-/// [`walk`], each capture as its line.
-pub fn export(
-    queue: &weir::Queue,
+/// [`walk_captures`], each capture as its line (what an export writes), handed to
+/// `out`, which answers whether to go on.
+pub async fn walk_scan<F: std::future::Future<Output = bool>>(
+    scan: weir_backend::Scan,
+    queue: &str,
     since_ms: Option<u64>,
     limit: Option<u64>,
-    mut out: impl FnMut(Vec<u8>) -> bool,
-) -> weir::Result<Exported> {
-    walk(queue, since_ms, limit, |seq, c| {
+    mut out: impl FnMut(Vec<u8>) -> F,
+) -> weir_backend::Result<Exported> {
+    walk_captures(scan, queue, since_ms, limit, |seq, c| {
         out(encode_line(Some(seq), &c))
     })
-}
-
-/// Appends captures (as [`items_of`] makes them) to `queue` in one batch: all of them
-/// or none. Returns the first new seq (`None` for no items).
-pub fn append(queue: &weir::Queue, items: &[Vec<u8>]) -> weir::Result<Option<u64>> {
-    if items.is_empty() {
-        return Ok(None);
-    }
-    let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
-    queue
-        .append_batch(&refs, weir::AppendOptions::default())
-        .map(Some)
+    .await
 }
 
 /// Reads a whole capture file, checking every line; nothing is kept but the count.
@@ -619,11 +572,34 @@ mod tests {
         assert_eq!(check_all(&b""[..], 10).unwrap(), 0);
     }
 
-    #[test]
-    fn a_queue_exports_without_consuming_and_takes_a_batch() {
+    /// An export through the backend (as `walk_scan` makes one): the lines and what
+    /// was done, stopping after `stop_after` lines.
+    async fn export(
+        backend: &weir_backend::Backend,
+        queue: &str,
+        since: Option<u64>,
+        limit: Option<u64>,
+        stop_after: usize,
+    ) -> (Exported, Vec<Vec<u8>>) {
+        let scan = backend.scan(queue, scan_from(since)).await.unwrap();
+        let mut got = Vec::new();
+        let done = walk_scan(scan, queue, since, limit, |line| {
+            got.push(line);
+            let go_on = got.len() < stop_after;
+            async move { go_on }
+        })
+        .await
+        .unwrap();
+        (done, got)
+    }
+
+    #[tokio::test]
+    async fn a_queue_exports_through_the_backend_without_consuming_and_takes_a_batch() {
         let dir = tempfile::tempdir().unwrap();
-        let store = weir::Store::open(dir.path()).unwrap();
-        let queue = store.queue("proxy:capture:t").unwrap();
+        let backend =
+            weir_backend::Backend::Embedded(weir_backend::Embedded::open(dir.path()).unwrap());
+        let name = "proxy:capture:t";
+        let append = crate::tools::captures::append_captures;
         let mut items = Vec::new();
         for i in 0..5u64 {
             let mut c = sample();
@@ -632,15 +608,11 @@ mod tests {
             let line = encode_line(None, &c);
             items.extend(items_of(&line, LINE_BYTES_MAX).unwrap());
         }
-        assert_eq!(append(&queue, &items).unwrap(), Some(1));
-        assert_eq!(append(&queue, &[]).unwrap(), None);
-        queue.append(b"damaged", Default::default()).unwrap();
-        let mut got = Vec::new();
-        let done = export(&queue, None, None, |l| {
-            got.push(l);
-            true
-        })
-        .unwrap();
+        assert_eq!(append(&backend, name, &items).await.unwrap(), Some(1));
+        assert_eq!(append(&backend, name, &[]).await.unwrap(), None);
+        let queue = backend.queue(name).await.unwrap();
+        queue.append(b"damaged", Default::default()).await.unwrap();
+        let (done, got) = export(&backend, name, None, None, usize::MAX).await;
         assert_eq!(
             done,
             Exported {
@@ -654,31 +626,24 @@ mod tests {
             (Some(1), "/n/0", 1_000)
         );
         // Again: nothing was consumed. `since` is the request's time; `limit` counts.
-        let mut uris = Vec::new();
-        let done = export(&queue, Some(1_003), Some(1), |l| {
-            uris.push(decode_line(&l).unwrap().1.uri);
-            true
-        })
-        .unwrap();
+        let (done, got) = export(&backend, name, Some(1_003), Some(1), usize::MAX).await;
+        let uris: Vec<String> = got.iter().map(|l| decode_line(l).unwrap().1.uri).collect();
         assert_eq!((done.captures, uris), (1, vec!["/n/3".to_string()]));
         // The walk stops when told to.
-        let mut n = 0;
-        export(&queue, None, None, |_| {
-            n += 1;
-            n < 2
-        })
-        .unwrap();
-        assert_eq!(n, 2);
+        let (_, got) = export(&backend, name, None, None, 2).await;
+        assert_eq!(got.len(), 2);
         // A batch is all or nothing: one item over the queue's item limit refuses it.
-        let mut config = queue.config();
+        let store = backend.engine_store_for_tests().unwrap();
+        let engine_queue = store.existing_queue(name).unwrap().unwrap();
+        let mut config = engine_queue.config();
         config.max_item_size_bytes = 400;
-        queue.set_config(config);
+        engine_queue.set_config(config);
         let mut big = sample();
         big.body = Bytes::from(vec![b'x'; 1000]);
         let batch = vec![sample().encode(), big.encode()];
-        assert!(append(&queue, &batch).is_err());
-        assert_eq!(queue.seq_bounds().unwrap().1, 7);
-        drop(queue);
-        store.close().unwrap();
+        assert!(append(&backend, name, &batch).await.is_err());
+        assert_eq!(queue.bounds().await.unwrap().1, 7);
+        drop((queue, engine_queue));
+        backend.close().await.unwrap();
     }
 }

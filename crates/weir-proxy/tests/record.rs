@@ -124,14 +124,8 @@ impl TestProxy {
     }
 
     /// Every kept capture, oldest first (nothing consumed).
-    fn kept(&self) -> Vec<(u64, Captured)> {
-        let mut all = Vec::new();
-        capture_file::walk(&self.queue(), None, None, |seq, c| {
-            all.push((seq, c));
-            true
-        })
-        .unwrap();
-        all
+    async fn kept(&self) -> Vec<(u64, Captured)> {
+        walk(&embedded(self.store.clone()), "proxy:capture:api").await
     }
 
     /// Waits until `n` captures were appended since the store opened.
@@ -224,7 +218,7 @@ async fn a_recording_route_keeps_its_captures_within_the_queues_limits() {
     record(&p, 0, 3).await;
     p.captured(3).await;
     assert_eq!(p.queue().reader_names(), vec![RECORD_READER.to_string()]);
-    let kept = p.kept();
+    let kept = p.kept().await;
     assert_eq!(kept.len(), 3);
     for (i, (_, c)) in kept.iter().enumerate() {
         let (method, path, headers, body) = request(i);
@@ -235,10 +229,10 @@ async fn a_recording_route_keeps_its_captures_within_the_queues_limits() {
         }
     }
     // Nothing consumes them: walking again finds the same; past max_items the oldest go.
-    assert_eq!(p.kept().len(), 3);
+    assert_eq!(p.kept().await.len(), 3);
     record(&p, 3, 8).await;
     p.captured(8).await;
-    let uris: Vec<String> = p.kept().into_iter().map(|(_, c)| c.uri).collect();
+    let uris: Vec<String> = p.kept().await.into_iter().map(|(_, c)| c.uri).collect();
     let expected: Vec<String> = (3..8).map(|i| request(i).1).collect();
     assert_eq!(uris, expected);
     assert_eq!(primary.got.lock().len(), 8);
@@ -338,9 +332,25 @@ async fn a_recording_route_with_shadows_keeps_its_captures_across_restarts() {
             names,
             vec![RECORD_READER.to_string(), "staging".to_string()]
         );
-        assert_eq!(p.kept().len(), round * 3 + 3);
+        assert_eq!(p.kept().await.len(), round * 3 + 3);
         p.stop().await;
     }
+}
+
+/// Every kept capture of `queue`, walked through the backend as an export walks it.
+async fn walk(backend: &weir_backend::Backend, queue: &str) -> Vec<(u64, Captured)> {
+    let scan = backend
+        .scan(queue, capture_file::scan_from(None))
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    capture_file::walk_captures(scan, queue, None, None, |seq, c| {
+        all.push((seq, c));
+        async { true }
+    })
+    .await
+    .unwrap();
+    all
 }
 
 /// Records `n` requests, exports them as JSON lines, imports the file into a second
@@ -357,27 +367,29 @@ async fn recorded_exported_imported(n: usize) -> Vec<Captured> {
     record(&p, 0, n).await;
     p.captured(n as u64).await;
     let mut file = Vec::new();
-    let done = capture_file::export(&p.queue(), None, None, |line| {
+    let queue = "proxy:capture:api";
+    let scan = embedded(p.store.clone())
+        .scan(queue, capture_file::scan_from(None))
+        .await
+        .unwrap();
+    let done = capture_file::walk_scan(scan, queue, None, None, |line| {
         file.extend_from_slice(&line);
-        true
+        async { true }
     })
+    .await
     .unwrap();
     assert_eq!(done.captures, n as u64);
     p.stop().await;
     let other = tempfile::tempdir().unwrap();
-    let store = weir::Store::open(other.path()).unwrap();
-    let queue = store.queue("proxy:capture:copy").unwrap();
+    let backend =
+        weir_backend::Backend::Embedded(weir_backend::Embedded::open(other.path()).unwrap());
     let items = capture_file::items_of(&file, LINE_BYTES_MAX).unwrap();
-    capture_file::append(&queue, &items).unwrap();
-    let mut back = Vec::new();
-    capture_file::walk(&queue, None, None, |_, c| {
-        back.push(c);
-        true
-    })
-    .unwrap();
-    drop(queue);
-    store.close().unwrap();
-    back
+    weir_proxy::tools::captures::append_captures(&backend, "proxy:capture:copy", &items)
+        .await
+        .unwrap();
+    let back = walk(&backend, "proxy:capture:copy").await;
+    backend.close().await.unwrap();
+    back.into_iter().map(|(_, c)| c).collect()
 }
 
 /// Replays `captures` to `to` and returns the summary.

@@ -5,9 +5,10 @@
 //!
 //! A queue is reached one of two ways. `--server URL` asks a running weir over its
 //! HTTP port (`captures.rs`; it needs the admin key, from `--key` or
-//! `WEIR_ADMIN_KEY`). `--data-dir DIR` opens the store itself, which only works while
-//! no weir runs on it: the store is locked then, and the command says to use
-//! `--server`.
+//! `WEIR_ADMIN_KEY`). `--data-dir DIR` opens the data directory as the embedded
+//! backend (`weir_backend::Embedded::open`) and does the same work as those endpoints
+//! through it, which only works while no weir runs on it: the directory is locked
+//! then, and the command says to use `--server`.
 //!
 //! Files are checked whole before anything is sent or appended, so a bad line (named
 //! by its number) changes nothing. An import is then appended in pieces of at most
@@ -155,19 +156,36 @@ pub(crate) fn now() -> SystemTime {
     SystemTime::now()
 }
 
-/// Opens a data directory for a command; a locked one (a weir runs on it) says to
-/// use `--server`.
-pub(crate) fn open_store(dir: &Path) -> anyhow::Result<weir::Store> {
+/// Opens a data directory for a command, as the embedded backend; a locked one (a
+/// weir runs on it) says to use `--server`.
+pub(crate) fn open_backend(dir: &Path) -> anyhow::Result<weir_backend::Backend> {
     if !dir.is_dir() {
         bail!("no data directory at {}", dir.display());
     }
-    match weir::Store::open_with(dir, weir::StoreOptions::default()) {
-        Ok(store) => Ok(store),
-        Err(e) if e.kind() == weir::ErrorKind::Locked => bail!(
+    match weir_backend::Embedded::open(dir) {
+        Ok(embedded) => Ok(weir_backend::Backend::Embedded(embedded)),
+        Err(e) if e.kind() == weir_backend::Kind::Locked => bail!(
             "the data directory {} is in use by a running weir: use --server URL (its HTTP port, with the admin key) instead, or stop it first",
             dir.display()
         ),
         Err(e) => Err(e).with_context(|| format!("opening the data directory {}", dir.display())),
+    }
+}
+
+/// A walk over the captures of `queue` received at `since` or later, in the data
+/// directory `dir` opened as `backend`, as the `/captures` endpoints start one.
+pub(crate) async fn scan_dir(
+    backend: &weir_backend::Backend,
+    dir: &Path,
+    queue: &str,
+    since: Option<u64>,
+) -> anyhow::Result<weir_backend::Scan> {
+    match backend.scan(queue, capture_file::scan_from(since)).await {
+        Ok(scan) => Ok(scan),
+        Err(e) if e.kind() == weir_backend::Kind::NotFound => {
+            bail!("no queue {queue} in {}", dir.display())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -284,7 +302,7 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
     let rt = runtime()?;
     let mut out = Output::open(&args.out)?;
     let result = match reach {
-        Reach::Dir(dir) => export_dir(dir, &queue, since, args.limit, &mut out),
+        Reach::Dir(dir) => rt.block_on(export_dir(dir, &queue, since, args.limit, &mut out)),
         Reach::Server { url, key } => rt.block_on(async {
             let mut lines = ServerLines::open(url, &key, &queue, since, args.limit).await?;
             let mut n = 0u64;
@@ -307,27 +325,45 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn export_dir(
+/// An export from a data directory: the same walk as a running weir's (`GET
+/// /captures/QUEUE`, `captures.rs`), through the backend opened here.
+async fn export_dir(
     dir: &Path,
     queue: &str,
     since: Option<u64>,
     limit: Option<u64>,
     out: &mut Output,
 ) -> anyhow::Result<u64> {
-    let store = open_store(dir)?;
-    let q = store
-        .existing_queue(queue)?
-        .with_context(|| format!("no queue {queue} in {}", dir.display()))?;
+    let backend = open_backend(dir)?;
+    let walked = export_walk(&backend, dir, queue, since, limit, out).await;
+    let closed = backend.close().await.context("closing the store");
+    let n = walked?;
+    closed?;
+    Ok(n)
+}
+
+/// The captures of `queue` written to `out`; how many.
+async fn export_walk(
+    backend: &weir_backend::Backend,
+    dir: &Path,
+    queue: &str,
+    since: Option<u64>,
+    limit: Option<u64>,
+    out: &mut Output,
+) -> anyhow::Result<u64> {
+    let scan = scan_dir(backend, dir, queue, since).await?;
     let mut failed = None;
-    let done = capture_file::export(&q, since, limit, |line| match out.write(&line) {
-        Ok(()) => true,
-        Err(e) => {
-            failed = Some(e);
-            false
-        }
-    })?;
-    drop(q);
-    store.close().context("closing the store")?;
+    let done = capture_file::walk_scan(scan, queue, since, limit, |line| {
+        let go_on = match out.write(&line) {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        };
+        async move { go_on }
+    })
+    .await?;
     match failed {
         Some(e) => Err(e),
         None => Ok(done.captures),
@@ -473,9 +509,9 @@ async fn post_piece(client: &ServerClient, url: &str, text: &[u8]) -> anyhow::Re
 
 /// An import into a data directory: the same appends as through a running weir
 /// (`captures::append_captures`: kept by the queue's `record` reader, each piece all
-/// or nothing), on the engine opened here.
+/// or nothing), through the backend opened here.
 fn import_dir(dir: &Path, queue: &str, input: &Path, imported: &mut u64) -> anyhow::Result<()> {
-    let backend = weir_backend::Backend::Embedded(weir_backend::Embedded::new(open_store(dir)?));
+    let backend = open_backend(dir)?;
     let rt = runtime()?;
     let appended = in_pieces(input, |text, count| {
         let items = capture_file::items_of(text, LINE_BYTES_MAX)?;

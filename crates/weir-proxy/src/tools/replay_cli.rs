@@ -18,8 +18,8 @@ use anyhow::{bail, Context};
 use tokio::sync::mpsc;
 
 use super::capture_cli::{
-    check_file, now, open_file, open_store, parse_time, queue_name, runtime, Location, Reach,
-    ServerLines,
+    check_file, now, open_backend, open_file, parse_time, queue_name, runtime, scan_dir, Location,
+    Reach, ServerLines,
 };
 
 /// Default of `--concurrency`.
@@ -183,9 +183,7 @@ async fn read(
         Source::File(path) => {
             tokio::task::spawn_blocking(move || read_file(&path, &selection, &tx)).await?
         }
-        Source::Dir(dir, queue) => {
-            tokio::task::spawn_blocking(move || read_dir(&dir, &queue, &selection, &tx)).await?
-        }
+        Source::Dir(dir, queue) => read_dir(&dir, &queue, &selection, &tx).await,
         Source::Server { url, key, queue } => {
             let mut lines =
                 ServerLines::open(&url, &key, &queue, selection.since, selection.limit).await?;
@@ -224,19 +222,38 @@ fn read_file(
     Ok(())
 }
 
-fn read_dir(
+/// Reads a capture queue of a data directory: the same walk as a running weir's
+/// (`GET /captures/QUEUE`, `captures.rs`), through the backend opened here.
+async fn read_dir(
     dir: &Path,
     queue: &str,
     selection: &Selection,
     tx: &mpsc::Sender<Captured>,
 ) -> anyhow::Result<()> {
-    let store = open_store(dir)?;
-    let q = store
-        .existing_queue(queue)?
-        .with_context(|| format!("no queue {queue} in {}", dir.display()))?;
-    capture_file::walk(&q, selection.since, selection.limit, |_, c| {
-        tx.blocking_send(c).is_ok()
-    })?;
-    drop(q);
-    store.close().context("closing the store")
+    let opened = dir.to_path_buf();
+    // Opening reads the store's files: off the runtime's threads.
+    let backend = tokio::task::spawn_blocking(move || open_backend(&opened)).await??;
+    let walked = walk_dir(&backend, dir, queue, selection, tx).await;
+    let closed = backend.close().await.context("closing the store");
+    walked?;
+    closed
+}
+
+async fn walk_dir(
+    backend: &weir_backend::Backend,
+    dir: &Path,
+    queue: &str,
+    selection: &Selection,
+    tx: &mpsc::Sender<Captured>,
+) -> anyhow::Result<()> {
+    let scan = scan_dir(backend, dir, queue, selection.since).await?;
+    capture_file::walk_captures(
+        scan,
+        queue,
+        selection.since,
+        selection.limit,
+        |_, c| async move { tx.send(c).await.is_ok() },
+    )
+    .await?;
+    Ok(())
 }
