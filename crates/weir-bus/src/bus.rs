@@ -65,6 +65,11 @@ impl TopicWake {
         }
     }
 
+    /// Whether both wake up the same worker.
+    fn same_worker(&self, other: &TopicWake) -> bool {
+        Arc::ptr_eq(&self.flags, &other.flags)
+    }
+
     /// Tells the worker that the topic has something new. The first wake-up since
     /// the worker's last look lists the topic, so that a worker of 1,000 topics
     /// woken by one publish looks at one flag, not at 1,000.
@@ -99,15 +104,29 @@ impl WakeFlags {
         )
     }
 
-    /// Forgets the flags of topics the worker no longer reads.
-    pub fn keep_only(&self, topics: &[String]) {
-        let keep: HashSet<&str> = topics.iter().map(String::as_str).collect();
-        self.flags.lock().retain(|t, _| keep.contains(t.as_str()));
+    /// Forgets the flag of a topic whose wake-ups no longer reach this worker. Only
+    /// the bus calls it, as it rebuilds a topic's wake-ups, so that a wake-up and the
+    /// worker's source always share one flag: a worker pruning by the settings it last
+    /// adopted could drop a flag a newer change had just linked, and the topic would
+    /// then wait for the sweep at every publish.
+    pub fn forget(&self, topic: &str) {
+        self.flags.lock().remove(topic);
     }
 
-    /// The topics flagged since the last call, emptying the list.
+    /// The topics flagged since the last call, emptying the list, with their flags
+    /// cleared (before the worker looks: a publish meanwhile sets a flag again and
+    /// lists its topic). Cleared by name, through the flag the topic's wake-ups hold
+    /// now, so a source built before its topic's wake-ups were rebuilt (holding an
+    /// older flag) cannot leave the current flag set and the topic never listed again.
     pub fn take_listed(&self) -> Vec<Arc<str>> {
-        std::mem::take(&mut *self.listed.lock())
+        let listed = std::mem::take(&mut *self.listed.lock());
+        let flags = self.flags.lock();
+        for topic in &listed {
+            if let Some(flag) = flags.get(&**topic) {
+                flag.swap(false, Ordering::AcqRel);
+            }
+        }
+        listed
     }
 }
 
@@ -549,7 +568,11 @@ impl Bus {
             .filter(|n| !meta.topics.contains_key(*n))
         {
             self.fence()?;
-            self.topics.write().remove(name);
+            if let Some(gone) = self.topics.write().remove(name) {
+                for w in &gone.wake {
+                    w.flags.forget(name);
+                }
+            }
             if self.backend.delete_queue(&topic_queue(name)).await? {
                 tracing::info!(topic = %name, "deleted the queue of a deleted topic");
             }
@@ -794,6 +817,13 @@ impl Bus {
                 .filter_map(|token| subs.get(token))
                 .map(|r| TopicWake::new(Arc::clone(&r.notify), Arc::clone(&r.flags), name))
                 .collect();
+            for gone in rt
+                .wake
+                .iter()
+                .filter(|old| !wake.iter().any(|w| w.same_worker(old)))
+            {
+                gone.flags.forget(name);
+            }
             *rt = Arc::new(LiveTopic {
                 queue: rt.queue.clone(),
                 epoch: rt.epoch,

@@ -248,6 +248,7 @@ impl Worker {
             return next;
         }
         self.cached = None;
+        self.index = None;
         let left: Vec<String> = self
             .adopted
             .topics
@@ -388,7 +389,6 @@ impl Worker {
         if let Some(sources) = &self.cached {
             return Arc::clone(sources);
         }
-        self.flags.keep_only(&cfg.topics);
         let sources = Arc::new(self.sources(cfg).await);
         self.cached = Some(Arc::clone(&sources));
         self.swept = Instant::now();
@@ -585,6 +585,9 @@ impl Worker {
                         }
                         Err(e) => {
                             tracing::error!(subscriber = %self.id, error = %e, "could not take an event");
+                            // Its flag is cleared: looked at again next time, not
+                            // left for the sweep.
+                            source.idle.store(false, Relaxed);
                             done = true;
                         }
                     }
@@ -605,6 +608,8 @@ impl Worker {
         }
         if gone {
             self.cached = None;
+            self.index = None;
+            self.index = None;
         }
         gone
     }

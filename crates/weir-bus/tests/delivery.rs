@@ -707,3 +707,47 @@ async fn topics_flagged_while_a_batch_fills_are_looked_at_next() {
     bus.stop().await;
     recv.stop();
 }
+
+/// A topic left and joined again at once keeps waking its subscriber: the wake-ups
+/// and the worker's source share one flag whatever order the two changes reach the
+/// worker in. With 100 topics the sweep of every topic comes every 10 s, so an event
+/// that arrives sooner was woken for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_left_and_joined_again_still_wakes_its_subscriber() {
+    const TOPICS: usize = 100;
+    let recv = Receiver::start().await;
+    let mut bus = TestBus::start(config()).await;
+    let publisher = bus.token("pub").await;
+    let sub = bus.token("sub").await;
+    let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
+    let topics: Vec<String> = (0..TOPICS)
+        .map(|i| format!("topic_{}{}", letter(i / 26), letter(i)))
+        .collect();
+    for t in &topics {
+        assert_eq!(
+            bus.publish(&publisher, t, "https://x.example/claim").await,
+            StatusCode::OK
+        );
+    }
+    let all = json!({"topics": topics, "callback": recv.url("s"), "max": 1, "timeout": 50});
+    bus.subscribe(&sub, all.clone()).await;
+    let first = &topics[0];
+    for round in 0..3 {
+        let fewer =
+            json!({"topics": topics[1..], "callback": recv.url("s"), "max": 1, "timeout": 50});
+        bus.subscribe(&sub, fewer).await;
+        bus.subscribe(&sub, all.clone()).await;
+        let url = format!("https://x.example/{first}/{round}");
+        assert_eq!(bus.publish(&publisher, first, &url).await, StatusCode::OK);
+        let events = recv
+            .wait_events("s", round + 1, Duration::from_secs(5))
+            .await;
+        assert_eq!(
+            events.len(),
+            round + 1,
+            "round {round}: the event arrived within 5 s"
+        );
+    }
+    bus.stop().await;
+    recv.stop();
+}
