@@ -663,6 +663,22 @@ async fn a_deleted_retention_reader_is_made_again_at_the_oldest_event() {
     bus.stop().await;
 }
 
+/// `count` topics claimed by `publisher` (one event each, published before any
+/// subscription, so no subscriber gets them). Topic names are letters and `_`.
+async fn claim_topics(bus: &TestBus, publisher: &str, count: usize) -> Vec<String> {
+    let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
+    let topics: Vec<String> = (0..count)
+        .map(|i| format!("topic_{}{}", letter(i / 26), letter(i)))
+        .collect();
+    for t in &topics {
+        assert_eq!(
+            bus.publish(publisher, t, "https://x.example/claim").await,
+            StatusCode::OK
+        );
+    }
+    topics
+}
+
 /// A batch that fills while publishes have flagged more of its topics leaves those
 /// topics to the next batch, not to the next sweep of every topic (20 s for 200
 /// topics): with `max` 1, events published to 200 topics at once all arrive
@@ -675,17 +691,7 @@ async fn topics_flagged_while_a_batch_fills_are_looked_at_next() {
     let mut bus = TestBus::start(config()).await;
     let publisher = bus.token("pub").await;
     let sub = bus.token("sub").await;
-    // Topic names are letters and `_`.
-    let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
-    let topics: Vec<String> = (0..TOPICS)
-        .map(|i| format!("topic_{}{}", letter(i / 26), letter(i)))
-        .collect();
-    for t in &topics {
-        assert_eq!(
-            bus.publish(&publisher, t, "https://x.example/claim").await,
-            StatusCode::OK
-        );
-    }
+    let topics = claim_topics(&bus, &publisher, TOPICS).await;
     bus.subscribe(
         &sub,
         json!({"topics": topics, "callback": recv.url("s"), "max": 1, "timeout": 50}),
@@ -719,16 +725,7 @@ async fn a_topic_left_and_joined_again_still_wakes_its_subscriber() {
     let mut bus = TestBus::start(config()).await;
     let publisher = bus.token("pub").await;
     let sub = bus.token("sub").await;
-    let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
-    let topics: Vec<String> = (0..TOPICS)
-        .map(|i| format!("topic_{}{}", letter(i / 26), letter(i)))
-        .collect();
-    for t in &topics {
-        assert_eq!(
-            bus.publish(&publisher, t, "https://x.example/claim").await,
-            StatusCode::OK
-        );
-    }
+    let topics = claim_topics(&bus, &publisher, TOPICS).await;
     let all = json!({"topics": topics, "callback": recv.url("s"), "max": 1, "timeout": 50});
     bus.subscribe(&sub, all.clone()).await;
     let first = &topics[0];

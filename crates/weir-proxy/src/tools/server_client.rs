@@ -17,7 +17,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, Uri};
 
-use crate::forward::{full, http_client, HttpClient};
+use crate::forward::{error_chain, full, http_client, HttpClient};
 
 /// Time to connect to weir's HTTP port, and the longest wait for the next bytes.
 const SERVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -96,19 +96,6 @@ fn server_uri(url: &str) -> anyhow::Result<Uri> {
         (Some("http" | "https"), Some(_)) => Ok(uri),
         _ => bail!("--server: {url:?} is not an http:// or https:// URL with a host"),
     }
-}
-
-/// An error and its sources in one line: hyper-util's own says only "client error
-/// (Connect)", its source why.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// A 2xx answer from weir, its body read as it arrives.
