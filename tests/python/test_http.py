@@ -69,7 +69,7 @@ def test_http_connections_are_capped_and_half_sent_headers_time_out(make_server)
     import time
 
     server = weir_with_config(
-        make_server, "[server]\nhttp_max_connections = 20\nhttp_header_timeout_ms = 700\n"
+        make_server, "[server]\nhttp_connections_max = 20\nhttp_header_timeout_ms = 700\n"
     )
     held = []
     try:
@@ -105,13 +105,13 @@ def test_http_connections_are_capped_and_half_sent_headers_time_out(make_server)
 @pytest.mark.parametrize("mode", ["silent", "slow-head"])
 def test_idle_sockets_at_the_cap_do_not_lock_out_a_real_client(make_server, mode):
     """Issue 32: 30 connections that send nothing (or trickle a head) against
-    `http_max_connections = 20` must not keep `/health` from being served. The head
+    `http_connections_max = 20` must not keep `/health` from being served. The head
     timeout (10 s) is longer than the test: only making room at the cap (closing the
     connection idle the longest) lets the real client in."""
     import harness
 
     server = weir_with_config(
-        make_server, "[server]\nhttp_max_connections = 20\nhttp_header_timeout_ms = 10000\n"
+        make_server, "[server]\nhttp_connections_max = 20\nhttp_header_timeout_ms = 10000\n"
     )
     with harness.IdleSockets(server.http_port, 30, mode) as idle:
         time.sleep(0.3)

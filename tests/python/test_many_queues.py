@@ -1,5 +1,5 @@
 """Thousands of queues, end to end: creating them does not stall other connections, the
-`max_queues` cap is exact however many clients create at once, and nothing half-made is
+`queues_max` cap is exact however many clients create at once, and nothing half-made is
 left behind.
 """
 
@@ -13,7 +13,7 @@ import pytest
 from harness import Conn
 
 pytestmark = [
-    pytest.mark.embedded_only(reason="exact max_queues and thousands of queues: on JetStream each queue is a replicated consumer (docs/cluster.md, capacity)"),
+    pytest.mark.embedded_only(reason="exact queues_max and thousands of queues: on JetStream each queue is a replicated consumer (docs/cluster.md, capacity)"),
     pytest.mark.weir_only,
 ]
 
@@ -78,7 +78,7 @@ def test_creating_queues_does_not_stall_other_connections_on_the_same_loop(make_
 
 def test_the_queue_cap_is_exact_under_concurrent_creation(make_server):
     cap = 50
-    server = weir_with(make_server, config=f"[server]\nmax_queues = {cap}\n")
+    server = weir_with(make_server, config=f"[server]\nqueues_max = {cap}\n")
     stored = []
     refused = []
     lock = threading.Lock()

@@ -516,7 +516,7 @@ def test_a_recording_keeps_its_captures_and_a_new_shadow_starts_at_its_end(serve
 
 
 def test_a_recording_is_bounded_by_its_queues_max_age(servers, proxy, monkeypatch):
-    """The bound a recording has on either backend: the capture queue's `max_age_ms`
+    """The bound a recording has on either backend: the capture queue's `age_ms_max`
     (on JetStream, which has no per-queue count or size limit, the only one)."""
     monkeypatch.setenv("WEIR_ADMIN_KEY", EXPORT_KEY)
     primary = servers()
@@ -524,7 +524,7 @@ def test_a_recording_is_bounded_by_its_queues_max_age(servers, proxy, monkeypatc
     p.sigterm()
     assert p.wait_exit(15) == 0
     text = p.config.read_text().replace('name = "api"\n', 'name = "api"\nrecord = true\n', 1)
-    p.config.write_text(text + '[queues."proxy:capture:api"]\nmax_age_ms = 1000\n')
+    p.config.write_text(text + '[queues."proxy:capture:api"]\nage_ms_max = 1000\n')
     p.start()
     for i in range(3):
         assert p.request("POST", f"/a/{i}", b"v")[0] == 200

@@ -1,4 +1,4 @@
-"""The proxy's body memory budget (`[proxy] body_memory_max`): many concurrent slow
+"""The proxy's body memory budget (`[proxy] body_memory_bytes_max`): many concurrent slow
 uploads larger than the budget all reach the primary whole and are all captured
 (past the budget their copies spill to disk), and the body bytes held in memory
 never pass the budget (the gauge's high-water mark says so). No timing is asserted.
@@ -61,7 +61,7 @@ def test_concurrent_uploads_past_the_budget_are_forwarded_and_captured(stack):
         stack[0],
         primary.port,
         [("s", shadow.port, "")],
-        proxy_settings=f"body_memory_max = {BUDGET}\n",
+        proxy_settings=f"body_memory_bytes_max = {BUDGET}\n",
     )
     stack.append(p)
     p.start()
@@ -97,7 +97,7 @@ def test_a_budget_smaller_than_a_body_forwards_it_and_counts_the_capture_skipped
         stack[0],
         primary.port,
         [("s", shadow.port, "")],
-        proxy_settings="body_memory_max = 100000\n",
+        proxy_settings="body_memory_bytes_max = 100000\n",
     )
     stack.append(p)
     p.start()

@@ -5,6 +5,7 @@
 //! clear error rather than an unknown-field one.
 
 use serde::Deserialize;
+use weir_types::ConfigError;
 
 /// The JetStream backend's settings; all restart-only.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -28,7 +29,8 @@ pub struct JetStreamConfig {
     pub subject_prefix: String,
     /// Consumers (queues × readers) the stream may hold. Set on the stream
     /// explicitly: nats-server caps a stream at 1,000 by default.
-    pub max_consumers: u32,
+    #[serde(alias = "max_consumers")]
+    pub consumers_max: u32,
     /// How long a lease stays open when its weir instance stops renewing it (the
     /// consumers' AckWait), for queues without `open_timeout_ms`. While the instance
     /// holds the lease it renews it every third of this. Long (30 s, as NATS's own
@@ -40,13 +42,18 @@ pub struct JetStreamConfig {
     /// cluster) before the other instances take it for dead and give its open leases back
     /// at once, rather than after `lease_timeout_ms`. 0 turns this off. Keep it well
     /// under half of `lease_timeout_ms`, or the leases come back after AckWait anyway.
-    /// Read from `door_timeout_ms` too, its old name ([`JetStreamConfig::RENAMED_KEYS`]).
+    /// Read from `door_timeout_ms` too, its old name (a weir process in a cluster was
+    /// called a "door", a word the product keeps for its protocol front ends).
     #[serde(alias = "door_timeout_ms")]
     pub instance_timeout_ms: u64,
-    /// Open leases per reader, all weir instances together.
-    pub max_ack_pending: i64,
-    /// Blocked `get …/t=` per reader, all weir instances together.
-    pub max_waiting: i64,
+    /// Open leases per reader, all weir instances together (the consumers'
+    /// MaxAckPending).
+    #[serde(alias = "max_ack_pending")]
+    pub ack_pending_max: i64,
+    /// Blocked `get …/t=` per reader, all weir instances together (the consumers'
+    /// MaxWaiting).
+    #[serde(alias = "max_waiting")]
+    pub waiting_max: i64,
     /// One JetStream API call.
     pub request_timeout_ms: u64,
     /// How long a `set` (or an ack) retries through a leader election before
@@ -67,36 +74,36 @@ pub struct JetStreamConfig {
     /// The size cap of the instances' stream (`<stream>_DOORS`: registrations and lease
     /// records, about 150 bytes an open lease). nats-server reserves it in memory on
     /// each of the stream's replicas, for as long as the stream exists. The key is
-    /// `instances_stream_bytes`, read from `doors_stream_bytes` too, its old name
-    /// ([`JetStreamConfig::RENAMED_KEYS`]).
+    /// `instances_stream_bytes`, read from `doors_stream_bytes` too, its old name.
     #[serde(alias = "doors_stream_bytes")]
     pub instances_stream_bytes: u64,
 }
 
 /// The least `instances_stream_bytes`: a few thousand open leases.
 pub const INSTANCES_STREAM_BYTES_MIN: u64 = 1 << 20;
+/// Replicas of a JetStream stream: what a NATS cluster allows.
+pub const REPLICAS_MAX: usize = 5;
 
 impl JetStreamConfig {
-    /// Keys that were renamed, `(old, new)`: the old name is still read (a serde
-    /// alias), and whoever reads the config file warns once that it has a new name.
-    /// A weir process in a cluster was called a "door", a word the product keeps for
-    /// its protocol front ends; it is an "instance" now.
-    pub const RENAMED_KEYS: &'static [(&'static str, &'static str)] = &[
-        ("door_timeout_ms", "instance_timeout_ms"),
-        ("doors_stream_bytes", "instances_stream_bytes"),
-    ];
-
-    /// The renamed keys among `keys` (the keys of a `[backend.jetstream]` table), as
-    /// `(old, new)`, in [`JetStreamConfig::RENAMED_KEYS`]' order.
-    pub fn old_keys_in<'a>(
-        keys: impl IntoIterator<Item = &'a str>,
-    ) -> Vec<(&'static str, &'static str)> {
-        let keys: Vec<&str> = keys.into_iter().collect();
-        Self::RENAMED_KEYS
-            .iter()
-            .filter(|(old, _)| keys.contains(old))
-            .copied()
-            .collect()
+    /// Checks what the backend cannot run with; a refused key is named without its
+    /// section (the reader of the file adds `backend.jetstream`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.servers.is_empty() {
+            return Err(ConfigError::new(
+                "servers",
+                "needs at least one nats:// URL",
+            ));
+        }
+        if !(1..=REPLICAS_MAX).contains(&self.replicas) {
+            return Err(ConfigError::range("replicas", 1, REPLICAS_MAX));
+        }
+        if self.instances_stream_bytes < INSTANCES_STREAM_BYTES_MIN {
+            return Err(ConfigError::at_least(
+                "instances_stream_bytes",
+                INSTANCES_STREAM_BYTES_MIN,
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -111,11 +118,11 @@ impl Default for JetStreamConfig {
             replicas: 3,
             stream: "WEIR".to_owned(),
             subject_prefix: "weir.q".to_owned(),
-            max_consumers: 10_000,
+            consumers_max: 10_000,
             lease_timeout_ms: 30_000,
             instance_timeout_ms: 1_000,
-            max_ack_pending: 20_000,
-            max_waiting: 4_096,
+            ack_pending_max: 20_000,
+            waiting_max: 4_096,
             request_timeout_ms: 5_000,
             unavailable_retry_ms: 10_000,
             stats_cache_ms: 1_000,
@@ -164,18 +171,5 @@ mod tests {
     fn refuses_a_key_given_under_both_names() {
         let twice = read(&[("door_timeout_ms", 250), ("instance_timeout_ms", 500)]);
         assert!(twice.is_err_and(|e| e.to_string().contains("duplicate field")));
-    }
-
-    #[test]
-    fn names_the_old_keys_it_finds() {
-        let keys = ["servers", "doors_stream_bytes", "door_timeout_ms"];
-        assert_eq!(
-            JetStreamConfig::old_keys_in(keys),
-            [
-                ("door_timeout_ms", "instance_timeout_ms"),
-                ("doors_stream_bytes", "instances_stream_bytes")
-            ]
-        );
-        assert!(JetStreamConfig::old_keys_in(["instance_timeout_ms"]).is_empty());
     }
 }

@@ -65,7 +65,7 @@ use std::time::Duration;
 pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
 pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
-pub use jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN};
+pub use jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN, REPLICAS_MAX};
 pub use local_map::LocalMap;
 pub use shared_map::{
     Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX,
@@ -74,8 +74,8 @@ pub use shared_map::{
 pub use weir::StoreOptions;
 pub use weir_types::{
     expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
-    InvalidName, Item, LeaseId, QueueStats, ReaderStats, TakeMode, BUS_DEAD_PREFIX, BUS_PREFIX,
-    BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER, PROXY_CAPTURE_PREFIX,
+    ConfigError, InvalidName, Item, LeaseId, QueueStats, ReaderStats, TakeMode, BUS_DEAD_PREFIX,
+    BUS_PREFIX, BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER, PROXY_CAPTURE_PREFIX,
     READERS_PER_QUEUE_MAX,
 };
 

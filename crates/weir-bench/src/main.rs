@@ -1091,7 +1091,7 @@ fn run_queues(
         .context("writing a config for the spawned weir")?;
     std::fs::write(
         config.path(),
-        format!("[server]\nmax_queues = {}\n", p.queues + 100),
+        format!("[server]\nqueues_max = {}\n", p.queues + 100),
     )
     .context("writing a config for the spawned weir")?;
     let mut common = common.clone();

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
+use weir_backend::ConfigError;
 
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:22135";
 pub const PUBLISH_BYTES_MAX_DEFAULT: usize = 64 * 1024;
@@ -133,14 +134,16 @@ impl BusConfig {
         &self,
         listen: Option<&str>,
         env_root_key: Option<String>,
-    ) -> Result<BusSettings, String> {
+    ) -> Result<BusSettings, ConfigError> {
         let ms = Duration::from_millis;
         let s = BusSettings {
             listen: listen
                 .map(str::to_string)
                 .or_else(|| self.listen.clone())
                 .unwrap_or_else(|| LISTEN_DEFAULT.to_string()),
-            root_key: self.root_key.clone().or(env_root_key),
+            // The environment wins over the file, as for every secret weir reads
+            // (docs/configuration.md, "Secrets").
+            root_key: env_root_key.or_else(|| self.root_key.clone()),
             allow_http: self.allow_http.unwrap_or(false),
             allow_private_networks: self.allow_private_networks.unwrap_or(false),
             publish_bytes_max: self.publish_bytes_max.unwrap_or(PUBLISH_BYTES_MAX_DEFAULT),
@@ -178,7 +181,17 @@ impl BusConfig {
 }
 
 impl BusSettings {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.check_values().map_err(|e| e.in_section("bus"))
+    }
+
+    fn check_values(&self) -> Result<(), ConfigError> {
+        self.check_positive()?;
+        self.check_bounds()
+    }
+
+    /// The counts and durations that must be at least 1.
+    fn check_positive(&self) -> Result<(), ConfigError> {
         let positive = [
             ("publish_bytes_max", self.publish_bytes_max as u64),
             ("data_depth_max", self.data_depth_max as u64),
@@ -197,23 +210,8 @@ impl BusSettings {
         ];
         for (name, value) in positive {
             if value == 0 {
-                return Err(format!("bus.{name} must be at least 1"));
+                return Err(ConfigError::at_least(name, 1));
             }
-        }
-        if self.subscribers_max > SUBSCRIBERS_MAX_MAX {
-            return Err(format!(
-                "bus.subscribers_max is at most {SUBSCRIBERS_MAX_MAX} (readers per topic queue)"
-            ));
-        }
-        if self.data_depth_max > DATA_DEPTH_MAX_MAX {
-            return Err(format!(
-                "bus.data_depth_max is at most {DATA_DEPTH_MAX_MAX} (receivers refuse deeper JSON)"
-            ));
-        }
-        if self.batch_events_max > BATCH_EVENTS_MAX_MAX {
-            return Err(format!(
-                "bus.batch_events_max is at most {BATCH_EVENTS_MAX_MAX}"
-            ));
         }
         let durations = [
             ("header_timeout_ms", self.header_timeout),
@@ -223,27 +221,58 @@ impl BusSettings {
         ];
         for (name, value) in durations {
             if value.is_zero() {
-                return Err(format!("bus.{name} must be at least 1"));
+                return Err(ConfigError::at_least(name, 1));
             }
         }
+        Ok(())
+    }
+
+    /// Upper bounds, relations between keys, and the root key's form.
+    fn check_bounds(&self) -> Result<(), ConfigError> {
+        if self.subscribers_max > SUBSCRIBERS_MAX_MAX {
+            return Err(ConfigError::new(
+                "subscribers_max",
+                format!("is at most {SUBSCRIBERS_MAX_MAX} (readers per topic queue)"),
+            ));
+        }
+        if self.data_depth_max > DATA_DEPTH_MAX_MAX {
+            return Err(ConfigError::new(
+                "data_depth_max",
+                format!("is at most {DATA_DEPTH_MAX_MAX} (receivers refuse deeper JSON)"),
+            ));
+        }
+        if self.batch_events_max > BATCH_EVENTS_MAX_MAX {
+            return Err(ConfigError::new(
+                "batch_events_max",
+                format!("is at most {BATCH_EVENTS_MAX_MAX}"),
+            ));
+        }
         if self.retry_max > Duration::from_millis(RETRY_MAX_MS_MAX) {
-            return Err(format!(
-                "bus.retry_max_ms is at most {RETRY_MAX_MS_MAX} (a day)"
+            return Err(ConfigError::new(
+                "retry_max_ms",
+                format!("is at most {RETRY_MAX_MS_MAX} (a day)"),
             ));
         }
         if self.takeover < Duration::from_millis(TAKEOVER_MS_MIN) {
-            return Err(format!(
-                "bus.takeover_ms must be at least {TAKEOVER_MS_MIN}"
-            ));
+            return Err(ConfigError::at_least("takeover_ms", TAKEOVER_MS_MIN));
         }
         if self.retry_initial > self.retry_max {
-            return Err("bus.retry_initial_ms must not exceed bus.retry_max_ms".into());
+            return Err(ConfigError::new(
+                "retry_initial_ms",
+                "must not exceed bus.retry_max_ms",
+            ));
         }
         if self.root_key.as_ref().is_some_and(|k| k.len() < 8) {
-            return Err("bus.root_key must be at least 8 characters".into());
+            return Err(ConfigError::new(
+                "root_key",
+                "must be at least 8 characters",
+            ));
         }
         if self.root_key.as_ref().is_some_and(|k| k.contains(':')) {
-            return Err("bus.root_key cannot contain `:` (it is the user of HTTP Basic)".into());
+            return Err(ConfigError::new(
+                "root_key",
+                "cannot contain `:` (it is the user of HTTP Basic)",
+            ));
         }
         Ok(())
     }
@@ -263,9 +292,10 @@ mod tests {
             .unwrap();
         assert_eq!(s.listen, "127.0.0.1:0");
         assert!(s.root_key.is_some());
-        let bad = |c: BusConfig, word: &str| {
+        let bad = |c: BusConfig, text: &str| {
             let e = c.resolve(None, None).unwrap_err();
-            assert!(e.contains(word), "{e}");
+            assert!(e.key().starts_with("bus."), "{e}");
+            assert!(e.to_string().contains(text), "{e}");
         };
         bad(
             BusConfig {
@@ -324,5 +354,17 @@ mod tests {
             },
             "data_depth_max must be at least 1",
         );
+    }
+
+    #[test]
+    fn the_root_key_from_the_environment_wins_over_the_files() {
+        let file = BusConfig {
+            root_key: Some("from-the-file".into()),
+            ..BusConfig::default()
+        };
+        let s = file.resolve(None, Some("from-the-env".into())).unwrap();
+        assert_eq!(s.root_key.as_deref(), Some("from-the-env"));
+        let s = file.resolve(None, None).unwrap();
+        assert_eq!(s.root_key.as_deref(), Some("from-the-file"));
     }
 }

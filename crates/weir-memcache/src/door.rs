@@ -1,7 +1,7 @@
 //! The memcache door: bind, accept, run one task per connection, shut down.
 //!
 //! Each connection runs `handle`: execute every complete request in the read
-//! buffer, write all their replies at once, read again. Limits: `max_connections`
+//! buffer, write all their replies at once, read again. Limits: `connections_max`
 //! (one more is told `SERVER_ERROR too many connections` and closed),
 //! `request_timeout_ms` from the first byte of a request to its last (so a client
 //! trickling a byte a second cannot hold a half-sent request forever), plus the
@@ -31,9 +31,9 @@ use crate::cmd::{self, Ctx, Flow, Session};
 use crate::connection::Connection;
 use crate::inbound::Next;
 use crate::metrics::LoopMetrics;
-use crate::parse::{binary_error, CommandKind};
+use crate::parse::{binary_error, CommandKind, ParseLimits};
 use crate::reply;
-use crate::settings::{MemcacheSettings, Reload};
+use crate::settings::{Limits, MemcacheSettings, Reload};
 use crate::shared::Shared;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
@@ -100,13 +100,13 @@ impl MemcacheDoor {
         reload: Option<Reload>,
     ) -> anyhow::Result<MemcacheDoor> {
         let addr = listener.local_addr()?;
-        let max_connections = settings.max_connections;
+        let connections_max = settings.connections_max;
         let grace_ms = settings.shutdown_grace_ms;
         let workers = Workers::start(settings.threads.saturating_sub(1))?;
         let shared = Arc::new(Shared::new(backend, settings, reload));
         let serving = Arc::clone(&shared);
         let running = tokio::spawn(async move {
-            accept_loop(&serving, listener.0, &workers, max_connections, grace_ms).await;
+            accept_loop(&serving, listener.0, &workers, connections_max, grace_ms).await;
             // A blocking join, on purpose: nothing else needs this thread now, and the
             // loops stop within a second (dropping connections past the grace period).
             workers.stop();
@@ -236,7 +236,7 @@ async fn accept_loop(
     shared: &Arc<Shared>,
     listener: TcpListener,
     workers: &Workers,
-    max_connections: usize,
+    connections_max: usize,
     grace_ms: u64,
 ) {
     let mut next_loop = 0usize;
@@ -256,7 +256,7 @@ async fn accept_loop(
             }
         };
         let metrics = &shared.metrics;
-        if metrics.connections_current.load(Relaxed) >= max_connections as u64 {
+        if metrics.connections_current.load(Relaxed) >= connections_max as u64 {
             metrics.connections_refused.fetch_add(1, Relaxed);
             tokio::spawn(refuse(stream));
             continue;
@@ -319,7 +319,7 @@ fn spawn_connection(
     });
 }
 
-/// One of `max_connections`, counted in `connections_current` for as long as it
+/// One of `connections_max`, counted in `connections_current` for as long as it
 /// lives: the count goes down on drop, so a connection task that panics gives its slot
 /// back too.
 struct ConnectionSlot {
@@ -393,7 +393,7 @@ async fn handle(
         // A shutdown ends this read with end-of-file (see `shutdown.rs`).
         let read = match request_started {
             Some(started) => {
-                let deadline = started + shared.limits.request_timeout();
+                let deadline = started + shared.limits.get().request_timeout();
                 tokio::time::timeout_at(deadline.into(), conn.read()).await
             }
             None => Ok(conn.read().await),
@@ -413,6 +413,12 @@ async fn handle(
     }
 }
 
+/// The limits in force, and what the parser checks of them.
+fn limits_now(shared: &Shared) -> (Limits, ParseLimits) {
+    let limits = shared.limits.get();
+    (limits, limits.parse())
+}
+
 /// Executes every complete request in the read buffer, appending replies to the
 /// output. Returns whether to close, and whether any request completed.
 async fn process(
@@ -422,11 +428,13 @@ async fn process(
     session: &mut Session,
 ) -> (Flow, bool) {
     let (inbound, outbound) = conn.halves();
-    let limits = shared.limits.parse_limits();
+    // One copy of the limits for this read's requests (a reload swaps them whole), taken
+    // again after this connection's own `reload`: what follows it sees the new ones.
+    let (mut limits, mut parse_limits) = limits_now(shared);
     let mut progressed = false;
     let mut last_done: Option<Instant> = None;
     loop {
-        let request = match inbound.next_request(&limits) {
+        let request = match inbound.next_request(&parse_limits) {
             Next::NeedMore => return (Flow::Continue, progressed),
             Next::Request(request) => request,
             Next::Refused {
@@ -458,6 +466,7 @@ async fn process(
         let flow = {
             let mut ctx = Ctx {
                 shared,
+                limits: &limits,
                 session: &mut *session,
                 metrics,
                 out: &mut *outbound,
@@ -467,6 +476,9 @@ async fn process(
         let done = Instant::now();
         metrics.record(kind, done.saturating_duration_since(started));
         last_done = Some(done);
+        if kind == CommandKind::Reload {
+            (limits, parse_limits) = limits_now(shared);
+        }
         outbound.hand_over_read_ahead(inbound);
         if flow == Flow::Close {
             return (Flow::Close, true);

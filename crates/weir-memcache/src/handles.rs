@@ -13,7 +13,7 @@
 //! A handle on a queue deleted meanwhile answers `NotFound`; the caller then calls
 //! [`Handles::evict`] and asks again, which creates the queue afresh. A miss goes
 //! to the [`Backend`], which creates what is missing without blocking the event loop
-//! (within `max_queues`).
+//! (within `queues_max`).
 
 use weir_backend::{Backend, Queue, Reader};
 
@@ -50,7 +50,7 @@ fn names_hash(queue: &str, reader: Option<&str>) -> u64 {
 }
 
 impl Handles {
-    /// The queue `name`, created on first use (within `max_queues`).
+    /// The queue `name`, created on first use (within `queues_max`).
     pub async fn queue(&mut self, backend: &Backend, name: &str) -> weir_backend::Result<&Queue> {
         let hash = names_hash(name, None);
         let found = self

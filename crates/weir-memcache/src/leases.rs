@@ -1,5 +1,5 @@
 //! The leases one connection holds: what `close`, `abort`, `confirm` act on, what
-//! `max_open_reads` counts, and what goes back when the connection ends.
+//! `open_reads_max` counts, and what goes back when the connection ends.
 //!
 //! Kestrel ties an open read to the connection that took it, so a client that dies
 //! mid-work gives its items back. The engine knows leases only by id; this module
@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use weir_backend::{Lease, Reader};
 
-/// Most leases one connection may hold over all its readers: `max_open_reads` per
+/// Most leases one connection may hold over all its readers: `open_reads_max` per
 /// reader bounds `get`, and `monitor` is capped by this.
 pub const LEASES_PER_CONNECTION_MAX: usize = 100_000;
 

@@ -211,7 +211,7 @@ impl Metrics {
             ),
             (
                 "weir_connections_refused_total",
-                "Connections refused over max_connections.",
+                "Connections refused over connections_max.",
                 self.connections_refused.load(Relaxed),
             ),
         ];

@@ -59,7 +59,7 @@ pub const MS_UNSUPPORTED: &[u8] = b"CLIENT_ERROR ms is not supported by a queue\
 pub const TOO_MANY_CONNECTIONS: &[u8] = b"SERVER_ERROR too many connections\r\n";
 pub const DISK_FULL: &[u8] = b"SERVER_ERROR disk full\r\n";
 pub const SHUTTING_DOWN: &[u8] = b"SERVER_ERROR shutting down\r\n";
-/// The store holds `max_queues` and refused to create one more.
+/// The store holds `queues_max` and refused to create one more.
 pub const TOO_MANY_QUEUES: &[u8] = b"SERVER_ERROR too many queues\r\n";
 /// The start of the text of `SERVER_ERROR backend unavailable: DETAIL`: the backend
 /// (a JetStream cluster) cannot be reached or has no leader; nothing is known to have

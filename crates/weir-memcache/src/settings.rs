@@ -5,12 +5,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::parse::{GET_KEYS_MAX_DEFAULT, ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT};
+use std::time::Duration;
+
+use crate::parse::{
+    ParseLimits, GET_KEYS_MAX_DEFAULT, ITEM_SIZE_BYTES_MAX_DEFAULT, LINE_BYTES_MAX_DEFAULT,
+};
 
 pub const OPEN_READS_MAX_DEFAULT: u64 = 1;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 pub const WAIT_MS_MAX_DEFAULT: u64 = 3_600_000;
-/// The default of `max_queues`: the store's `queues_max`, the most queues clients can
+/// The default of `queues_max`: the store's `queues_max`, the most queues clients can
 /// bring into being.
 pub const QUEUES_MAX_DEFAULT: usize = 10_000;
 
@@ -19,11 +23,12 @@ pub const QUEUES_MAX_DEFAULT: usize = 10_000;
 pub struct Limits {
     pub line_bytes_max: usize,
     pub item_size_bytes_max: u64,
-    pub max_open_reads: u64,
+    /// Leases one connection may hold per queue and reader.
+    pub open_reads_max: u64,
     pub request_timeout_ms: u64,
     pub wait_ms_max: u64,
     /// Most queues clients may create; more is `SERVER_ERROR too many queues`.
-    pub max_queues: usize,
+    pub queues_max: usize,
     pub shutdown_enabled: bool,
     /// Most keys of one `get`; more is `CLIENT_ERROR too many keys`.
     pub get_keys_max: usize,
@@ -39,15 +44,31 @@ impl Default for Limits {
         Limits {
             line_bytes_max: LINE_BYTES_MAX_DEFAULT,
             item_size_bytes_max: ITEM_SIZE_BYTES_MAX_DEFAULT,
-            max_open_reads: OPEN_READS_MAX_DEFAULT,
+            open_reads_max: OPEN_READS_MAX_DEFAULT,
             request_timeout_ms: REQUEST_TIMEOUT_MS_DEFAULT,
             wait_ms_max: WAIT_MS_MAX_DEFAULT,
-            max_queues: QUEUES_MAX_DEFAULT,
+            queues_max: QUEUES_MAX_DEFAULT,
             shutdown_enabled: false,
             get_keys_max: GET_KEYS_MAX_DEFAULT,
             flush_all_kestrel: false,
             reserved_queues_writable: false,
         }
+    }
+}
+
+impl Limits {
+    /// What the parser checks a request against.
+    pub fn parse(&self) -> ParseLimits {
+        ParseLimits {
+            line_bytes_max: self.line_bytes_max,
+            item_size_bytes_max: self.item_size_bytes_max,
+            get_keys_max: self.get_keys_max,
+        }
+    }
+
+    /// The longest a request may take to arrive whole.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
     }
 }
 
@@ -58,7 +79,7 @@ pub struct MemcacheSettings {
     pub listen: String,
     /// Event-loop threads (each a single-threaded runtime) serving connections.
     pub threads: usize,
-    pub max_connections: usize,
+    pub connections_max: usize,
     /// How long a stop waits for open connections to finish.
     pub shutdown_grace_ms: u64,
     /// The store's descriptor budget, derived at start and kept across reloads

@@ -3,11 +3,10 @@
 //! own module so that the commands (`cmd`) and the accept loop (`door`) both use it
 //! without importing each other.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::sync::{PoisonError, RwLock};
+use std::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::parse::ParseLimits;
 use crate::settings::{Limits, MemcacheSettings, Reload};
 use crate::shutdown::Shutdown;
 
@@ -18,13 +17,13 @@ pub const OUTPUT_BYTES_FLUSH_AT: usize = 256 * 1024;
 /// What every connection shares. Nothing of the other doors: the root composes them.
 pub struct Shared {
     /// Where the queues live; connections get the queues and readers they have not
-    /// cached from it, which creates them (within `max_queues`) without blocking an
+    /// cached from it, which creates them (within `queues_max`) without blocking an
     /// event loop.
     pub backend: std::sync::Arc<weir_backend::Backend>,
     /// The settings the door started with (`stats settings` shows the restart-only
     /// ones from here, the reloadable ones from `limits`).
     pub settings: MemcacheSettings,
-    pub limits: RuntimeLimits,
+    pub limits: LimitsCell,
     pub metrics: Metrics,
     /// What `reload` runs; none without a config file.
     pub reload: Option<Reload>,
@@ -40,7 +39,7 @@ impl Shared {
     ) -> Shared {
         Shared {
             backend,
-            limits: RuntimeLimits::new(settings.limits),
+            limits: LimitsCell::new(settings.limits),
             metrics: Metrics::new(settings.threads),
             settings,
             reload,
@@ -58,81 +57,30 @@ impl Shared {
     }
 }
 
-/// The reloadable limits, readable without a lock on every request.
-pub struct RuntimeLimits {
-    line_bytes_max: AtomicUsize,
-    item_size_bytes_max: AtomicU64,
-    max_open_reads: AtomicU64,
-    request_timeout_ms: AtomicU64,
-    wait_ms_max: AtomicU64,
-    shutdown_enabled: AtomicBool,
-    get_keys_max: AtomicUsize,
-    flush_all_kestrel: AtomicBool,
-    reserved_queues_writable: AtomicBool,
+/// The reloadable limits, swapped whole by a `reload`: a connection takes one copy
+/// for each read's requests ([`LimitsCell::get`]), so no request ever sees some limits
+/// of one file and some of the next.
+pub struct LimitsCell {
+    /// A read lock for a copy of a few words, taken once per read of a connection;
+    /// written only by `reload`.
+    current: RwLock<Limits>,
 }
 
-impl RuntimeLimits {
-    pub fn new(limits: Limits) -> RuntimeLimits {
-        let r = RuntimeLimits {
-            line_bytes_max: AtomicUsize::new(0),
-            item_size_bytes_max: AtomicU64::new(0),
-            max_open_reads: AtomicU64::new(0),
-            request_timeout_ms: AtomicU64::new(0),
-            wait_ms_max: AtomicU64::new(0),
-            shutdown_enabled: AtomicBool::new(false),
-            get_keys_max: AtomicUsize::new(0),
-            flush_all_kestrel: AtomicBool::new(false),
-            reserved_queues_writable: AtomicBool::new(false),
-        };
-        r.set(limits);
-        r
-    }
-
-    pub fn set(&self, l: Limits) {
-        self.line_bytes_max.store(l.line_bytes_max, Relaxed);
-        self.item_size_bytes_max
-            .store(l.item_size_bytes_max, Relaxed);
-        self.max_open_reads.store(l.max_open_reads, Relaxed);
-        self.request_timeout_ms.store(l.request_timeout_ms, Relaxed);
-        self.wait_ms_max.store(l.wait_ms_max, Relaxed);
-        self.shutdown_enabled.store(l.shutdown_enabled, Relaxed);
-        self.get_keys_max.store(l.get_keys_max, Relaxed);
-        self.flush_all_kestrel.store(l.flush_all_kestrel, Relaxed);
-        self.reserved_queues_writable
-            .store(l.reserved_queues_writable, Relaxed);
-    }
-
-    /// Whether `delete` and `flush` may touch the bus's and the proxy's queues.
-    pub fn reserved_queues_writable(&self) -> bool {
-        self.reserved_queues_writable.load(Relaxed)
-    }
-
-    /// Whether `flush_all` answers Kestrel's text instead of `OK`.
-    pub fn flush_all_kestrel(&self) -> bool {
-        self.flush_all_kestrel.load(Relaxed)
-    }
-
-    pub fn parse_limits(&self) -> ParseLimits {
-        ParseLimits {
-            line_bytes_max: self.line_bytes_max.load(Relaxed),
-            item_size_bytes_max: self.item_size_bytes_max.load(Relaxed),
-            get_keys_max: self.get_keys_max.load(Relaxed),
+impl LimitsCell {
+    pub fn new(limits: Limits) -> LimitsCell {
+        LimitsCell {
+            current: RwLock::new(limits),
         }
     }
 
-    pub fn max_open_reads(&self) -> u64 {
-        self.max_open_reads.load(Relaxed)
+    /// The limits in force. A poisoned lock still holds a whole `Limits` (the only
+    /// writer assigns one in a single statement), so it is read all the same.
+    pub fn get(&self) -> Limits {
+        *self.current.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms.load(Relaxed))
-    }
-
-    pub fn wait_ms_max(&self) -> u64 {
-        self.wait_ms_max.load(Relaxed)
-    }
-
-    pub fn shutdown_enabled(&self) -> bool {
-        self.shutdown_enabled.load(Relaxed)
+    /// Puts `limits` in force, all at once.
+    pub fn set(&self, limits: Limits) {
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = limits;
     }
 }

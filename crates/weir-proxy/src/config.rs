@@ -81,8 +81,10 @@ pub struct ProxyConfig {
     /// Threads of the proxy's own runtime (default: the CPU count).
     pub threads: Option<usize>,
     /// Body bytes held in memory at once, all routes together: bodies read whole
-    /// and capture copies; past it bodies stream and captures spill to disk.
-    pub body_memory_max: Option<u64>,
+    /// and capture copies; past it bodies stream and captures spill to disk. Read
+    /// from `body_memory_max` too, its old name.
+    #[serde(alias = "body_memory_max")]
+    pub body_memory_bytes_max: Option<u64>,
     /// A PEM file of CA certificates trusted for `https://` targets, besides the
     /// built-in Mozilla roots.
     pub tls_ca_file: Option<PathBuf>,
@@ -372,8 +374,11 @@ impl ProxyConfig {
                 self.threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())),
             )?,
-            body_memory_max: match self.body_memory_max.unwrap_or(BODY_MEMORY_MAX_DEFAULT) {
-                0 => return Err("proxy.body_memory_max must be at least 1".into()),
+            body_memory_max: match self
+                .body_memory_bytes_max
+                .unwrap_or(BODY_MEMORY_MAX_DEFAULT)
+            {
+                0 => return Err("proxy.body_memory_bytes_max must be at least 1".into()),
                 n => n,
             },
             tls,

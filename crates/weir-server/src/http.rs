@@ -4,7 +4,7 @@
 //! capture endpoints (`weir_proxy::tools::captures`).
 //!
 //! Served by `weir_http::Listener`, like the bus's API and the proxy: at most
-//! `http_max_connections` connections at once (at the cap, the connection idle the
+//! `http_connections_max` connections at once (at the cap, the connection idle the
 //! longest is closed for the newcomer, so idle sockets cannot lock clients out; one
 //! more is refused only when all are in the middle of a request), and
 //! `http_header_timeout_ms` for a client to send a request head (the connection is
@@ -54,7 +54,7 @@ pub struct HttpPort {
     pub captures: Arc<CaptureApi>,
     /// Turns true when the process begins to stop.
     pub stopping: watch::Receiver<bool>,
-    /// Idle connections closed at `http_max_connections` for a new one (shared with
+    /// Idle connections closed at `http_connections_max` for a new one (shared with
     /// the port's `weir_http::http_conns::Slots`).
     pub evicted: Arc<AtomicU64>,
     /// A `/metrics` gathering of the backend's figures is running (at most one).

@@ -114,8 +114,8 @@ struct ServeArgs {
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
     /// Most memcache connections open at once [default: 16384]
-    #[arg(long, value_name = "N")]
-    max_connections: Option<usize>,
+    #[arg(long, value_name = "N", alias = "max-connections")]
+    connections_max: Option<usize>,
     /// Runs the event bus (routemaster's HTTP API, docs/bus.md) on this address;
     /// a `[bus]` section in the config file also enables it [default when enabled:
     /// 127.0.0.1:22135]. Its root key comes from the file or WEIR_BUS_ROOT_KEY.
@@ -169,7 +169,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir,
         log_level: args.log_level,
         threads: args.threads,
-        max_connections: args.max_connections,
+        connections_max: args.connections_max,
         bus_listen: args.bus_listen,
         backend: args.backend,
         nats_servers: args.nats_servers,
@@ -177,7 +177,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let settings = config::resolve(&file, &overrides)?;
     init_logging(&settings.log_level)?;
-    file.warn_renamed_keys();
+    file.warn_old_names();
     raise_open_files_limit();
     // The accept loop, HTTP and the first event loop; the memcache door starts the
     // others.
@@ -238,7 +238,7 @@ fn proxy_only(args: ProxyArgs) -> anyhow::Result<()> {
     let mut settings = settings;
     settings.proxy = Some(proxy);
     init_logging(&settings.log_level)?;
-    file.warn_renamed_keys();
+    file.warn_old_names();
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

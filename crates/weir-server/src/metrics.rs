@@ -9,12 +9,12 @@ use std::fmt;
 use weir_backend::exposition::{self, DescriptorEncoder};
 
 /// `weir_http_connections_evicted_total`: idle HTTP-port connections closed at
-/// `http_max_connections` for a new one.
+/// `http_connections_max` for a new one.
 pub fn encode_http_evicted(evicted: u64, enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
     exposition::counter(
         enc,
         "weir_http_connections_evicted_total",
-        "Idle HTTP-port connections closed at http_max_connections for a new one.",
+        "Idle HTTP-port connections closed at http_connections_max for a new one.",
         evicted,
     )
 }

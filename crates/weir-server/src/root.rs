@@ -136,7 +136,7 @@ pub async fn run(
     // First of all: a signal from here on stops the start gracefully.
     let mut signals = Signals::install().context("installing the SIGTERM and SIGINT handlers")?;
     let files_open_max = match plan {
-        Plan::Serve => files_open_max(settings.max_connections),
+        Plan::Serve => files_open_max(settings.connections_max),
         Plan::ProxyOnly { .. } => settings.store.files_open_max,
     };
     let (backend, opened, signalled) = start(&settings, files_open_max, plan, &mut signals).await?;
@@ -237,7 +237,7 @@ fn spawn_http(
     settings: &Settings,
 ) -> tokio::task::JoinHandle<io::Result<()>> {
     let limits = HttpLimits {
-        max_connections: settings.http_max_connections,
+        max_connections: settings.http_connections_max,
         header_timeout: Duration::from_millis(settings.http_header_timeout_ms),
     };
     tokio::spawn(crate::http::serve(listener, Arc::new(port), limits))
@@ -313,7 +313,7 @@ fn log_listening(
             http = %http.local_addr()?,
             data_dir = %settings.data_dir.display(),
             threads = settings.threads,
-            max_connections = settings.max_connections,
+            connections_max = settings.connections_max,
             "listening"
         ),
         (None, Some(http)) => tracing::info!(http = %http.local_addr()?, "listening"),
@@ -400,7 +400,7 @@ async fn connect_jetstream(
 }
 
 /// A build without JetStream: the settings are refused when resolved
-/// (`config::resolve_backend`); this is never reached, but answers as they do.
+/// (`config::BackendSection::resolve`); this is never reached, but answers as they do.
 #[cfg(not(feature = "jetstream"))]
 async fn connect_jetstream(
     _settings: &Settings,
@@ -417,7 +417,7 @@ const FILES_RESERVED: usize = 256;
 const FILES_FOR_QUEUES_MIN: usize = 64;
 
 /// The store's descriptor budget (`StoreOptions::files_open_max`): the open-files
-/// limit (raised to the hard limit at start) less what `max_connections` and the rest
+/// limit (raised to the hard limit at start) less what `connections_max` and the rest
 /// of the server may need, so that queues and clients cannot together run out.
 fn files_open_max(max_connections: usize) -> usize {
     let limit = weir::open_files_limit();

@@ -229,7 +229,7 @@ fn multi_key_get_counts_leases_across_its_keys() {
 #[test]
 fn max_open_reads_from_the_config() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file(dir.path(), "[server]\nmax_open_reads = 2\n");
+    let cfg = config_file(dir.path(), "[server]\nopen_reads_max = 2\n");
     let s = Server::start(
         &dir.path().join("data"),
         &["--config", cfg.to_str().unwrap()],
@@ -601,7 +601,7 @@ fn monitor_and_confirm() {
 #[test]
 fn version_reload_shutdown_quit() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file(dir.path(), "[server]\nmax_open_reads = 1\n");
+    let cfg = config_file(dir.path(), "[server]\nopen_reads_max = 1\n");
     let mut s = Server::start(
         &dir.path().join("data"),
         &["--config", cfg.to_str().unwrap()],
@@ -621,7 +621,7 @@ fn version_reload_shutdown_quit() {
         b"CLIENT_ERROR close current item first\r\n",
     );
     // A broken file changes nothing.
-    std::fs::write(&cfg, "[server]\nmax_open_reads = \"many\"\n").unwrap();
+    std::fs::write(&cfg, "[server]\nopen_reads_max = \"many\"\n").unwrap();
     c.send(b"reload\r\n");
     let reply = c.read_until(b"\r\n");
     assert!(
@@ -631,7 +631,7 @@ fn version_reload_shutdown_quit() {
     );
     std::fs::write(
         &cfg,
-        "[server]\nmax_open_reads = 2\nshutdown_enabled = true\n",
+        "[server]\nopen_reads_max = 2\nshutdown_enabled = true\n",
     )
     .unwrap();
     c.call(b"reload\r\n", b"Reloaded config.\r\n");
@@ -899,7 +899,7 @@ fn oversize_items_are_refused_and_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config_file(
         dir.path(),
-        "[server]\nitem_size_bytes_max = 1000\n[queues.\"small\"]\nmax_item_size_bytes = 10\n",
+        "[server]\nitem_size_bytes_max = 1000\n[queues.\"small\"]\nitem_size_bytes_max = 10\n",
     );
     let s = Server::start(
         &dir.path().join("data"),
@@ -927,7 +927,7 @@ fn full_queue_refuses_with_not_stored() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file(dir.path(), "[queues.\"tiny*\"]\nmax_items = 2\n");
+    let cfg = config_file(dir.path(), "[queues.\"tiny*\"]\nitems_max = 2\n");
     let s = Server::start(
         &dir.path().join("data"),
         &["--config", cfg.to_str().unwrap()],
@@ -1002,7 +1002,7 @@ fn half_sent_request_times_out() {
 #[test]
 fn connection_limit() {
     let dir = tempfile::tempdir().unwrap();
-    let s = Server::start(&dir.path().join("data"), &["--max-connections", "2"]);
+    let s = Server::start(&dir.path().join("data"), &["--connections-max", "2"]);
     let mut a = s.client();
     let mut b = s.client();
     a.call(
@@ -1152,7 +1152,7 @@ fn max_queues_caps_creation_not_use() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = config_file(dir.path(), "[server]\nmax_queues = 3\n");
+    let cfg = config_file(dir.path(), "[server]\nqueues_max = 3\n");
     let data = dir.path().join("data");
     let mut s = Server::start(&data, &["--config", cfg.to_str().unwrap()]);
     let mut c = s.client();
@@ -1192,7 +1192,7 @@ fn max_queues_caps_creation_not_use() {
     );
     c.call(b"get e\r\n", REFUSED);
     // Reloadable.
-    std::fs::write(&cfg, "[server]\nmax_queues = 4\n").unwrap();
+    std::fs::write(&cfg, "[server]\nqueues_max = 4\n").unwrap();
     c.call(b"reload\r\n", b"Reloaded config.\r\n");
     c.call(
         b"get e\r\nget f\r\n",
@@ -1200,7 +1200,7 @@ fn max_queues_caps_creation_not_use() {
     );
     // Queues over a lowered cap are kept and usable after a restart.
     s.terminate(Duration::from_secs(10));
-    std::fs::write(&cfg, "[server]\nmax_queues = 1\n").unwrap();
+    std::fs::write(&cfg, "[server]\nqueues_max = 1\n").unwrap();
     let s = Server::start(&data, &["--config", cfg.to_str().unwrap()]);
     let mut c = s.client();
     c.call(
@@ -1226,7 +1226,7 @@ fn reload_applies_queue_settings() {
         b"set capped 0 0 1\r\na\r\nset capped 0 0 1\r\nb\r\n",
         b"STORED\r\nNOT_STORED\r\n",
     );
-    std::fs::write(&cfg, "[queues.\"capped\"]\nmax_items = 2\n").unwrap();
+    std::fs::write(&cfg, "[queues.\"capped\"]\nitems_max = 2\n").unwrap();
     c.call(b"reload\r\n", b"Reloaded config.\r\n");
     c.call(
         b"set capped 0 0 1\r\nb\r\nset capped 0 0 1\r\nc\r\n",

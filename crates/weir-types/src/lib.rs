@@ -3,7 +3,8 @@
 //! An item and the options of an append, what a take does and returns, a queue's and
 //! a reader's stats, the rule for queue and reader names, the rule of expiry, the
 //! queue names reserved for a front door, the limits both backends enforce alike and
-//! the wall clock in Unix milliseconds. They live here, not in the engine, because
+//! the wall clock in Unix milliseconds, and the error a config value is refused
+//! with. They live here, not in the engine, because
 //! the JetStream backend and every front door use them too: one definition, one
 //! encoding (an item's `expires_at_ms` of 0 is never, on every backend), one rule.
 //! The engine (`weir`) and the backend interface (`weir_backend`) re-export them, so
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 mod clock;
+mod config_error;
 mod expiry;
 mod item;
 mod limits;
@@ -22,6 +24,7 @@ mod reserved;
 mod stats;
 
 pub use clock::now_ms;
+pub use config_error::ConfigError;
 pub use expiry::{expiry_ms, NEVER};
 pub use item::{AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
 pub use limits::{CREATIONS_AT_ONCE, READERS_PER_QUEUE_MAX};

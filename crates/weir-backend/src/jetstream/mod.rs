@@ -321,7 +321,7 @@ impl JetStream {
             ("backend_stream", c.stream.clone()),
             ("backend_subject_prefix", c.subject_prefix.clone()),
             ("backend_replicas", c.replicas.to_string()),
-            ("backend_max_consumers", c.max_consumers.to_string()),
+            ("backend_max_consumers", c.consumers_max.to_string()),
             ("backend_lease_timeout_ms", c.lease_timeout_ms.to_string()),
             (
                 "backend_instance_timeout_ms",

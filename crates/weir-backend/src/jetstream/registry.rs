@@ -10,7 +10,7 @@
 //! listings (queues with a default reader), then as queues and readers are used or
 //! created; another instance's new queue is learnt when this instance first names it
 //! (creating a consumer again is idempotent).
-//! Its size is bounded by the stream's consumers (`max_consumers`).
+//! Its size is bounded by the stream's consumers (`consumers_max`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

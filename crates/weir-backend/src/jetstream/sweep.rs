@@ -65,7 +65,7 @@ const QUEUES_PER_SWEEP: usize = 1_000;
 pub(crate) struct Sweeper {
     marked: Mutex<HashSet<String>>,
     /// The bound of this instance's last purge of each queue; cleared whole when it
-    /// holds more queues than the stream may have readers (`max_consumers`).
+    /// holds more queues than the stream may have readers (`consumers_max`).
     purged: Mutex<HashMap<String, u64>>,
 }
 
@@ -290,9 +290,9 @@ impl Inner {
         }
         let mut done = lock(&self.sweeper.purged);
         done.insert(queue.to_owned(), bound);
-        // Bounded: cleared whole past `max_consumers` entries (a queue then purged
+        // Bounded: cleared whole past `consumers_max` entries (a queue then purged
         // again costs one Raft round, nothing else).
-        if done.len() > usize::try_from(self.config.max_consumers).unwrap_or(usize::MAX) {
+        if done.len() > usize::try_from(self.config.consumers_max).unwrap_or(usize::MAX) {
             done.clear();
         }
         Ok(())

@@ -10,7 +10,7 @@ use crate::reply;
 use crate::request::{is_reserved, ReadKey};
 
 pub async fn execute(ctx: &mut Ctx<'_>, key: ReadKey<'_>, noreply: bool) -> Flow {
-    if is_reserved(key.queue) && !ctx.shared.limits.reserved_queues_writable() {
+    if is_reserved(key.queue) && !ctx.limits.reserved_queues_writable {
         // The bus and the proxy own these: a delete from here broke every publish to
         // the topic until a restart.
         if !noreply {

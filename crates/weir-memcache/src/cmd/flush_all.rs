@@ -18,9 +18,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {
         .await;
     if !noreply {
         match result {
-            Ok(()) if ctx.shared.limits.flush_all_kestrel() => {
-                ctx.out.put(reply::FLUSHED_ALL_KESTREL)
-            }
+            Ok(()) if ctx.limits.flush_all_kestrel => ctx.out.put(reply::FLUSHED_ALL_KESTREL),
             Ok(()) => ctx.out.put(reply::OK),
             Err(e) => put_failure(ctx.out.replies(), &e.into()),
         }

@@ -3,7 +3,7 @@
 //! Per key, in this order: `abort` releases this connection's leases on the reader;
 //! `close` confirms its oldest lease there; then `open` takes under a lease, `peek`
 //! looks, and a plain key takes and confirms at once, each waiting up to `t=MS`. The
-//! lease rules (`max_open_reads`; no plain take while holding a lease; at most
+//! lease rules (`open_reads_max`; no plain take while holding a lease; at most
 //! [`LEASES_PER_CONNECTION_MAX`] in all) are checked for the whole request before
 //! anything happens, counting what earlier keys of it open and close, so a refused
 //! request changes nothing. Replies past [`crate::shared::OUTPUT_BYTES_FLUSH_AT`] are written between
@@ -43,7 +43,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, keys: GetKeys<'_>, cas: bool) -> Flow {
         && keys.len() == 1
         && keys.iter().all(|key| key.options.is_plain());
     if !plain_single {
-        let open_reads_max = ctx.shared.limits.max_open_reads();
+        let open_reads_max = ctx.limits.open_reads_max;
         if let Err(reply) = check_leases(&ctx.session.leases, keys, open_reads_max) {
             ctx.out.put(reply);
             return Flow::Continue;
@@ -170,7 +170,7 @@ async fn take_waiting(ctx: &mut Ctx<'_>, key: &ReadKey<'_>, cas: bool) -> Result
     if o.peek {
         ctx.metrics.peeks.add(1);
     }
-    let wait_ms = o.wait_ms.unwrap_or(0).min(ctx.shared.limits.wait_ms_max());
+    let wait_ms = o.wait_ms.unwrap_or(0).min(ctx.limits.wait_ms_max);
     let wait = Duration::from_millis(wait_ms);
     if !wait.is_zero() {
         // A wait uses the connection (to send what is pending, to notice a close), so

@@ -32,6 +32,7 @@ use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
 use crate::parse::Request;
 use crate::reply;
+use crate::settings::Limits;
 use crate::shared::Shared;
 
 /// What the connection does after a command.
@@ -52,6 +53,8 @@ pub struct Session {
 /// Everything a command may touch.
 pub struct Ctx<'a> {
     pub shared: &'a Shared,
+    /// The reloadable limits in force for this read's requests.
+    pub limits: &'a Limits,
     pub session: &'a mut Session,
     /// The counters of the event loop this connection runs on.
     pub metrics: &'a LoopMetrics,

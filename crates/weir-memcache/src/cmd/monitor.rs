@@ -2,7 +2,7 @@
 //! every item that is or becomes available is taken under a lease held by this
 //! connection and sent at once, up to MAX_ITEMS; then `END`. The client confirms
 //! with `confirm QUEUE N` (or `get QUEUE/close`); what it does not confirm goes back
-//! when it disconnects. `max_open_reads` does not apply; [`MONITOR_ITEMS_MAX`] and
+//! when it disconnects. `open_reads_max` does not apply; [`MONITOR_ITEMS_MAX`] and
 //! [`MONITOR_SECONDS_MAX`] do.
 
 use std::time::{Duration, Instant};

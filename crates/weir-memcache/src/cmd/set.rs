@@ -60,7 +60,7 @@ async fn append(
         .await;
     match result {
         // Deleted since it was cached: the next use creates it afresh (within
-        // `max_queues`).
+        // `queues_max`).
         Err(e) if e.kind() == Kind::NotFound => {
             ctx.session.handles.evict(name);
             let queue = ctx.session.handles.queue(backend, name).await?;

@@ -5,7 +5,7 @@ use super::{Ctx, Flow};
 use crate::reply;
 
 pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
-    if !ctx.shared.limits.shutdown_enabled() {
+    if !ctx.limits.shutdown_enabled {
         ctx.out.put(reply::SHUTDOWN_DISABLED);
         return Flow::Continue;
     }

@@ -153,40 +153,31 @@ fn queue_lines(stats: &[weir_backend::QueueStats]) -> QueueLines {
 /// `stats settings`.
 pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
     let shared = ctx.shared;
-    let limits = &shared.limits;
-    let parse = limits.parse_limits();
+    let limits = shared.limits.get();
     let out = ctx.out.replies();
     let s = &shared.settings;
     stat_text(out, "listen", &s.listen);
     stat_text(out, "http_listen", &s.http_listen);
     stat_text(out, "data_dir", &s.data_dir.display().to_string());
-    stat(out, "maxconns", s.max_connections as u64);
+    stat(out, "maxconns", s.connections_max as u64);
     stat(out, "num_threads", s.threads as u64);
-    stat(out, "item_size_max", parse.item_size_bytes_max);
-    stat(out, "line_bytes_max", parse.line_bytes_max as u64);
-    stat(out, "get_keys_max", parse.get_keys_max as u64);
-    stat(out, "max_open_reads", limits.max_open_reads());
-    stat(
-        out,
-        "request_timeout_ms",
-        limits.request_timeout().as_millis() as u64,
-    );
-    stat(out, "wait_ms_max", limits.wait_ms_max());
+    stat(out, "item_size_max", limits.item_size_bytes_max);
+    stat(out, "line_bytes_max", limits.line_bytes_max as u64);
+    stat(out, "get_keys_max", limits.get_keys_max as u64);
+    stat(out, "max_open_reads", limits.open_reads_max);
+    stat(out, "request_timeout_ms", limits.request_timeout_ms);
+    stat(out, "wait_ms_max", limits.wait_ms_max);
     stat(out, "max_queues", shared.backend.queues_max() as u64);
     stat(out, "queue_files_max", s.files_open_max as u64);
     stat_text(
         out,
         "shutdown_command",
-        if limits.shutdown_enabled() {
-            "yes"
-        } else {
-            "no"
-        },
+        if limits.shutdown_enabled { "yes" } else { "no" },
     );
     stat_text(
         out,
         "flush_all_reply",
-        if limits.flush_all_kestrel() {
+        if limits.flush_all_kestrel {
             "kestrel"
         } else {
             "ok"
@@ -195,7 +186,7 @@ pub fn settings(ctx: &mut Ctx<'_>) -> Flow {
     stat_text(
         out,
         "reserved_queues_writable",
-        if limits.reserved_queues_writable() {
+        if limits.reserved_queues_writable {
             "yes"
         } else {
             "no"
