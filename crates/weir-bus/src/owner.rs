@@ -18,6 +18,8 @@
 //! longer than that and then goes on; its next write of the key or of the metadata
 //! is then refused, and it stops. Deliveries are at least once either way.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,14 +28,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use weir_backend::{Expect, Kind, SharedMap};
 
-use crate::bus::Bus;
+use crate::bus::{Bus, OwnerHold};
+use crate::meta_map::{MetaMap, OWNER_KEY};
 
 /// The longest pause between two reads of the key by an instance standing by: an instance
 /// that stops cleanly gives the key up, and another serves within this.
 const STANDBY_READ_MAX: Duration = Duration::from_secs(1);
-
-/// The key the serving instance holds.
-pub const OWNER_KEY: &str = "owner";
 
 /// The `owner` key's value.
 #[derive(Serialize, Deserialize)]
@@ -88,9 +88,9 @@ impl Owner {
         let Some(map) = self.open(&bus).await else {
             return;
         };
-        bus.set_map(crate::meta_map::MetaMap::new(map.clone()));
+        bus.set_map(MetaMap::new(map.clone()));
         let _ = self.map.set(map);
-        bus.set_owner(Arc::clone(&self));
+        bus.set_owner(Arc::<Owner>::clone(&self));
         while !bus.is_shutting_down() {
             let Some(revision) = self.stand_by(&bus).await else {
                 return;
@@ -274,6 +274,16 @@ impl Owner {
                 tracing::warn!(error = %e, "could not give the bus up; another instance takes over after takeover_ms");
             }
         }
+    }
+}
+
+impl OwnerHold for Owner {
+    fn holds_fresh(&self) -> bool {
+        Owner::holds_fresh(self)
+    }
+
+    fn renew(&self) -> Pin<Box<dyn Future<Output = weir_backend::Result<()>> + Send + '_>> {
+        Box::pin(Owner::renew(self))
     }
 }
 

@@ -20,6 +20,8 @@
 //! `redrive_below` mark.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
@@ -27,18 +29,20 @@ use std::time::Duration;
 
 use axum::http::header::CONTENT_TYPE;
 use sha2::{Digest, Sha256};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedMutexGuard, Semaphore};
 use tokio::time::Instant;
-use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
+use weir_backend::{AppendOptions, Backend, Lease, Reader, TakeMode};
 
-use crate::bus::{Bus, LiveSubscriber, WakeFlags};
+use crate::config::BusSettings;
+use crate::counters::SubscriberCounters;
 use crate::event::{cloudevents_batch, delivered, event_id, routemaster_batch};
 use crate::guard::{check_callback, Policy};
-use crate::meta::{Format, SubscriberMeta};
-use crate::metrics::SubscriberCounters;
+use crate::live::{LiveSubscriber, LiveTopic};
+use crate::meta::{Format, Meta, SubscriberMeta};
 use crate::names::{dead_queue, topic_queue};
 use crate::retry::backoff;
 use crate::sign::signature_header;
+use crate::wake::WakeFlags;
 
 /// How often an idle worker wakes without being woken.
 const IDLE_POLL: Duration = Duration::from_secs(1);
@@ -55,9 +59,40 @@ const REFUSAL_BODY_LOG_BYTES: usize = 200;
 /// is split in two: one event a receiver cannot take then costs only itself.
 const SPLIT_AFTER_REFUSALS: u32 = 2;
 
+/// A future a [`BusLink`] answers with.
+pub type BusFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a delivery worker needs of the bus that runs it: its settings and the shared
+/// means of delivery, the metadata and topics as they run, and the two calls back
+/// (holding changes off, making a topic's queue again). `bus.rs` implements it: the
+/// bus starts the workers, and this trait object is how they reach it back without
+/// this file reaching `bus.rs`.
+pub trait BusLink: Send + Sync + 'static {
+    fn backend(&self) -> &Backend;
+    fn settings(&self) -> &BusSettings;
+    /// The HTTP client of every delivery.
+    fn client(&self) -> &reqwest::Client;
+    /// Deliveries in flight, across subscribers (`deliveries_in_flight_max` permits).
+    fn in_flight(&self) -> &Semaphore;
+    fn shutdown(&self) -> &watch::Receiver<bool>;
+    fn is_shutting_down(&self) -> bool;
+    /// Whether this instance serves the bus now.
+    fn is_active(&self) -> bool;
+    /// Whether this instance may still change the backend (its hold is fresh).
+    fn may_write(&self) -> bool;
+    /// The metadata as last written.
+    fn meta(&self) -> Arc<Meta>;
+    /// Topic `name` as it runs.
+    fn topic(&self, name: &str) -> Option<Arc<LiveTopic>>;
+    /// Holds the bus's changes off until the guard is dropped.
+    fn hold_changes(&self) -> BusFuture<'_, OwnedMutexGuard<()>>;
+    /// Makes topic `topic`'s queue and readers again, found deleted outside the bus.
+    fn topic_gone<'a>(&'a self, topic: &'a str) -> BusFuture<'a, weir_backend::Result<()>>;
+}
+
 /// Starts the worker of a subscriber (its token's owner is `name`) on the current
 /// runtime.
-pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> LiveSubscriber {
+pub fn start(bus: Arc<dyn BusLink>, name: String, config: Arc<SubscriberMeta>) -> LiveSubscriber {
     let notify = Arc::new(Notify::new());
     let flags = Arc::new(WakeFlags::default());
     let id = config.id.clone();
@@ -92,7 +127,7 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> LiveSu
 
 #[derive(Clone)]
 struct Worker {
-    bus: Arc<Bus>,
+    bus: Arc<dyn BusLink>,
     /// The subscriber's id: its readers' name, its dead-letter queue, its name in logs.
     id: String,
     notify: Arc<Notify>,
@@ -290,7 +325,7 @@ impl Worker {
                 Ok(false) => Ok(false),
                 Ok(true) => {
                     self.bus
-                        .backend
+                        .backend()
                         .delete_reader(&topic_queue(&topic), id)
                         .await
                 }
@@ -313,7 +348,7 @@ impl Worker {
     }
 
     fn now_ms(&self) -> u64 {
-        self.bus.backend.now_ms()
+        self.bus.backend().now_ms()
     }
 
     /// The sources of the next batch under `cfg`: the dead-letter queue when
@@ -338,11 +373,11 @@ impl Worker {
     }
 
     /// The subscriber's reader on `topic`, `None` when it has none. A queue found
-    /// deleted outside the bus is made again (by [`Bus::topic_gone`]) and looked up
+    /// deleted outside the bus is made again (by [`BusLink::topic_gone`]) and looked up
     /// once more: skipping it would leave the topic out of every batch until the
     /// subscription changed.
     async fn topic_source(&self, topic: &str) -> Option<Source> {
-        let backend = &self.bus.backend;
+        let backend = &self.bus.backend();
         for attempt in 0..2 {
             let rt = self.bus.topic(topic)?;
             // Never create a reader here: the backend would start it at the oldest
@@ -459,7 +494,7 @@ impl Worker {
     /// The reader of the subscriber's dead-letter queue; `None` when the queue is
     /// not there (never created here: the bus makes it with the subscription).
     async fn dead_letter_reader(&self) -> weir_backend::Result<Option<Reader>> {
-        let backend = &self.bus.backend;
+        let backend = &self.bus.backend();
         match backend.existing_queue(&dead_queue(&self.id))? {
             Some(queue) => backend.reader(&queue, "").await.map(Some),
             None => Ok(None),
@@ -485,7 +520,7 @@ impl Worker {
                 batch.sources = self.current_sources(&cfg).await;
                 continue;
             }
-            if batch.events.len() >= max || batch.bytes >= self.bus.settings.batch_bytes_max {
+            if batch.events.len() >= max || batch.bytes >= self.bus.settings().batch_bytes_max {
                 return Some(batch);
             }
             let due = batch
@@ -523,7 +558,7 @@ impl Worker {
                 None => std::future::pending().await,
             }
         };
-        let mut shutdown = self.bus.shutdown.clone();
+        let mut shutdown = self.bus.shutdown().clone();
         let notify = Arc::clone(&self.notify);
         let published = async move {
             if on_publish {
@@ -551,7 +586,7 @@ impl Worker {
     /// bus): the bus has made it again, and the sources are to be built again.
     async fn fill(&mut self, batch: &mut Batch, max: usize) -> bool {
         let mut gone = false;
-        let bytes_max = self.bus.settings.batch_bytes_max;
+        let bytes_max = self.bus.settings().batch_bytes_max;
         let full = |b: &Batch| b.events.len() >= max || b.bytes >= bytes_max;
         let sources = Arc::clone(&batch.sources);
         let mut due = self.sources_due(&sources);
@@ -735,7 +770,7 @@ impl Worker {
             if may_split && events.len() > 1 && refusals >= SPLIT_AFTER_REFUSALS {
                 return Outcome::Split;
             }
-            let settings = &self.bus.settings;
+            let settings = &self.bus.settings();
             if attempts >= settings.attempts_max {
                 self.dead_letter(sources, events).await;
                 return Outcome::DeadLettered;
@@ -760,7 +795,7 @@ impl Worker {
         msg_id: &str,
         events: &[Pending],
     ) -> Result<(), Failure> {
-        let settings = &self.bus.settings;
+        let settings = &self.bus.settings();
         let policy = Policy {
             allow_http: settings.allow_http,
             allow_private_networks: settings.allow_private_networks,
@@ -768,7 +803,7 @@ impl Worker {
         check_callback(&cfg.callback, policy)?;
         let _permit = self
             .bus
-            .in_flight
+            .in_flight()
             .acquire()
             .await
             .map_err(|_| "the bus is closing".to_string())?;
@@ -786,7 +821,7 @@ impl Worker {
         let signature = signature_header(&cfg.secrets, now_ms, msg_id, timestamp_s, &body);
         let mut request = self
             .bus
-            .client
+            .client()
             .post(&cfg.callback)
             .header(CONTENT_TYPE, content_type)
             .header("webhook-id", msg_id)
@@ -835,7 +870,7 @@ impl Worker {
     /// events are appended there first, then confirmed where they came from, so a
     /// crash between the two delivers them again rather than losing them.
     async fn dead_letter(&self, sources: &[Source], events: &[Pending]) {
-        let queue = match self.bus.backend.existing_queue(&dead_queue(&self.id)) {
+        let queue = match self.bus.backend().existing_queue(&dead_queue(&self.id)) {
             Ok(Some(q)) => q,
             Ok(None) => {
                 tracing::error!(subscriber = %self.id, "no dead-letter queue; the batch stays pending");
