@@ -95,7 +95,13 @@ impl Owner {
             let Some(revision) = self.stand_by(&bus).await else {
                 return;
             };
-            self.hold(Some(revision), &mut *self.held.lock().await);
+            {
+                let mut held = self.held.lock().await;
+                // Standing by follows a hold lost (`serve` returns once `hold(None)`),
+                // given up (`resign`), or none yet.
+                assert!(held.is_none(), "took the owner key over while holding it");
+                self.hold(Some(revision), &mut held);
+            }
             tracing::info!("this instance now serves the bus");
             // The hold is renewed from now on, while the metadata is read and the
             // queues brought in line (which can take longer than `takeover_ms` with
@@ -231,6 +237,12 @@ impl Owner {
     /// changes nothing.
     pub async fn renew(&self) -> weir_backend::Result<()> {
         let mut held = self.held.lock().await;
+        // Both are written together, by `hold`, under this lock.
+        assert_eq!(
+            held.is_some(),
+            self.renewed.lock().is_some(),
+            "the owner key's revision and its renewal time disagree"
+        );
         let (Some(revision), Some(map)) = (*held, self.map()) else {
             return Err(weir_backend::Error::new(
                 Kind::Conflict,

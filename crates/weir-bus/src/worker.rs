@@ -644,8 +644,13 @@ impl Worker {
         if gone {
             self.cached = None;
             self.index = None;
-            self.index = None;
         }
+        // `full` is checked before every take: one batch, one POST, at most `max`.
+        assert!(
+            batch.events.len() <= max,
+            "a batch holds {} events, more than its max of {max}",
+            batch.events.len()
+        );
         gone
     }
 
@@ -660,9 +665,10 @@ impl Worker {
             let Some(taken) = source.reader.take(TakeMode::Lease, Duration::ZERO).await? else {
                 return Ok(None);
             };
+            // The backend's contract: a take in `Lease` mode answers an item with its
+            // lease. Without one the event could be neither confirmed nor given back.
             let Some(lease) = taken.lease else {
-                debug_assert!(false, "a leased take returned no lease");
-                return Ok(None);
+                panic!("a take in Lease mode answered an item without its lease");
             };
             let item = taken.item;
             let pending = match &source.topic {
@@ -720,6 +726,13 @@ impl Worker {
                 Outcome::Delivered => may_split = true,
                 Outcome::DeadLettered => may_split = false,
                 Outcome::Split => {
+                    // `deliver_part` splits only a part of two events or more: each half
+                    // holds one at least, and the splitting ends.
+                    assert!(
+                        part.len() >= 2,
+                        "a part of {} event(s) to be split",
+                        part.len()
+                    );
                     let second = part.split_off(part.len() / 2);
                     tracing::info!(subscriber = %self.id, first = part.len(), second = second.len(), "the receiver keeps refusing a batch: split in two");
                     parts.push(second);
@@ -762,6 +775,11 @@ impl Worker {
                 }
                 Err(failure) => {
                     attempts += 1;
+                    // The attempt that reaches `attempts_max` dead-letters the part below.
+                    assert!(
+                        attempts <= self.bus.settings().attempts_max,
+                        "attempt {attempts} of a part, past attempts_max"
+                    );
                     refusals = if failure.refused { refusals + 1 } else { 0 };
                     self.counters.failed_attempts.fetch_add(1, Relaxed);
                     tracing::warn!(subscriber = %self.id, attempt = attempts, events = events.len(), "delivery failed: {}", failure.reason);
@@ -807,6 +825,12 @@ impl Worker {
             .acquire()
             .await
             .map_err(|_| "the bus is closing".to_string())?;
+        // The semaphore starts with `deliveries_in_flight_max` permits and nothing adds
+        // any: with this one held, fewer are left.
+        assert!(
+            self.bus.in_flight().available_permits() < settings.deliveries_in_flight_max,
+            "more deliveries in flight than deliveries_in_flight_max"
+        );
         let events = events.iter().map(|p| p.event.as_slice());
         let (body, content_type) = match cfg.format {
             Format::Routemaster => (routemaster_batch(events), "application/json"),
@@ -854,9 +878,7 @@ impl Worker {
     async fn confirm(&self, sources: &[Source], events: &[Pending]) {
         let now_ms = self.now_ms();
         for p in events {
-            let Some(source) = sources.get(p.source) else {
-                continue;
-            };
+            let source = source_of(sources, p);
             if let Err(e) = source.reader.confirm(&p.lease).await {
                 tracing::error!(subscriber = %self.id, error = %e, "could not confirm a delivered event");
             }
@@ -887,9 +909,7 @@ impl Worker {
         match queue.append_batch(&items, AppendOptions::default()).await {
             Ok(_) => {
                 for p in events {
-                    if let Some(source) = sources.get(p.source) {
-                        let _ = source.reader.confirm(&p.lease).await;
-                    }
+                    let _ = source_of(sources, p).reader.confirm(&p.lease).await;
                 }
                 self.counters
                     .dead_lettered
@@ -907,11 +927,25 @@ impl Worker {
 /// Gives a batch's leases back, ahead of newer events.
 fn release_all(sources: &[Source], events: &[Pending]) {
     for p in events {
-        if let Some(source) = sources.get(p.source) {
-            source.idle.store(false, Relaxed);
-            let _ = source.reader.release(&p.lease);
-        }
+        let source = source_of(sources, p);
+        source.idle.store(false, Relaxed);
+        let _ = source.reader.release(&p.lease);
     }
+}
+
+/// The source event `p` was leased from. A batch's events are leased from its own
+/// sources (`Batch::sources`, kept with the events through every part and attempt):
+/// an index out of them is a bug, and skipping the event would leave its lease held
+/// until a restart.
+fn source_of<'a>(sources: &'a [Source], p: &Pending) -> &'a Source {
+    let Some(source) = sources.get(p.source) else {
+        panic!(
+            "an event of source {} in a batch of {} sources",
+            p.source,
+            sources.len()
+        );
+    };
+    source
 }
 
 /// The `webhook-id` of a batch: a digest of its events' ids, the same on every
