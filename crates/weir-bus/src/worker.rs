@@ -715,6 +715,8 @@ impl Worker {
         let Batch {
             sources, events, ..
         } = batch;
+        // Events of parts delivered or dead-lettered, of `total`.
+        let (total, mut settled) = (events.len(), 0);
         // Parts still to deliver, the next one last.
         let mut parts = vec![events];
         let mut may_split = true;
@@ -723,8 +725,14 @@ impl Worker {
                 continue;
             }
             match self.deliver_part(&sources, &part, may_split).await {
-                Outcome::Delivered => may_split = true,
-                Outcome::DeadLettered => may_split = false,
+                Outcome::Delivered => {
+                    may_split = true;
+                    settled += part.len();
+                }
+                Outcome::DeadLettered => {
+                    may_split = false;
+                    settled += part.len();
+                }
                 Outcome::Split => {
                     // `deliver_part` splits only a part of two events or more: each half
                     // holds one at least, and the splitting ends.
@@ -747,6 +755,12 @@ impl Worker {
                 }
             }
         }
+        // Each event is in one part at a time until that part settles: none is
+        // confirmed twice, none left leased.
+        assert_eq!(
+            settled, total,
+            "a batch's events settled other than once each"
+        );
         true
     }
 
