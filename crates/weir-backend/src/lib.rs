@@ -58,6 +58,7 @@ pub mod exposition;
 pub mod jetstream;
 mod jetstream_config;
 mod local_map;
+mod map_entry;
 mod shared_map;
 
 use std::time::Duration;

@@ -39,12 +39,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::Bytes;
 
-use crate::shared_map::{valid_key, Entry, Expect, KEY_BYTES_MAX};
+use crate::map_entry::{valid_key, valid_map_name, Entry, Expect, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use crate::{Error, Kind, Result};
 
-/// The largest value a key takes: 1 MiB (the cluster's map has the same bound by
-/// default, NATS's `max_payload`).
-pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
 /// Compaction starts when dead records take this many times the live ones' bytes...
 pub const COMPACT_FACTOR: u64 = 2;
 /// ... and at least this many bytes.
@@ -91,7 +88,7 @@ impl LocalMap {
     /// Opens map `name` (`[a-z0-9_]{1,32}`, as in the cluster) of data directory
     /// `data_dir`, creating it empty. Blocking: file work.
     pub fn open(data_dir: &Path, name: &str) -> Result<LocalMap> {
-        if !crate::shared_map::valid_map_name(name) {
+        if !valid_map_name(name) {
             return Err(Error::new(
                 Kind::InvalidName,
                 format!("map name {name:?}: 1 to 32 of [a-z0-9_]"),

@@ -14,27 +14,7 @@ use bytes::Bytes;
 use crate::local_map::LocalMap;
 use crate::{Error, Kind, Result};
 
-/// A key: 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]` (a subject token).
-pub const KEY_BYTES_MAX: usize = 200;
-
-pub use crate::local_map::VALUE_BYTES_MAX;
-
-/// What a write expects of the key first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expect {
-    /// That it has no value.
-    Absent,
-    /// That its value is at this revision.
-    Revision(u64),
-}
-
-/// A key's value and revision.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    pub key: String,
-    pub value: Bytes,
-    pub revision: u64,
-}
+pub use crate::map_entry::{Entry, Expect, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 
 /// A map of the backend; cheap to clone.
 #[derive(Clone)]
@@ -92,24 +72,6 @@ impl SharedMap {
             SharedMap::Cluster(m) => m.delete(key, revision).await,
         }
     }
-}
-
-/// 1 to [`KEY_BYTES_MAX`] of `[A-Za-z0-9_=-]`.
-pub(crate) fn valid_key(key: &str) -> bool {
-    !key.is_empty()
-        && key.len() <= KEY_BYTES_MAX
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'=' | b'-'))
-}
-
-/// 1 to 32 of `[a-z0-9_]`: a map's name, on either backend.
-pub(crate) fn valid_map_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 32
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// File work (a write and its fsync) on the blocking pool.

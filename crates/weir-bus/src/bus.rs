@@ -15,134 +15,45 @@
 //! backend's default reader, which nobody here reads, would keep every event.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
 use axum::http::StatusCode;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use weir_backend::{Backend, Queue, SeekTo};
 
 use crate::config::BusSettings;
+use crate::counters::SubscriberCounters;
 use crate::error::{ApiError, ApiResult};
-use crate::meta::{Meta, SubscriberMeta, TopicMeta};
+use crate::live::{LiveSubscriber, LiveTopic};
+use crate::meta::{Meta, TopicMeta};
 use crate::meta_map::MetaMap;
-use crate::metrics::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue, DEAD_PREFIX, RETENTION_READER, TOPIC_PREFIX};
 use crate::scope::{ByTopic, Touched};
+use crate::wake::TopicWake;
+use crate::worker::{BusFuture, BusLink};
 
-/// A topic as it runs, as the publish path needs it: its queue, its epoch, and the
-/// wake-ups of the workers that read it.
-pub struct LiveTopic {
-    pub queue: Queue,
-    pub epoch: u32,
-    pub publisher: Option<String>,
-    pub wake: Vec<TopicWake>,
+/// What a change needs of this instance's hold of the cluster's `owner` key: whether
+/// it is fresh, and its renewal before a write. `owner.rs` implements it: it runs the
+/// bus (activates and deactivates it), so the bus reaches it back through this trait
+/// object rather than by name.
+pub trait OwnerHold: Send + Sync {
+    /// Whether this instance holds the key and wrote it recently enough that no other
+    /// instance may have taken it over.
+    fn holds_fresh(&self) -> bool;
+    /// Writes the key again; [`weir_backend::Kind::Conflict`] when this instance does
+    /// not hold it (any more).
+    fn renew(&self) -> Pin<Box<dyn Future<Output = weir_backend::Result<()>> + Send + '_>>;
 }
 
-/// The wake-up of one subscriber's worker by one topic: the worker looks at that
-/// topic's reader, not at every one of its topics.
-#[derive(Clone)]
-pub struct TopicWake {
-    notify: Arc<Notify>,
-    /// Set before the worker is woken; the worker clears it before it looks.
-    pending: Arc<AtomicBool>,
-    /// The worker's flags, whose list of topics flagged this wake-up joins.
-    flags: Arc<WakeFlags>,
-    topic: Arc<str>,
-}
-
-impl TopicWake {
-    /// The wake-up of the worker whose flags are `flags`, by `topic`.
-    pub fn new(notify: Arc<Notify>, flags: Arc<WakeFlags>, topic: &str) -> TopicWake {
-        TopicWake {
-            notify,
-            pending: flags.flag(topic),
-            flags,
-            topic: Arc::from(topic),
-        }
-    }
-
-    /// Whether both wake up the same worker.
-    fn same_worker(&self, other: &TopicWake) -> bool {
-        Arc::ptr_eq(&self.flags, &other.flags)
-    }
-
-    /// Tells the worker that the topic has something new. The first wake-up since
-    /// the worker's last look lists the topic, so that a worker of 1,000 topics
-    /// woken by one publish looks at one flag, not at 1,000.
-    pub fn notify_one(&self) {
-        if !self.pending.swap(true, Ordering::AcqRel) {
-            self.flags.listed.lock().push(Arc::clone(&self.topic));
-        }
-        self.notify.notify_one();
-    }
-}
-
-/// A worker's "something new" flags, one per topic, shared with the topics'
-/// [`TopicWake`]s, and the topics whose flag was set since the worker last looked.
-#[derive(Default)]
-pub struct WakeFlags {
-    flags: Mutex<HashMap<String, Arc<AtomicBool>>>,
-    /// A topic joins when its flag goes from clear to set, and the worker clears a
-    /// flag only after it took this list: so a topic is in it at most twice (once
-    /// more if the worker cleared its flag while looking at it for another
-    /// reason), and the list is bounded by the worker's topics.
-    listed: Mutex<Vec<Arc<str>>>,
-}
-
-impl WakeFlags {
-    /// The flag of `topic` (made set: a new source is looked at once).
-    pub fn flag(&self, topic: &str) -> Arc<AtomicBool> {
-        let mut flags = self.flags.lock();
-        Arc::clone(
-            flags
-                .entry(topic.to_owned())
-                .or_insert_with(|| Arc::new(AtomicBool::new(true))),
-        )
-    }
-
-    /// Forgets the flag of a topic whose wake-ups no longer reach this worker. Only
-    /// the bus calls it, as it rebuilds a topic's wake-ups, so that a wake-up and the
-    /// worker's source always share one flag: a worker pruning by the settings it last
-    /// adopted could drop a flag a newer change had just linked, and the topic would
-    /// then wait for the sweep at every publish.
-    pub fn forget(&self, topic: &str) {
-        self.flags.lock().remove(topic);
-    }
-
-    /// The topics flagged since the last call, emptying the list, with their flags
-    /// cleared (before the worker looks: a publish meanwhile sets a flag again and
-    /// lists its topic). Cleared by name, through the flag the topic's wake-ups hold
-    /// now, so a source built before its topic's wake-ups were rebuilt (holding an
-    /// older flag) cannot leave the current flag set and the topic never listed again.
-    pub fn take_listed(&self) -> Vec<Arc<str>> {
-        let listed = std::mem::take(&mut *self.listed.lock());
-        let flags = self.flags.lock();
-        for topic in &listed {
-            if let Some(flag) = flags.get(&**topic) {
-                flag.swap(false, Ordering::AcqRel);
-            }
-        }
-        listed
-    }
-}
-
-/// A subscriber as it runs: the handles of its delivery worker (its wake-ups, the
-/// config it reads, its counters, its stop signal and its task).
-pub struct LiveSubscriber {
-    pub notify: Arc<Notify>,
-    pub flags: Arc<WakeFlags>,
-    pub config: watch::Sender<Arc<SubscriberMeta>>,
-    pub counters: Arc<SubscriberCounters>,
-    pub stop: watch::Sender<bool>,
-    /// The token's owner name, for metrics labels.
-    pub name: String,
-    /// The worker's task (it ends once stopped and its batch released).
-    pub task: tokio::task::JoinHandle<()>,
-}
+/// `GET /pulse/scaling` answers held back a second at once, at most; past that
+/// they answer at once (the slow ones already say "scale up").
+const SCALING_DELAYS_MAX: usize = 16;
 
 pub struct Bus {
     pub backend: Arc<Backend>,
@@ -156,7 +67,7 @@ pub struct Bus {
     /// 503 and delivers nothing.
     active: AtomicBool,
     /// On JetStream: the `owner` key, renewed before every change of the metadata.
-    owner: std::sync::OnceLock<Arc<crate::owner::Owner>>,
+    owner: std::sync::OnceLock<Arc<dyn OwnerHold>>,
     /// A write of the map failed in a way that leaves what it holds unknown here
     /// (part of a change may stand); it is read again before the next change.
     stale: AtomicBool,
@@ -230,7 +141,7 @@ impl Bus {
             api_connections_evicted: Arc::default(),
             gone_said: Mutex::default(),
             waiting: tokio::sync::Mutex::new(None),
-            scaling_delays: Semaphore::new(crate::api::SCALING_DELAYS_MAX),
+            scaling_delays: Semaphore::new(SCALING_DELAYS_MAX),
         };
         if active {
             bus.reconcile(true).await?;
@@ -258,7 +169,7 @@ impl Bus {
     }
 
     /// The `owner` key this instance renews before a change (`owner.rs`).
-    pub fn set_owner(&self, owner: Arc<crate::owner::Owner>) {
+    pub fn set_owner(&self, owner: Arc<dyn OwnerHold>) {
         let _ = self.owner.set(owner);
     }
 
@@ -861,7 +772,8 @@ impl Bus {
                 if let Some(old) = subs.remove(token) {
                     let _ = old.stop.send(true);
                 }
-                let rt = crate::worker::start(Arc::clone(self), name, Arc::clone(s));
+                let rt =
+                    crate::worker::start(Arc::clone(self) as Arc<dyn BusLink>, name, Arc::clone(s));
                 subs.insert(token.to_owned(), rt);
             }
         }
@@ -886,6 +798,56 @@ impl Bus {
             .iter()
             .map(|(token, rt)| (token.clone(), rt.name.clone(), Arc::clone(&rt.counters)))
             .collect()
+    }
+}
+
+impl BusLink for Bus {
+    fn backend(&self) -> &weir_backend::Backend {
+        &self.backend
+    }
+
+    fn settings(&self) -> &BusSettings {
+        &self.settings
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    fn in_flight(&self) -> &Semaphore {
+        &self.in_flight
+    }
+
+    fn shutdown(&self) -> &watch::Receiver<bool> {
+        &self.shutdown
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        Bus::is_shutting_down(self)
+    }
+
+    fn is_active(&self) -> bool {
+        Bus::is_active(self)
+    }
+
+    fn may_write(&self) -> bool {
+        Bus::may_write(self)
+    }
+
+    fn meta(&self) -> Arc<Meta> {
+        Bus::meta(self)
+    }
+
+    fn topic(&self, name: &str) -> Option<Arc<LiveTopic>> {
+        Bus::topic(self, name)
+    }
+
+    fn hold_changes(&self) -> BusFuture<'_, tokio::sync::OwnedMutexGuard<()>> {
+        Box::pin(Bus::hold_changes(self))
+    }
+
+    fn topic_gone<'a>(&'a self, topic: &'a str) -> BusFuture<'a, weir_backend::Result<()>> {
+        Box::pin(Bus::topic_gone(self, topic))
     }
 }
 

@@ -27,6 +27,9 @@ use weir_backend::{Error, Expect, Kind, SharedMap};
 
 use crate::meta::{Meta, SubscriberMeta, TopicMeta};
 
+/// The key of the instance that serves the bus (`owner.rs`): in the map, not metadata.
+pub const OWNER_KEY: &str = "owner";
+
 const TOKEN: &str = "tok-";
 const TOPIC: &str = "top-";
 const SUBSCRIBER: &str = "sub-";
@@ -53,7 +56,7 @@ impl MetaMap {
         written.clear();
         let mut meta = Meta::empty();
         for e in entries {
-            if e.key == crate::owner::OWNER_KEY {
+            if e.key == OWNER_KEY {
                 // Who serves the bus (`owner.rs`), not metadata.
                 continue;
             }

@@ -10,46 +10,16 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeMetric;
-use prometheus_client::metrics::histogram::Histogram;
 use weir_backend::exposition::{self, Collector, DescriptorEncoder};
 use weir_backend::QueueStats;
 
 use crate::bus::Bus;
+use crate::counters::SubscriberCounters;
 use crate::names::{dead_queue, topic_queue};
-
-/// Upper bounds of the latency buckets, in milliseconds.
-const LATENCY_BUCKETS_MS: [u64; 14] = [
-    1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 10_000, 60_000, 600_000,
-];
-
-#[derive(Debug)]
-pub struct SubscriberCounters {
-    pub sent: AtomicU64,
-    pub failed_attempts: AtomicU64,
-    pub dead_lettered: AtomicU64,
-    latency: Histogram,
-}
-
-impl Default for SubscriberCounters {
-    fn default() -> SubscriberCounters {
-        SubscriberCounters {
-            sent: AtomicU64::new(0),
-            failed_attempts: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            latency: Histogram::new(LATENCY_BUCKETS_MS.map(|ms| ms as f64)),
-        }
-    }
-}
-
-impl SubscriberCounters {
-    pub fn observe_latency_ms(&self, ms: u64) {
-        self.latency.observe(ms as f64);
-    }
-}
 
 /// Queues' figures by queue name.
 pub type StatsIndex<'a> = HashMap<&'a str, &'a QueueStats>;

@@ -18,6 +18,8 @@
 //! longer than that and then goes on; its next write of the key or of the metadata
 //! is then refused, and it stops. Deliveries are at least once either way.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,14 +28,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use weir_backend::{Expect, Kind, SharedMap};
 
-use crate::bus::Bus;
+use crate::bus::{Bus, OwnerHold};
+use crate::meta_map::{MetaMap, OWNER_KEY};
 
 /// The longest pause between two reads of the key by an instance standing by: an instance
 /// that stops cleanly gives the key up, and another serves within this.
 const STANDBY_READ_MAX: Duration = Duration::from_secs(1);
-
-/// The key the serving instance holds.
-pub const OWNER_KEY: &str = "owner";
 
 /// The `owner` key's value.
 #[derive(Serialize, Deserialize)]
@@ -88,14 +88,20 @@ impl Owner {
         let Some(map) = self.open(&bus).await else {
             return;
         };
-        bus.set_map(crate::meta_map::MetaMap::new(map.clone()));
+        bus.set_map(MetaMap::new(map.clone()));
         let _ = self.map.set(map);
-        bus.set_owner(Arc::clone(&self));
+        bus.set_owner(Arc::<Owner>::clone(&self));
         while !bus.is_shutting_down() {
             let Some(revision) = self.stand_by(&bus).await else {
                 return;
             };
-            self.hold(Some(revision), &mut *self.held.lock().await);
+            {
+                let mut held = self.held.lock().await;
+                // Standing by follows a hold lost (`serve` returns once `hold(None)`),
+                // given up (`resign`), or none yet.
+                assert!(held.is_none(), "took the owner key over while holding it");
+                self.hold(Some(revision), &mut held);
+            }
             tracing::info!("this instance now serves the bus");
             // The hold is renewed from now on, while the metadata is read and the
             // queues brought in line (which can take longer than `takeover_ms` with
@@ -231,6 +237,12 @@ impl Owner {
     /// changes nothing.
     pub async fn renew(&self) -> weir_backend::Result<()> {
         let mut held = self.held.lock().await;
+        // Both are written together, by `hold`, under this lock.
+        assert_eq!(
+            held.is_some(),
+            self.renewed.lock().is_some(),
+            "the owner key's revision and its renewal time disagree"
+        );
         let (Some(revision), Some(map)) = (*held, self.map()) else {
             return Err(weir_backend::Error::new(
                 Kind::Conflict,
@@ -274,6 +286,16 @@ impl Owner {
                 tracing::warn!(error = %e, "could not give the bus up; another instance takes over after takeover_ms");
             }
         }
+    }
+}
+
+impl OwnerHold for Owner {
+    fn holds_fresh(&self) -> bool {
+        Owner::holds_fresh(self)
+    }
+
+    fn renew(&self) -> Pin<Box<dyn Future<Output = weir_backend::Result<()>> + Send + '_>> {
+        Box::pin(Owner::renew(self))
     }
 }
 

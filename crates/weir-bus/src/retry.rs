@@ -17,7 +17,13 @@ pub fn backoff(retry: u32, initial: Duration, max: Duration) -> Duration {
     let d = initial.saturating_mul(doubling).min(max);
     let low = d / 2;
     let spread = (d - low).as_millis() as u64;
-    low + Duration::from_millis(rand::thread_rng().gen_range(0..=spread))
+    let wait = low + Duration::from_millis(rand::thread_rng().gen_range(0..=spread));
+    // The spread is whole milliseconds of `d - low`, so the jitter stays under the cap.
+    assert!(
+        wait <= max,
+        "a retry waits {wait:?}, past the cap of {max:?}"
+    );
+    wait
 }
 
 #[cfg(test)]

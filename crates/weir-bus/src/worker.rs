@@ -20,6 +20,8 @@
 //! `redrive_below` mark.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 use std::sync::Arc;
@@ -27,18 +29,20 @@ use std::time::Duration;
 
 use axum::http::header::CONTENT_TYPE;
 use sha2::{Digest, Sha256};
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, OwnedMutexGuard, Semaphore};
 use tokio::time::Instant;
-use weir_backend::{AppendOptions, Lease, Reader, TakeMode};
+use weir_backend::{AppendOptions, Backend, Lease, Reader, TakeMode};
 
-use crate::bus::{Bus, LiveSubscriber, WakeFlags};
+use crate::config::BusSettings;
+use crate::counters::SubscriberCounters;
 use crate::event::{cloudevents_batch, delivered, event_id, routemaster_batch};
 use crate::guard::{check_callback, Policy};
-use crate::meta::{Format, SubscriberMeta};
-use crate::metrics::SubscriberCounters;
+use crate::live::{LiveSubscriber, LiveTopic};
+use crate::meta::{Format, Meta, SubscriberMeta};
 use crate::names::{dead_queue, topic_queue};
 use crate::retry::backoff;
 use crate::sign::signature_header;
+use crate::wake::WakeFlags;
 
 /// How often an idle worker wakes without being woken.
 const IDLE_POLL: Duration = Duration::from_secs(1);
@@ -55,9 +59,40 @@ const REFUSAL_BODY_LOG_BYTES: usize = 200;
 /// is split in two: one event a receiver cannot take then costs only itself.
 const SPLIT_AFTER_REFUSALS: u32 = 2;
 
+/// A future a [`BusLink`] answers with.
+pub type BusFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a delivery worker needs of the bus that runs it: its settings and the shared
+/// means of delivery, the metadata and topics as they run, and the two calls back
+/// (holding changes off, making a topic's queue again). `bus.rs` implements it: the
+/// bus starts the workers, and this trait object is how they reach it back without
+/// this file reaching `bus.rs`.
+pub trait BusLink: Send + Sync + 'static {
+    fn backend(&self) -> &Backend;
+    fn settings(&self) -> &BusSettings;
+    /// The HTTP client of every delivery.
+    fn client(&self) -> &reqwest::Client;
+    /// Deliveries in flight, across subscribers (`deliveries_in_flight_max` permits).
+    fn in_flight(&self) -> &Semaphore;
+    fn shutdown(&self) -> &watch::Receiver<bool>;
+    fn is_shutting_down(&self) -> bool;
+    /// Whether this instance serves the bus now.
+    fn is_active(&self) -> bool;
+    /// Whether this instance may still change the backend (its hold is fresh).
+    fn may_write(&self) -> bool;
+    /// The metadata as last written.
+    fn meta(&self) -> Arc<Meta>;
+    /// Topic `name` as it runs.
+    fn topic(&self, name: &str) -> Option<Arc<LiveTopic>>;
+    /// Holds the bus's changes off until the guard is dropped.
+    fn hold_changes(&self) -> BusFuture<'_, OwnedMutexGuard<()>>;
+    /// Makes topic `topic`'s queue and readers again, found deleted outside the bus.
+    fn topic_gone<'a>(&'a self, topic: &'a str) -> BusFuture<'a, weir_backend::Result<()>>;
+}
+
 /// Starts the worker of a subscriber (its token's owner is `name`) on the current
 /// runtime.
-pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> LiveSubscriber {
+pub fn start(bus: Arc<dyn BusLink>, name: String, config: Arc<SubscriberMeta>) -> LiveSubscriber {
     let notify = Arc::new(Notify::new());
     let flags = Arc::new(WakeFlags::default());
     let id = config.id.clone();
@@ -92,7 +127,7 @@ pub fn start(bus: Arc<Bus>, name: String, config: Arc<SubscriberMeta>) -> LiveSu
 
 #[derive(Clone)]
 struct Worker {
-    bus: Arc<Bus>,
+    bus: Arc<dyn BusLink>,
     /// The subscriber's id: its readers' name, its dead-letter queue, its name in logs.
     id: String,
     notify: Arc<Notify>,
@@ -290,7 +325,7 @@ impl Worker {
                 Ok(false) => Ok(false),
                 Ok(true) => {
                     self.bus
-                        .backend
+                        .backend()
                         .delete_reader(&topic_queue(&topic), id)
                         .await
                 }
@@ -313,7 +348,7 @@ impl Worker {
     }
 
     fn now_ms(&self) -> u64 {
-        self.bus.backend.now_ms()
+        self.bus.backend().now_ms()
     }
 
     /// The sources of the next batch under `cfg`: the dead-letter queue when
@@ -338,11 +373,11 @@ impl Worker {
     }
 
     /// The subscriber's reader on `topic`, `None` when it has none. A queue found
-    /// deleted outside the bus is made again (by [`Bus::topic_gone`]) and looked up
+    /// deleted outside the bus is made again (by [`BusLink::topic_gone`]) and looked up
     /// once more: skipping it would leave the topic out of every batch until the
     /// subscription changed.
     async fn topic_source(&self, topic: &str) -> Option<Source> {
-        let backend = &self.bus.backend;
+        let backend = &self.bus.backend();
         for attempt in 0..2 {
             let rt = self.bus.topic(topic)?;
             // Never create a reader here: the backend would start it at the oldest
@@ -459,7 +494,7 @@ impl Worker {
     /// The reader of the subscriber's dead-letter queue; `None` when the queue is
     /// not there (never created here: the bus makes it with the subscription).
     async fn dead_letter_reader(&self) -> weir_backend::Result<Option<Reader>> {
-        let backend = &self.bus.backend;
+        let backend = &self.bus.backend();
         match backend.existing_queue(&dead_queue(&self.id))? {
             Some(queue) => backend.reader(&queue, "").await.map(Some),
             None => Ok(None),
@@ -485,7 +520,7 @@ impl Worker {
                 batch.sources = self.current_sources(&cfg).await;
                 continue;
             }
-            if batch.events.len() >= max || batch.bytes >= self.bus.settings.batch_bytes_max {
+            if batch.events.len() >= max || batch.bytes >= self.bus.settings().batch_bytes_max {
                 return Some(batch);
             }
             let due = batch
@@ -523,7 +558,7 @@ impl Worker {
                 None => std::future::pending().await,
             }
         };
-        let mut shutdown = self.bus.shutdown.clone();
+        let mut shutdown = self.bus.shutdown().clone();
         let notify = Arc::clone(&self.notify);
         let published = async move {
             if on_publish {
@@ -551,7 +586,7 @@ impl Worker {
     /// bus): the bus has made it again, and the sources are to be built again.
     async fn fill(&mut self, batch: &mut Batch, max: usize) -> bool {
         let mut gone = false;
-        let bytes_max = self.bus.settings.batch_bytes_max;
+        let bytes_max = self.bus.settings().batch_bytes_max;
         let full = |b: &Batch| b.events.len() >= max || b.bytes >= bytes_max;
         let sources = Arc::clone(&batch.sources);
         let mut due = self.sources_due(&sources);
@@ -609,8 +644,13 @@ impl Worker {
         if gone {
             self.cached = None;
             self.index = None;
-            self.index = None;
         }
+        // `full` is checked before every take: one batch, one POST, at most `max`.
+        assert!(
+            batch.events.len() <= max,
+            "a batch holds {} events, more than its max of {max}",
+            batch.events.len()
+        );
         gone
     }
 
@@ -625,9 +665,10 @@ impl Worker {
             let Some(taken) = source.reader.take(TakeMode::Lease, Duration::ZERO).await? else {
                 return Ok(None);
             };
+            // The backend's contract: a take in `Lease` mode answers an item with its
+            // lease. Without one the event could be neither confirmed nor given back.
             let Some(lease) = taken.lease else {
-                debug_assert!(false, "a leased take returned no lease");
-                return Ok(None);
+                panic!("a take in Lease mode answered an item without its lease");
             };
             let item = taken.item;
             let pending = match &source.topic {
@@ -674,6 +715,8 @@ impl Worker {
         let Batch {
             sources, events, ..
         } = batch;
+        // Events of parts delivered or dead-lettered, of `total`.
+        let (total, mut settled) = (events.len(), 0);
         // Parts still to deliver, the next one last.
         let mut parts = vec![events];
         let mut may_split = true;
@@ -682,9 +725,22 @@ impl Worker {
                 continue;
             }
             match self.deliver_part(&sources, &part, may_split).await {
-                Outcome::Delivered => may_split = true,
-                Outcome::DeadLettered => may_split = false,
+                Outcome::Delivered => {
+                    may_split = true;
+                    settled += part.len();
+                }
+                Outcome::DeadLettered => {
+                    may_split = false;
+                    settled += part.len();
+                }
                 Outcome::Split => {
+                    // `deliver_part` splits only a part of two events or more: each half
+                    // holds one at least, and the splitting ends.
+                    assert!(
+                        part.len() >= 2,
+                        "a part of {} event(s) to be split",
+                        part.len()
+                    );
                     let second = part.split_off(part.len() / 2);
                     tracing::info!(subscriber = %self.id, first = part.len(), second = second.len(), "the receiver keeps refusing a batch: split in two");
                     parts.push(second);
@@ -699,6 +755,12 @@ impl Worker {
                 }
             }
         }
+        // Each event is in one part at a time until that part settles: none is
+        // confirmed twice, none left leased.
+        assert_eq!(
+            settled, total,
+            "a batch's events settled other than once each"
+        );
         true
     }
 
@@ -727,6 +789,11 @@ impl Worker {
                 }
                 Err(failure) => {
                     attempts += 1;
+                    // The attempt that reaches `attempts_max` dead-letters the part below.
+                    assert!(
+                        attempts <= self.bus.settings().attempts_max,
+                        "attempt {attempts} of a part, past attempts_max"
+                    );
                     refusals = if failure.refused { refusals + 1 } else { 0 };
                     self.counters.failed_attempts.fetch_add(1, Relaxed);
                     tracing::warn!(subscriber = %self.id, attempt = attempts, events = events.len(), "delivery failed: {}", failure.reason);
@@ -735,7 +802,7 @@ impl Worker {
             if may_split && events.len() > 1 && refusals >= SPLIT_AFTER_REFUSALS {
                 return Outcome::Split;
             }
-            let settings = &self.bus.settings;
+            let settings = &self.bus.settings();
             if attempts >= settings.attempts_max {
                 self.dead_letter(sources, events).await;
                 return Outcome::DeadLettered;
@@ -760,7 +827,7 @@ impl Worker {
         msg_id: &str,
         events: &[Pending],
     ) -> Result<(), Failure> {
-        let settings = &self.bus.settings;
+        let settings = &self.bus.settings();
         let policy = Policy {
             allow_http: settings.allow_http,
             allow_private_networks: settings.allow_private_networks,
@@ -768,10 +835,16 @@ impl Worker {
         check_callback(&cfg.callback, policy)?;
         let _permit = self
             .bus
-            .in_flight
+            .in_flight()
             .acquire()
             .await
             .map_err(|_| "the bus is closing".to_string())?;
+        // The semaphore starts with `deliveries_in_flight_max` permits and nothing adds
+        // any: with this one held, fewer are left.
+        assert!(
+            self.bus.in_flight().available_permits() < settings.deliveries_in_flight_max,
+            "more deliveries in flight than deliveries_in_flight_max"
+        );
         let events = events.iter().map(|p| p.event.as_slice());
         let (body, content_type) = match cfg.format {
             Format::Routemaster => (routemaster_batch(events), "application/json"),
@@ -786,7 +859,7 @@ impl Worker {
         let signature = signature_header(&cfg.secrets, now_ms, msg_id, timestamp_s, &body);
         let mut request = self
             .bus
-            .client
+            .client()
             .post(&cfg.callback)
             .header(CONTENT_TYPE, content_type)
             .header("webhook-id", msg_id)
@@ -819,9 +892,7 @@ impl Worker {
     async fn confirm(&self, sources: &[Source], events: &[Pending]) {
         let now_ms = self.now_ms();
         for p in events {
-            let Some(source) = sources.get(p.source) else {
-                continue;
-            };
+            let source = source_of(sources, p);
             if let Err(e) = source.reader.confirm(&p.lease).await {
                 tracing::error!(subscriber = %self.id, error = %e, "could not confirm a delivered event");
             }
@@ -835,7 +906,7 @@ impl Worker {
     /// events are appended there first, then confirmed where they came from, so a
     /// crash between the two delivers them again rather than losing them.
     async fn dead_letter(&self, sources: &[Source], events: &[Pending]) {
-        let queue = match self.bus.backend.existing_queue(&dead_queue(&self.id)) {
+        let queue = match self.bus.backend().existing_queue(&dead_queue(&self.id)) {
             Ok(Some(q)) => q,
             Ok(None) => {
                 tracing::error!(subscriber = %self.id, "no dead-letter queue; the batch stays pending");
@@ -852,9 +923,7 @@ impl Worker {
         match queue.append_batch(&items, AppendOptions::default()).await {
             Ok(_) => {
                 for p in events {
-                    if let Some(source) = sources.get(p.source) {
-                        let _ = source.reader.confirm(&p.lease).await;
-                    }
+                    let _ = source_of(sources, p).reader.confirm(&p.lease).await;
                 }
                 self.counters
                     .dead_lettered
@@ -872,11 +941,25 @@ impl Worker {
 /// Gives a batch's leases back, ahead of newer events.
 fn release_all(sources: &[Source], events: &[Pending]) {
     for p in events {
-        if let Some(source) = sources.get(p.source) {
-            source.idle.store(false, Relaxed);
-            let _ = source.reader.release(&p.lease);
-        }
+        let source = source_of(sources, p);
+        source.idle.store(false, Relaxed);
+        let _ = source.reader.release(&p.lease);
     }
+}
+
+/// The source event `p` was leased from. A batch's events are leased from its own
+/// sources (`Batch::sources`, kept with the events through every part and attempt):
+/// an index out of them is a bug, and skipping the event would leave its lease held
+/// until a restart.
+fn source_of<'a>(sources: &'a [Source], p: &Pending) -> &'a Source {
+    let Some(source) = sources.get(p.source) else {
+        panic!(
+            "an event of source {} in a batch of {} sources",
+            p.source,
+            sources.len()
+        );
+    };
+    source
 }
 
 /// The `webhook-id` of a batch: a digest of its events' ids, the same on every

@@ -104,7 +104,7 @@ pub(crate) struct Api {
 /// How long the requests through the connected server have gone unanswered: a server
 /// that answers pings but cannot reach the rest of the cluster (cut off from its
 /// peers) keeps the client connected while every request fails. See
-/// [`super::connect::failover_watch`].
+/// [`super::failover::failover_watch`].
 pub(crate) struct Health {
     epoch: std::time::Instant,
     /// [`Health::now_ms`] at the first failure since the last answer; 0: answered.

@@ -63,8 +63,8 @@ use tokio::time::Instant;
 use super::api::{Api, Got, Sent};
 use super::layout::StreamInfo;
 use super::leases::{self, Leases};
+use super::pub_ack::PubAck;
 use super::queue::now_ms;
-use super::queue::PubAck;
 use super::records::{self, Batcher, Record, Stored, RECORD_TTL};
 use crate::Result;
 

@@ -1,4 +1,4 @@
-//! The servers an instance's failover watch left lately ([`super::connect::failover_watch`]),
+//! The servers an instance's failover watch left lately ([`super::failover::failover_watch`]),
 //! which its reconnections skip for a while: the NATS client alone picks a server at
 //! random and went back to the one cut off from its peers about one time in three.
 

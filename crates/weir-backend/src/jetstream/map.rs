@@ -24,10 +24,10 @@ use tokio::time::Instant;
 
 use super::api::{Api, Backoff, Sent};
 use super::errors::{code, unavailable, unexpected};
-use super::queue::PubAck;
+use super::pub_ack::PubAck;
 use crate::{Error, Kind, Result};
 
-pub use crate::shared_map::{Entry, Expect, KEY_BYTES_MAX};
+pub use crate::map_entry::{Entry, Expect, KEY_BYTES_MAX};
 
 /// How many keys [`SharedMap::list`] reads at most: a map is small by design.
 const LIST_MAX: usize = 1_000_000;

@@ -13,11 +13,11 @@ use std::sync::atomic::Ordering;
 
 use async_nats::{HeaderMap, Request};
 use bytes::Bytes;
-use serde::Deserialize;
 use weir_types::AppendOptions;
 
 use super::api::{Backoff, Sent};
-use super::errors::{code, not_found, unavailable, unexpected, ApiError};
+use super::errors::{code, not_found, unavailable, unexpected};
+use super::pub_ack::PubAck;
 use super::registry::QueueEntry;
 use super::Inner;
 use crate::{Error, Kind, Result};
@@ -26,21 +26,6 @@ pub(crate) const FLAGS_HEADER: &str = "Weir-Flags";
 /// The longest one publish attempt waits for its PubAck before trying again.
 const ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_millis(1_000);
 pub(crate) const EXPIRES_HEADER: &str = "Weir-Expires";
-
-/// `{"stream", "seq", "duplicate"}` or `{"error"}`.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-pub(crate) struct PubAck {
-    pub seq: u64,
-    pub error: Option<ApiError>,
-}
-
-impl PubAck {
-    /// Whether `payload` is a PubAck saying the message was stored.
-    pub(crate) fn stored(payload: &[u8]) -> bool {
-        matches!(serde_json::from_slice::<PubAck>(payload), Ok(a) if a.error.is_none() && a.seq > 0)
-    }
-}
 
 pub(crate) fn now_ms() -> u64 {
     weir_types::now_ms()

@@ -37,7 +37,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::api::{Api, Sent};
-use super::queue::PubAck;
+use super::pub_ack::PubAck;
 
 /// A tombstone's life: it replaces a record whose leases all ended, then goes.
 const TOMBSTONE_TTL: &str = "1s";

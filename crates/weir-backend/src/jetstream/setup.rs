@@ -100,7 +100,10 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
     let every = Duration::from_millis(inner.config.sweep_ms);
     handle.spawn(super::sweep::pump(Arc::downgrade(&inner), every));
     let failover = Duration::from_millis(inner.config.failover_ms);
-    handle.spawn(connect::failover_watch(Arc::downgrade(&inner), failover));
+    handle.spawn(super::failover::failover_watch(
+        Arc::downgrade(&inner),
+        failover,
+    ));
     let js = JetStream {
         inner,
         runtime: Mutex::new(runtime),

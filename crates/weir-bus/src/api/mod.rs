@@ -105,10 +105,6 @@ async fn pulse() -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
-/// `GET /pulse/scaling` answers held back a second at once, at most; past that
-/// they answer at once (the slow ones already say "scale up").
-pub(crate) const SCALING_DELAYS_MAX: usize = 16;
-
 /// `GET /pulse/scaling` (any token): 204, a second late while at least
 /// `scaling_threshold` events wait for subscribers. HireFire scales workers on this
 /// endpoint's response time, as it did on routemaster's. The count is gathered at

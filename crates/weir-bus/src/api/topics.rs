@@ -11,9 +11,10 @@ use axum::response::IntoResponse;
 use weir_backend::AppendOptions;
 
 use super::{caller, client, json_body, read_body, Caller};
-use crate::bus::{Bus, LiveTopic};
+use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::event::parse_publish;
+use crate::live::LiveTopic;
 use crate::meta::{Meta, TopicMeta};
 use crate::names::{is_topic_name, topic_queue};
 
