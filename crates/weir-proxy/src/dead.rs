@@ -98,7 +98,8 @@ impl DeadLetters {
 
     /// A re-drive [`DeadLetters::begin_redrive`] started is over.
     pub fn end_redrive(&self) {
-        self.redriving.store(false, Relaxed);
+        let was_running = self.redriving.swap(false, Relaxed);
+        assert!(was_running, "a re-drive ends once, after it began");
     }
 
     async fn redrive_bounds(&self) -> weir_backend::Result<(Reader, u64, u64)> {
@@ -127,13 +128,10 @@ impl DeadLetters {
                         weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
                     )
                     .await?;
-                let reader = readers.into_iter().next().ok_or_else(|| {
-                    weir_backend::Error::new(
-                        weir_backend::Kind::InvalidArgument,
-                        "no dead-letter reader",
-                    )
-                })?;
-                Ok((queue, reader))
+                // One reader per name asked (the backend's contract).
+                let mut readers = readers;
+                assert_eq!(readers.len(), 1, "the backend gave the reader asked for");
+                Ok((queue, readers.swap_remove(0)))
             })
             .await
     }
@@ -159,5 +157,37 @@ impl std::fmt::Display for RedriveError {
             RedriveError::Stopping => write!(f, "the proxy is stopping"),
             RedriveError::Backend(e) => write!(f, "the dead-letter queue: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dead_letters(dir: &std::path::Path) -> DeadLetters {
+        let engine = weir_backend::Embedded::open(dir).unwrap();
+        DeadLetters::new(Arc::new(Backend::Embedded(engine)), "r", "s")
+    }
+
+    #[tokio::test]
+    async fn one_redrive_at_a_time_and_it_ends_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dead_letters(dir.path());
+        let (_, _, count) = dead.begin_redrive().await.unwrap();
+        assert_eq!(count, 0);
+        assert!(matches!(
+            dead.begin_redrive().await,
+            Err(RedriveError::Running)
+        ));
+        dead.end_redrive();
+        assert!(dead.begin_redrive().await.is_ok());
+        dead.end_redrive();
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "a re-drive ends once, after it began")]
+    async fn a_redrive_that_ends_without_beginning_is_a_programmer_error() {
+        let dir = tempfile::tempdir().unwrap();
+        dead_letters(dir.path()).end_redrive();
     }
 }

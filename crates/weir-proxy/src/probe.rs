@@ -124,6 +124,8 @@ async fn probe_until_up(s: Arc<Probed>) {
     let mut shutdown = s.shutdown.clone();
     loop {
         if probe(&s).await {
+            // Only this task brings the shadow back up, and one runs per outage.
+            assert!(!s.state.borrow().up, "a shadow being probed is down");
             s.state.send_modify(|st| {
                 st.up = true;
                 st.recoveries += u64::from(failed);

@@ -23,7 +23,7 @@
 //! A shadow with `diff = true` has its answers read and compared with the
 //! primary's (`differ.rs`).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use weir_backend::{Backend, Lease, Reader, TakeMode};
 use crate::body::{drain, ProxyBody};
 use crate::capture::Captured;
 use crate::client::{error_chain, http_client, HttpClient};
-use crate::config::{RouteSettings, ShadowSettings};
+use crate::config::{RetrySettings, RouteSettings, ShadowSettings};
 use crate::dead::DeadLetters;
 use crate::differ::{RouteDiff, ShadowDiff};
 use crate::metrics::ShadowCounters;
@@ -106,6 +106,13 @@ pub async fn start(
             weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
         )
         .await?;
+    // One reader per name asked, in their order (the backend's contract): the
+    // shadows are matched to them by position below.
+    assert_eq!(
+        readers.len(),
+        wanted.len(),
+        "the backend gave a reader for each name asked"
+    );
     crate::readers::forget_readers(backend, queue, &wanted).await?;
     let mut started = Vec::new();
     if route.sequential && !shadows.is_empty() {
@@ -164,7 +171,11 @@ fn shadows_of(
         .collect();
     if route.sequential {
         for (i, s) in shadows.iter().enumerate() {
-            let _ = s.after.set(shadows[i + 1..].to_vec());
+            let first_set = s.after.set(shadows[i + 1..].to_vec()).is_ok();
+            assert!(
+                first_set,
+                "a shadow's followers are set once, when it is made"
+            );
         }
     }
     shadows
@@ -186,9 +197,18 @@ impl Replayer {
     }
 
     async fn run(mut self) {
+        assert!(
+            !self.shadows.is_empty(),
+            "a replayer replays to a shadow at least"
+        );
         let first = &self.shadows[0].settings;
         let alone = self.shadows.len() == 1;
-        let slots = Arc::new(Semaphore::new(if alone { first.concurrency } else { 1 }));
+        // Sequential mode keeps the order: one replay at a time.
+        let limit = if alone { first.concurrency } else { 1 };
+        // Zero would stop the shadow for ever; the config's `resolve` clamps it.
+        assert!(limit >= 1, "a shadow's concurrency is 1 at least");
+        let slots = Arc::new(Semaphore::new(limit));
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let rate = if alone { first.rate } else { None };
         let mut next_slot = Instant::now();
         let reader = self.reader.clone();
@@ -214,13 +234,18 @@ impl Replayer {
             };
             let (shadows, shutdown, reader) =
                 (self.shadows.clone(), self.shutdown.clone(), reader.clone());
+            let in_flight = Arc::clone(&in_flight);
             tokio::spawn(async move {
                 let _permit = permit;
+                let now = in_flight.fetch_add(1, Relaxed) + 1;
+                assert!(now <= limit, "{now} replays in flight, over {limit}");
                 if replay_all(&shadows, &captured, &shutdown).await {
                     let _ = reader.confirm(&lease).await;
                 } else {
                     let _ = reader.release(&lease);
                 }
+                // Counted down before the permit (dropped at the task's end) goes back.
+                in_flight.fetch_sub(1, Relaxed);
             });
         }
     }
@@ -348,11 +373,12 @@ async fn replay(s: &Arc<LiveShadow>, c: &Captured, mut shutdown: watch::Receiver
         };
         attempts += 1;
         if attempts >= retry.attempts_max {
+            // A dead letter only after the last attempt, never past it.
+            assert_eq!(attempts, retry.attempts_max, "attempts counted one by one");
             return Outcome::Exhausted(format!("{why} ({attempts} attempts)"));
         }
         s.counters.retried.fetch_add(1, Relaxed);
-        let pause = retry_after
-            .unwrap_or_else(|| crate::deliver::backoff(attempts, retry.backoff, retry.backoff_max));
+        let pause = pause_after(retry, attempts, retry_after);
         // A backoff ends early when the shadow comes back from an outage; a wait
         // the shadow asked for (`Retry-After`) does not.
         let woken = async {
@@ -367,6 +393,25 @@ async fn replay(s: &Arc<LiveShadow>, c: &Captured, mut shutdown: watch::Receiver
             _ = shutdown.wait_for(|stop| *stop) => return Outcome::Stopped,
         }
     }
+}
+
+/// The pause before the next attempt, after `attempts` failed ones: the wait the
+/// shadow's `Retry-After` asked for (capped when read, `deliver::retry_after`), or
+/// else the doubling backoff.
+fn pause_after(retry: &RetrySettings, attempts: u32, retry_after: Option<Duration>) -> Duration {
+    let Some(asked) = retry_after else {
+        let pause = crate::deliver::backoff(attempts, retry.backoff, retry.backoff_max);
+        assert!(
+            pause <= retry.backoff_max,
+            "{pause:?}: a backoff over its cap"
+        );
+        let floor = retry.backoff.min(retry.backoff_max);
+        assert!(pause >= floor, "{pause:?}: a backoff under its first pause");
+        return pause;
+    };
+    let cap = retry.retry_after_max;
+    assert!(asked <= cap, "{asked:?}: a Retry-After wait over its cap");
+    asked
 }
 
 /// Sends one attempt and reads its answer (compared with the primary's for a
@@ -432,5 +477,35 @@ mod tests {
         );
         assert!((0..1000).all(|s| sampled(s, 100.0)));
         assert!((0..1000).all(|s| !sampled(s, 0.0)));
+    }
+
+    fn retry() -> RetrySettings {
+        RetrySettings {
+            delivered: crate::deliver::StatusSet::default_set(),
+            attempts_max: 5,
+            backoff: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            retry_after_max: Duration::from_secs(60),
+            probe_path: "/".into(),
+            probe_interval: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_pause_is_the_wait_asked_for_or_the_backoff() {
+        let r = retry();
+        let asked = Some(Duration::from_secs(7));
+        assert_eq!(pause_after(&r, 1, asked), Duration::from_secs(7));
+        assert_eq!(pause_after(&r, 1, None), Duration::from_millis(500));
+        assert_eq!(pause_after(&r, 3, None), Duration::from_secs(2));
+        assert_eq!(pause_after(&r, 30, None), Duration::from_secs(30));
+    }
+
+    #[test]
+    #[should_panic(expected = "a Retry-After wait over its cap")]
+    fn a_wait_past_its_cap_is_a_programmer_error() {
+        // `deliver::retry_after` caps what a shadow asks for: a wait over the cap
+        // here was not read through it.
+        pause_after(&retry(), 1, Some(Duration::from_secs(61)));
     }
 }
