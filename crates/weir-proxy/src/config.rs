@@ -604,7 +604,7 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
                 key("shadows.rate")
             ));
         }
-        let dead = crate::dead::dead_queue(&r.name, &s.name);
+        let dead = crate::queues::dead_queue(&r.name, &s.name);
         if weir_backend::validate_queue_name(&dead).is_err() {
             return Err(format!(
                 "{}: the names of the route and the shadow make a dead-letter queue name ({dead}) over 100 characters",

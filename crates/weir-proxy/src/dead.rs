@@ -6,7 +6,7 @@
 //! queue as far as the rest of weir goes (reserved, no lease timeout, `weir capture
 //! export` reads it) and is never deleted by the proxy.
 //!
-//! A re-drive ([`redrive`], `POST /proxy/dead-letters/ROUTE/SHADOW/redrive` on
+//! A re-drive (`redrive.rs`, `POST /proxy/dead-letters/ROUTE/SHADOW/redrive` on
 //! weir's HTTP port) replays the dead letters there were when it began, oldest
 //! first and one at a time, as new replays (attempts counted afresh; in sequential
 //! mode to that shadow and the ones after it): each is confirmed once delivered, or
@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
-use weir_backend::{Backend, Queue, Reader, TakeMode};
+use weir_backend::{Backend, Queue, Reader};
 
 use crate::capture::Captured;
-use crate::shadow::LiveShadow;
+use crate::queues::dead_queue;
 
 /// The reader that keeps a dead-letter queue's items until they are re-driven.
 pub const DEAD_READER: &str = "dead";
@@ -29,14 +29,12 @@ pub const DEAD_READER: &str = "dead";
 /// again.
 const BURY_FAILED_PAUSE: Duration = Duration::from_secs(1);
 
-/// The dead-letter queue of a shadow.
-pub fn dead_queue(route: &str, shadow: &str) -> String {
-    format!("{}:dead:{shadow}", crate::forward::capture_queue(route))
-}
-
 /// A shadow's dead letters.
 pub struct DeadLetters {
     backend: Arc<Backend>,
+    /// The route and the shadow, for what the log says.
+    route: String,
+    shadow: String,
     name: String,
     opened: OnceCell<(Queue, Reader)>,
     redriving: AtomicBool,
@@ -46,6 +44,8 @@ impl DeadLetters {
     pub fn new(backend: Arc<Backend>, route: &str, shadow: &str) -> DeadLetters {
         DeadLetters {
             backend,
+            route: route.to_string(),
+            shadow: shadow.to_string(),
             name: dead_queue(route, shadow),
             opened: OnceCell::new(),
             redriving: AtomicBool::new(false),
@@ -54,6 +54,64 @@ impl DeadLetters {
 
     pub fn queue_name(&self) -> &str {
         &self.name
+    }
+
+    /// Stores a replay that ran out of attempts; false (after a pause) when that
+    /// failed: the capture is then not to be confirmed.
+    pub async fn bury(&self, c: &Captured, why: &str) -> bool {
+        let stored = match self.opened().await {
+            Ok((queue, _)) => queue
+                .append(&c.encode(), weir_backend::AppendOptions::default())
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        match stored {
+            Ok(()) => {
+                tracing::warn!(route = %self.route, shadow = %self.shadow, method = %c.method, uri = %c.uri, reason = why, queue = self.queue_name(), "a replay ran out of attempts: kept as a dead letter");
+                true
+            }
+            Err(e) => {
+                tracing::error!(route = %self.route, shadow = %self.shadow, error = %e, "could not store a dead letter: the replay is tried again later");
+                tokio::time::sleep(BURY_FAILED_PAUSE).await;
+                false
+            }
+        }
+    }
+
+    /// Starts a re-drive of these dead letters, unless one runs already: the reader
+    /// to take them with, the sequence number the re-drive stops at (the queue's end
+    /// now), and how many it will replay. [`DeadLetters::end_redrive`] says when it
+    /// is over.
+    pub async fn begin_redrive(&self) -> Result<(Reader, u64, u64), RedriveError> {
+        if self.redriving.swap(true, Relaxed) {
+            return Err(RedriveError::Running);
+        }
+        match self.redrive_bounds().await {
+            Ok(bounds) => Ok(bounds),
+            Err(e) => {
+                self.end_redrive();
+                Err(RedriveError::Backend(e))
+            }
+        }
+    }
+
+    /// A re-drive [`DeadLetters::begin_redrive`] started is over.
+    pub fn end_redrive(&self) {
+        let was_running = self.redriving.swap(false, Relaxed);
+        assert!(was_running, "a re-drive ends once, after it began");
+    }
+
+    async fn redrive_bounds(&self) -> weir_backend::Result<(Reader, u64, u64)> {
+        let (queue, reader) = self.opened().await?;
+        let (_, end) = queue.bounds().await?;
+        let stats = self.backend.stats(Some(vec![self.name.clone()])).await?;
+        let count = stats
+            .iter()
+            .flat_map(|q| &q.readers)
+            .find(|r| r.name == DEAD_READER)
+            .map_or(0, |r| r.items);
+        Ok((reader.clone(), end, count))
     }
 
     /// The queue and its reader, made on first use; its leases never time out (a
@@ -70,39 +128,12 @@ impl DeadLetters {
                         weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
                     )
                     .await?;
-                let reader = readers.into_iter().next().ok_or_else(|| {
-                    weir_backend::Error::new(
-                        weir_backend::Kind::InvalidArgument,
-                        "no dead-letter reader",
-                    )
-                })?;
-                Ok((queue, reader))
+                // One reader per name asked (the backend's contract).
+                let mut readers = readers;
+                assert_eq!(readers.len(), 1, "the backend gave the reader asked for");
+                Ok((queue, readers.swap_remove(0)))
             })
             .await
-    }
-}
-
-/// Stores a replay that ran out of attempts in its shadow's dead letters; false
-/// (after a pause) when that failed: the capture is then not to be confirmed.
-pub async fn bury(s: &LiveShadow, c: &Captured, why: &str) -> bool {
-    let stored = match s.dead.opened().await {
-        Ok((queue, _)) => queue
-            .append(&c.encode(), weir_backend::AppendOptions::default())
-            .await
-            .map(|_| ()),
-        Err(e) => Err(e),
-    };
-    match stored {
-        Ok(()) => {
-            s.counters.failed.fetch_add(1, Relaxed);
-            tracing::warn!(route = %s.route, shadow = %s.settings.name, method = %c.method, uri = %c.uri, reason = why, queue = s.dead.queue_name(), "a replay ran out of attempts: kept as a dead letter");
-            true
-        }
-        Err(e) => {
-            tracing::error!(route = %s.route, shadow = %s.settings.name, error = %e, "could not store a dead letter: the replay is tried again later");
-            tokio::time::sleep(BURY_FAILED_PAUSE).await;
-            false
-        }
     }
 }
 
@@ -129,86 +160,34 @@ impl std::fmt::Display for RedriveError {
     }
 }
 
-/// Starts a re-drive of `chain[0]`'s dead letters (to `chain`: the shadow and, in
-/// sequential mode, the ones after it) on the current runtime; the number of dead
-/// letters it will replay.
-pub async fn redrive(chain: Vec<Arc<LiveShadow>>) -> Result<u64, RedriveError> {
-    let Some(first) = chain.first().cloned() else {
-        return Ok(0);
-    };
-    if first.dead.redriving.swap(true, Relaxed) {
-        return Err(RedriveError::Running);
-    }
-    let started = async {
-        let (queue, reader) = first.dead.opened().await?;
-        let (_, end) = queue.bounds().await?;
-        let stats = first
-            .dead
-            .backend
-            .stats(Some(vec![first.dead.name.clone()]))
-            .await?;
-        let count = stats
-            .iter()
-            .flat_map(|q| &q.readers)
-            .find(|r| r.name == DEAD_READER)
-            .map_or(0, |r| r.items);
-        Ok::<_, weir_backend::Error>((reader.clone(), end, count))
-    };
-    match started.await {
-        Ok((reader, end, count)) => {
-            tokio::spawn(async move {
-                run_redrive(&chain, &reader, end).await;
-                first.dead.redriving.store(false, Relaxed);
-            });
-            Ok(count)
-        }
-        Err(e) => {
-            first.dead.redriving.store(false, Relaxed);
-            Err(RedriveError::Backend(e))
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Replays the dead letters below sequence number `end`, one at a time.
-async fn run_redrive(chain: &[Arc<LiveShadow>], reader: &Reader, end: u64) {
-    let first = &chain[0];
-    let mut shutdown = first.shutdown.clone();
-    let mut done = 0u64;
-    loop {
-        let taken = tokio::select! {
-            t = reader.take(TakeMode::Lease, Duration::ZERO) => t,
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        };
-        let taken = match taken {
-            Ok(Some(t)) => t,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!(queue = first.dead.queue_name(), error = %e, "a re-drive could not take a dead letter; it stops");
-                break;
-            }
-        };
-        let Some(lease) = taken.lease else { break };
-        if taken.item.seq >= end {
-            let _ = reader.release(&lease);
-            break;
-        }
-        let confirm = match Captured::decode(&taken.item.data) {
-            Ok(c) => crate::shadow::replay_all(chain, &c, &first.shutdown).await,
-            Err(e) => {
-                tracing::warn!(
-                    queue = first.dead.queue_name(),
-                    seq = taken.item.seq,
-                    "dropping a damaged dead letter: {e}"
-                );
-                true
-            }
-        };
-        if !confirm {
-            let _ = reader.release(&lease);
-            break;
-        }
-        let _ = reader.confirm(&lease).await;
-        done += 1;
+    fn dead_letters(dir: &std::path::Path) -> DeadLetters {
+        let engine = weir_backend::Embedded::open(dir).unwrap();
+        DeadLetters::new(Arc::new(Backend::Embedded(engine)), "r", "s")
     }
-    tracing::info!(route = %first.route, shadow = %first.settings.name, replayed = done, "a re-drive of dead letters ended");
+
+    #[tokio::test]
+    async fn one_redrive_at_a_time_and_it_ends_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let dead = dead_letters(dir.path());
+        let (_, _, count) = dead.begin_redrive().await.unwrap();
+        assert_eq!(count, 0);
+        assert!(matches!(
+            dead.begin_redrive().await,
+            Err(RedriveError::Running)
+        ));
+        dead.end_redrive();
+        assert!(dead.begin_redrive().await.is_ok());
+        dead.end_redrive();
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "a re-drive ends once, after it began")]
+    async fn a_redrive_that_ends_without_beginning_is_a_programmer_error() {
+        let dir = tempfile::tempdir().unwrap();
+        dead_letters(dir.path()).end_redrive();
+    }
 }

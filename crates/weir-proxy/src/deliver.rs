@@ -107,6 +107,10 @@ pub fn retry_after(value: Option<&hyper::header::HeaderValue>, max: Duration) ->
 /// The pause after the `attempt`-th failed attempt (from 1): `first`, doubling, at
 /// most `max`.
 pub fn backoff(attempt: u32, first: Duration, max: Duration) -> Duration {
+    assert!(
+        attempt >= 1,
+        "a backoff follows a failed attempt (counted from 1)"
+    );
     let doublings = attempt.saturating_sub(1).min(30);
     first.saturating_mul(1 << doublings).min(max)
 }
@@ -179,5 +183,11 @@ mod tests {
             [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]
         );
         assert_eq!(backoff(u32::MAX, first, max), max);
+    }
+
+    #[test]
+    #[should_panic(expected = "a backoff follows a failed attempt")]
+    fn a_backoff_before_any_attempt_is_a_programmer_error() {
+        backoff(0, Duration::from_millis(500), Duration::from_secs(30));
     }
 }

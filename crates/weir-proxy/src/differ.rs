@@ -19,9 +19,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::capture::Captured;
+use crate::client::{http_client, HttpClient};
 use crate::config::{DiffSettings, RouteSettings, Target};
 use crate::diff::{compare, About, Answer, Noise, ShadowDiffStats};
-use crate::forward::{http_client, HttpClient};
 
 const REFERENCE_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -223,7 +223,7 @@ impl ShadowDiff {
         let route = &self.route;
         let (target, client) = route.reference.as_ref()?;
         let tag = format!("{}/reference", route.route);
-        let req = crate::shadow::request_for(target, &tag, c)?;
+        let req = crate::replay_request::request_for(target, &tag, c)?;
         match tokio::time::timeout(route.timeout, client.request(req)).await {
             Ok(Ok(response)) => Some(read(response, route.body_bytes_max, route.timeout).await),
             Ok(Err(e)) => {

@@ -19,26 +19,20 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST};
-use hyper::{Request, Response, StatusCode, Uri, Version};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::{Request, Response, StatusCode};
 
-use crate::balance::Balancer;
+use crate::body::{empty, full, ProxyBody};
 use crate::budget::{Budget, CopySink, KeptBody, Reservation};
-use crate::capture::{BodyEnd, BodyState, BoxError, Captured, CapturedResponse, TeeBody};
+use crate::capture::{BodyEnd, BodyState, Captured, CapturedResponse, TeeBody};
+use crate::client::error_chain;
 use crate::config::{RouteSettings, Target};
 use crate::headers;
-use crate::metrics::RouteCounters;
-use crate::route::{matches, Pattern};
-
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+use crate::refusal::refusal;
+use crate::route::{matches, LiveRoute};
+use crate::upstream::{from_target, rewrite_query, upstream_request};
 
 /// A request with a larger body (or a streamed one) goes on a connection that is
 /// not used again. A target that answers without reading a large body closes the
@@ -46,45 +40,6 @@ pub type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
 /// pooled connection closing under the next request would fail that request: a
 /// new connection for such a request is cheap next to its body.
 pub const POOLED_BODY_BYTES_MAX: usize = 32 * 1024;
-
-/// The header that says why the proxy answered instead of a target.
-pub const ERROR_HEADER: &str = "x-weir-proxy-error";
-
-/// A configured route as it runs: its settings with what serving them takes (the
-/// compiled pattern, the client to its targets, the balancer, the capture queue,
-/// the counters).
-pub struct LiveRoute {
-    pub settings: RouteSettings,
-    pub pattern: Pattern,
-    pub client: HttpClient,
-    pub balancer: Balancer,
-    /// The capture queue, once it is set up, for a route with shadows or `record`
-    /// (see [`LiveRoute::captures`]). On JetStream it is set up in the background when
-    /// the cluster cannot be reached at start; until then captures count as
-    /// `not_ready`.
-    pub capture: Arc<std::sync::OnceLock<weir_backend::Queue>>,
-    pub counters: RouteCounters,
-}
-
-impl LiveRoute {
-    /// Whether the route captures its requests (it has shadows or records).
-    pub fn captures(&self) -> bool {
-        !self.settings.shadows.is_empty() || self.settings.record
-    }
-
-    /// The capture queue of a route that captures: `None` for a route that does not,
-    /// and for one whose queue is not set up yet (counted as `not_ready`).
-    fn capture_queue(&self) -> Option<weir_backend::Queue> {
-        match self.capture.get() {
-            Some(queue) => Some(queue.clone()),
-            None if self.captures() => {
-                self.counters.shared.not_ready.fetch_add(1, Relaxed);
-                None
-            }
-            None => None,
-        }
-    }
-}
 
 pub struct Proxy {
     pub routes: Vec<LiveRoute>,
@@ -120,49 +75,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Relaxed);
     }
-}
-
-/// A client for targets: pooled keep-alive connections, `connect_timeout`,
-/// `http://` in the clear and `https://` over TLS with `tls`.
-pub fn http_client(connect_timeout: Duration, tls: &Arc<rustls::ClientConfig>) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect_timeout));
-    connector.set_nodelay(true);
-    connector.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config((**tls).clone())
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(connector);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build(connector)
-}
-
-/// The capture queue of a route.
-pub fn capture_queue(route: &str) -> String {
-    format!("{}{route}", weir_backend::PROXY_CAPTURE_PREFIX)
-}
-
-pub fn refusal(status: StatusCode, reason: &str) -> Response<ProxyBody> {
-    let mut r = Response::new(full(format!("{reason}\n")));
-    *r.status_mut() = status;
-    if let Ok(v) = HeaderValue::from_str(reason) {
-        r.headers_mut().insert(ERROR_HEADER, v);
-    }
-    r.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
-}
-
-pub fn full(b: impl Into<Bytes>) -> ProxyBody {
-    Full::new(b.into()).map_err(|never| match never {}).boxed()
-}
-
-pub(crate) fn empty() -> ProxyBody {
-    Empty::new().map_err(|never| match never {}).boxed()
 }
 
 /// Serves one request that arrived on `listener` from `client`.
@@ -574,80 +486,6 @@ fn outcome(
             Attempt::Again(refusal(StatusCode::GATEWAY_TIMEOUT, &reason))
         }
     }
-}
-
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text.replace(['\r', '\n'], " ")
-}
-
-/// The request a target gets: its URI under the target's base, the headers as
-/// `headers::to_target` makes them.
-pub(crate) fn upstream_request(
-    head: &hyper::http::request::Parts,
-    s: &RouteSettings,
-    target: &Target,
-    client: SocketAddr,
-    body: ProxyBody,
-) -> Result<Request<ProxyBody>, String> {
-    let path = head.uri.path();
-    let query = rewrite_query(head.uri.query(), s);
-    let uri: Uri = target
-        .url(&format!("{path}{query}"))
-        .parse()
-        .map_err(|e| format!("bad request target: {e}"))?;
-    let mut req = Request::new(body);
-    *req.method_mut() = head.method.clone();
-    *req.uri_mut() = uri;
-    *req.headers_mut() = head.headers.clone();
-    let authority = head.uri.authority().map(|a| a.as_str());
-    headers::to_target(req.headers_mut(), s, target, client, authority);
-    Ok(req)
-}
-
-/// The query a target gets (with its `?`, or empty): the route's `remove_query`
-/// and `set_query` applied. Parameters are compared by their name as written.
-fn rewrite_query(query: Option<&str>, s: &RouteSettings) -> String {
-    if s.set_query.is_empty() && s.remove_query.is_empty() {
-        return query.map_or(String::new(), |q| format!("?{q}"));
-    }
-    let name = |p: &str| p.split_once('=').map_or(p, |(k, _)| k).to_string();
-    let mut params: Vec<String> = query
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter(|p| {
-            let n = name(p);
-            !s.remove_query.contains(&n) && !s.set_query.iter().any(|(k, _)| *k == n)
-        })
-        .map(str::to_string)
-        .collect();
-    params.extend(s.set_query.iter().map(|(k, v)| format!("{k}={v}")));
-    if params.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", params.join("&"))
-    }
-}
-
-/// A target's answer, less hop-by-hop headers, in the client's HTTP `version`, its
-/// body streamed; it fails (and the client's connection with it) when nothing comes
-/// for `idle`.
-pub(crate) fn from_target(
-    response: Response<Incoming>,
-    idle: Duration,
-    version: Version,
-) -> Response<ProxyBody> {
-    let (mut parts, body) = response.into_parts();
-    headers::remove_hop_by_hop(&mut parts.headers);
-    parts.version = version;
-    Response::from_parts(parts, crate::idle::IdleBody::new(body, idle).boxed())
 }
 
 /// The request as captured: its path and query, and its headers, as the primary

@@ -15,7 +15,8 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HOST, TRANSFER_ENCODING};
 use hyper::{Request, Response, StatusCode, Version};
 
-use crate::forward::{refusal, ProxyBody};
+use crate::body::ProxyBody;
+use crate::refusal::refusal;
 
 /// The refusal a request gets for its framing, if any.
 pub fn check(req: &Request<Incoming>) -> Option<Response<ProxyBody>> {

@@ -9,7 +9,8 @@ use std::time::Duration;
 use hyper::{Request, Uri};
 use tokio::sync::watch;
 
-use crate::forward::{empty, Proxy};
+use crate::body::{drain, empty};
+use crate::forward::Proxy;
 
 const CHECK_TIMEOUT_MAX: Duration = Duration::from_secs(2);
 
@@ -38,7 +39,7 @@ pub async fn run(proxy: Arc<Proxy>, index: usize, mut shutdown: watch::Receiver<
             let healthy = match tokio::time::timeout(within, route.client.request(req)).await {
                 Ok(Ok(r)) => {
                     let ok = r.status().is_success();
-                    crate::shadow::drain(r.into_body(), within).await;
+                    drain(r.into_body(), within).await;
                     ok
                 }
                 _ => false,

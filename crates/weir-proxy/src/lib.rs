@@ -4,15 +4,20 @@
 //! waits for a shadow and never fails because of one; a shadow that is down builds a
 //! backlog on disk, and a restart resumes the replays where they stood.
 //!
-//! The map: `config.rs` the `[proxy]` section, `route.rs` matching, `forward.rs`
-//! the request path, `framing.rs` the framing a request needs (`Host`, transfer
-//! codings), `headers.rs` what a target gets, `balance.rs` round-robin and passive
-//! health, `health.rs` active health checks, `capture.rs` the captured form and the
-//! body tee, `shadow.rs` replays, `record.rs` routes that keep their captures,
-//! `capture_file.rs` captures as JSON lines (export, import), `replay.rs` replays to
-//! any URL (`weir replay`), `upgrade.rs` WebSocket, `idle.rs` stalled answers,
-//! `server.rs` the listeners, `metrics.rs` `/metrics`; `tools/` the capture endpoints
-//! of the HTTP port and the command lines `weir capture`, `weir replay` and `weir diff`.
+//! The map: `config.rs` the `[proxy]` section, `route.rs` matching and a route as it
+//! runs, `forward.rs` the request path, `framing.rs` the framing a request needs
+//! (`Host`, transfer codings), `upstream.rs` the request a target gets and its answer,
+//! `headers.rs` the headers it gets, `balance.rs` round-robin and passive health,
+//! `health.rs` active health checks, `capture.rs` the captured form and the body tee,
+//! `queues.rs` the queues' names, `shadow.rs` replays, `replay_request.rs` the request
+//! a capture becomes, `probe.rs` a shadow's health, `dead.rs` dead letters,
+//! `redrive.rs` their re-drive, `readers.rs` readers no longer configured, `record.rs`
+//! routes that keep their captures, `capture_file.rs` captures as JSON lines (export,
+//! import), `replay.rs` replays to any URL (`weir replay`), `upgrade.rs` WebSocket,
+//! `idle.rs` stalled answers, `server.rs` the listeners, `metrics.rs` `/metrics`; the
+//! toolbox below them: `body.rs` the body type, `refusal.rs` the proxy's own answers,
+//! `client.rs` the outgoing HTTP client; `tools/` the capture endpoints of the HTTP
+//! port and the command lines `weir capture`, `weir replay` and `weir diff`.
 //!
 //! It keeps its captures through `weir_backend`, the interface the memcache door
 //! uses, so a route's shadows and recording run on the embedded engine or on a
@@ -21,9 +26,11 @@
 //! process: [`start`], [`ProxyHandle::stop`].
 
 mod balance;
+mod body;
 mod budget;
 mod capture;
 pub mod capture_file;
+mod client;
 pub mod config;
 mod dead;
 mod deliver;
@@ -36,14 +43,20 @@ mod health;
 mod idle;
 mod metrics;
 mod probe;
+mod queues;
+mod readers;
 mod record;
+mod redrive;
+mod refusal;
 pub mod replay;
+mod replay_request;
 mod route;
 mod server;
 mod shadow;
 mod tls;
 pub mod tools;
 mod upgrade;
+mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,14 +67,17 @@ use tokio::sync::watch;
 
 pub use crate::capture::{Captured, CapturedResponse};
 pub use crate::config::{ProxyConfig, ProxySettings};
-pub use crate::dead::{dead_queue, RedriveError, DEAD_READER};
+pub use crate::dead::{RedriveError, DEAD_READER};
 pub use crate::diff::{FieldStats, Kind as DiffKind, Sample as DiffSample, ShadowDiffStats};
 pub use crate::differ::{report_text as diff_report_text, RouteReport, ShadowReport};
-pub use crate::forward::{capture_queue, ERROR_HEADER};
+pub use crate::queues::{capture_queue, dead_queue};
 pub use crate::record::RECORD_READER;
-pub use crate::shadow::REPLAY_HEADER;
+pub use crate::refusal::ERROR_HEADER;
+pub use crate::replay_request::REPLAY_HEADER;
 
-use crate::forward::{http_client, LiveRoute, Proxy};
+use crate::client::http_client;
+use crate::forward::Proxy;
+use crate::route::LiveRoute;
 use crate::shadow::LiveShadow;
 
 const STOP_GRACE: Duration = Duration::from_secs(3);
@@ -232,7 +248,7 @@ async fn route_now(
         // store that may be out of reach (JetStream): no reason to hold the start
         // for it.
         let (backend, name) = (Arc::clone(backend), capture_queue(&r.name));
-        tokio::spawn(async move { shadow::forget_readers(&backend, &name, &[]).await });
+        tokio::spawn(async move { readers::forget_readers(&backend, &name, &[]).await });
         return Ok(Some((None, Vec::new())));
     }
     if *unreachable {
@@ -424,7 +440,7 @@ impl ProxyHandle {
         };
         let mut chain = vec![Arc::clone(&s)];
         chain.extend(s.after.get().into_iter().flatten().cloned());
-        match self.runtime.spawn(dead::redrive(chain)).await {
+        match self.runtime.spawn(redrive::redrive(chain)).await {
             Ok(result) => result,
             Err(_) => Err(RedriveError::Stopping),
         }

@@ -18,7 +18,10 @@ use hyper::header::{HeaderValue, HOST};
 use hyper::{Method, Request};
 use tokio::sync::watch;
 
-use crate::shadow::{LiveShadow, REPLAY_HEADER};
+use crate::body::empty;
+use crate::client::HttpClient;
+use crate::config::ShadowSettings;
+use crate::replay_request::REPLAY_HEADER;
 
 /// A probe waits at most this long for its answer (or the shadow's `timeout_ms`).
 const PROBE_TIMEOUT_MAX: Duration = Duration::from_secs(2);
@@ -30,30 +33,53 @@ struct State {
     recoveries: u64,
 }
 
-/// Whether a shadow is up, and how many outages it came back from.
+/// Whether a shadow is up, and how many outages it came back from; with what
+/// probing the shadow takes while it is down.
 pub struct Health {
-    state: watch::Sender<State>,
+    probed: Arc<Probed>,
 }
 
-impl Default for Health {
-    fn default() -> Health {
-        Health {
-            state: watch::Sender::new(State {
-                up: true,
-                recoveries: 0,
-            }),
-        }
-    }
+/// A shadow as its probe sees it.
+struct Probed {
+    state: watch::Sender<State>,
+    route: String,
+    settings: ShadowSettings,
+    /// The shadow's client (its replays' pool).
+    client: HttpClient,
+    shutdown: watch::Receiver<bool>,
 }
 
 impl Health {
+    /// A shadow of `route`, up until a replay finds it down.
+    pub fn new(
+        route: &str,
+        settings: &ShadowSettings,
+        client: HttpClient,
+        shutdown: watch::Receiver<bool>,
+    ) -> Health {
+        let state = watch::Sender::new(State {
+            up: true,
+            recoveries: 0,
+        });
+        let probed = Probed {
+            state,
+            route: route.to_string(),
+            settings: settings.clone(),
+            client,
+            shutdown,
+        };
+        Health {
+            probed: Arc::new(probed),
+        }
+    }
+
     pub fn is_up(&self) -> bool {
-        self.state.borrow().up
+        self.probed.state.borrow().up
     }
 
     /// Outages the shadow came back from so far.
     pub fn recoveries(&self) -> u64 {
-        self.state.borrow().recoveries
+        self.probed.state.borrow().recoveries
     }
 
     /// Waits until the shadow is up; false when the proxy stops first.
@@ -61,7 +87,7 @@ impl Health {
         if self.is_up() {
             return true;
         }
-        let mut state = self.state.subscribe();
+        let mut state = self.probed.state.subscribe();
         tokio::select! {
             r = state.wait_for(|s| s.up) => r.is_ok(),
             _ = shutdown.wait_for(|stop| *stop) => false,
@@ -71,33 +97,36 @@ impl Health {
     /// Waits until the shadow has come back from an outage after `seen` of them
     /// (never returns otherwise).
     pub async fn recovered_after(&self, seen: u64) {
-        let mut state = self.state.subscribe();
+        let mut state = self.probed.state.subscribe();
         if state.wait_for(|s| s.recoveries > seen).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
-}
 
-/// Marks the shadow down, and starts probing it unless that is going on already.
-pub fn mark_down(s: &Arc<LiveShadow>, why: &str) {
-    let went_down = s.health.state.send_if_modified(|st| {
-        let was_up = st.up;
-        st.up = false;
-        was_up
-    });
-    if went_down {
-        tracing::warn!(route = %s.route, shadow = %s.settings.name, reason = why, "the shadow is down; its replays wait for a probe to find it back");
-        tokio::spawn(probe_until_up(Arc::clone(s)));
+    /// Marks the shadow down, and starts probing it unless that is going on already.
+    pub fn mark_down(&self, why: &str) {
+        let s = &self.probed;
+        let went_down = s.state.send_if_modified(|st| {
+            let was_up = st.up;
+            st.up = false;
+            was_up
+        });
+        if went_down {
+            tracing::warn!(route = %s.route, shadow = %s.settings.name, reason = why, "the shadow is down; its replays wait for a probe to find it back");
+            tokio::spawn(probe_until_up(Arc::clone(s)));
+        }
     }
 }
 
 /// Probes the shadow until a probe passes (it is then up) or the proxy stops.
-async fn probe_until_up(s: Arc<LiveShadow>) {
+async fn probe_until_up(s: Arc<Probed>) {
     let mut failed = false;
     let mut shutdown = s.shutdown.clone();
     loop {
         if probe(&s).await {
-            s.health.state.send_modify(|st| {
+            // Only this task brings the shadow back up, and one runs per outage.
+            assert!(!s.state.borrow().up, "a shadow being probed is down");
+            s.state.send_modify(|st| {
                 st.up = true;
                 st.recoveries += u64::from(failed);
             });
@@ -116,7 +145,7 @@ async fn probe_until_up(s: Arc<LiveShadow>) {
 const GATEWAY_STATUSES: [u16; 3] = [502, 503, 504];
 
 /// One probe: whether `HEAD probe_path` is answered, not by a gateway.
-async fn probe(s: &LiveShadow) -> bool {
+async fn probe(s: &Probed) -> bool {
     let target = &s.settings.target;
     let Ok(uri) = target
         .url(&s.settings.retry.probe_path)
@@ -124,7 +153,7 @@ async fn probe(s: &LiveShadow) -> bool {
     else {
         return false;
     };
-    let mut req = Request::new(crate::forward::empty());
+    let mut req = Request::new(empty());
     *req.method_mut() = Method::HEAD;
     *req.uri_mut() = uri;
     let tag = format!("{}/{}/probe", s.route, s.settings.name);

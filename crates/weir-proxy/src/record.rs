@@ -56,6 +56,6 @@ pub async fn forget(backend: &weir_backend::Backend, queue: &str) -> weir_backen
             "deleted the reader of a recording no longer configured"
         );
     }
-    crate::shadow::warn_left(queue, &forgotten.left);
+    crate::readers::warn_left(queue, &forgotten.left);
     Ok(())
 }

@@ -22,9 +22,11 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
+use crate::body::drain;
 use crate::capture::Captured;
+use crate::client::{error_chain, http_client, HttpClient};
 use crate::config::{parse_target, Target};
-use crate::forward::{error_chain, http_client, HttpClient};
+use crate::replay_request::request_for;
 
 /// The `x-weir-replay` header's value on requests `weir replay` sends.
 pub const REPLAY_TAG: &str = "replay";
@@ -195,12 +197,12 @@ async fn send_one(
     options: &ReplayOptions,
     c: &Captured,
 ) -> Result<u16, String> {
-    let req = crate::shadow::request_for(&options.target, REPLAY_TAG, c)
+    let req = request_for(&options.target, REPLAY_TAG, c)
         .ok_or("the capture does not make a valid request")?;
     match tokio::time::timeout(options.timeout, client.request(req)).await {
         Ok(Ok(response)) => {
             let status = response.status().as_u16();
-            crate::shadow::drain(response.into_body(), options.timeout).await;
+            drain(response.into_body(), options.timeout).await;
             Ok(status)
         }
         Ok(Err(e)) => Err(error_chain(&e)),

@@ -1,8 +1,18 @@
 //! Routing: the first route whose listener, method, host and path pattern match a
 //! request serves it. Patterns: `/exact`, `/prefix/*` (the prefix itself and
 //! everything under it), and `:name` for one non-empty segment (`/users/:id`).
+//!
+//! A route as it runs ([`LiveRoute`]) is its settings with what serving them takes:
+//! the compiled pattern, the client to its targets, the balancer, the capture queue
+//! and the counters.
 
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crate::balance::Balancer;
+use crate::client::HttpClient;
 use crate::config::RouteSettings;
+use crate::metrics::RouteCounters;
 
 /// A compiled path pattern.
 #[derive(Clone, Debug)]
@@ -90,6 +100,42 @@ pub fn matches(
         }
     }
     pattern.matches(path)
+}
+
+/// A configured route as it runs: its settings with what serving them takes (the
+/// compiled pattern, the client to its targets, the balancer, the capture queue,
+/// the counters).
+pub struct LiveRoute {
+    pub settings: RouteSettings,
+    pub pattern: Pattern,
+    pub client: HttpClient,
+    pub balancer: Balancer,
+    /// The capture queue, once it is set up, for a route with shadows or `record`
+    /// (see [`LiveRoute::captures`]). On JetStream it is set up in the background when
+    /// the cluster cannot be reached at start; until then captures count as
+    /// `not_ready`.
+    pub capture: Arc<std::sync::OnceLock<weir_backend::Queue>>,
+    pub counters: RouteCounters,
+}
+
+impl LiveRoute {
+    /// Whether the route captures its requests (it has shadows or records).
+    pub fn captures(&self) -> bool {
+        !self.settings.shadows.is_empty() || self.settings.record
+    }
+
+    /// The capture queue of a route that captures: `None` for a route that does not,
+    /// and for one whose queue is not set up yet (counted as `not_ready`).
+    pub fn capture_queue(&self) -> Option<weir_backend::Queue> {
+        match self.capture.get() {
+            Some(queue) => Some(queue.clone()),
+            None if self.captures() => {
+                self.counters.shared.not_ready.fetch_add(1, Relaxed);
+                None
+            }
+            None => None,
+        }
+    }
 }
 
 #[cfg(test)]

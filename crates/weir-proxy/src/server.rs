@@ -28,11 +28,12 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use weir_http::http_conns::{MarkedBody, Slot};
+use weir_http::http_conns::MarkedBody;
 use weir_http::{Connection, Listener};
 
 use crate::config::ProxySettings;
 use crate::forward::{handle, Proxy};
+use crate::upgrade::ConnectionSlot;
 
 /// One read from a client at most: just under hyper's first read buffer (8 KiB),
 /// which it doubles, up to `max_buf_size`, only after a read that fills it. A head
@@ -42,14 +43,6 @@ pub const READ_BYTES_MAX: usize = 8 * 1024 - 1;
 /// time: a dead HTTP/2 connection does not hold a slot for ever.
 const H2_KEEP_ALIVE: Duration = Duration::from_secs(30);
 const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A client connection's place in `connections_max`, shared by the connection and,
-/// through its requests' extensions, by a tunnel an upgrade makes of it: the place
-/// is given back when both have ended.
-#[derive(Clone)]
-pub struct ConnectionSlot {
-    _slot: Arc<Slot>,
-}
 
 /// Serves `listener` until `shutdown`; `evicted` counts the idle connections closed
 /// at `connections_max` for a new one.
@@ -92,9 +85,8 @@ async fn serve_connection(
     let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         let (proxy, name, slot) = (Arc::clone(&proxy), Arc::clone(&name), Arc::clone(&marking));
         let mark = slot.begin_request();
-        req.extensions_mut().insert(ConnectionSlot {
-            _slot: Arc::clone(&slot),
-        });
+        req.extensions_mut()
+            .insert(ConnectionSlot::new(Arc::clone(&slot)));
         async move {
             let response = handle(proxy, name, client, req).await;
             if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {

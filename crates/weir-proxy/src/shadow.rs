@@ -23,30 +23,30 @@
 //! A shadow with `diff = true` has its answers read and compared with the
 //! primary's (`differ.rs`).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full};
-use hyper::header::{HeaderName, HeaderValue, HOST};
-use hyper::{Request, Uri};
+use hyper::Request;
 use tokio::sync::{watch, Semaphore};
 use tokio::time::Instant;
 use weir_backend::{Backend, Lease, Reader, TakeMode};
 
+use crate::body::{drain, ProxyBody};
 use crate::capture::Captured;
-use crate::config::{RouteSettings, ShadowSettings, Target};
+use crate::client::{error_chain, http_client, HttpClient};
+use crate::config::{RetrySettings, RouteSettings, ShadowSettings};
+use crate::dead::DeadLetters;
 use crate::differ::{RouteDiff, ShadowDiff};
-use crate::forward::{http_client, HttpClient};
 use crate::metrics::ShadowCounters;
+use crate::probe::Health;
+use crate::replay_request::request_for;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a worker waits for a captured request before it looks around again.
 const TAKE_WAIT: Duration = Duration::from_secs(1);
 /// The reader of a route replaying sequentially.
 pub const SEQUENTIAL_READER: &str = "sequential";
-/// The header every replay carries: `ROUTE/SHADOW`.
-pub const REPLAY_HEADER: &str = "x-weir-replay";
 
 /// A configured shadow as it runs: its settings with what replaying to it takes
 /// (the client, the counters, the comparison, the health probe, the dead letters).
@@ -57,8 +57,8 @@ pub struct LiveShadow {
     pub counters: ShadowCounters,
     /// Present when the shadow's answers are compared with the primary's.
     pub diff: Option<ShadowDiff>,
-    pub health: crate::probe::Health,
-    pub dead: crate::dead::DeadLetters,
+    pub health: Health,
+    pub dead: DeadLetters,
     /// In sequential mode, the shadows after this one (a re-drive of its dead
     /// letters replays to them too).
     pub after: std::sync::OnceLock<Vec<Arc<LiveShadow>>>,
@@ -74,7 +74,7 @@ struct Replayer {
 }
 
 /// Sets up the readers of a route's capture queue `queue` (one per shadow, or the
-/// sequential one, and `record`'s on a recording route; see [`forget_readers`] for
+/// sequential one, and `record`'s on a recording route; see `readers.rs` for
 /// one no longer configured) and starts their replay workers. The queue's leases
 /// never time out: a replay waits for a shadow as long as it takes, and a lease
 /// ending under it would replay the request twice. Returns the queue, and its
@@ -106,7 +106,14 @@ pub async fn start(
             weir_backend::QueueOptions::NO_LEASE_TIMEOUT,
         )
         .await?;
-    forget_readers(backend, queue, &wanted).await?;
+    // One reader per name asked, in their order (the backend's contract): the
+    // shadows are matched to them by position below.
+    assert_eq!(
+        readers.len(),
+        wanted.len(),
+        "the backend gave a reader for each name asked"
+    );
+    crate::readers::forget_readers(backend, queue, &wanted).await?;
     let mut started = Vec::new();
     if route.sequential && !shadows.is_empty() {
         let r = Replayer {
@@ -145,17 +152,18 @@ fn shadows_of(
         .shadows
         .iter()
         .map(|s| {
+            let client = http_client(CONNECT_TIMEOUT, &route.tls);
             Arc::new(LiveShadow {
                 route: route.name.clone(),
                 settings: s.clone(),
-                client: http_client(CONNECT_TIMEOUT, &route.tls),
+                health: Health::new(&route.name, s, client.clone(), shutdown.clone()),
+                client,
                 counters: ShadowCounters::default(),
                 diff: route_diff.as_ref().filter(|_| s.diff).map(|d| ShadowDiff {
                     route: Arc::clone(d),
                     stats: Default::default(),
                 }),
-                health: Default::default(),
-                dead: crate::dead::DeadLetters::new(Arc::clone(backend), &route.name, &s.name),
+                dead: DeadLetters::new(Arc::clone(backend), &route.name, &s.name),
                 after: Default::default(),
                 shutdown: shutdown.clone(),
             })
@@ -163,55 +171,14 @@ fn shadows_of(
         .collect();
     if route.sequential {
         for (i, s) in shadows.iter().enumerate() {
-            let _ = s.after.set(shadows[i + 1..].to_vec());
+            let first_set = s.after.set(shadows[i + 1..].to_vec()).is_ok();
+            assert!(
+                first_set,
+                "a shadow's followers are set once, when it is made"
+            );
         }
     }
     shadows
-}
-
-/// The readers of `queue` not in `wanted`: a shadow removed (or a change of mode)
-/// leaves a reader nobody reads, which keeps every capture. The backend forgets them
-/// ([`Backend::forget_readers`]): on the embedded engine it deletes them (one proxy
-/// owns the data directory); on JetStream several proxies share the queue, and one
-/// still running an older config (a rolling deploy) may read them, so they are left
-/// in place and named here in a warning, for the operator to delete (`delete
-/// QUEUE.READER` on the memcache port) once no proxy replays to them. Best effort on
-/// a store that may be out of reach (JetStream, where nothing is deleted anyway): a
-/// cluster that cannot be asked is no reason to stop the proxy.
-pub async fn forget_readers(
-    backend: &Backend,
-    queue: &str,
-    wanted: &[&str],
-) -> weir_backend::Result<()> {
-    let forgotten = match backend.forget_readers(queue, |r| wanted.contains(&r)).await {
-        Ok(forgotten) => forgotten,
-        Err(e) if backend.may_be_unreachable() => {
-            tracing::warn!(queue, error = %e, "could not look for readers of shadows no longer configured");
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
-    for old in &forgotten.deleted {
-        tracing::info!(queue, reader = %old, "deleted the reader of a shadow no longer configured");
-    }
-    warn_left(queue, &forgotten.left);
-    Ok(())
-}
-
-/// Names the readers of a capture queue the backend left in place (JetStream) though
-/// this proxy's config does not want them.
-pub(crate) fn warn_left(queue: &str, left: &[String]) {
-    for old in left {
-        if old.is_empty() {
-            tracing::warn!(
-                queue,
-                remove = "its consumer QUEUE~, with the nats tools",
-                "the capture queue has a default reader, which keeps every capture"
-            );
-        } else {
-            tracing::warn!(queue, reader = %old, delete = "QUEUE+READER on the memcache port, once no proxy replays to it", "a reader of the capture queue is no shadow of this proxy's config: it keeps every capture");
-        }
-    }
 }
 
 /// How one replay ended.
@@ -230,9 +197,18 @@ impl Replayer {
     }
 
     async fn run(mut self) {
+        assert!(
+            !self.shadows.is_empty(),
+            "a replayer replays to a shadow at least"
+        );
         let first = &self.shadows[0].settings;
         let alone = self.shadows.len() == 1;
-        let slots = Arc::new(Semaphore::new(if alone { first.concurrency } else { 1 }));
+        // Sequential mode keeps the order: one replay at a time.
+        let limit = if alone { first.concurrency } else { 1 };
+        // Zero would stop the shadow for ever; the config's `resolve` clamps it.
+        assert!(limit >= 1, "a shadow's concurrency is 1 at least");
+        let slots = Arc::new(Semaphore::new(limit));
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let rate = if alone { first.rate } else { None };
         let mut next_slot = Instant::now();
         let reader = self.reader.clone();
@@ -258,13 +234,18 @@ impl Replayer {
             };
             let (shadows, shutdown, reader) =
                 (self.shadows.clone(), self.shutdown.clone(), reader.clone());
+            let in_flight = Arc::clone(&in_flight);
             tokio::spawn(async move {
                 let _permit = permit;
+                let now = in_flight.fetch_add(1, Relaxed) + 1;
+                assert!(now <= limit, "{now} replays in flight, over {limit}");
                 if replay_all(&shadows, &captured, &shutdown).await {
                     let _ = reader.confirm(&lease).await;
                 } else {
                     let _ = reader.release(&lease);
                 }
+                // Counted down before the permit (dropped at the task's end) goes back.
+                in_flight.fetch_sub(1, Relaxed);
             });
         }
     }
@@ -320,29 +301,16 @@ pub(crate) async fn replay_all(
         match replay(s, captured, shutdown.clone()).await {
             Outcome::Stopped => return false,
             Outcome::Delivered => {}
-            Outcome::Exhausted(why) => return crate::dead::bury(s, captured, &why).await,
+            Outcome::Exhausted(why) => {
+                let kept = s.dead.bury(captured, &why).await;
+                if kept {
+                    s.counters.failed.fetch_add(1, Relaxed);
+                }
+                return kept;
+            }
         }
     }
     true
-}
-
-/// Bytes of a shadow's answer read before it is dropped (the answer is not used;
-/// reading a little lets a small one end cleanly and keep its connection).
-const DRAIN_BYTES_MAX: usize = 64 * 1024;
-
-/// Reads and discards an answer's body, at most [`DRAIN_BYTES_MAX`] bytes and
-/// `within`: a huge or endless answer is dropped, never held in memory.
-pub async fn drain(mut body: hyper::body::Incoming, within: Duration) {
-    let read = async {
-        let mut seen = 0usize;
-        while let Some(Ok(frame)) = body.frame().await {
-            seen += frame.data_ref().map_or(0, |d| d.len());
-            if seen > DRAIN_BYTES_MAX {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(within, read).await;
 }
 
 /// Whether the request of sequence number `seq` is in a `percent` sample.
@@ -356,37 +324,6 @@ fn sampled(seq: u64, percent: f64) -> bool {
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^= x >> 31;
     ((x % 10_000) as f64) < percent * 100.0
-}
-
-/// The request a captured one becomes for `t`: the captured method, path, headers
-/// and body, `Host` the captured one (a route that keeps or sets it) or else the
-/// target's, and `x-weir-replay: TAG`.
-pub(crate) fn request_for(
-    t: &Target,
-    tag: &str,
-    c: &Captured,
-) -> Option<Request<crate::forward::ProxyBody>> {
-    let uri: Uri = t.url(&c.uri).parse().ok()?;
-    let mut req = Request::new(
-        Full::new(c.body.clone())
-            .map_err(|never| match never {})
-            .boxed(),
-    );
-    *req.method_mut() = c.method.parse().ok()?;
-    *req.uri_mut() = uri;
-    let headers = req.headers_mut();
-    for (k, v) in &c.headers {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::from_bytes(k.as_bytes()),
-            HeaderValue::from_str(v),
-        ) {
-            headers.append(k, v);
-        }
-    }
-    let host = c.host.as_deref().unwrap_or(&t.authority);
-    headers.insert(HOST, HeaderValue::from_str(host).ok()?);
-    headers.insert(REPLAY_HEADER, HeaderValue::from_str(tag).ok()?);
-    Some(req)
 }
 
 /// What one attempt of a replay gave.
@@ -420,7 +357,7 @@ async fn replay(s: &Arc<LiveShadow>, c: &Captured, mut shutdown: watch::Receiver
         let (retry_after, why) = match attempt(s, c, req).await {
             Attempt::Delivered => return Outcome::Delivered,
             Attempt::Refused(why) => {
-                crate::probe::mark_down(s, &why);
+                s.health.mark_down(&why);
                 continue;
             }
             Attempt::Failed {
@@ -429,18 +366,19 @@ async fn replay(s: &Arc<LiveShadow>, c: &Captured, mut shutdown: watch::Receiver
                 why,
             } => {
                 if down {
-                    crate::probe::mark_down(s, &why);
+                    s.health.mark_down(&why);
                 }
                 (retry_after, why)
             }
         };
         attempts += 1;
         if attempts >= retry.attempts_max {
+            // A dead letter only after the last attempt, never past it.
+            assert_eq!(attempts, retry.attempts_max, "attempts counted one by one");
             return Outcome::Exhausted(format!("{why} ({attempts} attempts)"));
         }
         s.counters.retried.fetch_add(1, Relaxed);
-        let pause = retry_after
-            .unwrap_or_else(|| crate::deliver::backoff(attempts, retry.backoff, retry.backoff_max));
+        let pause = pause_after(retry, attempts, retry_after);
         // A backoff ends early when the shadow comes back from an outage; a wait
         // the shadow asked for (`Retry-After`) does not.
         let woken = async {
@@ -457,9 +395,28 @@ async fn replay(s: &Arc<LiveShadow>, c: &Captured, mut shutdown: watch::Receiver
     }
 }
 
+/// The pause before the next attempt, after `attempts` failed ones: the wait the
+/// shadow's `Retry-After` asked for (capped when read, `deliver::retry_after`), or
+/// else the doubling backoff.
+fn pause_after(retry: &RetrySettings, attempts: u32, retry_after: Option<Duration>) -> Duration {
+    let Some(asked) = retry_after else {
+        let pause = crate::deliver::backoff(attempts, retry.backoff, retry.backoff_max);
+        assert!(
+            pause <= retry.backoff_max,
+            "{pause:?}: a backoff over its cap"
+        );
+        let floor = retry.backoff.min(retry.backoff_max);
+        assert!(pause >= floor, "{pause:?}: a backoff under its first pause");
+        return pause;
+    };
+    let cap = retry.retry_after_max;
+    assert!(asked <= cap, "{asked:?}: a Retry-After wait over its cap");
+    asked
+}
+
 /// Sends one attempt and reads its answer (compared with the primary's for a
 /// diffing shadow, when delivered).
-async fn attempt(s: &LiveShadow, c: &Captured, req: Request<crate::forward::ProxyBody>) -> Attempt {
+async fn attempt(s: &LiveShadow, c: &Captured, req: Request<ProxyBody>) -> Attempt {
     let within = s.settings.timeout;
     match tokio::time::timeout(within, s.client.request(req)).await {
         Ok(Ok(response)) => {
@@ -489,14 +446,14 @@ async fn attempt(s: &LiveShadow, c: &Captured, req: Request<crate::forward::Prox
             Attempt::Delivered
         }
         Ok(Err(e)) if e.is_connect() && !crate::tls::is_tls_failure(&e) => {
-            Attempt::Refused(crate::forward::error_chain(&e))
+            Attempt::Refused(error_chain(&e))
         }
         // A certificate or handshake refused is not a shadow down: waiting would
         // not mend it. It is tried again, and kept as a dead letter in the end.
         Ok(Err(e)) => Attempt::Failed {
             retry_after: None,
             down: !crate::tls::is_tls_failure(&e),
-            why: crate::forward::error_chain(&e),
+            why: error_chain(&e),
         },
         Err(_) => Attempt::Failed {
             retry_after: None,
@@ -520,5 +477,35 @@ mod tests {
         );
         assert!((0..1000).all(|s| sampled(s, 100.0)));
         assert!((0..1000).all(|s| !sampled(s, 0.0)));
+    }
+
+    fn retry() -> RetrySettings {
+        RetrySettings {
+            delivered: crate::deliver::StatusSet::default_set(),
+            attempts_max: 5,
+            backoff: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            retry_after_max: Duration::from_secs(60),
+            probe_path: "/".into(),
+            probe_interval: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_pause_is_the_wait_asked_for_or_the_backoff() {
+        let r = retry();
+        let asked = Some(Duration::from_secs(7));
+        assert_eq!(pause_after(&r, 1, asked), Duration::from_secs(7));
+        assert_eq!(pause_after(&r, 1, None), Duration::from_millis(500));
+        assert_eq!(pause_after(&r, 3, None), Duration::from_secs(2));
+        assert_eq!(pause_after(&r, 30, None), Duration::from_secs(30));
+    }
+
+    #[test]
+    #[should_panic(expected = "a Retry-After wait over its cap")]
+    fn a_wait_past_its_cap_is_a_programmer_error() {
+        // `deliver::retry_after` caps what a shadow asks for: a wait over the cap
+        // here was not read through it.
+        pause_after(&retry(), 1, Some(Duration::from_secs(61)));
     }
 }

@@ -23,15 +23,32 @@ use hyper_util::rt::TokioIo;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_http::http_conns::Slot;
 
 /// Bytes a tunnel copies at a time, per direction.
 const PUMP_BUFFER_BYTES: usize = 16 * 1024;
 
+use crate::body::{empty, ProxyBody};
+use crate::client::error_chain;
 use crate::config::Target;
-use crate::forward::{
-    empty, error_chain, from_target, refusal, upstream_request, LiveRoute, ProxyBody,
-};
 use crate::headers;
+use crate::refusal::refusal;
+use crate::route::LiveRoute;
+use crate::upstream::{from_target, upstream_request};
+
+/// A client connection's place in `connections_max`, shared by the connection and,
+/// through its requests' extensions (`server.rs` puts it there), by a tunnel an
+/// upgrade makes of it: the place is given back when both have ended.
+#[derive(Clone)]
+pub struct ConnectionSlot {
+    _slot: Arc<Slot>,
+}
+
+impl ConnectionSlot {
+    pub fn new(slot: Arc<Slot>) -> ConnectionSlot {
+        ConnectionSlot { _slot: slot }
+    }
+}
 
 /// Whether `req` is a WebSocket upgrade the route forwards: `websocket = true`, an
 /// HTTP/1.1 `GET`, `Connection: upgrade`, and `websocket` among the protocols of
@@ -65,7 +82,7 @@ pub async fn forward(
     let (mut head, body) = req.into_parts();
     drop(body);
     let client_side = head.extensions.remove::<OnUpgrade>();
-    let slot = head.extensions.remove::<crate::server::ConnectionSlot>();
+    let slot = head.extensions.remove::<ConnectionSlot>();
     headers::remove_hop_by_hop(&mut head.headers);
     // The body (if any) is not forwarded: neither is its length.
     head.headers.remove(hyper::header::CONTENT_LENGTH);

@@ -1,5 +1,5 @@
 //! How the command lines' `--server` mode talks to a running weir's HTTP port: the
-//! proxy's own HTTP client (`forward::http_client`, hyper-util's pooled client with
+//! proxy's own HTTP client (`client::http_client`, hyper-util's pooled client with
 //! rustls for an `https://` URL), so the proxy crate has one HTTP client stack.
 //!
 //! Every request carries the admin key as a bearer token; connecting may take
@@ -17,7 +17,8 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::{Method, Request, Response, Uri};
 
-use crate::forward::{error_chain, full, http_client, HttpClient};
+use crate::body::full;
+use crate::client::{error_chain, http_client, HttpClient};
 
 /// Time to connect to weir's HTTP port, and the longest wait for the next bytes.
 const SERVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
