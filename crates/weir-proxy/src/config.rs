@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use weir_backend::ConfigError;
 
 pub const CONNECT_TIMEOUT_MS_DEFAULT: u64 = 2_000;
 pub const REQUEST_TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -319,14 +320,18 @@ pub struct RetrySettings {
 }
 
 impl ProxyConfig {
-    pub fn resolve(&self) -> Result<ProxySettings, String> {
+    pub fn resolve(&self) -> Result<ProxySettings, ConfigError> {
         if self.listen.is_empty() {
-            return Err("proxy: at least one [[proxy.listen]] is needed".into());
+            return Err(ConfigError::new(
+                "proxy.listen",
+                "needs at least one [[proxy.listen]]",
+            ));
         }
         for l in &self.listen {
             check_name("proxy.listen.name", &l.name)?;
         }
-        let tls = crate::tls::client_config(self.tls_ca_file.as_deref())?;
+        let tls = crate::tls::client_config(self.tls_ca_file.as_deref())
+            .map_err(|e| ConfigError::new("proxy.tls_ca_file", e))?;
         let mut routes = Vec::with_capacity(self.routes.len());
         for r in &self.routes {
             let route = resolve_route(r, &tls)?;
@@ -335,20 +340,23 @@ impl ProxyConfig {
                     .iter()
                     .find(|n| !self.listen.iter().any(|l| &l.name == *n))
                 {
-                    return Err(format!(
-                        "proxy route {}: no listener named {bad:?}",
-                        route.name
+                    return Err(ConfigError::new(
+                        route_key(&route.name, "listen"),
+                        format!("names no listener {bad:?}"),
                     ));
                 }
             }
             if routes.iter().any(|x: &RouteSettings| x.name == route.name) {
-                return Err(format!("proxy: two routes are named {:?}", route.name));
+                return Err(ConfigError::new(
+                    "proxy.routes",
+                    format!("names two routes {:?}", route.name),
+                ));
             }
             routes.push(route);
         }
         let positive = |name: &str, v: usize| {
             if v == 0 {
-                Err(format!("proxy.{name} must be at least 1"))
+                Err(ConfigError::at_least(format!("proxy.{name}"), 1))
             } else {
                 Ok(v)
             }
@@ -378,7 +386,7 @@ impl ProxyConfig {
                 .body_memory_bytes_max
                 .unwrap_or(BODY_MEMORY_MAX_DEFAULT)
             {
-                0 => return Err("proxy.body_memory_bytes_max must be at least 1".into()),
+                0 => return Err(ConfigError::at_least("proxy.body_memory_bytes_max", 1)),
                 n => n,
             },
             tls,
@@ -387,15 +395,20 @@ impl ProxyConfig {
 }
 
 /// `headers_max`: 1 to [`HEADERS_MAX_MAX`], [`HEADERS_MAX_DEFAULT`] when absent.
-fn headers_max(v: Option<usize>) -> Result<usize, String> {
+fn headers_max(v: Option<usize>) -> Result<usize, ConfigError> {
     match v.unwrap_or(HEADERS_MAX_DEFAULT) {
         n @ 1..=HEADERS_MAX_MAX => Ok(n),
-        _ => Err(format!("proxy.headers_max: 1 to {HEADERS_MAX_MAX}")),
+        _ => Err(ConfigError::range("proxy.headers_max", 1, HEADERS_MAX_MAX)),
     }
 }
 
+/// A key of the route `route`, as a message names it.
+fn route_key(route: &str, key: &str) -> String {
+    format!("proxy.routes.{route:?}.{key}")
+}
+
 /// Names of routes, listeners and shadows: 1 to 64 of `a-z 0-9 _ -`.
-fn check_name(key: &str, name: &str) -> Result<(), String> {
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
     let ok = (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -403,18 +416,22 @@ fn check_name(key: &str, name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{key} {name:?}: 1 to 64 of a-z, 0-9, _ and -"))
+        Err(ConfigError::new(
+            key,
+            format!("{name:?} must be 1 to 64 of a-z, 0-9, _ and -"),
+        ))
     }
 }
 
 /// `http://host:port/base` or `https://host:port/base`.
-pub fn parse_target(key: &str, url: &str) -> Result<Target, String> {
+pub fn parse_target(key: &str, url: &str) -> Result<Target, ConfigError> {
     let (https, rest) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
         (Some(rest), _) => (false, rest),
         (_, Some(rest)) => (true, rest),
         _ => {
-            return Err(format!(
-                "{key} {url:?}: an http:// or https:// URL is needed"
+            return Err(ConfigError::new(
+                key,
+                format!("{url:?} must be an http:// or https:// URL"),
             ))
         }
     };
@@ -423,13 +440,14 @@ pub fn parse_target(key: &str, url: &str) -> Result<Target, String> {
         None => (rest, ""),
     };
     if authority.is_empty() || authority.contains('@') || path.contains('?') {
-        return Err(format!(
-            "{key} {url:?}: host[:port] and an optional path, no credentials or query"
+        return Err(ConfigError::new(
+            key,
+            format!("{url:?} must be host[:port] and an optional path, no credentials or query"),
         ));
     }
     authority
         .parse::<hyper::http::uri::Authority>()
-        .map_err(|e| format!("{key} {url:?}: {e}"))?;
+        .map_err(|e| ConfigError::new(key, format!("{url:?}: {e}")))?;
     Ok(Target {
         https,
         authority: authority.to_string(),
@@ -440,13 +458,16 @@ pub fn parse_target(key: &str, url: &str) -> Result<Target, String> {
 fn resolve_route(
     r: &RouteConfig,
     tls: &Arc<rustls::ClientConfig>,
-) -> Result<RouteSettings, String> {
+) -> Result<RouteSettings, ConfigError> {
     check_name("proxy.routes.name", &r.name)?;
-    let key = |k: &str| format!("proxy route {} {k}", r.name);
+    let key = |k: &str| route_key(&r.name, k);
     let targets = resolve_targets(r)?;
     let path = r.path.clone().unwrap_or_else(|| "/*".to_string());
     if !path.starts_with('/') {
-        return Err(format!("{} {path:?}: a pattern starts with /", key("path")));
+        return Err(ConfigError::new(
+            key("path"),
+            format!("{path:?}: a pattern starts with /"),
+        ));
     }
     let sequential = replay_mode(r)?;
     let shadows = resolve_shadows(r)?;
@@ -504,17 +525,17 @@ fn resolve_route(
 }
 
 /// `reference`, `diff_ignore_headers` and `diff_ignore_fields`, checked.
-fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSettings, String> {
-    let key = |k: &str| format!("proxy route {} {k}", r.name);
+fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSettings, ConfigError> {
+    let key = |k: &str| route_key(&r.name, k);
     let reference = r
         .reference
         .as_deref()
         .map(|u| parse_target(&key("reference"), u))
         .transpose()?;
     if reference.is_some() && !shadows.iter().any(|s| s.diff) {
-        return Err(format!(
-            "{}: only used by a shadow with diff = true",
-            key("reference")
+        return Err(ConfigError::new(
+            key("reference"),
+            "is only used by a shadow with diff = true",
         ));
     }
     let ignore_headers: Vec<String> = match &r.diff_ignore_headers {
@@ -525,17 +546,17 @@ fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSetti
             .collect(),
     };
     if ignore_headers.len() > DIFF_IGNORE_MAX || r.diff_ignore_fields.len() > DIFF_IGNORE_MAX {
-        return Err(format!(
-            "{}: at most {DIFF_IGNORE_MAX} entries each",
-            key("diff_ignore_headers / diff_ignore_fields")
+        return Err(ConfigError::new(
+            key("diff_ignore_headers"),
+            format!("and diff_ignore_fields hold at most {DIFF_IGNORE_MAX} entries each"),
         ));
     }
     if let Some(bad) = r.diff_ignore_fields.iter().find(|f| {
         !(*f == "status" || *f == "body" || f.starts_with("header.") || f.starts_with("body."))
     }) {
-        return Err(format!(
-            "{} {bad:?}: status, body, header.NAME or body.PATH",
-            key("diff_ignore_fields")
+        return Err(ConfigError::new(
+            key("diff_ignore_fields"),
+            format!("{bad:?}: status, body, header.NAME or body.PATH"),
         ));
     }
     // Header fields are compared by their lower-case names.
@@ -555,60 +576,63 @@ fn resolve_diff(r: &RouteConfig, shadows: &[ShadowSettings]) -> Result<DiffSetti
 }
 
 /// A route's targets: at least one, each a URL `parse_target` takes.
-fn resolve_targets(r: &RouteConfig) -> Result<Vec<Target>, String> {
-    let key = format!("proxy route {} targets", r.name);
+fn resolve_targets(r: &RouteConfig) -> Result<Vec<Target>, ConfigError> {
+    let key = route_key(&r.name, "targets");
     if r.targets.is_empty() {
-        return Err(format!("{key}: at least one target"));
+        return Err(ConfigError::new(key, "needs at least one target"));
     }
     r.targets.iter().map(|t| parse_target(&key, t)).collect()
 }
 
 /// `replay`: false for concurrent (the default), true for sequential.
-fn replay_mode(r: &RouteConfig) -> Result<bool, String> {
+fn replay_mode(r: &RouteConfig) -> Result<bool, ConfigError> {
     match r.replay.as_deref() {
         None | Some("concurrent") => Ok(false),
         Some("sequential") => Ok(true),
-        Some(other) => Err(format!(
-            "proxy route {} replay {other:?}: concurrent or sequential",
-            r.name
+        Some(other) => Err(ConfigError::one_of(
+            route_key(&r.name, "replay"),
+            &["concurrent", "sequential"],
+            other,
         )),
     }
 }
 
 /// A route's shadows, checked.
-fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
-    let key = |k: &str| format!("proxy route {} {k}", r.name);
+fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, ConfigError> {
+    let key = |k: &str| route_key(&r.name, k);
     if r.shadows.len() > SHADOWS_MAX {
-        return Err(format!("{}: at most {SHADOWS_MAX}", key("shadows")));
+        return Err(ConfigError::new(
+            key("shadows"),
+            format!("holds at most {SHADOWS_MAX}"),
+        ));
     }
     let mut shadows = Vec::new();
     for s in &r.shadows {
         check_name(&key("shadows.name"), &s.name)?;
         if shadows.iter().any(|x: &ShadowSettings| x.name == s.name) {
-            return Err(format!(
-                "{}: two shadows are named {:?}",
+            return Err(ConfigError::new(
                 key("shadows"),
-                s.name
+                format!("names two shadows {:?}", s.name),
             ));
         }
         let sample = s.sample_percent.unwrap_or(100.0);
         if !(0.0..=100.0).contains(&sample) {
-            return Err(format!("{}: 0 to 100", key("shadows.sample_percent")));
+            return Err(ConfigError::range(key("shadows.sample_percent"), 0, 100));
         }
         let rate = s.rate.filter(|r| *r > 0.0);
         if s.rate
             .is_some_and(|r| !r.is_finite() || r < 0.0 || (r > 0.0 && r < 0.001))
         {
-            return Err(format!(
-                "{}: a positive number of requests per second",
-                key("shadows.rate")
+            return Err(ConfigError::new(
+                key("shadows.rate"),
+                "must be a positive number of requests per second",
             ));
         }
         let dead = crate::queues::dead_queue(&r.name, &s.name);
         if weir_backend::validate_queue_name(&dead).is_err() {
-            return Err(format!(
-                "{}: the names of the route and the shadow make a dead-letter queue name ({dead}) over 100 characters",
-                key("shadows.name")
+            return Err(ConfigError::new(
+                key("shadows.name"),
+                format!("and the route's name make a dead-letter queue name ({dead}) over 100 characters"),
             ));
         }
         shadows.push(ShadowSettings {
@@ -624,7 +648,7 @@ fn resolve_shadows(r: &RouteConfig) -> Result<Vec<ShadowSettings>, String> {
                 s.timeout_ms.unwrap_or(SHADOW_TIMEOUT_MS_DEFAULT).max(1),
             ),
             diff: s.diff,
-            retry: resolve_retry(s).map_err(|(k, why)| format!("{}: {why}", key(k)))?,
+            retry: resolve_retry(s).map_err(|(k, why)| ConfigError::new(key(k), why))?,
         });
     }
     Ok(shadows)
@@ -733,17 +757,19 @@ mod tests {
         assert_eq!(s.routes[0].shadows[0].rate, Some(50.0));
         let mut bad = c.clone();
         bad.routes[0].listen = Some(vec!["nope".into()]);
-        assert!(bad.resolve().unwrap_err().contains("nope"));
+        let e = bad.resolve().unwrap_err();
+        assert_eq!(e.key(), "proxy.routes.\"api\".listen");
+        assert!(e.to_string().contains("nope"), "{e}");
         let mut bad = c.clone();
         bad.routes[0].replay = Some("random".into());
-        assert!(bad.resolve().unwrap_err().contains("replay"));
+        assert!(bad.resolve().unwrap_err().key().ends_with(".replay"));
         let mut bad = c.clone();
         bad.routes[0].name = "Bad Name".into();
-        assert!(bad.resolve().unwrap_err().contains("routes.name"));
+        assert_eq!(bad.resolve().unwrap_err().key(), "proxy.routes.name");
         // A reference needs a diffing shadow; ignored fields are named by kind.
         let mut bad = c.clone();
         bad.routes[0].reference = Some("http://127.0.0.1:9200".into());
-        assert!(bad.resolve().unwrap_err().contains("reference"));
+        assert!(bad.resolve().unwrap_err().key().ends_with(".reference"));
         bad.routes[0].shadows[0].diff = true;
         let s = bad.resolve().unwrap();
         assert!(s.routes[0].diffs());
@@ -755,7 +781,7 @@ mod tests {
         let s = bad.resolve().unwrap();
         assert_eq!(s.routes[0].diff.ignore_fields, vec!["header.x-trace"]);
         bad.routes[0].diff_ignore_fields = vec!["cookie".into()];
-        assert!(bad.resolve().unwrap_err().contains("diff_ignore_fields"));
+        assert!(bad.resolve().unwrap_err().key().ends_with(".diff_ignore_fields"));
     }
 
     #[test]
@@ -810,7 +836,7 @@ mod tests {
             c.routes[0].name = "r".repeat(40);
             bad(&mut c.routes[0].shadows[0]);
             let e = c.resolve().unwrap_err();
-            assert!(e.contains(&format!("shadows.{field}")), "{e}");
+            assert!(e.key().ends_with(&format!(".shadows.{field}")), "{e}");
         }
     }
 

@@ -67,7 +67,7 @@ impl ReplayOptions {
         concurrency: usize,
         timeout: Duration,
     ) -> Result<ReplayOptions, String> {
-        let target = parse_target("--to", url)?;
+        let target = parse_target("--to", url).map_err(|e| e.to_string())?;
         match pace {
             Pace::Rate(r) if !(r.is_finite() && r > 0.0) => {
                 return Err("--rate: a positive number of requests per second".into())

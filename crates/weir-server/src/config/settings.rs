@@ -136,7 +136,7 @@ pub fn resolve_with_env(
         store: file_store_options(file)?,
         bus: resolve_bus(file, overrides, env)?,
         proxy: match &file.proxy {
-            Some(p) => Some(p.resolve().map_err(|e| ConfigError::new("proxy", e))?),
+            Some(p) => Some(p.resolve()?),
             None => None,
         },
         backend: file.backend.resolve(overrides, file.queue_sections())?,
