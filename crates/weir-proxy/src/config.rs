@@ -332,28 +332,7 @@ impl ProxyConfig {
         }
         let tls = crate::tls::client_config(self.tls_ca_file.as_deref())
             .map_err(|e| ConfigError::new("proxy.tls_ca_file", e))?;
-        let mut routes = Vec::with_capacity(self.routes.len());
-        for r in &self.routes {
-            let route = resolve_route(r, &tls)?;
-            if let Some(list) = &route.listen {
-                if let Some(bad) = list
-                    .iter()
-                    .find(|n| !self.listen.iter().any(|l| &l.name == *n))
-                {
-                    return Err(ConfigError::new(
-                        route_key(&route.name, "listen"),
-                        format!("names no listener {bad:?}"),
-                    ));
-                }
-            }
-            if routes.iter().any(|x: &RouteSettings| x.name == route.name) {
-                return Err(ConfigError::new(
-                    "proxy.routes",
-                    format!("names two routes {:?}", route.name),
-                ));
-            }
-            routes.push(route);
-        }
+        let routes = self.resolve_routes(&tls)?;
         let positive = |name: &str, v: usize| {
             if v == 0 {
                 Err(ConfigError::at_least(format!("proxy.{name}"), 1))
@@ -391,6 +370,36 @@ impl ProxyConfig {
             },
             tls,
         })
+    }
+
+    /// Every route, checked: each names only listeners there are, no two alike.
+    fn resolve_routes(
+        &self,
+        tls: &Arc<rustls::ClientConfig>,
+    ) -> Result<Vec<RouteSettings>, ConfigError> {
+        let mut routes = Vec::with_capacity(self.routes.len());
+        for r in &self.routes {
+            let route = resolve_route(r, tls)?;
+            if let Some(list) = &route.listen {
+                if let Some(bad) = list
+                    .iter()
+                    .find(|n| !self.listen.iter().any(|l| &l.name == *n))
+                {
+                    return Err(ConfigError::new(
+                        route_key(&route.name, "listen"),
+                        format!("names no listener {bad:?}"),
+                    ));
+                }
+            }
+            if routes.iter().any(|x: &RouteSettings| x.name == route.name) {
+                return Err(ConfigError::new(
+                    "proxy.routes",
+                    format!("names two routes {:?}", route.name),
+                ));
+            }
+            routes.push(route);
+        }
+        Ok(routes)
     }
 }
 
@@ -781,7 +790,11 @@ mod tests {
         let s = bad.resolve().unwrap();
         assert_eq!(s.routes[0].diff.ignore_fields, vec!["header.x-trace"]);
         bad.routes[0].diff_ignore_fields = vec!["cookie".into()];
-        assert!(bad.resolve().unwrap_err().key().ends_with(".diff_ignore_fields"));
+        assert!(bad
+            .resolve()
+            .unwrap_err()
+            .key()
+            .ends_with(".diff_ignore_fields"));
     }
 
     #[test]
