@@ -4,7 +4,8 @@
 
 use weir_backend::Kind;
 
-use super::{put_engine_error, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::put_engine_error;
 use crate::reply;
 use crate::request::ReadKey;
 

@@ -5,7 +5,8 @@
 //! xmemcached's Kestrel mode accepts nothing else (it closes the connection on
 //! `NOT_FOUND`), and a queue that is gone is what the client asked for either way.
 
-use super::{put_failure, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::put_failure;
 use crate::reply;
 use crate::request::{is_reserved, ReadKey};
 

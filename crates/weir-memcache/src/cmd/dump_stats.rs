@@ -3,7 +3,8 @@
 
 use bytes::{BufMut, BytesMut};
 
-use super::{blocking, put_failure, put_u64, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::{blocking, put_failure, put_u64};
 use crate::reply;
 
 fn field(out: &mut BytesMut, name: &str, value: u64) {

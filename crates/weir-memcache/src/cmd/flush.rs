@@ -1,7 +1,8 @@
 //! `flush QUEUE` drops every item for every reader; `flush QUEUE.READER` for that
 //! reader only. Neither creates a queue or reader that does not exist.
 
-use super::{put_failure, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::put_failure;
 use crate::reply;
 use crate::request::{is_reserved, ReadKey};
 

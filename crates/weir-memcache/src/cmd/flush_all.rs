@@ -6,7 +6,8 @@
 //! replied `Flushed all queues.`, which breaks them all, and is there for clients
 //! written against Kestrel with `flush_all_reply = "kestrel"`.
 
-use super::{put_failure, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::put_failure;
 use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>, noreply: bool) -> Flow {

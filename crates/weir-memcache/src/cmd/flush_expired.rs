@@ -2,7 +2,8 @@
 //! items now rather than when a reader reaches them; replies with how many. Per queue,
 //! for all its readers at once: the parser refuses a reader key.
 
-use super::{put_failure, put_u64, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::{put_failure, put_u64};
 
 /// `queue` is `None` for `flush_all_expired`.
 pub async fn execute(ctx: &mut Ctx<'_>, queue: Option<&str>) -> Flow {

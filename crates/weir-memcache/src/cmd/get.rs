@@ -17,7 +17,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 use weir_backend::{Kind, Reader, TakeMode, Taken};
 
-use super::{is_stale, put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use super::ctx::{Ctx, Flow};
+use super::replies::{put_engine_error, put_value};
+use super::wait::{is_stale, reader_handle, take, Waited};
 use crate::leases::{Leases, LEASES_PER_CONNECTION_MAX};
 use crate::metrics::LoopMetrics;
 use crate::reply;

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use weir_backend::TakeMode;
 
-use super::{put_engine_error, put_value, reader_handle, take, Ctx, Flow, Waited};
+use super::ctx::{Ctx, Flow};
+use super::replies::{put_engine_error, put_value};
+use super::wait::{reader_handle, take, Waited};
 use crate::leases::LEASES_PER_CONNECTION_MAX;
 use crate::reply;
 use crate::request::ReadKey;

@@ -1,7 +1,8 @@
 //! `reload`: re-read the config file (through the root's [`crate::Reload`]) and apply the queue settings and the reloadable
 //! server limits at once. A file that fails to parse changes nothing.
 
-use super::{put_server_error, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::put_server_error;
 use crate::reply;
 
 pub async fn execute(ctx: &mut Ctx<'_>) -> Flow {

@@ -6,7 +6,8 @@
 
 use weir_backend::{AppendOptions, Kind};
 
-use super::{put_engine_error, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::put_engine_error;
 use crate::reply;
 use crate::request::{expires_at_ms, WriteKey};
 

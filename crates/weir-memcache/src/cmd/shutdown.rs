@@ -1,7 +1,7 @@
 //! `shutdown`: stop the server gracefully, when `shutdown_enabled` is set in the
 //! config (it is off by default: any client could otherwise stop the server).
 
-use super::{Ctx, Flow};
+use super::ctx::{Ctx, Flow};
 use crate::reply;
 
 pub fn execute(ctx: &mut Ctx<'_>) -> Flow {

@@ -14,7 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::{BufMut, BytesMut};
 
-use super::{blocking, put_failure, put_u64, Ctx, Flow};
+use super::ctx::{Ctx, Flow};
+use super::replies::{blocking, put_failure, put_u64};
 use crate::metrics::{Metrics, StatsBaseline};
 use crate::parse::CommandKind;
 use crate::reply;

@@ -1,6 +1,6 @@
 //! `version`: `VERSION weir-X.Y.Z`.
 
-use super::{Ctx, Flow};
+use super::ctx::{Ctx, Flow};
 
 pub fn execute(ctx: &mut Ctx<'_>) -> Flow {
     ctx.out.put(b"VERSION weir-");
