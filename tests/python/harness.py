@@ -48,15 +48,16 @@ def after_kill9_restart() -> None:
         time.sleep(JETSTREAM_LEASE_TIMEOUT_S + 1.0)
 
 
-def jetstream_call(work):
-    """Runs `await work(js)` against the test cluster with nats-py (a JetStream
-    context); bounded to 30 s."""
+def jetstream_call(work, servers: str | None = None):
+    """Runs `await work(js)` against the test cluster (or the cluster at `servers`,
+    comma-separated URLs) with nats-py (a JetStream context); bounded to 30 s."""
     import asyncio
 
     import nats
 
     async def main():
-        nc = await nats.connect(servers=NATS_URLS.split(","), connect_timeout=5, max_reconnect_attempts=5)
+        urls = (servers or NATS_URLS).split(",")
+        nc = await nats.connect(servers=urls, connect_timeout=5, max_reconnect_attempts=5)
         try:
             return await work(nc.jetstream(timeout=10))
         finally:
@@ -115,7 +116,7 @@ def consumer_leader(stream: str, consumer: str) -> str:
     return jetstream_call(work)
 
 
-def consumer_pending(stream: str, consumer: str) -> tuple[int, int]:
+def consumer_pending(stream: str, consumer: str, servers: str | None = None) -> tuple[int, int]:
     """`consumer`'s (pending, ack pending): items it has yet to deliver, and items
     delivered and not acknowledged."""
 
@@ -123,7 +124,28 @@ def consumer_pending(stream: str, consumer: str) -> tuple[int, int]:
         info = await js.consumer_info(stream, consumer)
         return info.num_pending, info.num_ack_pending
 
-    return jetstream_call(work)
+    return jetstream_call(work, servers)
+
+
+def wait_lease_timeout_or_settled(stream: str, consumer: str, until: float, servers: str | None = None) -> bool:
+    """Waits until `consumer` has nothing left to deliver and nothing delivered
+    unacknowledged, or until time.monotonic() reaches `until`, whichever comes first;
+    True when it settled.
+
+    A test that drained a queue after faults and then waits out the lease timeout
+    before a last drain does so for items delivered and never acknowledged (a pull
+    whose reply was lost, an ack lost in an election): JetStream counts each of them
+    as ack pending until its AckWait (the lease timeout) passes and it is delivered
+    again. With (0, 0) there is nothing such to wait for; until then the wait is the
+    whole lease timeout, as before."""
+
+    def settled() -> bool:
+        try:
+            return consumer_pending(stream, consumer, servers) == (0, 0)
+        except Exception:  # noqa: BLE001 - no consumer leader for the moment
+            return False
+
+    return bool(wait_for(settled, max(0.0, until - time.monotonic()), 0.5))
 
 
 def stream_consumers_and_messages(stream: str) -> tuple[list[str], int]:

@@ -389,10 +389,13 @@ def test_nats_node_killed_under_load_loses_nothing(make_server):
     # A pull whose reply was lost with a killed node's connection, or a give-back no
     # consumer leader answered, leaves its item delivered to nobody until its AckWait
     # (the lease timeout) passes; and a confirm whose ack was lost would bring its item
-    # back then too. Both show only once the lease timeout is over.
-    time.sleep(max(0.0, stopped + LEASE_TIMEOUT_S + 5.0 - time.monotonic()))
+    # back then too. Both show only once the lease timeout is over, and until then
+    # the consumer counts them as ack pending: the wait ends early once it counts none.
+    waited = time.monotonic()
+    settled = harness.wait_lease_timeout_or_settled(door.stream, "fo~", stopped + LEASE_TIMEOUT_S + 5.0)
     late = drain_patiently(door.addr, "fo")
-    print(f"drained {len(rest)} items, then {len(late)} after the lease timeout")
+    print(f"drained {len(rest)} items, then {len(late)} after "
+          f"{'the consumer settled' if settled else 'the lease timeout'} ({time.monotonic() - waited:.1f} s)")
     rest += late
     again = set(confirmed) & set(rest)
     assert not again, f"confirmed items delivered again: {sorted(again)[:3]}"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import Conn
+from harness import Conn, wait_lease_timeout_or_settled
 from test_cluster import CLUSTER_SCRIPT, PatientWriter, Reader
 
 pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
@@ -267,9 +267,10 @@ def test_a_ledger_over_partitions_stops_and_kills(make_server, net):
     confirmed = [v for r in readers for v in r.confirmed]
     assert acked and confirmed, "the load did not run"
     # A pulled item whose reply was lost with a cut connection is held by nobody until
-    # its lease times out: wait that out before the last drain.
+    # its lease times out: wait that out before the last drain, or until the reader's
+    # consumer counts nothing pending and nothing ack pending (none such is left).
     rest = drain(door.addr, queue)
-    time.sleep(max(0.0, stopped + LEASE_TIMEOUT_MS / 1000 + 5.0 - time.monotonic()))
+    wait_lease_timeout_or_settled(door.stream, f"{queue}~", stopped + LEASE_TIMEOUT_MS / 1000 + 5.0, net.urls)
     rest += drain(door.addr, queue)
     got = confirmed + rest
     unsettled = {v for r in readers for v in r.unsettled}
