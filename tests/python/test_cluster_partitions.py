@@ -27,7 +27,13 @@ import pytest
 from harness import Conn, wait_lease_timeout_or_settled
 from test_cluster import CLUSTER_SCRIPT, PatientWriter, Reader
 
-pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
+pytestmark = [
+    pytest.mark.jetstream_only,
+    pytest.mark.weir_only,
+    # Cuts off, stops and kills nodes of a cluster of its own (the `net` fixture),
+    # beside other tests.
+    pytest.mark.own_cluster,
+]
 
 # Well above the defaults' worst case (three 2 s pings, or failover_ms of 5 s, then a
 # connection attempt to a server that does not answer, 5 s, and an election of up to
