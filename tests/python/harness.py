@@ -66,10 +66,11 @@ def jetstream_call(work, servers: str | None = None):
     return asyncio.run(asyncio.wait_for(main(), 30))
 
 
-def delete_stream(stream: str) -> None:
+def delete_stream(stream: str, servers: str | None = None) -> None:
     """Removes a test's JetStream stream (and its consumers), the stream its doors
     keep their registrations and lease records in (`<stream>_DOORS`), and the event
-    bus's metadata map (`<stream>_MAP_BUS`)."""
+    bus's metadata map (`<stream>_MAP_BUS`), from the test cluster (or the cluster at
+    `servers`)."""
     import nats.js.errors
 
     async def work(js):
@@ -79,7 +80,7 @@ def delete_stream(stream: str) -> None:
             except nats.js.errors.NotFoundError:
                 pass
 
-    jetstream_call(work)
+    jetstream_call(work, servers)
 
 
 def door_registrations(stream: str) -> int:
@@ -371,7 +372,9 @@ class ServerProcess:
         self._close_log()
         shutil.rmtree(self.root, ignore_errors=True)
         if self.stream is not None and not getattr(self, "shares_stream", False):
-            delete_stream(self.stream)
+            # From the cluster the door used (test_cluster_partitions.py's doors use
+            # a cluster of their own, while the shared one may be having its faults).
+            delete_stream(self.stream, self.nats_urls)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
