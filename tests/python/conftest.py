@@ -49,6 +49,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def pytest_runtest_setup(item):
+    """A test marked `cluster_faults` stops, kills or cuts off nodes of the shared test
+    cluster under every other test on it: under pytest-xdist (`-n`) it would run beside
+    others, so there it fails at once (scripts/test gives these tests a pass of their
+    own, without `-n`). A module marked `own_cluster` faults a cluster it starts for
+    itself: it runs beside the others, one module per process (`-n` with `--dist
+    loadfile`)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and item.get_closest_marker("cluster_faults"):
+        pytest.fail(
+            "a cluster_faults test stops, kills or cuts off nodes of the shared cluster: "
+            "it runs only without -n (`-m cluster_faults`), never beside other tests",
+            pytrace=False,
+        )
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -48,15 +48,16 @@ def after_kill9_restart() -> None:
         time.sleep(JETSTREAM_LEASE_TIMEOUT_S + 1.0)
 
 
-def jetstream_call(work):
-    """Runs `await work(js)` against the test cluster with nats-py (a JetStream
-    context); bounded to 30 s."""
+def jetstream_call(work, servers: str | None = None):
+    """Runs `await work(js)` against the test cluster (or the cluster at `servers`,
+    comma-separated URLs) with nats-py (a JetStream context); bounded to 30 s."""
     import asyncio
 
     import nats
 
     async def main():
-        nc = await nats.connect(servers=NATS_URLS.split(","), connect_timeout=5, max_reconnect_attempts=5)
+        urls = (servers or NATS_URLS).split(",")
+        nc = await nats.connect(servers=urls, connect_timeout=5, max_reconnect_attempts=5)
         try:
             return await work(nc.jetstream(timeout=10))
         finally:
@@ -65,10 +66,11 @@ def jetstream_call(work):
     return asyncio.run(asyncio.wait_for(main(), 30))
 
 
-def delete_stream(stream: str) -> None:
+def delete_stream(stream: str, servers: str | None = None) -> None:
     """Removes a test's JetStream stream (and its consumers), the stream its doors
     keep their registrations and lease records in (`<stream>_DOORS`), and the event
-    bus's metadata map (`<stream>_MAP_BUS`)."""
+    bus's metadata map (`<stream>_MAP_BUS`), from the test cluster (or the cluster at
+    `servers`)."""
     import nats.js.errors
 
     async def work(js):
@@ -78,7 +80,7 @@ def delete_stream(stream: str) -> None:
             except nats.js.errors.NotFoundError:
                 pass
 
-    jetstream_call(work)
+    jetstream_call(work, servers)
 
 
 def door_registrations(stream: str) -> int:
@@ -115,7 +117,7 @@ def consumer_leader(stream: str, consumer: str) -> str:
     return jetstream_call(work)
 
 
-def consumer_pending(stream: str, consumer: str) -> tuple[int, int]:
+def consumer_pending(stream: str, consumer: str, servers: str | None = None) -> tuple[int, int]:
     """`consumer`'s (pending, ack pending): items it has yet to deliver, and items
     delivered and not acknowledged."""
 
@@ -123,7 +125,28 @@ def consumer_pending(stream: str, consumer: str) -> tuple[int, int]:
         info = await js.consumer_info(stream, consumer)
         return info.num_pending, info.num_ack_pending
 
-    return jetstream_call(work)
+    return jetstream_call(work, servers)
+
+
+def wait_lease_timeout_or_settled(stream: str, consumer: str, until: float, servers: str | None = None) -> bool:
+    """Waits until `consumer` has nothing left to deliver and nothing delivered
+    unacknowledged, or until time.monotonic() reaches `until`, whichever comes first;
+    True when it settled.
+
+    A test that drained a queue after faults and then waits out the lease timeout
+    before a last drain does so for items delivered and never acknowledged (a pull
+    whose reply was lost, an ack lost in an election): JetStream counts each of them
+    as ack pending until its AckWait (the lease timeout) passes and it is delivered
+    again. With (0, 0) there is nothing such to wait for; until then the wait is the
+    whole lease timeout, as before."""
+
+    def settled() -> bool:
+        try:
+            return consumer_pending(stream, consumer, servers) == (0, 0)
+        except Exception:  # noqa: BLE001 - no consumer leader for the moment
+            return False
+
+    return bool(wait_for(settled, max(0.0, until - time.monotonic()), 0.5))
 
 
 def stream_consumers_and_messages(stream: str) -> tuple[list[str], int]:
@@ -349,7 +372,9 @@ class ServerProcess:
         self._close_log()
         shutil.rmtree(self.root, ignore_errors=True)
         if self.stream is not None and not getattr(self, "shares_stream", False):
-            delete_stream(self.stream)
+            # From the cluster the door used (test_cluster_partitions.py's doors use
+            # a cluster of their own, while the shared one may be having its faults).
+            delete_stream(self.stream, self.nats_urls)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

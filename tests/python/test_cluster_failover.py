@@ -24,7 +24,12 @@ import pytest
 from harness import Conn
 from test_cluster import cluster_dir, drain_patiently
 
-pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
+pytestmark = [
+    pytest.mark.jetstream_only,
+    pytest.mark.weir_only,
+    # Stops nodes of the shared test cluster: in the serial pass of its faults.
+    pytest.mark.cluster_faults,
+]
 
 # Well under the three minutes the client's default ping interval took, and above
 # the worst case of the defaults: three 2 s pings, a connection attempt to the

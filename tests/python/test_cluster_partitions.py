@@ -24,10 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import Conn
+from harness import Conn, wait_lease_timeout_or_settled
 from test_cluster import CLUSTER_SCRIPT, PatientWriter, Reader
 
-pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
+pytestmark = [
+    pytest.mark.jetstream_only,
+    pytest.mark.weir_only,
+    # Cuts off, stops and kills nodes of a cluster of its own (the `net` fixture),
+    # beside other tests.
+    pytest.mark.own_cluster,
+]
 
 # Well above the defaults' worst case (three 2 s pings, or failover_ms of 5 s, then a
 # connection attempt to a server that does not answer, 5 s, and an election of up to
@@ -267,9 +273,10 @@ def test_a_ledger_over_partitions_stops_and_kills(make_server, net):
     confirmed = [v for r in readers for v in r.confirmed]
     assert acked and confirmed, "the load did not run"
     # A pulled item whose reply was lost with a cut connection is held by nobody until
-    # its lease times out: wait that out before the last drain.
+    # its lease times out: wait that out before the last drain, or until the reader's
+    # consumer counts nothing pending and nothing ack pending (none such is left).
     rest = drain(door.addr, queue)
-    time.sleep(max(0.0, stopped + LEASE_TIMEOUT_MS / 1000 + 5.0 - time.monotonic()))
+    wait_lease_timeout_or_settled(door.stream, f"{queue}~", stopped + LEASE_TIMEOUT_MS / 1000 + 5.0, net.urls)
     rest += drain(door.addr, queue)
     got = confirmed + rest
     unsettled = {v for r in readers for v in r.unsettled}

@@ -21,9 +21,23 @@ import pytest
 
 import harness
 from harness import Conn
-from test_cluster import cluster, cluster_dir, drain_patiently, stream_leader
+from test_cluster import cluster, cluster_dir, cluster_of_its_own, drain_patiently, stream_leader
 
-pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
+pytestmark = [
+    pytest.mark.jetstream_only,
+    pytest.mark.weir_only,
+    # Kills nodes of a cluster of its own (the fixture below), beside other tests.
+    pytest.mark.own_cluster,
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_cluster():
+    """These tests kill nodes and wait for elections and restarts, a minute or more
+    each: on a cluster of their own they overlap with the shared cluster's fault tests
+    (scripts/test)."""
+    with cluster_of_its_own(port_offset=2000):
+        yield
 
 ITEMS = 100
 # A consumer creation on two of three nodes, with room for a loaded test machine.

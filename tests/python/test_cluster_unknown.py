@@ -36,7 +36,12 @@ import harness
 from harness import Conn
 from test_cluster import cluster_dir, drain_patiently
 
-pytestmark = [pytest.mark.jetstream_only, pytest.mark.weir_only]
+pytestmark = [
+    pytest.mark.jetstream_only,
+    pytest.mark.weir_only,
+    # Stops nodes of the shared test cluster: in the serial pass of its faults.
+    pytest.mark.cluster_faults,
+]
 
 # Under nats-server's shortest election timeout (4 s): the stopped followers do not
 # call an election when they resume, and the leaders keep their proposals.
