@@ -72,7 +72,7 @@ impl Backend {
         options: QueueOptions,
     ) -> Result<(Queue, Vec<Reader>)> {
         if let (Backend::Embedded(e), LeaseTimeout::Never) = (self, options.lease_timeout) {
-            crate::check_readers_named(readers)?;
+            crate::readers_named::check_readers_named(readers)?;
             let queue = e.queue(name).await?;
             e.clear_lease_timeout(&queue).await?;
         }

@@ -16,7 +16,9 @@
 use tokio::sync::Semaphore;
 use weir::{Queue, QueueStats, Reader, Store, StoreOptions};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Kind, Result};
+use crate::local_map::LocalMap;
+use crate::position::{ScanFrom, SeekTo};
 
 /// Queue and reader creations running at once: enough to overlap a few file
 /// systems' latencies, few enough that creation storms leave the blocking pool to
@@ -54,15 +56,12 @@ impl Embedded {
 
     /// The map `name` of the data directory (`DATA_DIR/maps/NAME.map`: see
     /// [`crate::LocalMap`]), opened on the blocking pool (it is read whole).
-    pub async fn shared_map(&self, name: &str) -> Result<crate::LocalMap> {
+    pub async fn shared_map(&self, name: &str) -> Result<LocalMap> {
         let dir = self.store.dir().to_owned();
         let name = name.to_owned();
-        match tokio::task::spawn_blocking(move || crate::LocalMap::open(&dir, &name)).await {
+        match tokio::task::spawn_blocking(move || LocalMap::open(&dir, &name)).await {
             Ok(opened) => opened,
-            Err(e) => Err(Error::new(
-                crate::Kind::Other,
-                format!("opening a map: {e}"),
-            )),
+            Err(e) => Err(Error::new(Kind::Other, format!("opening a map: {e}"))),
         }
     }
 
@@ -267,11 +266,7 @@ pub(crate) async fn seq_at_time(queue: &Queue, ms: u64) -> Result<u64> {
 
 /// [`crate::Queue::seek_reader`] on the engine: a search by time reads record
 /// headers, and the move is journaled (durable on return under `synced`).
-pub(crate) async fn seek_reader(
-    queue: &Queue,
-    reader: &str,
-    to: crate::SeekTo,
-) -> Result<Option<u64>> {
+pub(crate) async fn seek_reader(queue: &Queue, reader: &str, to: SeekTo) -> Result<Option<u64>> {
     let queue = queue.clone();
     let reader = reader.to_owned();
     blocking(move || {
@@ -279,9 +274,9 @@ pub(crate) async fn seek_reader(
             return Ok(None);
         }
         let seq = match to {
-            crate::SeekTo::Seq(seq) => seq,
-            crate::SeekTo::Time(ms) => queue.seq_at_time(ms)?,
-            crate::SeekTo::End => u64::MAX,
+            SeekTo::Seq(seq) => seq,
+            SeekTo::Time(ms) => queue.seq_at_time(ms)?,
+            SeekTo::End => u64::MAX,
         };
         // Not through a reader handle, whose seek would make the reader again had
         // it been deleted since the look above.
@@ -316,7 +311,7 @@ impl Embedded {
     /// Starts a walk over what `queue` keeps, from its oldest item or from the first
     /// appended at or after a time; [`Kind::NotFound`](crate::Kind) when the queue
     /// does not exist.
-    pub async fn scan(&self, queue: &str, from: crate::ScanFrom) -> Result<EmbeddedScan> {
+    pub async fn scan(&self, queue: &str, from: ScanFrom) -> Result<EmbeddedScan> {
         let store = self.store.clone();
         let name = queue.to_owned();
         blocking(move || {
@@ -326,8 +321,8 @@ impl Embedded {
                     what: format!("queue {name}"),
                 })?;
             let start = match from {
-                crate::ScanFrom::Oldest => 0,
-                crate::ScanFrom::Time(ms) => queue.seq_at_time(ms)?,
+                ScanFrom::Oldest => 0,
+                ScanFrom::Time(ms) => queue.seq_at_time(ms)?,
             };
             Ok(EmbeddedScan {
                 iter: Some(queue.iter()?),

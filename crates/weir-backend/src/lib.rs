@@ -59,7 +59,10 @@ pub mod jetstream;
 mod jetstream_config;
 mod local_map;
 mod map_entry;
+mod position;
+mod readers_named;
 mod shared_map;
+mod taken;
 
 use std::time::Duration;
 
@@ -68,10 +71,13 @@ pub use embedded::Embedded;
 pub use error::{Error, Kind, Result};
 pub use jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN, REPLICAS_MAX};
 pub use local_map::LocalMap;
+pub use position::{ScanFrom, SeekTo};
+use readers_named::check_readers_named;
 pub use shared_map::{
     Entry as MapEntry, Expect, SharedMap, KEY_BYTES_MAX as MAP_KEY_BYTES_MAX,
     VALUE_BYTES_MAX as MAP_VALUE_BYTES_MAX,
 };
+pub use taken::{Lease, Taken};
 pub use weir::StoreOptions;
 pub use weir_types::{
     expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
@@ -103,35 +109,6 @@ pub enum Reader {
     JetStream(jetstream::Reader),
 }
 
-/// What `open` hands out and `close`/`abort` give back.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lease {
-    Embedded(LeaseId),
-    #[cfg(feature = "jetstream")]
-    JetStream(jetstream::Lease),
-}
-
-/// Where a [`Backend::scan`] starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanFrom {
-    /// The oldest item kept.
-    Oldest,
-    /// The first item appended at this time (Unix ms) or later.
-    Time(u64),
-}
-
-/// Where [`Queue::seek_reader`] moves a reader.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SeekTo {
-    /// This sequence number: the next item the reader takes is the first kept at or
-    /// after it.
-    Seq(u64),
-    /// The first item appended at this time (Unix ms) or later.
-    Time(u64),
-    /// After the newest item: the reader skips everything kept.
-    End,
-}
-
 /// A walk over the items a queue keeps (some reader has not confirmed them), in
 /// order, without consuming or leasing anything: [`Backend::scan`].
 pub enum Scan {
@@ -150,13 +127,6 @@ impl Scan {
             Scan::JetStream(s) => Box::pin(s.next_page(max)).await,
         }
     }
-}
-
-/// What a take returns: the item, and its lease when taken with [`TakeMode::Lease`].
-#[derive(Clone, Debug)]
-pub struct Taken {
-    pub item: Item,
-    pub lease: Option<Lease>,
 }
 
 impl Backend {
@@ -600,18 +570,6 @@ impl Reader {
             _ => mismatch(),
         }
     }
-}
-
-/// What [`Backend::queue_for_readers`] wants: at least one reader, each named (the
-/// default reader `""` is not one of them).
-pub(crate) fn check_readers_named(readers: &[&str]) -> Result<()> {
-    if readers.is_empty() || readers.iter().any(|r| r.is_empty()) {
-        return Err(Error::new(
-            Kind::InvalidArgument,
-            "a queue kept for its readers names at least one, and each of them (no default reader)",
-        ));
-    }
-    Ok(())
 }
 
 /// What a door says when asked for JetStream in a build without it.

@@ -39,8 +39,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use bytes::Bytes;
 
+use crate::error::{Error, Kind, Result};
 use crate::map_entry::{valid_key, valid_map_name, Entry, Expect, KEY_BYTES_MAX, VALUE_BYTES_MAX};
-use crate::{Error, Kind, Result};
 
 /// Compaction starts when dead records take this many times the live ones' bytes...
 pub const COMPACT_FACTOR: u64 = 2;

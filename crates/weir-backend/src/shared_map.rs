@@ -11,8 +11,8 @@
 
 use bytes::Bytes;
 
+use crate::error::{Error, Kind, Result};
 use crate::local_map::LocalMap;
-use crate::{Error, Kind, Result};
 
 pub use crate::map_entry::{Entry, Expect, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 

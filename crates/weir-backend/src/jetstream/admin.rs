@@ -21,9 +21,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::errors::unavailable;
+use super::inner::Inner;
 use super::layout::{consumer_name, ConsumerInfo, Start};
-use super::Inner;
-use crate::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result};
 
 /// A `STREAM.PURGE` answer.
 #[derive(Deserialize, Default)]

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 
 use super::errors::{unavailable, unexpected, ApiError};
 use super::metrics::Metrics;
-use crate::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result};
 
 /// The first pause between two attempts; it doubles up to [`BACKOFF_MAX`].
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);

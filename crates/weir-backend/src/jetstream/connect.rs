@@ -35,8 +35,8 @@ use tokio::runtime::Runtime;
 
 use super::api::Health;
 use super::metrics::Metrics;
-use crate::JetStreamConfig;
-use crate::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result};
+use crate::jetstream_config::JetStreamConfig;
 
 pub(crate) const RUNTIME_THREADS: usize = 2;
 

@@ -11,7 +11,7 @@ use std::fmt::Display;
 
 use serde::Deserialize;
 
-use crate::{Error, Kind};
+use crate::error::{Error, Kind};
 
 /// JetStream's `err_code`s that weir answers specially (nats-server `errors.json`).
 pub(crate) mod code {

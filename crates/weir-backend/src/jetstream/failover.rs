@@ -9,7 +9,7 @@
 use std::sync::{PoisonError, Weak};
 use std::time::Duration;
 
-use super::Inner;
+use super::inner::Inner;
 
 /// Reconnects (to another server, most likely) when no request has been answered for
 /// `every` while some failed; 0 turns this off. Ends with the backend.

@@ -64,9 +64,10 @@ use super::api::{Api, Got, Sent};
 use super::layout::StreamInfo;
 use super::leases::{self, Leases};
 use super::pub_ack::PubAck;
-use super::queue::now_ms;
 use super::records::{self, Batcher, Record, Stored, RECORD_TTL};
-use crate::Result;
+use crate::error::{Error, Kind, Result};
+use crate::jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN};
+use weir_types::now_ms;
 
 /// Instances one instance keeps track of; more are not pinged (with a warning).
 const INSTANCES_MAX: usize = 256;
@@ -145,7 +146,7 @@ impl Instances {
         leases: Arc<Leases>,
         stream: &str,
         id: &str,
-        config: &super::JetStreamConfig,
+        config: &JetStreamConfig,
     ) -> Instances {
         Instances {
             api,
@@ -163,7 +164,7 @@ impl Instances {
             replicas: config.replicas,
             stream_bytes: config
                 .instances_stream_bytes
-                .max(crate::INSTANCES_STREAM_BYTES_MIN),
+                .max(INSTANCES_STREAM_BYTES_MIN),
             warned: AtomicBool::new(false),
         }
     }
@@ -303,9 +304,12 @@ impl Instances {
 
     async fn answer_pings(&self) -> Result<()> {
         let subject = format!("{}.ping.{}.*", self.prefix, self.id);
-        let mut pings = self.api.client.subscribe(subject).await.map_err(|e| {
-            crate::Error::new(crate::Kind::Unavailable, format!("subscribing: {e}"))
-        })?;
+        let mut pings = self
+            .api
+            .client
+            .subscribe(subject)
+            .await
+            .map_err(|e| Error::new(Kind::Unavailable, format!("subscribing: {e}")))?;
         let client = self.api.client.clone();
         tokio::spawn(async move {
             while let Some(ping) = pings.next().await {
@@ -324,8 +328,8 @@ impl Instances {
         let request = Request::new().payload(Bytes::from(format!("alive {}", now_ms())));
         match self.api.send(subject, request, deadline).await {
             Sent::Reply(m) if PubAck::stored(&m.payload) => Ok(()),
-            _ => Err(crate::Error::new(
-                crate::Kind::Unavailable,
+            _ => Err(Error::new(
+                Kind::Unavailable,
                 "the instances' stream did not store the registration",
             )),
         }

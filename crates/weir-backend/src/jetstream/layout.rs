@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::JetStreamConfig;
-use crate::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result};
+use crate::jetstream_config::JetStreamConfig;
 
 /// The publishes JetStream remembers by `Nats-Msg-Id`: a `set` retried after a lost
 /// PubAck within this window is stored once.

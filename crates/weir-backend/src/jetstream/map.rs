@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use super::api::{Api, Backoff, Sent};
 use super::errors::{code, unavailable, unexpected};
 use super::pub_ack::PubAck;
-use crate::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result};
 
 pub use crate::map_entry::{Entry, Expect, KEY_BYTES_MAX};
 

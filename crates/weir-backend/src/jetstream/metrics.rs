@@ -10,8 +10,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::error::{Kind, Result};
 use crate::exposition::{self, Collector, DescriptorEncoder};
-use crate::{Kind, Result};
 
 /// What a request did, for `weir_backend_requests_total{op}`.
 #[derive(Clone, Copy, Debug)]

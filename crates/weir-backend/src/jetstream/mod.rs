@@ -13,6 +13,12 @@
 //! The handles ([`Queue`], [`Reader`]) are cheap clones of shared entries of the
 //! `registry.rs`, so that an instance's handle cache works as with the engine.
 //!
+//! This file is the composition: the handles' methods, each a call into the file that
+//! does the work. What those files share is in leaves they import without reaching
+//! back here: the handles' structs (`handles.rs`), their shared state `Inner`
+//! (`inner.rs`), a lease's handle (`lease.rs`), the stats snapshot (`stats_cache.rs`)
+//! and the sweep's marks (`sweeper.rs`).
+//!
 //! Differences from the engine, on purpose (see `docs/cluster.md`):
 //! - `delete q` keeps the queue's default-reader consumer: the queue is emptied and its
 //!   named readers deleted, but it still exists (with 0 items), so a `set` from an instance
@@ -33,8 +39,11 @@ mod api;
 mod connect;
 mod errors;
 mod failover;
+mod handles;
+mod inner;
 mod instances;
 mod layout;
+pub(crate) mod lease;
 mod leases;
 mod left;
 pub mod map;
@@ -50,124 +59,25 @@ mod scan;
 mod seek;
 mod setup;
 mod stats;
+mod stats_cache;
 mod sweep;
+mod sweeper;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::PoisonError;
 use std::time::Duration;
 
 pub use crate::jetstream_config::{JetStreamConfig, INSTANCES_STREAM_BYTES_MIN};
-use async_nats::connection::State;
 use bytes::Bytes;
+pub use handles::{JetStream, Queue, Reader};
+pub use lease::Lease;
 pub use scan::Scan;
-use tokio::sync::Semaphore;
-use weir::{QueueConfig, StoreOptions};
+use weir::StoreOptions;
 use weir_types::{AppendOptions, QueueStats, TakeMode};
 
-use self::api::Api;
-use self::connect::{LinkState, OwnedRuntime};
-use self::layout::Layout;
-use self::leases::Leases;
 use self::metrics::Op;
-use self::registry::{QueueEntry, ReaderEntry, Registry};
-use crate::{Error, Kind, Result, Taken};
-
-// Queue and reader creations (consumer creations on the meta leader) running at
-// once, per instance: a client naming new queues as fast as it can does not flood
-// the cluster's meta leader. The same bound as the engine's (`weir_types`).
-use weir_types::CREATIONS_AT_ONCE;
-
-/// A connection to the cluster, shared by every connection of the instance.
-pub struct JetStream {
-    inner: Arc<Inner>,
-    runtime: Mutex<OwnedRuntime>,
-    nak_pump: Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-/// What the handles share.
-pub(crate) struct Inner {
-    config: JetStreamConfig,
-    layout: Layout,
-    api: Api,
-    options: RwLock<StoreOptions>,
-    registry: Registry,
-    leases: Arc<Leases>,
-    /// The other weir instances ([`instances`]): who gives a killed instance's leases back.
-    instances: Arc<instances::Instances>,
-    link: Arc<LinkState>,
-    /// The stream is set up and the registry filled.
-    ready: AtomicBool,
-    setup_lock: tokio::sync::Mutex<()>,
-    /// One creation at a time of a given reader made at the end in this instance
-    /// (`Inner::create_consumer`): locks striped by the consumer's name.
-    placing: [tokio::sync::Mutex<()>; PLACING_STRIPES],
-    creations: Semaphore,
-    /// Unique per instance (and run): the prefix of its `Nats-Msg-Id`s.
-    instance_id: String,
-    published: AtomicU64,
-    stats_cache: stats::Cache,
-    /// The queues whose confirmed items are to be purged (`sweep.rs`).
-    sweeper: sweep::Sweeper,
-    runtime: tokio::runtime::Handle,
-}
-
-/// How many locks [`Inner::placing`] spreads the readers made at the end over.
-const PLACING_STRIPES: usize = 64;
-
-/// A handle on one queue: cheap to clone.
-#[derive(Clone)]
-pub struct Queue {
-    entry: Arc<QueueEntry>,
-    inner: Arc<Inner>,
-}
-
-/// A handle on one reader of a queue: cheap to clone.
-#[derive(Clone)]
-pub struct Reader {
-    queue: Arc<QueueEntry>,
-    entry: Arc<ReaderEntry>,
-    inner: Arc<Inner>,
-}
-
-/// A delivered, not yet acknowledged message: its ack subject says which.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lease {
-    reply: Arc<str>,
-    seq: u64,
-}
-
-impl Lease {
-    /// The item's stream sequence.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// A lease of no real delivery, for the crate's tests of what is done with one.
-    #[cfg(test)]
-    pub(crate) fn for_tests(reply: &str, seq: u64) -> Lease {
-        Lease {
-            reply: reply.into(),
-            seq,
-        }
-    }
-}
-
-impl Inner {
-    fn queue_config(&self, name: &str) -> QueueConfig {
-        self.options
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .config(name)
-    }
-
-    fn is_up(&self) -> bool {
-        self.api.client.connection_state() == State::Connected
-    }
-
-    fn lease_timeout(&self) -> Duration {
-        Duration::from_millis(self.config.lease_timeout_ms.max(1))
-    }
-}
+use crate::error::{Error, Kind, Result};
+use crate::taken::Taken;
 
 impl JetStream {
     /// Connects (in the background when the cluster is unreachable: calls answer
@@ -388,15 +298,6 @@ impl JetStream {
     pub async fn close(&self) -> Result<()> {
         setup::close(self).await;
         Ok(())
-    }
-}
-
-impl Drop for JetStream {
-    fn drop(&mut self) {
-        self.runtime
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .shutdown();
     }
 }
 

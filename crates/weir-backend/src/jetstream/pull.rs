@@ -23,9 +23,9 @@ use tokio::time::Instant;
 
 use super::api::Api;
 use super::errors::{not_found, unavailable};
+use super::handles::Reader;
 use super::layout::nanos;
-use super::Reader;
-use crate::Result;
+use crate::error::Result;
 
 /// The longest single pull.
 const CHUNK_MAX: Duration = Duration::from_secs(30);

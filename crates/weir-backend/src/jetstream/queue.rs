@@ -17,10 +17,10 @@ use weir_types::AppendOptions;
 
 use super::api::{Backoff, Sent};
 use super::errors::{code, not_found, unavailable, unexpected};
+use super::inner::Inner;
 use super::pub_ack::PubAck;
 use super::registry::QueueEntry;
-use super::Inner;
-use crate::{Error, Kind, Result};
+use crate::error::{Error, Kind, Result};
 
 pub(crate) const FLAGS_HEADER: &str = "Weir-Flags";
 /// The longest one publish attempt waits for its PubAck before trying again.

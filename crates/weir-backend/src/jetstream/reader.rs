@@ -29,11 +29,13 @@ use weir_types::{Item, TakeMode};
 
 use super::api::{Backoff, Sent};
 use super::errors::{not_found, unavailable, unexpected};
+use super::handles::Reader;
 use super::layout::Delivery;
+use super::lease::Lease;
 use super::pull::{self, Pulled};
 use super::queue::{now_ms, EXPIRES_HEADER, FLAGS_HEADER};
-use super::{Lease, Reader};
-use crate::{Result, Taken};
+use crate::error::Result;
+use crate::taken::{self, Taken};
 
 /// Expired items one take (or peek) skips before it answers "nothing": a bound on the
 /// work one request can cause.
@@ -151,7 +153,7 @@ impl Reader {
         };
         Taken {
             item,
-            lease: Some(crate::Lease::JetStream(lease)),
+            lease: Some(taken::Lease::JetStream(lease)),
         }
     }
 

@@ -24,10 +24,12 @@ use time::OffsetDateTime;
 use weir_types::Item;
 
 use super::errors::unexpected;
+use super::handles::JetStream;
+use super::inner::Inner;
 use super::queue::{now_ms, EXPIRES_HEADER, FLAGS_HEADER};
 use super::reader::header_u64;
-use super::{Inner, JetStream};
-use crate::{Result, ScanFrom};
+use crate::error::Result;
+use crate::position::ScanFrom;
 
 /// Where a walk's next step starts.
 #[derive(Clone, Copy)]

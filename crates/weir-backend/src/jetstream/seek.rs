@@ -24,11 +24,14 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::errors::{code, unexpected};
+use super::handles::Queue;
+use super::inner::Inner;
 use super::layout::{consumer_name, Start};
 use super::map::MsgGet;
 use super::scan::rfc3339;
-use super::{Inner, Queue};
-use crate::{AppendOptions, Error, Kind, Result, SeekTo};
+use crate::error::{Error, Kind, Result};
+use crate::position::SeekTo;
+use weir_types::AppendOptions;
 
 #[derive(Deserialize, Default)]
 #[serde(default)]

@@ -26,15 +26,23 @@ use weir::StoreOptions;
 use super::api::{Api, Health};
 use super::connect::{self, LinkState, OwnedRuntime};
 use super::errors::{code, unavailable};
+use super::handles::JetStream;
+use super::inner::{Inner, PLACING_STRIPES};
 use super::layout::{
     consumer_name, split_consumer, ConsumerInfo, Layout, Start, StreamInfo, PLACE_KEY,
 };
 use super::leases::{self, Leases};
 use super::metrics::Metrics;
 use super::registry::{QueueEntry, ReaderEntry, Registry};
-use super::{stats, Inner, JetStream, CREATIONS_AT_ONCE};
-use crate::JetStreamConfig;
-use crate::{Error, Kind, Result};
+use super::stats_cache;
+use super::sweeper::Sweeper;
+use crate::error::{Error, Kind, Result};
+use crate::jetstream_config::JetStreamConfig;
+
+// Queue and reader creations (consumer creations on the meta leader) running at
+// once, per instance: a client naming new queues as fast as it can does not flood
+// the cluster's meta leader. The same bound as the engine's (`weir_types`).
+use weir_types::CREATIONS_AT_ONCE;
 
 /// How often the background task tries to set the stream up while it cannot.
 const SETUP_RETRY: Duration = Duration::from_secs(2);
@@ -89,8 +97,8 @@ pub(super) async fn connect(config: JetStreamConfig, options: StoreOptions) -> R
         creations: Semaphore::new(CREATIONS_AT_ONCE),
         instance_id,
         published: AtomicU64::new(0),
-        stats_cache: stats::Cache::default(),
-        sweeper: super::sweep::Sweeper::default(),
+        stats_cache: stats_cache::Cache::default(),
+        sweeper: Sweeper::default(),
         runtime: handle.clone(),
         config,
     });
@@ -383,7 +391,7 @@ impl Inner {
         for r in readers {
             weir_types::validate_reader_name(r)?;
         }
-        crate::check_readers_named(readers)?;
+        crate::readers_named::check_readers_named(readers)?;
         let registered = self.registry.get(name);
         if let Some(entry) = &registered {
             let known: Option<Vec<_>> = readers.iter().map(|r| entry.reader(r)).collect();
@@ -661,7 +669,7 @@ fn stripe_of(name: &str) -> usize {
     use std::hash::{BuildHasher, BuildHasherDefault};
     let hash =
         BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(name);
-    usize::try_from(hash % super::PLACING_STRIPES as u64).unwrap_or(0)
+    usize::try_from(hash % PLACING_STRIPES as u64).unwrap_or(0)
 }
 
 /// A reader's creation that got no answer in time may still have made it, and a

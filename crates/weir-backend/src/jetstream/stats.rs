@@ -19,7 +19,7 @@
 //! the meta leader: they wait for the one in flight.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,23 +28,9 @@ use serde_json::json;
 use tokio::time::Instant;
 use weir_types::{QueueStats, ReaderStats};
 
+use super::inner::Inner;
 use super::layout::{split_consumer, ConsumerInfo, StreamInfo};
-use super::Inner;
-use crate::Result;
-
-/// The last snapshot, and whether a change made it stale.
-#[derive(Default)]
-pub(crate) struct Cache {
-    snapshot: tokio::sync::Mutex<Option<(Instant, Arc<Vec<QueueStats>>)>>,
-    stale: AtomicBool,
-}
-
-impl Cache {
-    /// This instance changed something (`delete`, `flush`): the next `stats` asks again.
-    pub fn invalidate(&self) {
-        self.stale.store(true, Ordering::Release);
-    }
-}
+use crate::error::Result;
 
 #[derive(Deserialize, Default)]
 #[serde(default)]

@@ -9,7 +9,7 @@
 //! other replicas deleted them too (nats-server's own behaviour, reproduced without
 //! weir). A purge is one replicated operation, applied the same on every replica.
 //!
-//! Each instance marks the queues it confirmed, released or deleted on ([`Sweeper::mark`])
+//! Each instance marks the queues it confirmed, released or deleted on ([`Sweeper::mark`](super::sweeper::Sweeper::mark))
 //! and, every `sweep_ms`, sweeps them:
 //!
 //! 1. `last`: the stream's last sequence (`STREAM.INFO`);
@@ -42,7 +42,7 @@
 //! most one purge; per sweep, one `STREAM.INFO` and two `CONSUMER.NAMES` listings.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use serde_json::json;
@@ -50,51 +50,16 @@ use tokio::time::Instant;
 
 use super::admin::Purged;
 use super::errors::unavailable;
+use super::inner::Inner;
 use super::layout::split_consumer;
-use super::Inner;
-use crate::{Kind, Result};
+use super::sweeper::lock;
+use crate::error::{Kind, Result};
 
 /// Every this many sweeps, every queue with items is swept, marked or not.
 const FULL_EVERY: u64 = 30;
 
 /// Queues one sweep takes on; the others stay marked for the next.
 const QUEUES_PER_SWEEP: usize = 1_000;
-
-/// The queues to sweep, and how far each was purged by this instance.
-#[derive(Default)]
-pub(crate) struct Sweeper {
-    marked: Mutex<HashSet<String>>,
-    /// The bound of this instance's last purge of each queue; cleared whole when it
-    /// holds more queues than the stream may have readers (`consumers_max`).
-    purged: Mutex<HashMap<String, u64>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Sweeper {
-    /// A reader of `queue` confirmed, released or went: sweep it next time.
-    pub fn mark(&self, queue: &str) {
-        let mut marked = lock(&self.marked);
-        if !marked.contains(queue) {
-            marked.insert(queue.to_owned());
-        }
-    }
-
-    /// The stream is gone: a new one starts its sequences again.
-    pub fn forget_purges(&self) {
-        lock(&self.purged).clear();
-    }
-
-    fn take_marked(&self) -> HashSet<String> {
-        std::mem::take(&mut *lock(&self.marked))
-    }
-
-    fn mark_all(&self, queues: impl IntoIterator<Item = String>) {
-        lock(&self.marked).extend(queues);
-    }
-}
 
 /// Sweeps every `sweep_ms` while the backend lives (0: never).
 pub(super) async fn pump(inner: Weak<Inner>, every: Duration) {
