@@ -96,7 +96,7 @@ pub struct Bus {
     /// most `topics_max` names).
     gone_said: Mutex<std::collections::HashSet<String>>,
     /// `GET /pulse/scaling`'s count of waiting events and when it was taken: one
-    /// gathering at a time, reused for a second (`api::pulse_scaling`).
+    /// gathering at a time, reused for a second (`api/health.rs`'s `pulse_scaling`).
     pub(crate) waiting: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
     /// `GET /pulse/scaling` answers held back a second at once, at most.
     pub(crate) scaling_delays: Semaphore,
