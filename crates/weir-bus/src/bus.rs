@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::http::StatusCode;
@@ -54,6 +55,9 @@ pub trait OwnerHold: Send + Sync {
 /// `GET /pulse/scaling` answers held back a second at once, at most; past that
 /// they answer at once (the slow ones already say "scale up").
 const SCALING_DELAYS_MAX: usize = 16;
+/// How long stopping (`BusHandle::stop`) or standing down (`deactivate`) lets
+/// deliveries in flight finish.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 pub struct Bus {
     pub backend: Arc<Backend>,
@@ -92,7 +96,7 @@ pub struct Bus {
     /// most `topics_max` names).
     gone_said: Mutex<std::collections::HashSet<String>>,
     /// `GET /pulse/scaling`'s count of waiting events and when it was taken: one
-    /// gathering at a time, reused for a second (`api::pulse_scaling`).
+    /// gathering at a time, reused for a second (`api/health.rs`'s `pulse_scaling`).
     pub(crate) waiting: tokio::sync::Mutex<Option<(std::time::Instant, u64)>>,
     /// `GET /pulse/scaling` answers held back a second at once, at most.
     pub(crate) scaling_delays: Semaphore,
@@ -208,7 +212,7 @@ impl Bus {
         // nothing more (`may_write`), the workers stop, and are waited for (a
         // delivery in flight gets `grace`), before anything is forgotten.
         self.active.store(false, Ordering::Release);
-        self.drain_workers(crate::STOP_GRACE).await;
+        self.drain_workers(STOP_GRACE).await;
         let _serial = self.hold_changes().await;
         self.subscribers.lock().clear();
         self.topics.write().clear();
@@ -226,7 +230,7 @@ impl Bus {
 
     /// Stops every worker and waits up to `grace` for them to end (a delivery in
     /// flight finishing, leases given back).
-    pub async fn drain_workers(&self, grace: std::time::Duration) {
+    pub async fn drain_workers(&self, grace: Duration) {
         let tasks: Vec<tokio::task::JoinHandle<()>> = {
             let mut subs = self.subscribers.lock();
             subs.drain()

@@ -58,10 +58,9 @@ use tokio::sync::watch;
 pub use crate::config::{BusConfig, BusSettings};
 pub use crate::sign::signature;
 
-/// The name of the bus's map in the backend ([`weir_backend::Backend::shared_map`]).
-pub(crate) const BUS_MAP: &str = "bus";
-/// How long [`BusHandle::stop`] lets deliveries in flight finish.
-pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
+use crate::bus::STOP_GRACE;
+use crate::names::BUS_MAP;
+
 /// How long [`BusHandle::stop`] waits for a change of the metadata in flight.
 const CHANGE_GRACE: Duration = Duration::from_secs(10);
 

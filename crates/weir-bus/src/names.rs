@@ -1,5 +1,6 @@
 //! The names the API accepts, as routemaster did: topics `[a-z_]{1,64}`, token owners
-//! and tokens `[a-z0-9:_-]{1,64}`; and the backend's queues and readers they become.
+//! and tokens `[a-z0-9:_-]{1,64}`; the backend's queues and readers they become; and
+//! the name of the bus's map in the backend.
 //!
 //! Topic `NAME` is the queue `bus:topic:NAME`. A subscription has a random id
 //! `ID` (`s` and 16 hex digits, never its token: a credential must not show in queue
@@ -7,6 +8,8 @@
 //! are the queue `bus:dead:ID`. Ids are lowercase, so the retention reader's
 //! capitalised name can never be a subscriber's.
 
+/// The name of the bus's map in the backend ([`weir_backend::Backend::shared_map`]).
+pub const BUS_MAP: &str = "bus";
 /// The reader that holds events for the configured retention (see `retention.rs`).
 pub const RETENTION_READER: &str = "Retention";
 /// Longest topic name, token or token owner name.

@@ -30,6 +30,7 @@ use weir_backend::{Expect, Kind, SharedMap};
 
 use crate::bus::{Bus, OwnerHold};
 use crate::meta_map::{MetaMap, OWNER_KEY};
+use crate::names::BUS_MAP;
 
 /// The longest pause between two reads of the key by an instance standing by: an instance
 /// that stops cleanly gives the key up, and another serves within this.
@@ -131,7 +132,7 @@ impl Owner {
     async fn open(&self, bus: &Bus) -> Option<SharedMap> {
         let mut warned = false;
         while !bus.is_shutting_down() {
-            match bus.backend.shared_map(crate::BUS_MAP).await {
+            match bus.backend.shared_map(BUS_MAP).await {
                 Ok(map) => return Some(map),
                 Err(e) => {
                     if !std::mem::replace(&mut warned, true) {

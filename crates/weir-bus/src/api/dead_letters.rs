@@ -12,7 +12,8 @@ use axum::response::IntoResponse;
 use serde_json::value::RawValue;
 use weir_backend::{Kind, ScanFrom};
 
-use super::{client, json_body};
+use super::body::json_body;
+use super::credentials::client;
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::event::dead_letter_listing;

@@ -12,7 +12,8 @@ use axum::response::IntoResponse;
 use serde_json::Value;
 use weir_backend::SeekTo;
 
-use super::{client, json_body, json_object, read_body, REQUEST_BYTES_MAX};
+use super::body::{json_body, json_object, read_body, REQUEST_BYTES_MAX};
+use super::credentials::client;
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 use weir_backend::QueueStats;
 
+use super::body::{json_body, json_object, read_body, REQUEST_BYTES_MAX};
+use super::credentials::{caller, client};
 use super::topics::{check_name, create_topic};
-use super::{caller, client, json_body, json_object, read_body, REQUEST_BYTES_MAX};
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::guard::{check_callback, Policy};

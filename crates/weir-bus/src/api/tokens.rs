@@ -9,7 +9,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rand::RngCore;
 
-use super::{json_body, json_object, read_body, root, REQUEST_BYTES_MAX};
+use super::body::{json_body, json_object, read_body, REQUEST_BYTES_MAX};
+use super::credentials::root;
 use crate::auth::same_secret;
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};

@@ -10,7 +10,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use weir_backend::AppendOptions;
 
-use super::{caller, client, json_body, read_body, Caller};
+use super::body::{json_body, read_body};
+use super::credentials::{caller, client, Caller};
 use crate::bus::Bus;
 use crate::error::{ApiError, ApiResult};
 use crate::event::parse_publish;
