@@ -73,23 +73,19 @@ def test_the_old_connections_flag_still_works(make_server):
         assert settings_of(c)["maxconns"] == "77"
 
 
-def test_a_key_under_both_names_is_refused_at_start(make_server, tmp_path):
-    server = make_server()
-    path = tmp_path / "both.toml"
-    path.write_text("[server]\nmax_open_reads = 2\nopen_reads_max = 3\n")
-    argv = server.argv() + ["--config", str(path)]
-    done = subprocess.run(argv, capture_output=True, timeout=30)
+def refused_at_start(server, path, text: str) -> str:
+    """Starts weir on a config file of `text`; it must refuse it: what it says."""
+    path.write_text(text)
+    done = subprocess.run(server.argv() + ["--config", str(path)], capture_output=True, timeout=30)
     assert done.returncode != 0
-    err = done.stderr.decode(errors="replace")
+    return done.stderr.decode(errors="replace")
+
+
+def test_a_key_under_both_names_is_refused_at_start(make_server, tmp_path):
+    err = refused_at_start(make_server(), tmp_path / "both.toml", "[server]\nmax_open_reads = 2\nopen_reads_max = 3\n")
     assert "duplicate" in err and "open_reads_max" in err, err
 
 
 def test_a_refused_value_is_named_by_its_key(make_server, tmp_path):
-    server = make_server()
-    path = tmp_path / "bad.toml"
-    path.write_text("[server]\nopen_reads_max = 0\n")
-    argv = server.argv() + ["--config", str(path)]
-    done = subprocess.run(argv, capture_output=True, timeout=30)
-    assert done.returncode != 0
-    err = done.stderr.decode(errors="replace")
+    err = refused_at_start(make_server(), tmp_path / "bad.toml", "[server]\nopen_reads_max = 0\n")
     assert "server.open_reads_max must be 1 to 1024" in err, err
