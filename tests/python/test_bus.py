@@ -28,7 +28,7 @@ ROOT_KEY = "python-root-key"
 class BusServer(harness.ServerProcess):
     """weir with the bus on a free port; root key from ROUTEMASTER_ROOT_KEY."""
 
-    def __init__(self, binary, retry_max_ms=400, attempts_max=20, retention_ms=0, extra=""):
+    def __init__(self, binary, retry_ms_max=400, attempts_max=20, retention_ms=0, extra=""):
         super().__init__(binary, "weir")
         # The only door with the bus on its stream (test_bus_cluster.py runs several).
         self.serves_alone = True
@@ -39,7 +39,7 @@ class BusServer(harness.ServerProcess):
             "allow_http = true\n"
             "allow_private_networks = true\n"
             "retry_initial_ms = 50\n"
-            f"retry_max_ms = {retry_max_ms}\n"
+            f"retry_ms_max = {retry_ms_max}\n"
             f"attempts_max = {attempts_max}\n"
             # On JetStream: a restarted door takes the bus back from its killed self.
             "takeover_ms = 1000\n"
@@ -317,7 +317,7 @@ def test_a_receiver_down_for_a_while_gets_everything_after(bus):
 def test_kill9_during_delivery_loses_no_acknowledged_event(bus, receiver):
     """Publishers run while weir is killed with SIGKILL and restarted, many times;
     every event acknowledged with 200 is delivered afterwards, exactly once by id."""
-    b = bus(retry_max_ms=200)
+    b = bus(retry_ms_max=200)
     pub, sub = b.token("pub"), b.token("sub")
     assert b.call("POST", "/subscription", sub, {"topics": ["t", "u"], "callback": receiver.url(), "max": 20, "timeout": 20})[0] == 204
     receiver.delay_s = 0.01  # deliveries are in flight when the kill comes

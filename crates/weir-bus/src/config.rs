@@ -81,7 +81,8 @@ pub struct BusConfig {
     pub connect_timeout_ms: Option<u64>,
     pub delivery_timeout_ms: Option<u64>,
     pub retry_initial_ms: Option<u64>,
-    pub retry_max_ms: Option<u64>,
+    #[serde(alias = "retry_max_ms")]
+    pub retry_ms_max: Option<u64>,
     pub attempts_max: Option<u32>,
     pub secret_overlap_ms: Option<u64>,
     /// Events stay on disk at least this long after they were published, delivered
@@ -165,7 +166,7 @@ impl BusConfig {
                 .delivery_timeout_ms
                 .unwrap_or(DELIVERY_TIMEOUT_MS_DEFAULT)),
             retry_initial: ms(self.retry_initial_ms.unwrap_or(RETRY_INITIAL_MS_DEFAULT)),
-            retry_max: ms(self.retry_max_ms.unwrap_or(RETRY_MAX_MS_DEFAULT)),
+            retry_max: ms(self.retry_ms_max.unwrap_or(RETRY_MAX_MS_DEFAULT)),
             attempts_max: self.attempts_max.unwrap_or(ATTEMPTS_MAX_DEFAULT),
             secret_overlap: ms(self.secret_overlap_ms.unwrap_or(SECRET_OVERLAP_MS_DEFAULT)),
             retention: ms(self.retention_ms.unwrap_or(RETENTION_MS_DEFAULT)),
@@ -249,7 +250,7 @@ impl BusSettings {
         }
         if self.retry_max > Duration::from_millis(RETRY_MAX_MS_MAX) {
             return Err(ConfigError::new(
-                "retry_max_ms",
+                "retry_ms_max",
                 format!("is at most {RETRY_MAX_MS_MAX} (a day)"),
             ));
         }
@@ -259,7 +260,7 @@ impl BusSettings {
         if self.retry_initial > self.retry_max {
             return Err(ConfigError::new(
                 "retry_initial_ms",
-                "must not exceed bus.retry_max_ms",
+                "must not exceed bus.retry_ms_max",
             ));
         }
         if self.root_key.as_ref().is_some_and(|k| k.len() < 8) {
@@ -314,7 +315,7 @@ mod tests {
         bad(
             BusConfig {
                 retry_initial_ms: Some(10),
-                retry_max_ms: Some(5),
+                retry_ms_max: Some(5),
                 ..BusConfig::default()
             },
             "retry_initial_ms",

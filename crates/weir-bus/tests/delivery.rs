@@ -175,7 +175,7 @@ async fn a_receiver_that_fails_for_a_while_gets_everything_with_growing_pauses()
     let recv = Receiver::start().await;
     let mut cfg = config();
     cfg.retry_initial_ms = Some(40);
-    cfg.retry_max_ms = Some(2_000);
+    cfg.retry_ms_max = Some(2_000);
     let mut bus = TestBus::start(cfg).await;
     let publisher = bus.token("pub").await;
     let sub = bus.token("sub").await;

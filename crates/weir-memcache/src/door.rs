@@ -393,7 +393,7 @@ async fn handle(
         // A shutdown ends this read with end-of-file (see `shutdown.rs`).
         let read = match request_started {
             Some(started) => {
-                let deadline = started + shared.limits.get().request_timeout();
+                let deadline = started + session.limits.limits.request_timeout();
                 tokio::time::timeout_at(deadline.into(), conn.read()).await
             }
             None => Ok(conn.read().await),
@@ -413,9 +413,11 @@ async fn handle(
     }
 }
 
-/// The limits in force, and what the parser checks of them.
-fn limits_now(shared: &Shared) -> (Limits, ParseLimits) {
-    let limits = shared.limits.get();
+/// The limits in force (the connection's copy, brought up to date), and what the
+/// parser checks of them.
+fn limits_now(shared: &Shared, session: &mut Session) -> (Limits, ParseLimits) {
+    shared.limits.refresh(&mut session.limits);
+    let limits = session.limits.limits;
     (limits, limits.parse())
 }
 
@@ -430,7 +432,7 @@ async fn process(
     let (inbound, outbound) = conn.halves();
     // One copy of the limits for this read's requests (a reload swaps them whole), taken
     // again after this connection's own `reload`: what follows it sees the new ones.
-    let (mut limits, mut parse_limits) = limits_now(shared);
+    let (mut limits, mut parse_limits) = limits_now(shared, session);
     let mut progressed = false;
     let mut last_done: Option<Instant> = None;
     loop {
@@ -477,7 +479,7 @@ async fn process(
         metrics.record(kind, done.saturating_duration_since(started));
         last_done = Some(done);
         if kind == CommandKind::Reload {
-            (limits, parse_limits) = limits_now(shared);
+            (limits, parse_limits) = limits_now(shared, session);
         }
         outbound.hand_over_read_ahead(inbound);
         if flow == Flow::Close {

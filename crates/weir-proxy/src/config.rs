@@ -196,9 +196,11 @@ pub struct ShadowConfig {
     /// The first pause before a replay is tried again, doubling (default 500).
     pub retry_backoff_ms: Option<u64>,
     /// The longest such pause (default 30000).
-    pub retry_backoff_max_ms: Option<u64>,
+    #[serde(alias = "retry_backoff_max_ms")]
+    pub retry_backoff_ms_max: Option<u64>,
     /// The longest wait a `Retry-After` gets (default 60000).
-    pub retry_after_max_ms: Option<u64>,
+    #[serde(alias = "retry_after_max_ms")]
+    pub retry_after_ms_max: Option<u64>,
     /// The path `HEAD` asks while the shadow is down (default `/`).
     pub probe_path: Option<String>,
     /// How often a shadow that is down is probed (default 500).
@@ -679,19 +681,22 @@ fn resolve_retry(s: &ShadowConfig) -> Result<RetrySettings, (&'static str, Strin
     if !(1..=SHADOW_ATTEMPTS_MAX_MAX).contains(&attempts_max) {
         return Err((
             "shadows.attempts_max",
-            format!("1 to {SHADOW_ATTEMPTS_MAX_MAX}"),
+            format!("must be 1 to {SHADOW_ATTEMPTS_MAX_MAX}"),
         ));
     }
     let pause = |k: &'static str, v: Option<u64>, default: u64| match v.unwrap_or(default) {
         ms @ 1..=SHADOW_PAUSE_MS_MAX => Ok(Duration::from_millis(ms)),
-        _ => Err((k, format!("1 to {SHADOW_PAUSE_MS_MAX} ms"))),
+        _ => Err((k, format!("must be 1 to {SHADOW_PAUSE_MS_MAX} ms"))),
     };
     let probe_path = s
         .probe_path
         .clone()
         .unwrap_or_else(|| SHADOW_PROBE_PATH_DEFAULT.into());
     if !probe_path.starts_with('/') || probe_path.parse::<hyper::Uri>().is_err() {
-        return Err(("shadows.probe_path", "a path, such as /health".into()));
+        return Err((
+            "shadows.probe_path",
+            "must be a path, such as /health".into(),
+        ));
     }
     Ok(RetrySettings {
         delivered,
@@ -702,13 +707,13 @@ fn resolve_retry(s: &ShadowConfig) -> Result<RetrySettings, (&'static str, Strin
             SHADOW_RETRY_BACKOFF_MS_DEFAULT,
         )?,
         backoff_max: pause(
-            "shadows.retry_backoff_max_ms",
-            s.retry_backoff_max_ms,
+            "shadows.retry_backoff_ms_max",
+            s.retry_backoff_ms_max,
             SHADOW_RETRY_BACKOFF_MAX_MS_DEFAULT,
         )?,
         retry_after_max: pause(
-            "shadows.retry_after_max_ms",
-            s.retry_after_max_ms,
+            "shadows.retry_after_ms_max",
+            s.retry_after_ms_max,
             SHADOW_RETRY_AFTER_MAX_MS_DEFAULT,
         )?,
         probe_path,

@@ -7,8 +7,8 @@
 //! answer of the application as delivered except a timeout and a rate limit; a 5xx
 //! (a load balancer's 503 while the application deploys), a reset, a timeout, 408
 //! and 429 are tried again, after `Retry-After` when the answer has one (seconds or
-//! an HTTP date, at most `retry_after_max_ms`), else after a pause that doubles from
-//! `retry_backoff_ms` to `retry_backoff_max_ms`.
+//! an HTTP date, at most `retry_after_ms_max`), else after a pause that doubles from
+//! `retry_backoff_ms` to `retry_backoff_ms_max`.
 
 use std::time::{Duration, SystemTime};
 

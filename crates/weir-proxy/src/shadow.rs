@@ -9,7 +9,7 @@
 //! `concurrency` (replays in flight; 1 keeps the order), `timeout_ms`, and when a
 //! replay counts as delivered and how one that does not is tried again
 //! (`deliver.rs`): `delivered`, `attempts_max`, `retry_backoff_ms`,
-//! `retry_backoff_max_ms`, `retry_after_max_ms`. A replay out of attempts goes to
+//! `retry_backoff_ms_max`, `retry_after_ms_max`. A replay out of attempts goes to
 //! the shadow's dead letters (`dead.rs`), never dropped. A shadow that refuses
 //! connections, breaks them, times out or answers 5xx is down: no replay is sent to
 //! it until a probe finds it back (`probe.rs`), and a refused connection is not

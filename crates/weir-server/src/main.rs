@@ -118,7 +118,7 @@ struct ServeArgs {
     connections_max: Option<usize>,
     /// Runs the event bus (routemaster's HTTP API, docs/bus.md) on this address;
     /// a `[bus]` section in the config file also enables it [default when enabled:
-    /// 127.0.0.1:22135]. Its root key comes from the file or WEIR_BUS_ROOT_KEY.
+    /// 127.0.0.1:22135]. Its root key comes from WEIR_BUS_ROOT_KEY, else the file.
     #[arg(long, value_name = "ADDR")]
     bus_listen: Option<String>,
     /// Where the queues live: embedded (this process's data directory) or jetstream

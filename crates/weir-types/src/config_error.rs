@@ -1,6 +1,6 @@
 //! The one error every config section answers when a value cannot be used: which key,
-//! named as it is written in the file with its section (`bus.retry_max_ms`,
-//! `[queues."jobs*"] durability`), and what is wrong with it. One type for the
+//! named as it is written in the file with its section (`bus.retry_ms_max`,
+//! `queues."jobs*".durability`), and what is wrong with it. One type for the
 //! `[server]`, `[defaults]`, `[queues]`, `[backend]`, `[bus]` and `[proxy]` sections,
 //! so the root reports every mistake the same way and a test can ask which key was
 //! refused instead of matching text.

@@ -14,7 +14,7 @@
 //! `Reader::release` must not await (it runs in `Drop`), so it hands `-NAK` to the
 //! nak pump through a channel. The channel is unbounded, but its producer is bounded:
 //! each lease is released at most once, and the leases an instance holds are bounded by
-//! its own limits (`max_open_reads` per connection, connections) and by
+//! its own limits (`open_reads_max` per connection, connections) and by
 //! `ack_pending_max` per reader on the cluster. The keep-alive registry is bounded by
 //! [`KEPT_ALIVE_MAX`]; a lease past it is simply not renewed (it comes back after
 //! AckWait), with a warning.

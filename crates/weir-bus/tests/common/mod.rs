@@ -36,7 +36,7 @@ pub fn config() -> BusConfig {
         allow_http: Some(true),
         allow_private_networks: Some(true),
         retry_initial_ms: Some(20),
-        retry_max_ms: Some(200),
+        retry_ms_max: Some(200),
         threads: Some(2),
         ..BusConfig::default()
     }

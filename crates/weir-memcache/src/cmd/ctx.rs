@@ -7,7 +7,7 @@ use crate::handles::Handles;
 use crate::leases::Leases;
 use crate::metrics::LoopMetrics;
 use crate::settings::Limits;
-use crate::shared::Shared;
+use crate::shared::{LimitsCopy, Shared};
 
 /// What the connection does after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub enum Flow {
 pub struct Session {
     pub handles: Handles,
     pub leases: Leases,
+    /// The reloadable limits this connection runs under, refreshed once per read.
+    pub limits: LimitsCopy,
 }
 
 /// Everything a command may touch.

@@ -7,7 +7,7 @@
 //! doors' own sections (`[bus]`, `[proxy]`), which their crates check. [`file`] reads
 //! the file, [`settings`] resolves it with the flags ([`flags`]) and the environment
 //! into what the process runs with; a refused value is a [`ConfigError`] naming its
-//! key. Keys follow one naming scheme (the thing, `_max` for a cap, then the unit);
+//! key. Keys follow one naming scheme (the thing, its unit, then `_max` for a cap);
 //! older names still work and are warned about ([`renamed`]). Every key and its
 //! default is in `docs/configuration.md`.
 //!

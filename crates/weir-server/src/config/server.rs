@@ -129,15 +129,10 @@ impl ServerSection {
         Ok(limits)
     }
 
-    /// The restart-only numbers, checked: `threads` (when the file sets it),
-    /// `connections_max`, `http_connections_max`, `http_header_timeout_ms`.
+    /// The restart-only numbers no flag overrides, checked: `http_connections_max`,
+    /// `http_header_timeout_ms` (`threads` and `connections_max` are checked as
+    /// resolved, the flag's value or the file's: [`check_threads`]).
     pub fn check_restart_only(&self) -> Result<(), ConfigError> {
-        if let Some(threads) = self.threads {
-            check_threads(threads)?;
-        }
-        if self.connections_max == Some(0) {
-            return Err(ConfigError::at_least(key("connections_max"), 1));
-        }
         if self.http_connections_max == Some(0) {
             return Err(ConfigError::at_least(key("http_connections_max"), 1));
         }
@@ -166,13 +161,31 @@ impl ServerSection {
     }
 }
 
-/// Event-loop threads: 1 to [`THREADS_MAX`] (the flag's value too).
-pub fn check_threads(threads: usize) -> Result<(), ConfigError> {
+/// Event-loop threads: 1 to [`THREADS_MAX`]; `from_flag` names `--threads` in the
+/// error, else `server.threads`.
+pub fn check_threads(threads: usize, from_flag: bool) -> Result<(), ConfigError> {
     if (1..=THREADS_MAX).contains(&threads) {
-        Ok(())
-    } else {
-        Err(ConfigError::range(key("threads"), 1, THREADS_MAX))
+        return Ok(());
     }
+    let name = if from_flag {
+        "--threads".to_string()
+    } else {
+        key("threads")
+    };
+    Err(ConfigError::range(name, 1, THREADS_MAX))
+}
+
+/// Connections open at once: at least 1; `from_flag` names `--connections-max`.
+pub fn check_connections_max(connections_max: usize, from_flag: bool) -> Result<(), ConfigError> {
+    if connections_max >= 1 {
+        return Ok(());
+    }
+    let name = if from_flag {
+        "--connections-max".to_string()
+    } else {
+        key("connections_max")
+    };
+    Err(ConfigError::at_least(name, 1))
 }
 
 fn check_limits(limits: &Limits) -> Result<(), ConfigError> {

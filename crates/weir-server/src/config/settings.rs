@@ -16,9 +16,9 @@ use super::file::{read_file, FileConfig};
 use super::flags::Overrides;
 use super::queues::store_options;
 use super::server::{
-    check_threads, AdminKey, ADMIN_KEY_ENV, CONNECTIONS_MAX_DEFAULT, DATA_DIR_DEFAULT,
-    HTTP_CONNECTIONS_MAX_DEFAULT, HTTP_HEADER_TIMEOUT_MS_DEFAULT, HTTP_LISTEN_DEFAULT,
-    LISTEN_DEFAULT, LOG_LEVEL_DEFAULT, SHUTDOWN_GRACE_MS_DEFAULT,
+    check_connections_max, check_threads, AdminKey, ADMIN_KEY_ENV, CONNECTIONS_MAX_DEFAULT,
+    DATA_DIR_DEFAULT, HTTP_CONNECTIONS_MAX_DEFAULT, HTTP_HEADER_TIMEOUT_MS_DEFAULT,
+    HTTP_LISTEN_DEFAULT, LISTEN_DEFAULT, LOG_LEVEL_DEFAULT, SHUTDOWN_GRACE_MS_DEFAULT,
 };
 
 /// The environment variables the bus's root key may come from, first set first.
@@ -99,15 +99,14 @@ pub fn resolve_with_env(
 ) -> Result<Settings, ConfigError> {
     let s = &file.server;
     s.check_restart_only()?;
+    // A flag's value replaces the file's, which is then not checked.
     let threads = overrides.threads.or(s.threads).unwrap_or_else(cpus);
-    check_threads(threads)?;
+    check_threads(threads, overrides.threads.is_some())?;
     let connections_max = overrides
         .connections_max
         .or(s.connections_max)
         .unwrap_or(CONNECTIONS_MAX_DEFAULT);
-    if connections_max == 0 {
-        return Err(ConfigError::at_least("--connections-max", 1));
-    }
+    check_connections_max(connections_max, overrides.connections_max.is_some())?;
     let pick = |flag: &Option<String>, file: &Option<String>, default: &str| {
         flag.clone()
             .or_else(|| file.clone())

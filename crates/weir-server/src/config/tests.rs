@@ -211,6 +211,11 @@ fn flags_override_the_file() {
 
 /// The text of a file that sets `key` to 7 in the section `pattern` names.
 fn file_setting(pattern: &str, key: &str) -> String {
+    if pattern == "proxy.routes[].shadows[]" {
+        return format!(
+            "[[proxy.routes]]\nname = \"r\"\ntargets = [\"http://127.0.0.1:1\"]\n[[proxy.routes.shadows]]\nname = \"s\"\nurl = \"http://127.0.0.1:2\"\n{key} = 7\n"
+        );
+    }
     let table = match pattern.strip_suffix(".*") {
         Some(parent) => format!("{parent}.\"jobs*\""),
         None => pattern.to_string(),
@@ -232,7 +237,7 @@ fn every_old_key_name_is_read_as_its_new_one_and_reported() {
         assert!(new.old_names.is_empty(), "{new_text}");
         old.old_names.clear();
         assert_eq!(format!("{old:?}"), format!("{new:?}"), "{old_text}");
-        let both = format!("{old_text}{}", new_text.lines().nth(1).unwrap_or_default());
+        let both = format!("{old_text}{} = 7\n", r.new);
         assert!(FileConfig::parse(&both).is_err(), "both names: {both}");
     }
 }
@@ -290,4 +295,32 @@ fn secrets_from_the_environment_win_over_the_file() {
         s.bus.as_ref().unwrap().root_key.as_deref(),
         Some("file-root-key")
     );
+}
+
+/// A flag replaces the file's value, which is then not checked; a bad value is named
+/// as the flag or as the file's key, whichever gave it.
+#[test]
+fn a_flag_over_a_bad_file_value_starts_and_a_bad_flag_is_named() {
+    let file = FileConfig::parse("[server]\nthreads = 0\nconnections_max = 0\n").unwrap();
+    let flags = Overrides {
+        threads: Some(2),
+        connections_max: Some(10),
+        ..Overrides::default()
+    };
+    let s = resolve(&file, &flags).unwrap();
+    assert_eq!((s.threads, s.connections_max), (2, 10));
+    let e = resolve(&file, &Overrides::default()).unwrap_err();
+    assert_eq!(e.key(), "server.threads");
+    let bad_flag = Overrides {
+        threads: Some(0),
+        ..Overrides::default()
+    };
+    let e = resolve(&FileConfig::default(), &bad_flag).unwrap_err();
+    assert_eq!(e.key(), "--threads");
+    let bad_flag = Overrides {
+        connections_max: Some(0),
+        ..Overrides::default()
+    };
+    let e = resolve(&FileConfig::default(), &bad_flag).unwrap_err();
+    assert_eq!(e.key(), "--connections-max");
 }
