@@ -1,8 +1,8 @@
 //! The commands: one file each, each applying one parsed request to the store and
 //! appending its reply to the connection's output.
 //!
-//! A command is given the connection's outbound half ([`Outbound`]): it appends its
-//! reply there. It writes to the socket itself only where the protocol streams
+//! A command is given the connection's outbound half
+//! ([`crate::connection::Outbound`]): it appends its reply there. It writes to the socket itself only where the protocol streams
 //! (`monitor`) or is about to wait (`get` with `t=MS`), and then through the same
 //! half, so replies stay in order.
 
