@@ -21,16 +21,6 @@ pub enum Error {
     Value(ConfigError),
 }
 
-impl Error {
-    /// The refused value's key and problem, when that is what went wrong.
-    pub fn value(&self) -> Option<&ConfigError> {
-        match self {
-            Error::Value(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
 impl From<ConfigError> for Error {
     fn from(e: ConfigError) -> Error {
         Error::Value(e)
