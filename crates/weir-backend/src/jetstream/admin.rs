@@ -15,7 +15,12 @@
 //!   for one reader) would not be stored. On an older server, or for a consumer an
 //!   earlier build made with `deliver_policy` `new` (which cannot be reset), it is
 //!   deleted and made again after the newest item, with that moment.
-//! - `flush_all` purges the stream; queues and readers stay.
+//! - `flush_all` purges each queue's subject; queues and readers stay.
+//! - After a purge a take through this instance skips the items it covered that a
+//!   replica not yet past the purge still delivers (`QueueEntry::purged_below`).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -109,17 +114,27 @@ impl Inner {
     /// Purges each queue's subject that holds items, but those `keep` names (never
     /// the whole stream at once: a kept queue empty when the subjects were counted
     /// could have an item stored before the purge). Each purge has a deadline of
-    /// its own.
+    /// its own. The queues this instance appended to since it last purged them are
+    /// purged too, counted or not: the stream's counts come from whichever replica
+    /// answers, which can trail a write just acknowledged (read your writes).
     pub(super) async fn flush_all(&self, keep: fn(&str) -> bool) -> Result<()> {
         let deadline = self.api.deadline();
         self.ready(deadline).await?;
         let counts = self.subject_counts(deadline).await?;
         let prefix = format!("{}.", self.layout.prefix);
-        let queues = counts
+        let mut queues: BTreeSet<String> = counts
             .keys()
             .filter_map(|subject| subject.strip_prefix(&prefix))
-            .filter(|queue| !keep(queue));
-        for queue in queues {
+            .map(str::to_owned)
+            .collect();
+        queues.extend(
+            self.registry
+                .all()
+                .iter()
+                .filter(|q| q.appended_since_purge())
+                .map(|q| q.name.to_string()),
+        );
+        for queue in queues.iter().filter(|queue| !keep(queue)) {
             self.purge(queue, self.api.deadline()).await?;
         }
         self.stats_cache.invalidate();
@@ -188,8 +203,18 @@ impl Inner {
     async fn purge(&self, queue: &str, deadline: tokio::time::Instant) -> Result<u64> {
         let api = format!("STREAM.PURGE.{}", self.layout.stream);
         let body = json!({ "filter": self.layout.subject(queue) });
+        // Read before the purge is sent: each append it covers was stored before.
+        let entry = self.registry.get(queue);
+        let below = entry
+            .as_ref()
+            .map(|q| q.appended_seq.load(Ordering::Relaxed).saturating_add(1));
         match self.api.json::<Purged>(&api, &body, deadline).await {
-            Ok(p) => Ok(p.purged),
+            Ok(p) => {
+                if let (Some(q), Some(below)) = (entry, below) {
+                    q.purged_below.fetch_max(below, Ordering::Relaxed);
+                }
+                Ok(p.purged)
+            }
             Err(e) if e.kind() == Kind::NotFound => {
                 self.stream_lost();
                 Err(unavailable(format!(

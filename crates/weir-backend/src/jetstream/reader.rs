@@ -12,6 +12,8 @@
 //!   not delivered again unless the cluster lost the ack's quorum.
 //! - An item whose `Weir-Expires` has passed is acknowledged and skipped (the server's
 //!   own TTL deletion is lazy, by up to a few seconds): expiry is exact at delivery.
+//!   So is an item this instance purged (`flush`) that a replica behind the purge
+//!   still delivers.
 //! - A lease keeps the message's ack subject; it is kept alive by [`super::leases`]
 //!   unless the queue sets `open_timeout`.
 //! - `peek` reads the reader's ack floor (`CONSUMER.INFO`) and the queue's kept items
@@ -96,6 +98,11 @@ impl Reader {
                 self.entry
                     .expired
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                inner.api.publish(reply.to_string(), b"+ACK").await;
+                continue;
+            }
+            if self.queue.purged(item.seq) {
+                // Flushed through this instance; its replica had not applied the purge.
                 inner.api.publish(reply.to_string(), b"+ACK").await;
                 continue;
             }
@@ -293,7 +300,8 @@ impl Reader {
             let item = stored(message)?;
             seq = item.seq + 1;
             let expired = item.expires_at_ms != 0 && item.expires_at_ms <= now_ms();
-            if probe || expired || leased.contains(&item.seq) {
+            let flushed = self.queue.purged(item.seq);
+            if probe || expired || flushed || leased.contains(&item.seq) {
                 continue;
             }
             return Ok(Some(Taken { item, lease: None }));

@@ -37,6 +37,12 @@ pub(crate) struct QueueEntry {
     pub appended_at_ms: AtomicU64,
     /// The stream sequence of this instance's latest append (read-your-writes).
     pub appended_seq: AtomicU64,
+    /// Items below this stream sequence were purged by this instance (`flush`,
+    /// `flush_all`, `delete`): one past its latest append when it purged. The purge
+    /// is answered once a quorum applied it, but a consumer's leader on the third
+    /// replica may still deliver a purged item for a moment; a take skips such items,
+    /// so a `flush` then `get` through one instance never sees what it flushed.
+    pub purged_below: AtomicU64,
     /// Kept for its named readers only (`open_queue_for_readers`): it must never get
     /// a default reader, which nobody would read.
     pub readers_only: AtomicBool,
@@ -76,6 +82,7 @@ impl QueueEntry {
             appended: AtomicU64::new(0),
             appended_at_ms: AtomicU64::new(0),
             appended_seq: AtomicU64::new(0),
+            purged_below: AtomicU64::new(0),
             readers_only: AtomicBool::new(false),
             readers: Mutex::new(HashMap::new()),
         };
@@ -90,6 +97,17 @@ impl QueueEntry {
             .store(ms(config.open_timeout), Ordering::Relaxed);
         self.max_item_size
             .store(config.max_item_size_bytes, Ordering::Relaxed);
+    }
+
+    /// Whether this instance appended to the queue since it last purged it.
+    pub fn appended_since_purge(&self) -> bool {
+        let appended = self.appended_seq.load(Ordering::Relaxed);
+        appended != 0 && appended >= self.purged_below.load(Ordering::Relaxed)
+    }
+
+    /// Whether an item of this queue was purged by this instance.
+    pub fn purged(&self, seq: u64) -> bool {
+        seq < self.purged_below.load(Ordering::Relaxed)
     }
 
     pub fn max_age_ms(&self) -> u64 {
@@ -194,5 +212,35 @@ impl Registry {
 
     pub fn all(&self) -> Vec<Arc<QueueEntry>> {
         lock(&self.queues).values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> QueueEntry {
+        let layout = Layout::new(&crate::JetStreamConfig::default()).unwrap();
+        QueueEntry::new("q", &layout, &QueueConfig::default())
+    }
+
+    #[test]
+    fn a_purge_covers_this_instances_appends_before_it_and_none_after() {
+        let q = entry();
+        assert!(!q.appended_since_purge(), "nothing appended yet");
+        assert!(!q.purged(1));
+        q.appended_seq.fetch_max(7, Ordering::Relaxed);
+        assert!(q.appended_since_purge());
+        // A purge sent after the append of 7.
+        q.purged_below.fetch_max(8, Ordering::Relaxed);
+        assert!(!q.appended_since_purge());
+        assert!(q.purged(7) && q.purged(1));
+        assert!(
+            !q.purged(8),
+            "an item stored after the purge is not skipped"
+        );
+        q.appended_seq.fetch_max(9, Ordering::Relaxed);
+        assert!(q.appended_since_purge());
+        assert!(!q.purged(9));
     }
 }
