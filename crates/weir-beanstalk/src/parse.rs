@@ -1,4 +1,4 @@
-//! The request parser: bytes in, one [`Request`] (or a refusal) out.
+//! The request parser: bytes in, one [`Request`](crate::request::Request) (or a refusal) out.
 //!
 //! [`parse`] is a pure function over a connection's read buffer. It never allocates
 //! and never consumes anything itself: it says how many bytes a complete request spans
@@ -23,9 +23,10 @@
 //! cannot be found (no byte count on it): then the stream can no longer be trusted.
 
 use crate::command::Command;
+pub use crate::parsed::{Parsed, Refusal};
 use crate::put;
 use crate::reply;
-use crate::request::{parse_arguments, Request};
+use crate::request::parse_arguments;
 
 /// beanstalkd's `LINE_BUF_SIZE`: the longest request line, `\r\n` included.
 pub const LINE_BYTES_MAX_DEFAULT: usize = 224;
@@ -55,52 +56,6 @@ impl Default for ParseLimits {
     }
 }
 
-/// How to refuse what the parser saw: drop `consumed` bytes now, then
-/// `discard_bytes` more (or through the next `\r\n` if `skip_line`), which may not
-/// have arrived yet; write `reply`; close if `close`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    /// The full reply, `\r\n` included.
-    pub reply: &'static [u8],
-    /// Bytes of the buffer to drop now: at least 1, at most the buffer's length.
-    pub consumed: usize,
-    /// Bytes still to drop after `consumed`: the body of a refused `put`, its `\r\n`
-    /// included, which may be partly or not yet in the buffer.
-    pub discard_bytes: u64,
-    /// Drop everything up to and including the next `\r\n` (a line too long whose end
-    /// has not arrived). `consumed` then stops short of a final `\r`, so the `\r\n`
-    /// is whole in what follows.
-    pub skip_line: bool,
-    /// The stream cannot be trusted any more: reply, then close the connection.
-    pub close: bool,
-}
-
-impl Refusal {
-    /// A refusal of the first `consumed` bytes, nothing more to drop.
-    pub fn new(consumed: usize, reply: &'static [u8]) -> Refusal {
-        Refusal {
-            reply,
-            consumed,
-            discard_bytes: 0,
-            skip_line: false,
-            close: false,
-        }
-    }
-}
-
-/// What [`parse`] found at the front of the buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Parsed<'a> {
-    /// A request, spanning the first `consumed` bytes.
-    Complete {
-        request: Request<'a>,
-        consumed: usize,
-    },
-    /// Not a complete request yet: read more and parse again.
-    Incomplete,
-    Refused(Refusal),
-}
-
 /// Parses the request at the front of `buf`.
 pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
     let Some(line_end) = find_line_end(buf, limits.line_bytes_max) else {
@@ -115,7 +70,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &ParseLimits) -> Parsed<'a> {
         return Parsed::Refused(Refusal::new(consumed, reply::UNKNOWN_COMMAND));
     };
     if command == Command::Put {
-        return put::parse_put(buf, consumed, args, limits);
+        return put::parse_put(buf, consumed, args, limits.job_bytes_max);
     }
     match parse_arguments(command, args, limits.tube_bytes_max) {
         Ok(request) => Parsed::Complete { request, consumed },

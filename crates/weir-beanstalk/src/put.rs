@@ -19,7 +19,7 @@
 //! run as commands); when there is no count to find the body by, it replies
 //! `BAD_FORMAT` and closes the connection.
 
-use crate::parse::{ParseLimits, Parsed, Refusal};
+use crate::parsed::{Parsed, Refusal};
 use crate::reply;
 use crate::request::{read_u32, Request};
 
@@ -37,9 +37,9 @@ pub(crate) fn parse_put<'a>(
     buf: &'a [u8],
     line_consumed: usize,
     args: &[u8],
-    limits: &ParseLimits,
+    job_bytes_max: u32,
 ) -> Parsed<'a> {
-    let line = match parse_put_line(args, limits.job_bytes_max) {
+    let line = match parse_put_line(args, job_bytes_max) {
         Ok(line) => line,
         Err(refuse) => return Parsed::Refused(refuse.refusal(line_consumed)),
     };
