@@ -9,11 +9,15 @@
 //! Framing, as beanstalkd 1.12 frames (measured: `tests/reference/replies.txt`):
 //!
 //! - A line ends in `\r\n`, and only there: a bare `\n` is no line end, so a line
-//!   ended by one waits for more bytes, as beanstalkd does.
+//!   ended by one waits for more bytes, as beanstalkd does. A `\r` without its `\n`
+//!   is a byte of the line like any other (beanstalkd instead stops looking for the
+//!   line's end and waits for 224 bytes; `docs/beanstalk.md`).
 //! - A line may be [`ParseLimits::line_bytes_max`] bytes long, its `\r\n` included
 //!   (beanstalkd's `LINE_BUF_SIZE`, 224). When that many bytes hold no line end, the
 //!   line is too long: `BAD_FORMAT`, and everything up to and including the next
-//!   `\r\n` is dropped, whenever it comes; the connection stays open.
+//!   `\r\n` is dropped, whenever it comes; the connection stays open. (beanstalkd
+//!   misses a `\r\n` whose `\r` is the 224th byte and drops the next line too; weir
+//!   ends the long line there.)
 //! - A line holding a NUL byte is `BAD_FORMAT`; a line that starts with no command's
 //!   spelling ([`crate::command`]) is `UNKNOWN_COMMAND` (an empty line too).
 //! - A `put` is framed by [`crate::put`]: its body is taken by its byte count, never
