@@ -153,20 +153,27 @@ impl Request<'_> {
 }
 
 /// The request of a command without a body, from the rest of its line after the
-/// command word (`args`). `put` is not parsed here: its body is framing
-/// (`crate::put`).
+/// command's spelling (`args`). `put` is framed by `crate::put` and never comes here
+/// (if it did, that would be a bug: `INTERNAL_ERROR`).
 pub(crate) fn parse_arguments(
     command: Command,
     args: &[u8],
     tube_bytes_max: usize,
 ) -> Result<Request<'_>, &'static [u8]> {
-    let tube = |args| Tube::parse(args, tube_bytes_max).ok_or(reply::BAD_FORMAT);
+    let tube = || Tube::parse(args, tube_bytes_max).ok_or(reply::BAD_FORMAT);
+    let id = || whole_u64(args);
     let request = match command {
         Command::Put => return Err(reply::INTERNAL_ERROR),
-        Command::Use => Request::Use { tube: tube(args)? },
-        Command::Watch => Request::Watch { tube: tube(args)? },
-        Command::Ignore => Request::Ignore { tube: tube(args)? },
-        Command::StatsTube => Request::StatsTube { tube: tube(args)? },
+        Command::Use => Request::Use { tube: tube()? },
+        Command::Watch => Request::Watch { tube: tube()? },
+        Command::Ignore => Request::Ignore { tube: tube()? },
+        Command::StatsTube => Request::StatsTube { tube: tube()? },
+        Command::ReserveJob => Request::ReserveJob { id: id()? },
+        Command::Delete => Request::Delete { id: id()? },
+        Command::Touch => Request::Touch { id: id()? },
+        Command::Peek => Request::Peek { id: id()? },
+        Command::KickJob => Request::KickJob { id: id()? },
+        Command::StatsJob => Request::StatsJob { id: id()? },
         Command::ReserveWithTimeout => Request::ReserveWithTimeout {
             seconds: whole_u32(args)?,
         },
@@ -176,48 +183,28 @@ pub(crate) fn parse_arguments(
         Command::Release => parse_release(args)?,
         Command::Bury => parse_bury(args)?,
         Command::PauseTube => parse_pause_tube(args, tube_bytes_max)?,
+        Command::Reserve => no_arguments(args, Request::Reserve)?,
+        Command::PeekReady => no_arguments(args, Request::PeekReady)?,
+        Command::PeekDelayed => no_arguments(args, Request::PeekDelayed)?,
+        Command::PeekBuried => no_arguments(args, Request::PeekBuried)?,
+        Command::Stats => no_arguments(args, Request::Stats)?,
+        Command::ListTubes => no_arguments(args, Request::ListTubes)?,
+        Command::ListTubeUsed => no_arguments(args, Request::ListTubeUsed)?,
+        Command::ListTubesWatched => no_arguments(args, Request::ListTubesWatched)?,
+        // beanstalkd closes on any line that starts with `quit`.
         Command::Quit => Request::Quit,
-        Command::ReserveJob
-        | Command::Delete
-        | Command::Touch
-        | Command::Peek
-        | Command::KickJob
-        | Command::StatsJob => with_id(command, whole_u64(args)?)?,
-        _ => without_arguments(command, args)?,
     };
     Ok(request)
 }
 
-/// The commands whose one argument is a job id.
-fn with_id(command: Command, id: u64) -> Result<Request<'static>, &'static [u8]> {
-    Ok(match command {
-        Command::ReserveJob => Request::ReserveJob { id },
-        Command::Delete => Request::Delete { id },
-        Command::Touch => Request::Touch { id },
-        Command::Peek => Request::Peek { id },
-        Command::KickJob => Request::KickJob { id },
-        Command::StatsJob => Request::StatsJob { id },
-        _ => return Err(reply::INTERNAL_ERROR),
-    })
-}
-
-/// The commands without arguments: anything after the command word (a space
-/// included) is `BAD_FORMAT`, as in beanstalkd.
-fn without_arguments(command: Command, args: &[u8]) -> Result<Request<'static>, &'static [u8]> {
-    if !args.is_empty() {
-        return Err(reply::BAD_FORMAT);
+/// A command without arguments: anything after its spelling (a space included) is
+/// `BAD_FORMAT`, as in beanstalkd.
+fn no_arguments(args: &[u8], request: Request<'static>) -> Result<Request<'static>, &'static [u8]> {
+    if args.is_empty() {
+        Ok(request)
+    } else {
+        Err(reply::BAD_FORMAT)
     }
-    Ok(match command {
-        Command::Reserve => Request::Reserve,
-        Command::PeekReady => Request::PeekReady,
-        Command::PeekDelayed => Request::PeekDelayed,
-        Command::PeekBuried => Request::PeekBuried,
-        Command::Stats => Request::Stats,
-        Command::ListTubes => Request::ListTubes,
-        Command::ListTubeUsed => Request::ListTubeUsed,
-        Command::ListTubesWatched => Request::ListTubesWatched,
-        _ => return Err(reply::INTERNAL_ERROR),
-    })
 }
 
 /// `release <id> <pri> <delay>`
