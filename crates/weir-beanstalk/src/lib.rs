@@ -6,14 +6,15 @@
 //! runtime here: the door that reads connections and the job semantics (priorities,
 //! delays, reservations, burying) are built on top, separately.
 //!
-//! Layout, after the memcache door (`weir-memcache`): [`parse`](mod@parse) finds one request at
-//! the front of a read buffer, or says that more bytes are needed, or how to refuse
-//! what it sees (pure, never allocates, never consumes: the caller drops what it says);
-//! [`parsed`] is what it says; [`command`] finds the command word the way beanstalkd does; [`request`] holds the
-//! requests and the syntax of their arguments; [`put`] frames a job body; [`reply`]
-//! spells every reply. How closely this follows beanstalkd was measured against the
-//! real server (`scripts/beanstalk-reference`, `tests/reference.rs`); where weir
-//! differs on purpose, `docs/beanstalk.md` says so.
+//! Layout, after the memcache door (`weir-memcache`): [`parse`](mod@parse) finds one
+//! request at the front of a read buffer, or says that more bytes are needed, or how
+//! to refuse what it sees (pure, never allocates, never consumes: the caller drops
+//! what it says); [`parsed`] is what it says; [`command`] finds the command word the
+//! way beanstalkd does; [`request`] holds the requests and the syntax of their
+//! arguments; [`put`] frames a job body; [`reply`] spells every reply. How closely
+//! this follows beanstalkd was measured against the real server
+//! (`scripts/beanstalk-reference`, `tests/reference.rs`); where weir differs on
+//! purpose, `docs/beanstalk.md` says so.
 
 #![forbid(unsafe_code)]
 
