@@ -540,6 +540,7 @@ impl Reader {
             Reader::Embedded(r) => Ok(r.take_async(mode, wait).await?.map(|t| Taken {
                 item: t.item,
                 lease: t.lease.map(Lease::Embedded),
+                deliveries: t.deliveries,
             })),
             #[cfg(feature = "jetstream")]
             Reader::JetStream(r) => Box::pin(r.take(mode, wait)).await,
@@ -559,13 +560,32 @@ impl Reader {
         }
     }
 
-    /// Gives a leased item back, ahead of newer ones. Never blocks and never awaits:
-    /// it is called from `Drop` when a connection ends.
+    /// Gives a leased item back, ahead of newer ones; its delivery count goes up by
+    /// one. Never blocks and never awaits: it is called from `Drop` when a connection
+    /// ends (on the engine, under `synced`, the count reaches the disk with the
+    /// queue's next fsync).
     pub fn release(&self, lease: &Lease) -> Result<bool> {
         match (self, lease) {
-            (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.release(*id)?),
+            (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.release_nowait(*id)?),
             #[cfg(feature = "jetstream")]
             (Reader::JetStream(r), Lease::JetStream(l)) => r.release(l),
+            #[cfg(feature = "jetstream")]
+            _ => mismatch(),
+        }
+    }
+}
+
+impl Reader {
+    /// Extends a lease before it times out (beanstalkd's `touch`): it now ends
+    /// `extend` from now, or, with `None`, the reader's lease timeout from now (the
+    /// queue's `open_timeout`). False when the lease is no longer open. On JetStream
+    /// the extension is always the consumer's AckWait (`+WPI`): a chosen `extend` is
+    /// refused there ([`Kind::Unsupported`]).
+    pub async fn touch(&self, lease: &Lease, extend: Option<Duration>) -> Result<bool> {
+        match (self, lease) {
+            (Reader::Embedded(r), Lease::Embedded(id)) => Ok(r.touch(*id, extend)?),
+            #[cfg(feature = "jetstream")]
+            (Reader::JetStream(r), Lease::JetStream(l)) => Box::pin(r.touch(l, extend)).await,
             #[cfg(feature = "jetstream")]
             _ => mismatch(),
         }

@@ -22,4 +22,7 @@ pub enum Lease {
 pub struct Taken {
     pub item: Item,
     pub lease: Option<Lease>,
+    /// How many times the reader has been handed this item, this time included (see
+    /// [`weir_types::Taken::deliveries`]; on JetStream the consumer's delivery count).
+    pub deliveries: u32,
 }

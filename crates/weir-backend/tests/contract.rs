@@ -41,3 +41,8 @@ async fn leases_and_deleted_readers() -> common::TestResult {
 async fn readers_move_back_and_forward() -> common::TestResult {
     on_the_engine(common::readers_move_back_and_forward).await
 }
+
+#[tokio::test]
+async fn deliveries_and_dead_letters() -> common::TestResult {
+    on_the_engine(common::deliveries_and_dead_letters).await
+}

@@ -1583,6 +1583,7 @@ async fn the_contract_of_every_backend() -> TestResult {
     common::readers_not_kept_are_forgotten(&backend).await?;
     common::leases_and_deleted_readers(&backend).await?;
     common::a_map_writes_compare_and_set(&backend).await?;
+    common::deliveries_and_dead_letters(&backend).await?;
     backend.close().await?;
     Ok(())
 }

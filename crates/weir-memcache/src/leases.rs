@@ -82,6 +82,12 @@ impl Leases {
         Some((held.reader.clone(), id))
     }
 
+    /// Every lease held on `queue`/`reader`, oldest first, with its reader.
+    pub fn all(&self, queue: &str, reader: &str) -> Option<(Reader, Vec<Lease>)> {
+        let held = &self.held[self.position(queue, reader)?];
+        Some((held.reader.clone(), held.ids.iter().cloned().collect()))
+    }
+
     /// Forgets lease `id` on `queue`/`reader` (confirmed, or gone in the engine);
     /// false when it was not held.
     pub fn remove(&mut self, queue: &str, reader: &str, id: &Lease) -> bool {

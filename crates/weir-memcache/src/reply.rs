@@ -36,6 +36,7 @@ pub const BAD_QUEUE_NAME: &[u8] = b"CLIENT_ERROR bad queue name\r\n";
 pub const BAD_OPTION: &[u8] = b"CLIENT_ERROR bad option\r\n";
 pub const RESERVED_QUEUE: &[u8] = b"CLIENT_ERROR reserved queue: bus:* belongs to the event bus and proxy:capture:* to the proxy (stats works; delete and flush only with reserved_queues_writable = true)\r\n";
 pub const ABORT_NOT_ALONE: &[u8] = b"CLIENT_ERROR abort cannot be combined\r\n";
+pub const TOUCH_NOT_ALONE: &[u8] = b"CLIENT_ERROR touch cannot be combined\r\n";
 pub const PEEK_COMBINED: &[u8] =
     b"CLIENT_ERROR peek cannot be combined with open, close or abort\r\n";
 /// A fanout key (`a+b+c`) naming more queues than allowed.

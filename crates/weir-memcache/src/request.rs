@@ -1,7 +1,7 @@
 //! Key syntax of the Kestrel dialect: which queue, which reader, which options.
 //!
 //! A read key is `QUEUE`, `QUEUE.READER` or `QUEUE+READER`, then options, each after a
-//! `/`, in any order: `open`, `close`, `abort`, `peek`, `t=MS`. A write key (for `set`)
+//! `/`, in any order: `open`, `close`, `abort`, `peek`, `touch`, `t=MS`. A write key (for `set`)
 //! is one queue or several joined by `+` (`a+b+c` appends to each), then the option
 //! `sync`. The two differ because `+` means "reader" when reading and "and" when
 //! writing, as in Kestrel's fanout queues.
@@ -23,6 +23,7 @@ pub enum KeyError {
     BadName,
     BadOption,
     AbortNotAlone,
+    TouchNotAlone,
     PeekCombined,
     TooManyQueues,
     /// A queue of the bus or the proxy ([`is_reserved`]).
@@ -36,6 +37,7 @@ impl KeyError {
             KeyError::BadName => reply::BAD_QUEUE_NAME,
             KeyError::BadOption => reply::BAD_OPTION,
             KeyError::AbortNotAlone => reply::ABORT_NOT_ALONE,
+            KeyError::TouchNotAlone => reply::TOUCH_NOT_ALONE,
             KeyError::PeekCombined => reply::PEEK_COMBINED,
             KeyError::TooManyQueues => reply::TOO_MANY_QUEUES_IN_KEY,
             KeyError::Reserved => reply::RESERVED_QUEUE,
@@ -60,6 +62,8 @@ pub struct ReadOptions {
     pub close: bool,
     pub abort: bool,
     pub peek: bool,
+    /// Extend this connection's open reads on the reader (weir's own option).
+    pub touch: bool,
     /// `t=MS`: wait up to this long for an item. Not yet clamped to the server's limit.
     pub wait_ms: Option<u64>,
 }
@@ -67,10 +71,11 @@ pub struct ReadOptions {
 impl ReadOptions {
     /// A plain take: no lease, no peek, no confirm, no release.
     pub fn is_plain(&self) -> bool {
-        !(self.open || self.close || self.abort || self.peek)
+        !(self.open || self.close || self.abort || self.peek || self.touch)
     }
 
-    /// Whether the request reads an item at all (`close` and `abort` alone do not).
+    /// Whether the request reads an item at all (`close`, `abort` and `touch` alone
+    /// do not).
     pub fn takes(&self) -> bool {
         self.open || self.peek || self.is_plain()
     }
@@ -247,6 +252,8 @@ pub fn parse_read_key(key: &str) -> Result<ReadKey<'_>, KeyError> {
                 options.abort = true;
             } else if option.eq_ignore_ascii_case("peek") {
                 options.peek = true;
+            } else if option.eq_ignore_ascii_case("touch") {
+                options.touch = true;
             } else if option.len() > 2 && option.as_bytes()[..2].eq_ignore_ascii_case(b"t=") {
                 let ms = parse_u64(&option.as_bytes()[2..]).ok_or(KeyError::BadOption)?;
                 options.wait_ms = Some(ms);
@@ -255,8 +262,11 @@ pub fn parse_read_key(key: &str) -> Result<ReadKey<'_>, KeyError> {
             }
         }
     }
-    if options.abort && (options.open || options.close || options.peek) {
+    if options.abort && (options.open || options.close || options.peek || options.touch) {
         return Err(KeyError::AbortNotAlone);
+    }
+    if options.touch && (options.open || options.close || options.peek) {
+        return Err(KeyError::TouchNotAlone);
     }
     if options.peek && (options.open || options.close) {
         return Err(KeyError::PeekCombined);
@@ -369,6 +379,19 @@ mod tests {
         assert!(k.options.open && k.options.close);
         assert_eq!(
             parse_read_key("jobs/abort/open"),
+            Err(KeyError::AbortNotAlone)
+        );
+        let touch = parse_read_key("jobs.w/TOUCH").unwrap();
+        assert!(touch.options.touch && !touch.options.takes() && !touch.options.is_plain());
+        assert_eq!(
+            parse_read_key("jobs/touch/t=5").map(|k| k.options.wait_ms),
+            Ok(Some(5))
+        );
+        for bad in ["jobs/touch/open", "jobs/close/touch", "jobs/peek/touch"] {
+            assert_eq!(parse_read_key(bad), Err(KeyError::TouchNotAlone), "{bad}");
+        }
+        assert_eq!(
+            parse_read_key("jobs/touch/abort"),
             Err(KeyError::AbortNotAlone)
         );
         assert_eq!(

@@ -56,6 +56,9 @@ pub struct LeaseId(pub u64);
 pub struct Lease {
     pub id: LeaseId,
     pub item: Item,
+    /// How many times the reader has been handed this item, this time included (see
+    /// [`Taken::deliveries`]).
+    pub deliveries: u32,
 }
 
 /// What a take does with the item it finds.
@@ -74,4 +77,9 @@ pub enum TakeMode {
 pub struct Taken {
     pub item: Item,
     pub lease: Option<LeaseId>,
+    /// How many times the reader has been handed this item, this time included: 1 the
+    /// first time, one more after each time it came back unconfirmed (released, or its
+    /// lease timed out). For a peek, which hands nothing out, the times before. A
+    /// delivery under way when the process was killed is not counted.
+    pub deliveries: u32,
 }

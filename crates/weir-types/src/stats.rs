@@ -17,6 +17,9 @@ pub struct ReaderStats {
     pub expired: u64,
     /// Items dropped for this reader by `discard_old_when_full`, since the store opened.
     pub discarded: u64,
+    /// Items this reader moved to `dead_letter_to` (or dropped, with none) after
+    /// `max_deliveries`, since the store opened.
+    pub dead_lettered: u64,
     /// Leases open now.
     pub open_leases: u64,
     /// Callers waiting for an item now.
@@ -39,6 +42,9 @@ pub struct QueueStats {
     pub expired: u64,
     /// Items discarded to make room, since the store opened.
     pub discarded: u64,
+    /// Items dead-lettered after `max_deliveries`, summed over readers, since the
+    /// store opened.
+    pub dead_lettered: u64,
     /// Leases open now, summed over readers.
     pub open_leases: u64,
     /// Callers waiting now, summed over readers.

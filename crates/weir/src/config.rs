@@ -61,6 +61,12 @@ pub struct QueueConfig {
     pub expire_to: Option<String>,
     /// A lease not confirmed within this time is released.
     pub open_timeout: Option<Duration>,
+    /// An item handed out this many times to a reader without being confirmed is not
+    /// handed out again: the next take that reaches it moves it to `dead_letter_to`
+    /// (or drops it, with none) instead. `None`: no limit.
+    pub max_deliveries: Option<u32>,
+    /// Where items past `max_deliveries` go (a queue name; created when first needed).
+    pub dead_letter_to: Option<String>,
     /// Size at which a segment file is sealed and a new one started.
     pub segment_size_bytes: u64,
 }
@@ -90,6 +96,8 @@ impl Default for QueueConfig {
             discard_old_when_full: false,
             expire_to: None,
             open_timeout: None,
+            max_deliveries: None,
+            dead_letter_to: None,
             segment_size_bytes: Self::SEGMENT_SIZE_BYTES_DEFAULT,
         }
     }

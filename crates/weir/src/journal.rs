@@ -61,6 +61,14 @@ pub(crate) enum JournalRecord {
     SnapshotEnd {
         next_reader_id: u32,
     },
+    /// The item `seq` has come back to the reader unconfirmed (released, or its lease
+    /// timed out) `count` times in all: what its delivery count and `max_deliveries`
+    /// go by. Absolute, so a replay applies it once however often it is restated.
+    Returns {
+        id: u32,
+        seq: u64,
+        count: u32,
+    },
 }
 
 impl JournalRecord {
@@ -94,6 +102,12 @@ impl JournalRecord {
             JournalRecord::SnapshotEnd { next_reader_id } => {
                 out.push(5);
                 out.extend_from_slice(&next_reader_id.to_le_bytes());
+            }
+            JournalRecord::Returns { id, seq, count } => {
+                out.push(6);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
             }
         }
     }
@@ -135,6 +149,17 @@ impl JournalRecord {
             5 if body.len() == 5 => JournalRecord::SnapshotEnd {
                 next_reader_id: u32_at(1)?,
             },
+            6 if body.len() == 17 => {
+                let seq = u64_at(5)?;
+                if seq > SEQ_MAX {
+                    return None;
+                }
+                JournalRecord::Returns {
+                    id: u32_at(1)?,
+                    seq,
+                    count: u32_at(13)?,
+                }
+            }
             _ => return None,
         };
         Some(rec)
@@ -149,6 +174,8 @@ pub(crate) struct ReaderRecord {
     pub acked_below: u64,
     /// Seqs at or above `acked_below` confirmed out of order.
     pub confirmed: IntervalSet,
+    /// Unconfirmed items that came back unconfirmed, and how many times.
+    pub returns: BTreeMap<u64, u32>,
 }
 
 impl ReaderRecord {
@@ -161,7 +188,36 @@ impl ReaderRecord {
         while let Some(end) = self.confirmed.take_range_at(self.acked_below) {
             self.acked_below = end;
         }
+        prune_returns(
+            &mut self.returns,
+            self.acked_below,
+            &self.confirmed,
+            from,
+            to,
+        );
     }
+}
+
+/// Drops the return counts of items no longer pending: below `acked_below`, or in
+/// `[from, to)` just confirmed. Costs nothing when no item ever came back.
+pub(crate) fn prune_returns(
+    returns: &mut BTreeMap<u64, u32>,
+    acked_below: u64,
+    confirmed: &IntervalSet,
+    from: u64,
+    to: u64,
+) {
+    if returns.is_empty() {
+        return;
+    }
+    *returns = returns.split_off(&acked_below);
+    if from < to {
+        let done: Vec<u64> = returns.range(from..to).map(|(&s, _)| s).collect();
+        for seq in done {
+            returns.remove(&seq);
+        }
+    }
+    debug_assert!(returns.keys().all(|&s| !confirmed.contains(s)));
 }
 
 /// The state a journal describes.
@@ -187,6 +243,7 @@ impl JournalState {
                         name: name.clone(),
                         acked_below: *acked_below,
                         confirmed: IntervalSet::default(),
+                        returns: BTreeMap::new(),
                     },
                 );
                 self.next_reader_id = self.next_reader_id.max(id.saturating_add(1));
@@ -202,6 +259,13 @@ impl JournalState {
             JournalRecord::SnapshotEnd { next_reader_id } => {
                 self.next_reader_id = self.next_reader_id.max(*next_reader_id);
             }
+            JournalRecord::Returns { id, seq, count } => {
+                if let Some(r) = self.readers.get_mut(id) {
+                    if *seq >= r.acked_below && !r.confirmed.contains(*seq) {
+                        r.returns.insert(*seq, *count);
+                    }
+                }
+            }
         }
     }
 
@@ -216,6 +280,9 @@ impl JournalState {
             });
             for (from, to) in r.confirmed.iter() {
                 out.push(JournalRecord::Confirm { id, from, to });
+            }
+            for (&seq, &count) in &r.returns {
+                out.push(JournalRecord::Returns { id, seq, count });
             }
         }
         out.push(JournalRecord::SnapshotEnd {
@@ -547,11 +614,87 @@ mod tests {
                 to: 9,
             },
             JournalRecord::SnapshotEnd { next_reader_id: 4 },
+            JournalRecord::Returns {
+                id: 3,
+                seq: 12,
+                count: 2,
+            },
         ] {
             let mut b = Vec::new();
             rec.encode(&mut b);
             assert_eq!(JournalRecord::decode(&b), Some(rec));
         }
+    }
+
+    #[test]
+    fn return_counts_replay_restate_and_go_with_the_confirmation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opened = Journal::open(dir.path(), 1).unwrap();
+        let records = [
+            JournalRecord::ReaderCreate {
+                id: 1,
+                acked_below: 1,
+                name: "r".into(),
+            },
+            JournalRecord::Returns {
+                id: 1,
+                seq: 2,
+                count: 1,
+            },
+            JournalRecord::Returns {
+                id: 1,
+                seq: 3,
+                count: 1,
+            },
+            JournalRecord::Returns {
+                id: 1,
+                seq: 2,
+                count: 2,
+            },
+            // Confirmed: its count goes.
+            JournalRecord::Confirm {
+                id: 1,
+                from: 3,
+                to: 4,
+            },
+            // Below the reader's position, or of no reader: ignored.
+            JournalRecord::Confirm {
+                id: 1,
+                from: 1,
+                to: 2,
+            },
+            JournalRecord::Returns {
+                id: 1,
+                seq: 1,
+                count: 5,
+            },
+            JournalRecord::Returns {
+                id: 9,
+                seq: 2,
+                count: 5,
+            },
+        ];
+        for rec in &records {
+            opened.journal.append(rec).unwrap();
+        }
+        drop(opened);
+        let again = Journal::open(dir.path(), 1).unwrap();
+        let r = &again.state.readers[&1];
+        assert_eq!(r.returns, BTreeMap::from([(2, 2)]));
+        // A new generation restates them.
+        let mut journal = again.journal;
+        journal.rotate(&again.state).unwrap();
+        drop(journal);
+        let rotated = Journal::open(dir.path(), 1).unwrap();
+        assert_eq!(rotated.state.readers[&1].returns, BTreeMap::from([(2, 2)]));
+        // Confirming 2 moves acked_below past it: gone.
+        let mut state = rotated.state.clone();
+        state.apply(&JournalRecord::Confirm {
+            id: 1,
+            from: 2,
+            to: 3,
+        });
+        assert!(state.readers[&1].returns.is_empty());
     }
 
     #[test]

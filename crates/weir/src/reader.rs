@@ -48,9 +48,13 @@ impl Reader {
 
     /// Takes the next item under a lease.
     pub fn take_leased(&self) -> Result<Option<Lease>> {
-        Ok(self
-            .take_mode(TakeMode::Lease)?
-            .and_then(|t| t.lease.map(|id| Lease { id, item: t.item })))
+        Ok(self.take_mode(TakeMode::Lease)?.and_then(|t| {
+            t.lease.map(|id| Lease {
+                id,
+                item: t.item,
+                deliveries: t.deliveries,
+            })
+        }))
     }
 
     /// Looks at the next item without taking it.
@@ -154,10 +158,36 @@ impl Reader {
         Ok(found)
     }
 
-    /// Releases a lease: the item goes back to this reader, ahead of newer items.
-    /// False when the lease is unknown.
+    /// Releases a lease: the item goes back to this reader, ahead of newer items, its
+    /// delivery count one higher (durable under the queue's durability rule, as a
+    /// confirmation is). False when the lease is unknown.
     pub fn release(&self, lease: LeaseId) -> Result<bool> {
-        self.core.release(&self.name, lease)
+        let (found, ticket) = self.core.release(&self.name, lease)?;
+        self.core.wait_durable(ticket)?;
+        Ok(found)
+    }
+
+    /// [`Reader::release`] for callers that cannot wait (a `Drop` on an event loop):
+    /// under `synced` the return count is on disk with the queue's next fsync, not on
+    /// return (a power cut before it can count one delivery fewer).
+    pub fn release_nowait(&self, lease: LeaseId) -> Result<bool> {
+        Ok(self.core.release(&self.name, lease)?.0)
+    }
+
+    /// [`Reader::release`] for async callers.
+    pub async fn release_async(&self, lease: LeaseId) -> Result<bool> {
+        let (found, ticket) = self.core.release(&self.name, lease)?;
+        self.core.wait_durable_async(ticket).await?;
+        Ok(found)
+    }
+
+    /// Extends a lease before it times out: it now ends `extend` from now, or, with
+    /// `None`, the queue's `open_timeout` from now (beanstalkd's `touch`, SQS's
+    /// ChangeMessageVisibility). A lease the queue gives no timeout keeps none unless
+    /// `extend` gives one. False when the lease is unknown (confirmed, released or
+    /// timed out already). Kept in memory only: leases do not outlive the process.
+    pub fn touch(&self, lease: LeaseId, extend: Option<Duration>) -> Result<bool> {
+        self.core.touch(&self.name, lease, extend)
     }
 
     /// Moves this reader to `seq`: every kept item from there on is pending for it

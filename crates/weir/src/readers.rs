@@ -160,10 +160,6 @@ impl<T> Readers<T> {
     pub fn iter(&self) -> impl Iterator<Item = (&String, &T)> {
         self.list.iter().map(|(n, r)| (n, r))
     }
-
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut T)> {
-        self.list.iter_mut().map(|(n, r)| (&*n, r))
-    }
 }
 
 #[cfg(test)]

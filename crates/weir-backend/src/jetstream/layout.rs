@@ -253,6 +253,8 @@ pub(crate) struct Sequences {
 pub(crate) struct Delivery {
     pub stream_seq: u64,
     pub timestamp_ns: u64,
+    /// How many times the consumer has delivered the message, this time included.
+    pub delivered: u32,
 }
 
 impl Delivery {
@@ -274,6 +276,7 @@ impl Delivery {
         let delivery = Delivery {
             stream_seq: tokens.get(at + 3)?.parse().ok()?,
             timestamp_ns: tokens.get(at + 5)?.parse().ok()?,
+            delivered: tokens.get(at + 2)?.parse().ok()?,
         };
         Some((tokens.get(at + 1)?, delivery))
     }
@@ -317,16 +320,20 @@ mod tests {
 
     #[test]
     fn parses_ack_subjects() {
-        let v1 = "$JS.ACK.WEIR.q~.1.42.7.1700000000123456789.0";
+        let v1 = "$JS.ACK.WEIR.q~.3.42.7.1700000000123456789.0";
         assert_eq!(
             Delivery::parse(v1),
             Some(Delivery {
                 stream_seq: 42,
-                timestamp_ns: 1_700_000_000_123_456_789
+                timestamp_ns: 1_700_000_000_123_456_789,
+                delivered: 3,
             })
         );
-        let v2 = "$JS.ACK._.ACCHASH.WEIR.q~.1.42.7.1700000000123456789.0.tok";
-        assert_eq!(Delivery::parse(v2).map(|d| d.stream_seq), Some(42));
+        let v2 = "$JS.ACK._.ACCHASH.WEIR.q~.2.42.7.1700000000123456789.0.tok";
+        assert_eq!(
+            Delivery::parse(v2).map(|d| (d.stream_seq, d.delivered)),
+            Some((42, 2))
+        );
         for reply in [v1, v2] {
             let (consumer, _) = Delivery::parse_with_consumer(reply).unwrap();
             assert_eq!(consumer, "q~");

@@ -220,6 +220,20 @@ impl Leases {
             .collect()
     }
 
+    /// Whether this instance holds the lease and renews it itself (`Some(true)`), or
+    /// holds it under a fixed AckWait (`Some(false)`, `open_timeout`); `None`: not held.
+    pub fn renewed(&self, reply: &str) -> Option<bool> {
+        lock(&self.held).get(reply).map(|h| h.renew)
+    }
+
+    /// A lease with a fixed AckWait got `+WPI` sent at `sent_at`: its AckWait runs
+    /// from then (what [`Held::sure_until`] goes by).
+    pub fn touched(&self, reply: &str, sent_at: Instant) {
+        if let Some(h) = lock(&self.held).get_mut(reply).filter(|h| !h.renew) {
+            h.next = sent_at + h.every;
+        }
+    }
+
     /// The lease ended (confirmed or released): no more renewals.
     pub fn forget(&self, reply: &str) -> Forgot {
         if let Some(held) = lock(&self.held).remove(reply) {

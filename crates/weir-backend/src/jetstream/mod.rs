@@ -37,6 +37,7 @@
 mod admin;
 mod api;
 mod connect;
+mod dead_letter;
 mod errors;
 mod failover;
 mod handles;

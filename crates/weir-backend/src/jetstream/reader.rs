@@ -86,7 +86,7 @@ impl Reader {
                 return Ok(None);
             };
             let probe = super::probe::is_probe(&message);
-            let (item, reply) = delivered(message)?;
+            let (item, reply, deliveries) = delivered(message)?;
             if probe || item.expires_at_ms != 0 {
                 inner.sweeper.mark(&self.queue.name);
             }
@@ -106,6 +106,10 @@ impl Reader {
                 inner.api.publish(reply.to_string(), b"+ACK").await;
                 continue;
             }
+            if self.queue.delivered_enough(deliveries) {
+                self.dead_letter(item, &reply).await;
+                continue;
+            }
             if mode == TakeMode::Take {
                 match self.ack(&reply).await {
                     Ok(true) => {}
@@ -118,9 +122,13 @@ impl Reader {
                         tracing::warn!(error = %e, seq = item.seq, "jetstream: a take's ack is unconfirmed; the item may be delivered again");
                     }
                 }
-                return Ok(Some(Taken { item, lease: None }));
+                return Ok(Some(Taken {
+                    item,
+                    lease: None,
+                    deliveries,
+                }));
             }
-            return Ok(Some(self.leased(item, reply).await));
+            return Ok(Some(self.leased(item, reply, deliveries).await));
         }
         Ok(None)
     }
@@ -128,7 +136,7 @@ impl Reader {
     /// A pulled item handed out under a lease: kept alive (unless the queue sets
     /// `open_timeout`), and recorded first so that another instance gives it back at once
     /// if this one is killed ([`super::instances`]).
-    async fn leased(&self, item: Item, reply: std::sync::Arc<str>) -> Taken {
+    async fn leased(&self, item: Item, reply: std::sync::Arc<str>, deliveries: u32) -> Taken {
         let inner = &self.inner;
         // Its AckWait runs from its delivery, before the record's write.
         let taken = tokio::time::Instant::now();
@@ -161,6 +169,7 @@ impl Reader {
         Taken {
             item,
             lease: Some(taken::Lease::JetStream(lease)),
+            deliveries,
         }
     }
 
@@ -259,13 +268,19 @@ impl Reader {
     /// Double ack: true once the consumer recorded it, false when the consumer is gone.
     pub(super) async fn ack(&self, reply: &str) -> Result<bool> {
         self.inner.sweeper.mark(&self.queue.name);
+        self.acknowledge(reply, b"+ACK").await
+    }
+
+    /// Sends `kind` (`+ACK`, `+WPI`) to a delivery's ack subject as a request: true
+    /// once the consumer recorded it, false when the consumer is gone.
+    pub(super) async fn acknowledge(&self, reply: &str, kind: &'static [u8]) -> Result<bool> {
         let api = &self.inner.api;
         let deadline = api.deadline();
         let mut backoff = Backoff::new(deadline);
         let mut checked = false;
         loop {
             let request = Request::new()
-                .payload(Bytes::from_static(b"+ACK"))
+                .payload(Bytes::from_static(kind))
                 .inbox(api.client.new_inbox());
             let why = match api.send(reply.to_owned(), request, deadline).await {
                 Sent::Reply(_) => return Ok(true),
@@ -304,7 +319,12 @@ impl Reader {
             if probe || expired || flushed || leased.contains(&item.seq) {
                 continue;
             }
-            return Ok(Some(Taken { item, lease: None }));
+            // A peek hands nothing out: the consumer's count is not known here.
+            return Ok(Some(Taken {
+                item,
+                lease: None,
+                deliveries: 0,
+            }));
         }
         Ok(None)
     }
@@ -327,8 +347,8 @@ pub(super) fn header_u64(headers: Option<&HeaderMap>, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A pulled message as an item, and its ack subject.
-fn delivered(message: Message) -> Result<(Item, std::sync::Arc<str>)> {
+/// A pulled message as an item, its ack subject and its delivery count.
+fn delivered(message: Message) -> Result<(Item, std::sync::Arc<str>, u32)> {
     let reply = message
         .reply
         .as_ref()
@@ -345,7 +365,7 @@ fn delivered(message: Message) -> Result<(Item, std::sync::Arc<str>)> {
         expires_at_ms: header_u64(headers, EXPIRES_HEADER),
         data: message.payload,
     };
-    Ok((item, reply))
+    Ok((item, reply, delivery.delivered))
 }
 
 /// A Direct Get reply as an item (`Nats-Sequence` header; the enqueue time is not

@@ -30,6 +30,10 @@ pub(crate) struct QueueEntry {
     /// `open_timeout` in ms; 0 for none.
     open_timeout_ms: AtomicU64,
     max_item_size: AtomicU64,
+    /// `max_deliveries`; 0 for none.
+    max_deliveries: AtomicU64,
+    /// `dead_letter_to`.
+    dead_letter_to: Mutex<Option<Arc<str>>>,
     /// Items this instance appended since it started (`total_items`).
     pub appended: AtomicU64,
     /// When this instance last appended (Unix ms), for read-your-writes (see
@@ -59,6 +63,8 @@ pub(crate) struct ReaderEntry {
     ack_wait_ms: AtomicU64,
     /// Items this instance skipped because they had expired.
     pub expired: AtomicU64,
+    /// Items this instance dead-lettered (`max_deliveries`).
+    pub dead_lettered: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,6 +85,8 @@ impl QueueEntry {
             max_age_ms: AtomicU64::new(0),
             open_timeout_ms: AtomicU64::new(0),
             max_item_size: AtomicU64::new(u64::MAX),
+            max_deliveries: AtomicU64::new(0),
+            dead_letter_to: Mutex::new(None),
             appended: AtomicU64::new(0),
             appended_at_ms: AtomicU64::new(0),
             appended_seq: AtomicU64::new(0),
@@ -97,6 +105,29 @@ impl QueueEntry {
             .store(ms(config.open_timeout), Ordering::Relaxed);
         self.max_item_size
             .store(config.max_item_size_bytes, Ordering::Relaxed);
+        self.max_deliveries.store(
+            config.max_deliveries.map_or(0, u64::from),
+            Ordering::Relaxed,
+        );
+        *lock(&self.dead_letter_to) = config
+            .dead_letter_to
+            .as_deref()
+            .filter(|to| **to != *self.name)
+            .map(Arc::from);
+    }
+
+    /// Whether an item delivered `deliveries` times (this time included) came back
+    /// `max_deliveries` times before, and is to be dead-lettered, not handed out.
+    pub fn delivered_enough(&self, deliveries: u32) -> bool {
+        match self.max_deliveries.load(Ordering::Relaxed) {
+            0 => false,
+            most => u64::from(deliveries) > most,
+        }
+    }
+
+    /// Where dead letters go (never this queue itself).
+    pub fn dead_letter_to(&self) -> Option<Arc<str>> {
+        lock(&self.dead_letter_to).clone()
     }
 
     /// Whether this instance appended to the queue since it last purged it.
@@ -143,6 +174,7 @@ impl QueueEntry {
             consumer: consumer.into(),
             ack_wait_ms: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
         });
         entry.set_ack_wait(ack_wait);
         readers.insert(entry.name.clone(), entry.clone());
@@ -156,6 +188,14 @@ impl QueueEntry {
     /// Forgets every reader but the default one.
     pub fn forget_named_readers(&self) {
         lock(&self.readers).retain(|name, _| name.is_empty());
+    }
+
+    /// Items dead-lettered, per reader name.
+    pub fn dead_letter_counts(&self) -> Vec<(Arc<str>, u64)> {
+        lock(&self.readers)
+            .values()
+            .map(|r| (r.name.clone(), r.dead_lettered.load(Ordering::Relaxed)))
+            .collect()
     }
 
     /// Items skipped as expired, per reader name.

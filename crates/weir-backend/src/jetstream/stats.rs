@@ -131,6 +131,12 @@ impl Inner {
                 q.expired += expired;
             }
         }
+        for (reader, dead) in entry.dead_letter_counts() {
+            if let Some(r) = q.readers.iter_mut().find(|r| *r.name == *reader) {
+                r.dead_lettered = dead;
+                q.dead_lettered += dead;
+            }
+        }
     }
 
     /// Messages per subject of the stream.

@@ -257,3 +257,65 @@ pub async fn a_map_writes_compare_and_set(backend: &Backend) -> TestResult {
     }
     Ok(())
 }
+
+/// Delivery counts, `max_deliveries` with `dead_letter_to`, and `touch`: each return
+/// of a leased item adds one to its count; once it came back `max_deliveries` times
+/// the next take moves it to `dead_letter_to` (flags kept) and hands out the next
+/// item; `touch` keeps a lease, and a chosen extension is the engine's only.
+pub async fn deliveries_and_dead_letters(backend: &Backend) -> TestResult {
+    let config_for: weir::ConfigFn = std::sync::Arc::new(|name: &str| weir::QueueConfig {
+        max_deliveries: (name == "jobs").then_some(2),
+        dead_letter_to: (name == "jobs").then(|| "jobs_dead".to_string()),
+        ..weir::QueueConfig::default()
+    });
+    backend
+        .set_options(weir_backend::StoreOptions {
+            config_for: Some(config_for),
+            ..weir_backend::StoreOptions::default()
+        })
+        .await?;
+    let q = backend.queue("jobs").await?;
+    let r = backend.reader(&q, "").await?;
+    let flagged = AppendOptions {
+        flags: 5,
+        ..AppendOptions::default()
+    };
+    q.append(b"poison", flagged).await?;
+    q.append(b"fine", AppendOptions::default()).await?;
+    for expected in 1..=2 {
+        let t = r.take(TakeMode::Lease, Duration::from_secs(5)).await?;
+        let t = t.ok_or("the poison item")?;
+        assert_eq!((&t.item.data[..], t.deliveries), (&b"poison"[..], expected));
+        let lease = t.lease.ok_or("a lease")?;
+        assert!(r.touch(&lease, None).await?, "an open lease is extended");
+        let chosen = r.touch(&lease, Some(Duration::from_secs(60))).await;
+        match backend.kind_name() {
+            "embedded" => assert!(chosen?),
+            _ => assert_eq!(
+                chosen.err().map(|e| e.kind()),
+                Some(weir_backend::Kind::Unsupported)
+            ),
+        }
+        assert!(r.release(&lease)?);
+    }
+    let t = r.take(TakeMode::Take, Duration::from_secs(5)).await?;
+    let t = t.ok_or("the next item")?;
+    assert_eq!((&t.item.data[..], t.deliveries), (&b"fine"[..], 1));
+    assert_eq!(
+        next(&r).await?,
+        None,
+        "the poison item is not handed out again"
+    );
+    let dead = backend.queue("jobs_dead").await?;
+    let dr = backend.reader(&dead, "").await?;
+    let moved = dr.take(TakeMode::Take, Duration::from_secs(5)).await?;
+    let moved = moved.ok_or("the dead letter")?;
+    assert_eq!(
+        (&moved.item.data[..], moved.item.flags),
+        (&b"poison"[..], 5)
+    );
+    assert_eq!(next(&dr).await?, None, "moved once");
+    let stats = backend.stats(Some(vec!["jobs".to_string()])).await?;
+    assert_eq!(stats.first().map(|s| s.dead_lettered), Some(1));
+    Ok(())
+}

@@ -133,6 +133,9 @@ async fn serve_key(ctx: &mut Ctx<'_>, key: ReadKey<'_>, cas: bool) -> Result<(),
         ctx.session.leases.release(key.queue, key.reader);
         return Ok(());
     }
+    if o.touch {
+        return touch_all(ctx, &key).await;
+    }
     if o.close {
         close_oldest(ctx, &key).await?;
     }
@@ -140,6 +143,26 @@ async fn serve_key(ctx: &mut Ctx<'_>, key: ReadKey<'_>, cas: bool) -> Result<(),
         return Ok(());
     }
     take_waiting(ctx, &key, cas).await
+}
+
+/// `touch`: every lease this connection holds on the key's reader now times out the
+/// queue's `open_timeout` from now (on JetStream, one AckWait). One no longer open
+/// (timed out already) is forgotten: its item may be another client's by now.
+async fn touch_all(ctx: &mut Ctx<'_>, key: &ReadKey<'_>) -> Result<(), KeyFailure> {
+    let Some((reader, ids)) = ctx.session.leases.all(key.queue, key.reader) else {
+        return Ok(());
+    };
+    for id in ids {
+        match reader.touch(&id, None).await {
+            Ok(true) => {}
+            Ok(false) => {
+                ctx.session.leases.remove(key.queue, key.reader, &id);
+            }
+            Err(e) if e.kind() == Kind::NotFound => {}
+            Err(e) => return Err(KeyFailure::Engine(e)),
+        }
+    }
+    Ok(())
 }
 
 /// `close`: confirms this connection's oldest lease on the key's reader. The lease

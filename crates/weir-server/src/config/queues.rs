@@ -34,6 +34,8 @@ pub struct QueueSection {
     pub discard_old_when_full: Option<bool>,
     pub expire_to: Option<String>,
     pub open_timeout_ms: Option<u64>,
+    pub deliveries_max: Option<u32>,
+    pub dead_letter_to: Option<String>,
     pub segment_size_bytes: Option<u64>,
 }
 
@@ -66,7 +68,8 @@ pub fn store_options(
             .then(literal(b).cmp(&literal(a)))
             .then(a.cmp(b))
     });
-    let config_for = if sections.is_empty() && defaults.open_timeout.is_none() {
+    let reserved_differ = defaults.open_timeout.is_some() || defaults.max_deliveries.is_some();
+    let config_for = if sections.is_empty() && !reserved_differ {
         None
     } else {
         let defaults = defaults.clone();
@@ -79,8 +82,12 @@ pub fn store_options(
             // The bus's and the proxy's workers hold a lease while a receiver or a
             // shadow is down, for as long as it takes: a lease timeout would deliver
             // the item twice. Their queues never get one.
+            // Nor a delivery limit: their retries are theirs (with dead letters of
+            // their own), and a failing receiver must not send their items elsewhere.
             if name.starts_with("bus:") || name.starts_with("proxy:capture:") {
                 config.open_timeout = None;
+                config.max_deliveries = None;
+                config.dead_letter_to = None;
             }
             config
         });
@@ -92,6 +99,15 @@ pub fn store_options(
         queues_max,
         ..StoreOptions::default()
     })
+}
+
+/// A key naming a queue (`expire_to`, `dead_letter_to`): `""` for none.
+fn queue_name_or_none(key: &str, v: &str) -> Result<Option<String>, ConfigError> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    weir::validate_queue_name(v).map_err(|e| ConfigError::new(key, e.to_string()))?;
+    Ok(Some(v.to_string()))
 }
 
 fn check_pattern(pattern: &str) -> Result<(), ConfigError> {
@@ -158,16 +174,16 @@ impl QueueSection {
             c.discard_old_when_full = v;
         }
         if let Some(v) = &self.expire_to {
-            if v.is_empty() {
-                c.expire_to = None;
-            } else {
-                weir::validate_queue_name(v)
-                    .map_err(|e| ConfigError::new("expire_to", e.to_string()))?;
-                c.expire_to = Some(v.clone());
-            }
+            c.expire_to = queue_name_or_none("expire_to", v)?;
         }
         if let Some(v) = self.open_timeout_ms {
             c.open_timeout = (v > 0).then(|| Duration::from_millis(v));
+        }
+        if let Some(v) = self.deliveries_max {
+            c.max_deliveries = (v > 0).then_some(v);
+        }
+        if let Some(v) = &self.dead_letter_to {
+            c.dead_letter_to = queue_name_or_none("dead_letter_to", v)?;
         }
         if let Some(v) = self.segment_size_bytes {
             if v < SEGMENT_SIZE_BYTES_MIN {

@@ -76,6 +76,8 @@ fn file_and_patterns() {
         [queues."jobs_special"]
         max_items = 5
         expire_to = "dead"
+        deliveries_max = 3
+        dead_letter_to = "jobs_dead"
         [queues."*"]
         discard_old_when_full = true
         "#,
@@ -101,6 +103,9 @@ fn file_and_patterns() {
     let s = settings.store.config("jobs_special");
     assert_eq!(s.max_items, 5);
     assert_eq!(s.expire_to.as_deref(), Some("dead"));
+    assert_eq!(s.max_deliveries, Some(3));
+    assert_eq!(s.dead_letter_to.as_deref(), Some("jobs_dead"));
+    assert_eq!(j.max_deliveries, None);
     assert_eq!(
         s.durability,
         Durability::Periodic(Duration::from_millis(50))
@@ -114,6 +119,8 @@ fn refusals() {
         "[defaults]\ndurability = \"fast\"",
         "[defaults]\nsync_interval_ms = 0",
         "[defaults]\nexpire_to = \"a/b\"",
+        "[defaults]\ndead_letter_to = \"a b\"",
+        "[defaults]\ndeliveries_max = -1",
         "[queues.\"a/b\"]\nmax_items = 1",
         "[server]\nline_bytes_max = 10",
         "[server]\nmax_open_reads = 0",
@@ -323,4 +330,29 @@ fn a_flag_over_a_bad_file_value_starts_and_a_bad_flag_is_named() {
     };
     let e = resolve(&FileConfig::default(), &bad_flag).unwrap_err();
     assert_eq!(e.key(), "--connections-max");
+}
+
+#[test]
+fn the_bus_and_proxy_queues_get_no_delivery_limit_or_lease_timeout() {
+    let file = FileConfig::parse(
+        "[defaults]\ndeliveries_max = 3\ndead_letter_to = \"dead\"\nopen_timeout_ms = 500\n",
+    )
+    .unwrap();
+    let settings = resolve(&file, &Overrides::default()).unwrap();
+    let jobs = settings.store.config("jobs");
+    assert_eq!(jobs.max_deliveries, Some(3));
+    assert_eq!(jobs.dead_letter_to.as_deref(), Some("dead"));
+    for reserved in ["bus:topic:t", "proxy:capture:r"] {
+        let c = settings.store.config(reserved);
+        assert_eq!(c.max_deliveries, None, "{reserved}");
+        assert_eq!(c.dead_letter_to, None, "{reserved}");
+        assert_eq!(c.open_timeout, None, "{reserved}");
+    }
+    // 0 and "" turn them off.
+    let off = FileConfig::parse("[defaults]\ndeliveries_max = 0\ndead_letter_to = \"\"\n").unwrap();
+    let c = resolve(&off, &Overrides::default())
+        .unwrap()
+        .store
+        .config("q");
+    assert_eq!((c.max_deliveries, c.dead_letter_to), (None, None));
 }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::config::QueueConfig;
 use crate::error::{Error, Result};
 use crate::frame::RecordHeader;
 use crate::item::{self, AppendOptions, Item};
@@ -16,6 +17,7 @@ use super::cursor::Step;
 use super::idle::MarkActiveOnDrop;
 use super::purpose::Purpose;
 use super::queue_core::QueueCore;
+use super::reader_state::ReaderState;
 use super::state::State;
 use crate::error::io_err;
 
@@ -34,6 +36,35 @@ pub(super) struct Move {
     pub(super) reader: String,
     pub(super) lease: u64,
     pub(super) item: Item,
+    pub(super) kind: MoveKind,
+}
+
+/// Why an item leaves its queue without being handed out, which says where it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MoveKind {
+    /// It expired: to `expire_to`.
+    Expired,
+    /// It came back `max_deliveries` times: to `dead_letter_to`.
+    DeadLetter,
+}
+
+impl MoveKind {
+    /// The queue it goes to under `config`, if any (never the queue `name` itself).
+    pub(super) fn target<'a>(self, config: &'a QueueConfig, name: &str) -> Option<&'a str> {
+        let target = match self {
+            MoveKind::Expired => config.expire_to.as_deref(),
+            MoveKind::DeadLetter => config.dead_letter_to.as_deref(),
+        };
+        target.filter(|t| *t != name)
+    }
+
+    /// The reader's counter of such items.
+    pub(super) fn counter(self, r: &mut ReaderState) -> &mut u64 {
+        match self {
+            MoveKind::Expired => &mut r.expired,
+            MoveKind::DeadLetter => &mut r.dead_lettered,
+        }
+    }
 }
 
 /// When the item `h` heads expires (see [`item::expiry_ms`], the one rule).
@@ -84,7 +115,8 @@ impl State {
         } else {
             // Not woken for: an item that cannot be moved yet would only be met again.
             r.released.insert(seq, (loc, len));
-            r.expired = r.expired.saturating_sub(1);
+            let counter = m.kind.counter(r);
+            *counter = counter.saturating_sub(1);
         }
         r.settle(next_seq);
         r.check(next_seq);
@@ -189,10 +221,11 @@ impl QueueCore {
         Ok(count)
     }
 
-    /// Appends expired items to the queue's `expire_to` queue, outside our lock, then
-    /// ends their leases here (see [`Move`]): confirmed once the target has the item
-    /// (or refused it for good), released to be moved again by a later take when the
-    /// append failed for a reason that can pass.
+    /// Appends expired items to the queue's `expire_to` queue, and dead letters to its
+    /// `dead_letter_to` queue, outside our lock, then ends their leases here (see
+    /// [`Move`]): confirmed once the target has the item (or refused it for good),
+    /// released to be moved again by a later take when the append failed for a
+    /// reason that can pass.
     ///
     /// Returns what the caller must wait for before it returns under `synced`: the
     /// journal records that end the moves, like the rest of what the operation wrote
@@ -202,45 +235,46 @@ impl QueueCore {
         if moves.is_empty() {
             return None;
         }
-        let target = self.state.lock().config.expire_to.clone();
-        let outcomes: Vec<(Move, bool)> = match target.filter(|t| *t != self.name) {
-            // The setting changed since the take: drop them, as a take would now.
-            None => moves.into_iter().map(|m| (m, true)).collect(),
-            Some(target) => {
-                let Some(store) = self.store.upgrade() else {
-                    // The store is going away, and these leases with it: a restart
-                    // delivers the items again, and moves them then.
-                    return None;
-                };
-                match store.queue_for_use(&target) {
-                    Ok(q) => moves
-                        .into_iter()
-                        .map(|m| {
-                            let options = AppendOptions {
-                                flags: m.item.flags,
-                                expires_at_ms: 0,
-                                sync: false,
-                            };
-                            // A `buffered` target writes what it staged before this queue
-                            // confirms: the confirmation must not survive a kill that the
-                            // moved item would not.
-                            let appended = q
-                                .append_batch(&[&m.item.data[..]], options)
-                                .and_then(|_| q.write_staged());
-                            let done = match appended {
-                                Ok(()) => true,
-                                Err(e) => self.move_failed(&target, &e),
-                            };
-                            (m, done)
-                        })
-                        .collect(),
-                    Err(e) => {
-                        let done = self.move_failed(&target, &e);
-                        moves.into_iter().map(|m| (m, done)).collect()
+        let config = self.state.lock().config.clone();
+        let Some(store) = self.store.upgrade() else {
+            // The store is going away, and these leases with it: a restart
+            // delivers the items again, and moves them then.
+            return None;
+        };
+        let mut opened: Vec<(String, Result<std::sync::Arc<QueueCore>>)> = Vec::new();
+        let mut outcomes: Vec<(Move, bool)> = Vec::with_capacity(moves.len());
+        for m in moves {
+            // The setting changed since the take: dropped, as a take would now.
+            let Some(target) = m.kind.target(&config, &self.name) else {
+                outcomes.push((m, true));
+                continue;
+            };
+            if !opened.iter().any(|(name, _)| name == target) {
+                opened.push((target.to_string(), store.clone().queue_for_use(target)));
+            }
+            let done = match opened.iter().find(|(name, _)| name == target) {
+                Some((_, Ok(q))) => {
+                    let options = AppendOptions {
+                        flags: m.item.flags,
+                        expires_at_ms: 0,
+                        sync: false,
+                    };
+                    // A `buffered` target writes what it staged before this queue
+                    // confirms: the confirmation must not survive a kill that the
+                    // moved item would not.
+                    let appended = q
+                        .append_batch(&[&m.item.data[..]], options)
+                        .and_then(|_| q.write_staged());
+                    match appended {
+                        Ok(()) => true,
+                        Err(e) => self.move_failed(target, &e),
                     }
                 }
-            }
-        };
+                Some((_, Err(e))) => self.move_failed(target, e),
+                None => false,
+            };
+            outcomes.push((m, done));
+        }
         #[cfg(feature = "fault-injection")]
         crate::fault::reached(crate::fault::MOVE_APPENDED);
         let mut state = self.state.lock();
@@ -268,9 +302,9 @@ impl QueueCore {
                 | ErrorKind::TooManyQueues
         );
         if retry {
-            tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired item; it stays here and is moved again later");
+            tracing::warn!(from = %self.name, to = %target, error = %e, "could not move an expired or dead-lettered item; it stays here and is moved again later");
         } else {
-            tracing::error!(from = %self.name, to = %target, error = %e, "the expire_to queue refused an expired item; it is dropped");
+            tracing::error!(from = %self.name, to = %target, error = %e, "the target queue refused an expired or dead-lettered item; it is dropped");
         }
         !retry
     }

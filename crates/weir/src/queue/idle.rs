@@ -170,7 +170,7 @@ impl State {
             || self.log.writer.staged_len() > 0
             || self.log.writer.staging_differs(self.staging_wanted())
             || (periodic && sync_pending)
-            || (self.config.open_timeout.is_some()
+            || ((self.config.open_timeout.is_some() || self.lease_deadlines)
                 && self
                     .readers
                     .values()

@@ -1,11 +1,15 @@
 //! Leases: `confirm` journals the leased item as done, `release` puts it back ahead of
-//! newer items, and lease timeouts (`open_timeout`) release them from `tick`.
+//! newer items, lease timeouts (`open_timeout`, or a deadline `touch` set) release them
+//! from `tick`, and `touch` moves a lease's deadline. Each time an item comes back
+//! unconfirmed its return count is journaled: its delivery count, which
+//! `max_deliveries` goes by (see `take.rs`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::item::LeaseId;
 use crate::journal::JournalRecord;
+use crate::readers::Slot;
 
 use super::commit::Ticket;
 use super::idle::MarkActiveOnDrop;
@@ -13,13 +17,17 @@ use super::queue_core::QueueCore;
 use super::state::State;
 
 impl State {
-    /// Releases the leases past their `open_timeout`; returns the readers to wake.
+    /// Releases the leases past their deadline; returns the readers to wake.
     pub(super) fn tick_leases(&mut self, now: Instant) -> Vec<String> {
         let mut woke = Vec::new();
-        if self.config.open_timeout.is_none() {
+        if self.config.open_timeout.is_none() && !self.lease_deadlines {
             return woke;
         }
-        for (name, r) in self.readers.iter_mut() {
+        let mut any_deadline = false;
+        let slots: Vec<Slot> = self.readers.slots().collect();
+        for slot in slots {
+            let r = self.readers.at_mut(slot);
+            any_deadline |= r.leases.values().any(|l| l.deadline.is_some());
             let due: Vec<u64> = r
                 .leases
                 .iter()
@@ -27,15 +35,35 @@ impl State {
                 .map(|(&id, _)| id)
                 .collect();
             for id in &due {
-                if let Some(l) = r.leases.remove(id) {
-                    r.released.insert(l.seq, (l.loc, l.len));
-                }
+                self.give_back(slot, *id);
             }
             if !due.is_empty() {
-                woke.push(name.clone());
+                woke.push(self.readers.name_at(slot).to_string());
             }
         }
+        self.lease_deadlines &= any_deadline;
         woke
+    }
+
+    /// Ends lease `id` of the reader in `slot` unconfirmed: the item goes back ahead of
+    /// newer ones, and its return count goes up by one (journaled; a journal that
+    /// cannot be written loses the count, never the item).
+    fn give_back(&mut self, slot: Slot, id: u64) {
+        let r = self.readers.at_mut(slot);
+        let Some(info) = r.leases.remove(&id) else {
+            return;
+        };
+        r.released.insert(info.seq, (info.loc, info.len));
+        let count = r.returns_of(info.seq).saturating_add(1);
+        r.returns.insert(info.seq, count);
+        let rec = JournalRecord::Returns {
+            id: r.id,
+            seq: info.seq,
+            count,
+        };
+        if let Err(e) = self.journal_append(rec) {
+            tracing::warn!(dir = %self.dir().display(), error = %e, "could not journal an item's delivery count");
+        }
     }
 }
 
@@ -74,29 +102,55 @@ impl QueueCore {
         Ok((true, state.after_journal_write()))
     }
 
-    pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<bool> {
+    /// Gives the lease's item back; the ticket covers its return count's journal record.
+    pub(crate) fn release(&self, reader: &str, lease: LeaseId) -> Result<(bool, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
         let mut state = self.state.lock();
         state.check_usable()?;
-        let Some(r) = state.readers.get_mut(reader) else {
-            return Ok(false);
+        let Some(slot) = state.readers.slot(reader) else {
+            return Ok((false, None));
         };
+        let r = state.readers.at(slot);
         if r.leases.get(&lease.0).is_none_or(|l| l.for_expire_to) {
-            return Ok(false);
+            return Ok((false, None));
         }
         if self.is_shutting_down() {
             // Kept leased: delivered again after the restart, not to another reader
             // of this process (see `Store::begin_shutdown`).
-            return Ok(true);
+            return Ok((true, None));
         }
-        let Some(info) = r.leases.remove(&lease.0) else {
+        state.give_back(slot, lease.0);
+        self.wake_reader(state.readers.at(slot));
+        Ok((true, state.after_journal_write()))
+    }
+
+    /// Moves lease `lease`'s deadline to `extend` from now, or, with `None`, to the
+    /// queue's `open_timeout` from now (a lease with neither keeps none). False when
+    /// the lease is unknown (confirmed, released or timed out already).
+    pub(crate) fn touch(
+        &self,
+        reader: &str,
+        lease: LeaseId,
+        extend: Option<Duration>,
+    ) -> Result<bool> {
+        let _active = MarkActiveOnDrop(self);
+        let mut state = self.state.lock();
+        state.check_usable()?;
+        let now = state.clock.instant();
+        let timeout = extend.or(state.config.open_timeout);
+        let deadline = timeout.and_then(|t| now.checked_add(t));
+        let custom = extend.is_some();
+        let Some(info) = state
+            .readers
+            .get_mut(reader)
+            .and_then(|r| r.leases.get_mut(&lease.0))
+            .filter(|l| !l.for_expire_to)
+        else {
             return Ok(false);
         };
-        r.released.insert(info.seq, (info.loc, info.len));
-        if let Some(r) = state.readers.get(reader) {
-            self.wake_reader(r);
-        }
+        info.deadline = deadline;
+        state.lease_deadlines |= custom && deadline.is_some();
         Ok(true)
     }
 }

@@ -87,6 +87,7 @@ impl State {
             readers: Readers::new(),
             next_reader_id: 1,
             next_lease_id: 1,
+            lease_deadlines: false,
             journal,
             total_appended: 0,
             corrupt_records: 0,
@@ -151,7 +152,7 @@ impl State {
             .log
             .span_payload_bytes(floor_loc, next_seq - self.floor);
         self.floor_loc = Some(floor_loc);
-        for (id, rec) in journal_state.readers {
+        for (id, mut rec) in journal_state.readers {
             let mut confirmed = rec.confirmed;
             let acked_below = rec.acked_below.max(oldest_on_disk).min(next_seq);
             confirmed.remove_below(acked_below);
@@ -162,6 +163,7 @@ impl State {
             let bytes = self.log.span_payload_bytes(cursor, next_seq - acked_below);
             let mut r = new_reader(id, acked_below, cursor, bytes);
             r.confirmed = confirmed;
+            r.returns = rec.returns.split_off(&acked_below);
             self.readers.insert(rec.name, r);
         }
         Ok(())

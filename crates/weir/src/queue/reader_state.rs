@@ -31,6 +31,11 @@ pub(super) struct ReaderState {
     pub(super) leases: BTreeMap<u64, LeaseInfo>,
     /// Released items, redelivered first in seq order: seq -> (loc, payload length).
     pub(super) released: BTreeMap<u64, (Loc, u32)>,
+    /// Pending items that came back unconfirmed (released, timed out), and how many
+    /// times: their delivery counts, journaled (`JournalRecord::Returns`). An entry
+    /// goes when its item is confirmed; so the map holds at most the items leased
+    /// and then given back, not the backlog.
+    pub(super) returns: BTreeMap<u64, u32>,
     pub(super) pending_bytes: u64,
     pub(super) read_buf: ReadBuf,
     pub(super) notify: Arc<Notify>,
@@ -39,6 +44,7 @@ pub(super) struct ReaderState {
     pub(super) confirmed_total: u64,
     pub(super) expired: u64,
     pub(super) discarded: u64,
+    pub(super) dead_lettered: u64,
     /// Leases held for items being moved to `expire_to`, and their payload bytes.
     pub(super) expire_moves: u64,
     pub(super) expire_moves_bytes: u64,
@@ -103,7 +109,27 @@ impl ReaderState {
                 self.acked_below = end;
             }
         }
+        crate::journal::prune_returns(
+            &mut self.returns,
+            self.acked_below,
+            &self.confirmed,
+            from,
+            to,
+        );
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+    }
+
+    /// How many times the item `seq` came back to this reader unconfirmed.
+    pub(super) fn returns_of(&self, seq: u64) -> u32 {
+        if self.returns.is_empty() {
+            return 0;
+        }
+        self.returns.get(&seq).copied().unwrap_or(0)
+    }
+
+    /// Forgets every return count (the reader was moved: `seek`, `flush`).
+    pub(super) fn forget_returns(&mut self) {
+        self.returns.clear();
     }
 
     /// Byte counts are estimates after a reopen; an empty reader holds none.
@@ -159,6 +185,7 @@ pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -
         cursor,
         leases: BTreeMap::new(),
         released: BTreeMap::new(),
+        returns: BTreeMap::new(),
         pending_bytes,
         read_buf: ReadBuf::default(),
         notify: Arc::new(Notify::new()),
@@ -167,6 +194,7 @@ pub(super) fn new_reader(id: u32, start: u64, cursor: Loc, pending_bytes: u64) -
         confirmed_total: 0,
         expired: 0,
         discarded: 0,
+        dead_lettered: 0,
         expire_moves: 0,
         expire_moves_bytes: 0,
         oldest_enqueued: None,

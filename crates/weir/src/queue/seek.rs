@@ -64,6 +64,7 @@ impl State {
         r.expire_moves = 0;
         r.expire_moves_bytes = 0;
         r.released.clear();
+        r.forget_returns();
         r.cursor_seq = target;
         r.cursor = cursor;
         r.pending_bytes = pending_bytes;

@@ -71,6 +71,10 @@ pub(super) struct State {
     pub(super) readers: Readers<ReaderState>,
     pub(super) next_reader_id: u32,
     pub(super) next_lease_id: u64,
+    /// A lease may have a deadline of its own (`touch`) though the queue sets no
+    /// `open_timeout`: the background tick looks at the leases. Cleared by a tick that
+    /// finds none with a deadline.
+    pub(super) lease_deadlines: bool,
     pub(super) journal: Journal,
     pub(super) total_appended: u64,
     pub(super) corrupt_records: u64,
@@ -207,6 +211,7 @@ impl State {
                     name: name.clone(),
                     acked_below: r.acked_below,
                     confirmed: r.confirmed.clone(),
+                    returns: r.returns.clone(),
                 },
             );
         }
@@ -320,6 +325,7 @@ impl State {
         r.expire_moves = 0;
         r.expire_moves_bytes = 0;
         r.released.clear();
+        r.forget_returns();
         r.cursor_seq = next_seq;
         r.cursor = tail;
         r.pending_bytes = 0;

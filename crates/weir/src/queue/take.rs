@@ -1,6 +1,9 @@
 //! Taking: a reader's next item (a released one first, else the one at its cursor,
 //! stepping over segment ends, damage and items confirmed out of order), consumed
-//! as a take, a lease, a peek, a discard or an expiry.
+//! as a take, a lease, a peek, a discard or an expiry. An item that came back to the
+//! reader `max_deliveries` times is dead-lettered when a take reaches it: moved to
+//! `dead_letter_to` like an expired item to `expire_to` (or dropped, with none).
+//! Released items come first, so that is the next take after its last return.
 
 use std::time::Instant;
 
@@ -16,7 +19,7 @@ use crate::segment::Loc;
 use super::commit::Ticket;
 use super::cursor::ReadAt;
 use super::cursor::Step;
-use super::expire::{expiry_ms, is_expired, Move, EXPIRED_PER_CALL_MAX};
+use super::expire::{expiry_ms, is_expired, Move, MoveKind, EXPIRED_PER_CALL_MAX};
 use super::idle::MarkActiveOnDrop;
 use super::purpose::Purpose;
 use super::queue_core::QueueCore;
@@ -164,16 +167,24 @@ impl State {
             let Some(c) = self.next_candidate(slot)? else {
                 return Ok(None);
             };
-            if !is_expired(&c.header, now, self.config.max_age) {
-                if purpose == Purpose::ExpireHead {
+            let head = purpose == Purpose::ExpireHead;
+            let kind = if is_expired(&c.header, now, self.config.max_age) {
+                MoveKind::Expired
+            } else if !head && self.delivered_enough(slot, c.header.seq) {
+                MoveKind::DeadLetter
+            } else {
+                if head {
                     self.remember_head_expiry(slot, &c)?;
                     return Ok(None);
                 }
                 return self.consume(slot, c, purpose).map(Some);
-            }
-            let head = purpose == Purpose::ExpireHead;
-            if let Some(item) = self.drop_expired(slot, c, moves, head)? {
-                return Ok(Some(Taken { item, lease: None }));
+            };
+            if let Some(item) = self.drop_item(slot, c, moves, head, kind)? {
+                return Ok(Some(Taken {
+                    item,
+                    lease: None,
+                    deliveries: 0,
+                }));
             }
             expired_budget -= 1;
             if expired_budget == 0 {
@@ -194,14 +205,24 @@ impl State {
         Ok(())
     }
 
+    /// Whether item `seq` came back to the reader in `slot` `max_deliveries` times.
+    fn delivered_enough(&self, slot: Slot, seq: u64) -> bool {
+        self.config
+            .max_deliveries
+            .is_some_and(|most| self.readers.at(slot).returns_of(seq) >= most)
+    }
+
     /// Consumes the unexpired item `c` for `purpose`: a take or a discard confirms it
     /// (journaled), a lease holds it, a peek leaves it.
     fn consume(&mut self, slot: Slot, c: Candidate, purpose: Purpose) -> Result<Taken> {
         debug_assert!(purpose != Purpose::ExpireHead);
+        let returns = self.readers.at(slot).returns_of(c.header.seq);
+        let deliveries = returns.saturating_add(1);
         match purpose {
             Purpose::Peek => Ok(Taken {
                 item: c.into_item(),
                 lease: None,
+                deliveries: returns,
             }),
             Purpose::Take | Purpose::Discard | Purpose::ExpireHead => {
                 let r = self.confirm_taken(slot, &c)?;
@@ -214,6 +235,7 @@ impl State {
                 Ok(Taken {
                     item: c.into_item(),
                     lease: None,
+                    deliveries,
                 })
             }
             Purpose::Lease => {
@@ -226,42 +248,44 @@ impl State {
                 Ok(Taken {
                     item: c.into_item(),
                     lease: Some(LeaseId(lease)),
+                    deliveries,
                 })
             }
         }
     }
 
-    /// Drops the expired item `c`: moved to `expire_to` (held under an engine lease
-    /// until it is there, see [`Move`]) or confirmed. Returns the item when `want` it.
-    fn drop_expired(
+    /// Drops the item `c`, expired or dead-lettered (`kind`): moved to the queue's
+    /// target for it (held under an engine lease until it is there, see [`Move`]) or,
+    /// with none, confirmed. Returns the item when `want` it.
+    fn drop_item(
         &mut self,
         slot: Slot,
         c: Candidate,
         moves: &mut Vec<Move>,
         want: bool,
+        kind: MoveKind,
     ) -> Result<Option<Item>> {
         let len = c.header.len as u64;
-        let for_expire_to = self
-            .config
-            .expire_to
-            .as_deref()
-            .is_some_and(|to| to != self.name);
-        if for_expire_to {
+        if kind.target(&self.config, &self.name).is_some() {
             let lease = self.hold_lease(slot, &c, None, true)?;
             let r = self.readers.at_mut(slot);
             r.expire_moves += 1;
             r.expire_moves_bytes += len;
-            r.expired += 1;
+            *kind.counter(r) += 1;
             let item = c.into_item();
             let wanted = want.then(|| item.clone());
             moves.push(Move {
                 reader: self.readers.name_at(slot).to_string(),
                 lease,
                 item,
+                kind,
             });
             return Ok(wanted);
         }
-        self.confirm_taken(slot, &c)?.expired += 1;
+        if kind == MoveKind::DeadLetter {
+            tracing::warn!(queue = %self.name, seq = c.header.seq, "an item reached max_deliveries and the queue has no dead_letter_to: dropped");
+        }
+        *kind.counter(self.confirm_taken(slot, &c)?) += 1;
         Ok(want.then(|| c.into_item()))
     }
 
