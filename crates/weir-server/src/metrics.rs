@@ -55,7 +55,7 @@ type QueueField = (
     &'static str,
     fn(&weir_backend::QueueStats) -> u64,
 );
-const QUEUE_FIELDS: [QueueField; 9] = [
+const QUEUE_FIELDS: [QueueField; 10] = [
     (
         "weir_queue_items",
         "gauge",
@@ -85,6 +85,12 @@ const QUEUE_FIELDS: [QueueField; 9] = [
         "counter",
         "Items discarded to make room since start.",
         |s| s.discarded,
+    ),
+    (
+        "weir_queue_dead_lettered_total",
+        "counter",
+        "Items moved to dead_letter_to (or dropped) after deliveries_max since start.",
+        |s| s.dead_lettered,
     ),
     ("weir_queue_open_leases", "gauge", "Leases open now.", |s| {
         s.open_leases
@@ -116,7 +122,7 @@ type ReaderField = (
     &'static str,
     fn(&weir_backend::ReaderStats) -> u64,
 );
-const READER_FIELDS: [ReaderField; 9] = [
+const READER_FIELDS: [ReaderField; 10] = [
     (
         "weir_reader_items",
         "gauge",
@@ -152,6 +158,12 @@ const READER_FIELDS: [ReaderField; 9] = [
         "counter",
         "Items discarded for the reader since start.",
         |r| r.discarded,
+    ),
+    (
+        "weir_reader_dead_lettered_total",
+        "counter",
+        "Items the reader dead-lettered after deliveries_max since start.",
+        |r| r.dead_lettered,
     ),
     (
         "weir_reader_open_leases",

@@ -63,6 +63,7 @@ fn blocks(stats: &[weir_backend::QueueStats]) -> BytesMut {
         field(out, "logsize", s.disk_bytes);
         field(out, "expired_items", s.expired);
         field(out, "discarded", s.discarded);
+        field(out, "dead_lettered", s.dead_lettered);
         field(out, "open_transactions", s.open_leases);
         field(out, "waiters", s.waiters);
         field(out, "age", s.age_ms);
@@ -75,6 +76,7 @@ fn blocks(stats: &[weir_backend::QueueStats]) -> BytesMut {
             field(out, "confirmed_items", r.confirmed);
             field(out, "expired_items", r.expired);
             field(out, "discarded", r.discarded);
+            field(out, "dead_lettered", r.dead_lettered);
             field(out, "open_transactions", r.open_leases);
             field(out, "waiters", r.waiters);
             field(out, "age", r.age_ms);

@@ -132,6 +132,7 @@ fn queue_lines(stats: &[weir_backend::QueueStats]) -> QueueLines {
         queue_stat(out, name, "", "total_items", q.total_items);
         queue_stat(out, name, "", "expired_items", q.expired);
         queue_stat(out, name, "", "discarded", q.discarded);
+        queue_stat(out, name, "", "dead_lettered", q.dead_lettered);
         queue_stat(out, name, "", "open_transactions", q.open_leases);
         queue_stat(out, name, "", "waiters", q.waiters);
         queue_stat(out, name, "", "age", q.age_ms);
@@ -143,6 +144,7 @@ fn queue_lines(stats: &[weir_backend::QueueStats]) -> QueueLines {
             queue_stat(out, name, &r.name, "confirmed_items", r.confirmed);
             queue_stat(out, name, &r.name, "expired_items", r.expired);
             queue_stat(out, name, &r.name, "discarded", r.discarded);
+            queue_stat(out, name, &r.name, "dead_lettered", r.dead_lettered);
             queue_stat(out, name, &r.name, "open_transactions", r.open_leases);
             queue_stat(out, name, &r.name, "waiters", r.waiters);
             queue_stat(out, name, &r.name, "age", r.age_ms);
