@@ -217,7 +217,7 @@ mod tests {
 
     /// The families of a page without the memcache door and the other doors, in the
     /// order `weir serve` and `weir proxy --http-listen` have always shown them.
-    const FAMILIES: [&str; 28] = [
+    const FAMILIES: [&str; 30] = [
         "weir_connections",
         "weir_connections_total",
         "weir_connections_refused_total",
