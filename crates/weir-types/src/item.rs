@@ -18,6 +18,21 @@ pub struct Item {
     pub enqueued_at_ms: u64,
     /// Expiry time, Unix milliseconds; 0 means never.
     pub expires_at_ms: u64,
+    /// What the work-queue features keep with the item, when it was appended with it
+    /// ([`AppendOptions::job`]); `None` for a plain item.
+    pub job: Option<JobMeta>,
+}
+
+/// A job's id, priority and time-to-run, stored with its item: the id stays the same
+/// when the job moves (released with another priority, buried, kicked, made ready).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct JobMeta {
+    /// Unique in the store and never reused.
+    pub id: u64,
+    /// Smaller is more urgent (beanstalkd's order); 0 is the most urgent.
+    pub priority: u32,
+    /// Seconds a reservation lasts before the job goes back (beanstalkd's ttr).
+    pub ttr_s: u32,
 }
 
 impl Item {
@@ -45,6 +60,9 @@ pub struct AppendOptions {
     pub expires_at_ms: u64,
     /// Return only once the item is fdatasync'ed, whatever the queue's durability.
     pub sync: bool,
+    /// Store the item as a job with this id, priority and ttr (16 bytes more on disk).
+    /// Only for an append of one item: a batch with it is refused.
+    pub job: Option<JobMeta>,
 }
 
 /// Identifies a lease within its reader.

@@ -8,9 +8,18 @@
 //!     16     8  enqueued_at_ms
 //!     24     8  expires_at_ms (0 = never)
 //!     32     4  flags
-//!     36     4  bits: bit 0 = more records of the same batch follow; others zero
+//!     36     4  bits: bit 0 = more records of the same batch follow;
+//!               bit 1 = the payload starts with a job extension; others zero
 //!     40     n  payload
 //! ```
+//!
+//! A job extension ([`JOB_EXTENSION_BYTES`]: id u64, priority u32, ttr in seconds
+//! u32, little-endian) carries what the work-queue features keep with an item: its
+//! id, which stays the same when the item moves between a queue's lanes, and its
+//! priority and time-to-run. It counts in the payload's length and CRC like the data
+//! after it; items appended without one (every item of the memcache door and of a
+//! plain library append) have none and pay nothing for it. A weir older than the
+//! extension reads such a record as damage: downgrading is not supported.
 //!
 //! A batch is written as consecutive records, all but the last with the "more" bit, so
 //! recovery can cut a batch that a crash interrupted: batches are all or nothing.
@@ -46,10 +55,56 @@ pub(crate) struct RecordHeader {
     pub flags: u32,
     /// More records of the same batch follow this one.
     pub more: bool,
+    /// The payload starts with a job extension ([`JOB_EXTENSION_BYTES`]).
+    pub job: bool,
 }
 
 /// Bit of the header's last word: more records of the same batch follow.
 const BIT_MORE: u32 = 1;
+/// Bit of the header's last word: the payload starts with a job extension.
+const BIT_JOB: u32 = 2;
+
+/// Bytes of a job extension at the start of a payload.
+pub(crate) const JOB_EXTENSION_BYTES: usize = 16;
+
+/// Encodes a job extension.
+pub(crate) fn encode_job(job: &weir_types::JobMeta) -> [u8; JOB_EXTENSION_BYTES] {
+    let mut out = [0u8; JOB_EXTENSION_BYTES];
+    out[0..8].copy_from_slice(&job.id.to_le_bytes());
+    out[8..12].copy_from_slice(&job.priority.to_le_bytes());
+    out[12..16].copy_from_slice(&job.ttr_s.to_le_bytes());
+    out
+}
+
+/// The item a record holds: its header's fields, and its payload split into the job
+/// extension (when the header says there is one) and the data, without a copy.
+pub(crate) fn item(header: &RecordHeader, payload: bytes::Bytes) -> weir_types::Item {
+    let (job, data) = match header.job.then(|| decode_job(&payload)).flatten() {
+        Some(job) => (Some(job), payload.slice(JOB_EXTENSION_BYTES..)),
+        None => (None, payload),
+    };
+    weir_types::Item {
+        seq: header.seq,
+        data,
+        flags: header.flags,
+        enqueued_at_ms: header.enqueued_at_ms,
+        expires_at_ms: header.expires_at_ms,
+        job,
+    }
+}
+
+/// Decodes the job extension at the start of `payload`; `None` when it is shorter.
+pub(crate) fn decode_job(payload: &[u8]) -> Option<weir_types::JobMeta> {
+    let ext = payload.get(..JOB_EXTENSION_BYTES)?;
+    let u32_at = |i: usize| u32::from_le_bytes([ext[i], ext[i + 1], ext[i + 2], ext[i + 3]]);
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&ext[0..8]);
+    Some(weir_types::JobMeta {
+        id: u64::from_le_bytes(id),
+        priority: u32_at(8),
+        ttr_s: u32_at(12),
+    })
+}
 
 impl RecordHeader {
     /// Total bytes of the record, header included.
@@ -58,8 +113,9 @@ impl RecordHeader {
     }
 }
 
-/// Encodes a header (with its CRC over `payload`, seeded with the segment's `seed`)
-/// into `out`.
+/// Encodes a header (with its CRC over the payload, the concatenation of `payload`,
+/// seeded with the segment's `seed`) into `out`. With `job`, the payload's first
+/// part is a job extension.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_header(
     out: &mut [u8; RECORD_HEADER_BYTES],
@@ -69,20 +125,32 @@ pub(crate) fn encode_header(
     expires_at_ms: u64,
     flags: u32,
     more: bool,
-    payload: &[u8],
+    job: bool,
+    payload: &[&[u8]],
 ) {
-    assert!(payload.len() as u64 <= RECORD_PAYLOAD_BYTES_MAX);
+    let len: usize = payload.iter().map(|p| p.len()).sum();
+    assert!(len as u64 <= RECORD_PAYLOAD_BYTES_MAX);
     assert!(seq > 0 && seq <= SEQ_MAX, "seq {seq} out of range");
-    out[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    assert!(
+        !job || payload
+            .first()
+            .is_some_and(|p| p.len() == JOB_EXTENSION_BYTES),
+        "a job record starts with its extension"
+    );
+    let bits = if more { BIT_MORE } else { 0 } | if job { BIT_JOB } else { 0 };
+    out[0..4].copy_from_slice(&(len as u32).to_le_bytes());
     out[8..16].copy_from_slice(&seq.to_le_bytes());
     out[16..24].copy_from_slice(&enqueued_at_ms.to_le_bytes());
     out[24..32].copy_from_slice(&expires_at_ms.to_le_bytes());
     out[32..36].copy_from_slice(&flags.to_le_bytes());
-    out[36..40].copy_from_slice(&(if more { BIT_MORE } else { 0 }).to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c_append(seed, &out[8..]), payload);
+    out[36..40].copy_from_slice(&bits.to_le_bytes());
+    let mut crc = crc32c::crc32c_append(seed, &out[8..]);
+    for part in payload {
+        crc = crc32c::crc32c_append(crc, part);
+    }
     out[4..8].copy_from_slice(&crc.to_le_bytes());
     debug_assert!(decode_header(&out[..])
-        .is_some_and(|h| h.len as usize == payload.len() && h.seq == seq && h.crc == crc));
+        .is_some_and(|h| h.len as usize == len && h.seq == seq && h.crc == crc && h.job == job));
 }
 
 /// Decodes a header; `None` when `bytes` is too short or the length is implausible.
@@ -106,11 +174,13 @@ pub(crate) fn decode_header(bytes: &[u8]) -> Option<RecordHeader> {
         expires_at_ms: u64_at(24),
         flags: u32_at(32),
         more: u32_at(36) & BIT_MORE != 0,
+        job: u32_at(36) & BIT_JOB != 0,
     };
     if header.len as u64 > RECORD_PAYLOAD_BYTES_MAX
         || header.seq == 0
         || header.seq > SEQ_MAX
-        || u32_at(36) & !BIT_MORE != 0
+        || u32_at(36) & !(BIT_MORE | BIT_JOB) != 0
+        || (header.job && (header.len as usize) < JOB_EXTENSION_BYTES)
     {
         return None;
     }
@@ -199,7 +269,7 @@ mod tests {
         let payload = b"hello";
         let mut h = [0u8; RECORD_HEADER_BYTES];
         let seed = 0x1234_5678;
-        encode_header(&mut h, seed, 7, 100, 0, 42, true, payload);
+        encode_header(&mut h, seed, 7, 100, 0, 42, true, false, &[payload]);
         let mut rec = h.to_vec();
         rec.extend_from_slice(payload);
         let d = decode_header(&rec).unwrap();
@@ -226,7 +296,7 @@ mod tests {
         let payload = b"forged";
         for guess in [0u32, 1, 0xdead_beef] {
             let mut h = [0u8; RECORD_HEADER_BYTES];
-            encode_header(&mut h, guess, 3, 100, 0, 0, false, payload);
+            encode_header(&mut h, guess, 3, 100, 0, 0, false, false, &[payload]);
             let mut rec = h.to_vec();
             rec.extend_from_slice(payload);
             let d = decode_header(&rec).unwrap();
@@ -235,10 +305,43 @@ mod tests {
         }
         // Legacy segments (seed 0) are plain CRC32C.
         let mut h = [0u8; RECORD_HEADER_BYTES];
-        encode_header(&mut h, 0, 1, 1, 0, 0, false, b"x");
+        encode_header(&mut h, 0, 1, 1, 0, 0, false, false, &[b"x"]);
         let mut rec = h.to_vec();
         rec.push(b'x');
         assert_eq!(crc32c::crc32c(&rec[8..]), decode_header(&rec).unwrap().crc);
+    }
+
+    #[test]
+    fn a_job_extension_round_trips_and_is_covered_by_the_crc() {
+        let job = weir_types::JobMeta {
+            id: 0x0102_0304_0506_0708,
+            priority: 7,
+            ttr_s: 60,
+        };
+        let ext = encode_job(&job);
+        let mut h = [0u8; RECORD_HEADER_BYTES];
+        encode_header(&mut h, 9, 4, 1, 0, 3, false, true, &[&ext, b"data"]);
+        let mut rec = h.to_vec();
+        rec.extend_from_slice(&ext);
+        rec.extend_from_slice(b"data");
+        let d = decode_header(&rec).unwrap();
+        assert!(d.job && !d.more && d.len == 20);
+        assert!(verify(&d, &rec, 9));
+        assert_eq!(decode_job(&rec[RECORD_HEADER_BYTES..]), Some(job));
+        // The extension's bytes are under the CRC.
+        let mut bad = rec.clone();
+        bad[RECORD_HEADER_BYTES + 9] ^= 1;
+        assert!(!verify(&d, &bad, 9));
+        // A job bit on a payload shorter than an extension never decodes; nor does
+        // an unknown bit.
+        let mut short = [0u8; RECORD_HEADER_BYTES];
+        encode_header(&mut short, 9, 4, 1, 0, 3, false, false, &[b"tiny"]);
+        short[36] |= 2;
+        assert!(decode_header(&short).is_none());
+        let mut unknown = h;
+        unknown[36] |= 4;
+        assert!(decode_header(&unknown).is_none());
+        assert_eq!(decode_job(b"short"), None);
     }
 
     #[test]

@@ -2,4 +2,4 @@
 //! every backend shares, defined in `weir-types` (re-exported here and at the crate
 //! root), with the one rule of expiry.
 
-pub use weir_types::{expiry_ms, AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
+pub use weir_types::{expiry_ms, AppendOptions, Item, JobMeta, Lease, LeaseId, TakeMode, Taken};

@@ -57,7 +57,7 @@ mod store;
 pub use crate::clock::{Clock, ManualClock};
 pub use crate::config::{open_files_limit, ConfigFn, Durability, QueueConfig, StoreOptions};
 pub use crate::error::{Error, ErrorKind, Result};
-pub use crate::item::{AppendOptions, Item, Lease, LeaseId, TakeMode, Taken};
+pub use crate::item::{AppendOptions, Item, JobMeta, Lease, LeaseId, TakeMode, Taken};
 pub use crate::name::{validate_queue_name, validate_reader_name, NAME_LENGTH_MAX};
 pub use crate::queue::Iter;
 pub use crate::queue::Queue;

@@ -174,6 +174,7 @@ fn item_fields_are_returned() {
                 flags: 42,
                 expires_at_ms: expires,
                 sync: false,
+                job: None,
             },
         )
         .unwrap();
@@ -846,6 +847,7 @@ fn expire_to_moves_expired_items_to_another_queue() {
             flags: 5,
             expires_at_ms: past,
             sync: false,
+            job: None,
         },
     )
     .unwrap();

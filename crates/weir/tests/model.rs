@@ -866,6 +866,7 @@ impl Runner {
                     flags: *flags,
                     sync: *sync,
                     expires_at_ms: expires_ms,
+                    job: None,
                 };
                 self.append_items(&[*len], options);
             }

@@ -26,6 +26,27 @@ pub(crate) const FLAGS_HEADER: &str = "Weir-Flags";
 /// The longest one publish attempt waits for its PubAck before trying again.
 const ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_millis(1_000);
 pub(crate) const EXPIRES_HEADER: &str = "Weir-Expires";
+/// A job's id, priority and ttr (`AppendOptions::job`): `ID PRIORITY TTR`.
+pub(crate) const JOB_HEADER: &str = "Weir-Job";
+
+/// The job a message's headers carry, if any (a malformed header reads as none).
+pub(crate) fn job_of(headers: Option<&async_nats::HeaderMap>) -> Option<weir_types::JobMeta> {
+    let value = headers?.get(JOB_HEADER)?;
+    let mut parts = value.as_str().split(' ').map(str::parse::<u64>);
+    let (id, priority, ttr) = (
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+        parts.next()?.ok()?,
+    );
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(weir_types::JobMeta {
+        id,
+        priority: u32::try_from(priority).ok()?,
+        ttr_s: u32::try_from(ttr).ok()?,
+    })
+}
 
 pub(crate) fn now_ms() -> u64 {
     weir_types::now_ms()
@@ -61,7 +82,13 @@ pub(super) async fn append(
         queue.appended.fetch_add(1, Ordering::Relaxed);
         return Ok(0);
     }
-    let headers = headers(inner, options.flags, expires, now);
+    let mut headers = headers(inner, options.flags, expires, now);
+    if let Some(job) = options.job {
+        headers.insert(
+            JOB_HEADER,
+            format!("{} {} {}", job.id, job.priority, job.ttr_s),
+        );
+    }
     let wire = data.len() + header_bytes(&headers);
     let max_payload = inner.api.client.max_payload();
     if wire > max_payload {

@@ -363,6 +363,7 @@ fn delivered(message: Message) -> Result<(Item, std::sync::Arc<str>, u32)> {
         flags: u32::try_from(header_u64(headers, FLAGS_HEADER)).unwrap_or(0),
         enqueued_at_ms: delivery.timestamp_ns / 1_000_000,
         expires_at_ms: header_u64(headers, EXPIRES_HEADER),
+        job: super::queue::job_of(headers),
         data: message.payload,
     };
     Ok((item, reply, delivery.delivered))
@@ -381,6 +382,7 @@ fn stored(message: Message) -> Result<Item> {
         flags: u32::try_from(header_u64(headers, FLAGS_HEADER)).unwrap_or(0),
         enqueued_at_ms: 0,
         expires_at_ms: header_u64(headers, EXPIRES_HEADER),
+        job: super::queue::job_of(headers),
         data: message.payload,
     })
 }

@@ -144,6 +144,7 @@ fn kept(message: Message) -> Result<Item> {
         flags: u32::try_from(header_u64(headers, FLAGS_HEADER)).unwrap_or(0),
         enqueued_at_ms,
         expires_at_ms: header_u64(headers, EXPIRES_HEADER),
+        job: super::queue::job_of(headers),
         data: message.payload,
     })
 }

@@ -27,6 +27,7 @@ pub async fn execute(
             expires_at_ms(exptime, ctx.shared.backend.now_ms())
         },
         sync: key.sync,
+        job: None,
     };
     let mut failure = None;
     for name in key.queues() {

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::{fs, io};
 
 use crate::error::{Error, Result};
-use crate::frame::{decode_header, encode_header, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX};
+use crate::frame::{
+    decode_header, encode_header, encode_job, JOB_EXTENSION_BYTES, RECORD_HEADER_BYTES,
+    RECORD_PAYLOAD_BYTES_MAX,
+};
 use crate::item::AppendOptions;
 use crate::mapfile::STAGE_BYTES;
 use crate::readers::Slot;
@@ -118,9 +121,14 @@ impl State {
         options: &AppendOptions,
         now: u64,
     ) -> Result<u64> {
+        let extension = if options.job.is_some() {
+            JOB_EXTENSION_BYTES as u64
+        } else {
+            0
+        };
         let total: u64 = items
             .iter()
-            .map(|d| RECORD_HEADER_BYTES as u64 + d.len() as u64)
+            .map(|d| RECORD_HEADER_BYTES as u64 + extension + d.len() as u64)
             .sum();
         if self.log.writer.end() + total > self.config.segment_size_bytes
             && self.log.writer.end() > FILE_HEADER_BYTES
@@ -188,6 +196,11 @@ impl State {
             let seq = self.next_seq + i as u64;
             let more = i + 1 < items.len();
             let mut header = [0u8; RECORD_HEADER_BYTES];
+            let ext = options.job.as_ref().map(encode_job);
+            let parts: &[&[u8]] = match &ext {
+                Some(ext) => &[ext, data],
+                None => &[data],
+            };
             encode_header(
                 &mut header,
                 seed,
@@ -196,14 +209,20 @@ impl State {
                 options.expires_at_ms,
                 options.flags,
                 more,
-                data,
+                ext.is_some(),
+                parts,
             );
+            let len: usize = parts.iter().map(|p| p.len()).sum();
             debug_assert_eq!(
                 decode_header(&header).map(|h| (h.seq, h.len as usize)),
-                Some((seq, data.len())),
+                Some((seq, len)),
                 "a record's header decodes to what was encoded"
             );
-            if let Err(e) = self.log.writer.append(&[&header, data]) {
+            let appended = match &ext {
+                Some(ext) => self.log.writer.append(&[&header, ext, data]),
+                None => self.log.writer.append(&[&header, data]),
+            };
+            if let Err(e) = appended {
                 // Unreachable after `reserve`; were it reached, the records written are
                 // past `next_seq` and a crash cuts them (no last record of the batch).
                 return Err(Error::io(
@@ -211,7 +230,7 @@ impl State {
                     e,
                 ));
             }
-            bytes += data.len() as u64;
+            bytes += len as u64;
         }
         Ok(bytes)
     }
@@ -322,6 +341,11 @@ impl QueueCore {
                 "an append needs at least one item".into(),
             ));
         }
+        if options.job.is_some() && items.len() > 1 {
+            return Err(Error::InvalidArgument(
+                "a job is appended one at a time (each has an id of its own)".into(),
+            ));
+        }
         let now = self.clock.now_ms();
         let mut moves = Vec::new();
         // A closure, so that every way out (a refusal after `make_room` met expired
@@ -331,10 +355,12 @@ impl QueueCore {
         let result = (|| {
             let mut state = self.state.lock();
             state.ready()?;
+            // A job's extension counts against the format's bound, not the queue's.
+            let extension = options.job.map_or(0, |_| JOB_EXTENSION_BYTES as u64);
             let max = state
                 .config
                 .max_item_size_bytes
-                .min(RECORD_PAYLOAD_BYTES_MAX);
+                .min(RECORD_PAYLOAD_BYTES_MAX - extension);
             let mut bytes = 0u64;
             for data in items {
                 if data.len() as u64 > max {

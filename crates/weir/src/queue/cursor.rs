@@ -226,6 +226,7 @@ mod tests {
             expires_at_ms: 0,
             flags: 0,
             more: false,
+            job: false,
         }
     }
 

@@ -254,10 +254,12 @@ impl QueueCore {
             }
             let done = match opened.iter().find(|(name, _)| name == target) {
                 Some((_, Ok(q))) => {
+                    // A job keeps its id, priority and ttr where it goes.
                     let options = AppendOptions {
                         flags: m.item.flags,
                         expires_at_ms: 0,
                         sync: false,
+                        job: m.item.job,
                     };
                     // A `buffered` target writes what it staged before this queue
                     // confirms: the confirmation must not survive a kill that the

@@ -111,13 +111,7 @@ impl Iterator for Iter {
             if is_expired(&header, self.now_ms, self.max_age) {
                 continue;
             }
-            return Some(Ok(Item {
-                seq: header.seq,
-                data,
-                flags: header.flags,
-                enqueued_at_ms: header.enqueued_at_ms,
-                expires_at_ms: header.expires_at_ms,
-            }));
+            return Some(Ok(crate::frame::item(&header, data)));
         }
         None
     }

@@ -40,13 +40,7 @@ impl Candidate {
     /// The item, its payload moved out: a clone of a fresh `Bytes` would make it shared
     /// (an allocation) only to drop one of the two handles at once.
     pub(super) fn into_item(self) -> Item {
-        Item {
-            seq: self.header.seq,
-            data: self.data,
-            flags: self.header.flags,
-            enqueued_at_ms: self.header.enqueued_at_ms,
-            expires_at_ms: self.header.expires_at_ms,
-        }
+        crate::frame::item(&self.header, self.data)
     }
 }
 
