@@ -190,6 +190,18 @@ impl Reader {
         self.core.touch(&self.name, lease, extend)
     }
 
+    /// Drops item `seq` for this reader, out of order, without taking it under a lease:
+    /// confirmed (journaled like any confirmation) and returned as it was. `None` when
+    /// it is not pending for this reader: confirmed already, never stored, or held
+    /// under a lease (which is its holder's to end). Finding the item reads from its
+    /// segment's start (no index is kept), so this is for the odd item named by an
+    /// operator or a client, not for a queue's flow.
+    pub fn discard(&self, seq: u64) -> Result<Option<Item>> {
+        let (item, ticket) = self.core.discard_seq(&self.name, seq)?;
+        self.core.wait_durable(ticket)?;
+        Ok(item)
+    }
+
     /// Moves this reader to `seq`: every kept item from there on is pending for it
     /// again (replay) or every item before it is dropped for it (skipping ahead).
     /// `seq` is clamped to [`Queue::seq_bounds`](crate::Queue::seq_bounds); returns

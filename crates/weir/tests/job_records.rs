@@ -148,3 +148,43 @@ fn a_torn_job_record_is_cut_and_the_ones_before_kept() {
         "the torn job is cut, not misread"
     );
 }
+
+#[test]
+fn discard_drops_one_pending_item_out_of_order_and_never_a_leased_one() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        let q = store.queue("q").unwrap();
+        let r = q.reader("").unwrap();
+        for i in 1..=5u8 {
+            q.append(&[i; 10], AppendOptions::default()).unwrap();
+        }
+        let leased = r.take_leased().unwrap().unwrap(); // 1
+        let released = r.take_leased().unwrap().unwrap(); // 2
+        assert!(r.release(released.id).unwrap());
+        assert_eq!(r.discard(1).unwrap(), None, "leased: its holder's");
+        assert_eq!(
+            r.discard(2).unwrap().map(|i| i.data[0]),
+            Some(2),
+            "released"
+        );
+        assert_eq!(
+            r.discard(4).unwrap().map(|i| i.data[0]),
+            Some(4),
+            "ahead of the cursor"
+        );
+        assert_eq!(r.discard(4).unwrap(), None, "once");
+        assert_eq!(r.discard(99).unwrap(), None, "never stored");
+        assert!(r.confirm(leased.id).unwrap());
+        assert_eq!(q.stats().items, 2);
+        drop((q, r));
+        store.close().unwrap();
+    }
+    let store = Store::open(dir.path()).unwrap();
+    let q = store.queue("q").unwrap();
+    let r = q.reader("").unwrap();
+    let left: Vec<u8> = std::iter::from_fn(|| r.take().unwrap().map(|i| i.data[0])).collect();
+    assert_eq!(left, vec![3, 5], "the discarded stay gone after a reopen");
+    assert_eq!((q.stats().items, q.stats().bytes), (0, 0));
+    assert_eq!(r.discard(3).unwrap(), None, "confirmed by a take");
+}

@@ -38,6 +38,7 @@
 mod append;
 mod commit;
 mod cursor;
+mod discard;
 mod expire;
 mod handle;
 mod idle;
