@@ -30,6 +30,6 @@ pub use item::{AppendOptions, Item, JobMeta, Lease, LeaseId, TakeMode, Taken};
 pub use limits::{CREATIONS_AT_ONCE, READERS_PER_QUEUE_MAX};
 pub use names::{validate_queue_name, validate_reader_name, InvalidName, NAME_LENGTH_MAX};
 pub use reserved::{
-    is_reserved, BUS_DEAD_PREFIX, BUS_PREFIX, BUS_TOPIC_PREFIX, PROXY_CAPTURE_PREFIX,
+    is_reserved, BUS_DEAD_PREFIX, BUS_PREFIX, BUS_TOPIC_PREFIX, LANE_PREFIX, PROXY_CAPTURE_PREFIX,
 };
 pub use stats::{QueueStats, ReaderStats};

@@ -67,6 +67,12 @@ pub struct QueueConfig {
     pub max_deliveries: Option<u32>,
     /// Where items past `max_deliveries` go (a queue name; created when first needed).
     pub dead_letter_to: Option<String>,
+    /// Jobs put with this priority go to the queue's own log; other priorities get a
+    /// lane each (see [`crate::jobs`]).
+    pub priority_default: u32,
+    /// Most priorities with jobs at once in one tube, the default one included: a put
+    /// with one more is refused (each is a lane, with files of its own).
+    pub priorities_max: u32,
     /// Size at which a segment file is sealed and a new one started.
     pub segment_size_bytes: u64,
 }
@@ -74,6 +80,10 @@ pub struct QueueConfig {
 impl QueueConfig {
     pub const MAX_ITEM_SIZE_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
     pub const SEGMENT_SIZE_BYTES_DEFAULT: u64 = 32 * 1024 * 1024;
+    /// beanstalkd clients' most common default priority (pheanstalk's; greenstalk's
+    /// is 65536): set `priority_default` to what your clients send most.
+    pub const PRIORITY_DEFAULT: u32 = 1024;
+    pub const PRIORITIES_MAX_DEFAULT: u32 = 32;
 }
 
 // The default item limit is one the record format can describe, and a default
@@ -98,6 +108,8 @@ impl Default for QueueConfig {
             open_timeout: None,
             max_deliveries: None,
             dead_letter_to: None,
+            priority_default: Self::PRIORITY_DEFAULT,
+            priorities_max: Self::PRIORITIES_MAX_DEFAULT,
             segment_size_bytes: Self::SEGMENT_SIZE_BYTES_DEFAULT,
         }
     }
@@ -158,6 +170,8 @@ impl Default for StoreOptions {
 impl StoreOptions {
     /// The settings that apply to `queue`.
     pub fn config(&self, queue: &str) -> QueueConfig {
+        // A tube's lanes have its settings (see `crate::jobs`).
+        let queue = crate::jobs::lane_name::tube_of_lane(queue).unwrap_or(queue);
         match &self.config_for {
             Some(f) => f(queue),
             None => self.defaults.clone(),

@@ -40,6 +40,7 @@ mod file_cell;
 mod frame;
 mod intervals;
 mod item;
+pub mod jobs;
 
 mod journal;
 mod lockfile;

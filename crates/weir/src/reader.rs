@@ -190,6 +190,12 @@ impl Reader {
         self.core.touch(&self.name, lease, extend)
     }
 
+    /// How long a lease has before it times out: `None` when it is not open (confirmed,
+    /// released, timed out), `Duration::MAX` when it has no deadline.
+    pub fn lease_time_left(&self, lease: LeaseId) -> Option<Duration> {
+        self.core.lease_time_left(&self.name, lease)
+    }
+
     /// Drops item `seq` for this reader, out of order, without taking it under a lease:
     /// confirmed (journaled like any confirmation) and returned as it was. `None` when
     /// it is not pending for this reader: confirmed already, never stored, or held

@@ -126,6 +126,8 @@ pub(crate) struct StoreInner {
     pub(crate) shutting_down: AtomicBool,
     /// `StoreOptions::clock`, fixed when the store opens.
     pub(crate) clock: Clock,
+    /// The work-queue features' shared state (`jobs`).
+    pub(crate) jobs: Arc<crate::jobs::shared::JobsShared>,
     background: Mutex<Option<JoinHandle<()>>>,
     /// Outside the store, so the background thread can sleep on it without keeping the
     /// store alive.
@@ -175,6 +177,7 @@ impl Store {
         let reserve = Arc::new(SpaceReserve::open(&dir, options.space_reserve_bytes));
         let inner = Arc::new(StoreInner {
             clock: options.clock.clone(),
+            jobs: Arc::default(),
             reserve,
             files_budget: Arc::new(FilesBudget {
                 max: AtomicUsize::new(files_open_max(&options)),
@@ -217,6 +220,11 @@ impl Store {
         Ok(Store {
             handle: Arc::new(StoreHandle { inner }),
         })
+    }
+
+    /// The work-queue features' state shared by this store's handles.
+    pub(crate) fn jobs_shared(&self) -> Arc<crate::jobs::shared::JobsShared> {
+        Arc::clone(&self.handle.inner.jobs)
     }
 
     /// The data directory.

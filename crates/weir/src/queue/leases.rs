@@ -125,6 +125,17 @@ impl QueueCore {
         Ok((true, state.after_journal_write()))
     }
 
+    /// How long lease `lease` has before it times out: `None` when it is not open,
+    /// `Duration::MAX` when it has no deadline.
+    pub(crate) fn lease_time_left(&self, reader: &str, lease: LeaseId) -> Option<Duration> {
+        let state = self.state.lock();
+        let info = state.readers.get(reader)?.leases.get(&lease.0)?;
+        Some(match info.deadline {
+            Some(deadline) => deadline.saturating_duration_since(state.clock.instant()),
+            None => Duration::MAX,
+        })
+    }
+
     /// Moves lease `lease`'s deadline to `extend` from now, or, with `None`, to the
     /// queue's `open_timeout` from now (a lease with neither keeps none). False when
     /// the lease is unknown (confirmed, released or timed out already).

@@ -38,7 +38,7 @@
 mod append;
 mod commit;
 mod cursor;
-mod discard;
+pub(crate) mod discard;
 mod expire;
 mod handle;
 mod idle;
@@ -59,3 +59,4 @@ mod wake;
 
 pub use self::handle::Queue;
 pub use self::iter::Iter;
+pub(crate) use self::wake::WaiterGuard;

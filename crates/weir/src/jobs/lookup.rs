@@ -1,0 +1,143 @@
+//! Jobs found by their id, wherever they stand: peek, delete and kick a job nobody
+//! holds, and a job's state (beanstalkd's `peek <id>`, `delete <id>`, `kick-job`,
+//! `stats-job`).
+//!
+//! The id names its tube by 16 bits of hash ([`super::ids`]): only tubes with that
+//! hash are looked at. A plain item's id carries its seq ([`super::plain_id`]): it
+//! is read where it is. A job's id is looked for in the tube's lanes, each read in
+//! order (`Queue::iter`) until it turns up: a lookup reads what the tube keeps, at
+//! worst; fine for the odd job an operator or a client names, not for a flow.
+
+use super::ids;
+use super::lane_name;
+use super::tube::{plain_seq, Job, Jobs, Tube};
+use crate::error::Result;
+use crate::queue::discard::Standing;
+use crate::queue::Queue;
+
+/// Where a job found by its id stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobState {
+    Ready,
+    Reserved,
+    Buried,
+}
+
+/// A job found by its id.
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub tube: String,
+    pub job: Job,
+    pub state: JobState,
+    /// The lane holding it, and its seq there.
+    lane: Queue,
+    seq: u64,
+}
+
+impl Jobs {
+    /// The job `id`, if it is still in some tube (ready, reserved or buried).
+    pub fn find(&self, id: u64) -> Result<Option<Found>> {
+        for name in self.store.queue_names() {
+            if lane_name::tube_of_lane(&name).is_some() || !ids::may_be_in(id, &name) {
+                continue;
+            }
+            let tube = self.tube(&name)?;
+            if let Some(found) = tube.find(id)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the job `id` when nobody holds it (ready or buried); false when it is
+    /// not found or reserved (a reserved job is its holder's to delete).
+    pub fn delete(&self, id: u64) -> Result<bool> {
+        let Some(found) = self.find(id)? else {
+            return Ok(false);
+        };
+        if found.state == JobState::Reserved {
+            return Ok(false);
+        }
+        Ok(found.lane.reader("")?.discard(found.seq)?.is_some())
+    }
+
+    /// Moves the buried job `id` back to its ready lane; false when it is not buried.
+    pub fn kick_job(&self, id: u64) -> Result<bool> {
+        let Some(found) = self.find(id)? else {
+            return Ok(false);
+        };
+        if found.state != JobState::Buried {
+            return Ok(false);
+        }
+        let tube = self.tube(&found.tube)?;
+        let meta = crate::JobMeta {
+            id,
+            priority: found.job.priority,
+            ttr_s: u32::try_from(found.job.ttr.as_secs()).unwrap_or(u32::MAX),
+        };
+        tube.append(&found.job.data, found.job.flags, meta)?;
+        // Appended first: a crash here leaves it in both lanes, never in neither.
+        Ok(found.lane.reader("")?.discard(found.seq)?.is_some())
+    }
+}
+
+impl Tube {
+    /// The job `id` in this tube's lanes.
+    fn find(&self, id: u64) -> Result<Option<Found>> {
+        if let Some(seq) = plain_seq(id) {
+            let default = self.queue.config().priority_default;
+            return self.found_at(&self.queue.clone(), seq, default, false);
+        }
+        let mut lanes: Vec<(u32, Queue, bool)> = self
+            .ready_lanes()?
+            .into_iter()
+            .map(|(p, q)| (p, q, false))
+            .collect();
+        if let Some(buried) = self.buried_lane(false)? {
+            lanes.push((self.queue.config().priority_default, buried, true));
+        }
+        for (priority, lane, buried) in lanes {
+            let mut seqs = Vec::new();
+            for item in lane.iter()? {
+                let item = item?;
+                if item.job.is_some_and(|j| j.id == id) {
+                    seqs.push(item.seq);
+                }
+            }
+            // A job that left a lane and came back to it is there twice: the newest
+            // copy is the live one (an older one was confirmed when it moved).
+            for seq in seqs.into_iter().rev() {
+                if let Some(found) = self.found_at(&lane, seq, priority, buried)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The job at `seq` of `lane`, if it is pending there.
+    fn found_at(
+        &self,
+        lane: &Queue,
+        seq: u64,
+        priority: u32,
+        buried: bool,
+    ) -> Result<Option<Found>> {
+        lane.reader("")?;
+        let Some((item, standing)) = lane.core.inspect_seq("", seq)? else {
+            return Ok(None);
+        };
+        let state = match (buried, standing) {
+            (true, _) => JobState::Buried,
+            (false, Standing::Leased) => JobState::Reserved,
+            (false, Standing::Ready) => JobState::Ready,
+        };
+        Ok(Some(Found {
+            tube: self.name.to_string(),
+            job: self.job_of(item, priority),
+            state,
+            lane: lane.clone(),
+            seq,
+        }))
+    }
+}

@@ -1,0 +1,139 @@
+//! Reserving: the most urgent ready job of one tube or of several (beanstalkd's watch
+//! list), under a lease that lasts the job's ttr, waiting up to a timeout.
+//!
+//! The lanes are tried most urgent first, each a plain lease of its default reader.
+//! A wait registers on every lane's reader (an append, a release or a lease timeout
+//! there wakes it) and on each tube's own signal (a put into a lane made while
+//! waiting), before it looks, so nothing arriving between the look and the wait is
+//! missed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::tube::{Jobs, Reserved, Tube};
+use crate::error::Result;
+use crate::item::TakeMode;
+use crate::queue::Queue;
+use crate::queue::WaiterGuard;
+
+/// What a timeout too large to add to the clock is cut to (about 30 years).
+const WAIT_FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+impl Tube {
+    /// The most urgent ready job, reserved now; `None` when none is ready.
+    pub fn reserve_now(&self) -> Result<Option<Reserved>> {
+        self.jobs.reserve_now(std::slice::from_ref(self))
+    }
+
+    /// The most urgent ready job, waiting up to `timeout` for one.
+    pub async fn reserve(&self, timeout: Duration) -> Result<Option<Reserved>> {
+        self.jobs.reserve(std::slice::from_ref(self), timeout).await
+    }
+
+    /// Reserves the job `item` just leased from the lane `queue` of priority
+    /// `priority`: its lease now lasts the job's ttr.
+    fn hold(&self, priority: u32, queue: &Queue, taken: crate::Taken) -> Result<Option<Reserved>> {
+        let Some(lease) = taken.lease else {
+            return Ok(None);
+        };
+        let lane = queue.reader("")?;
+        let job = self.job_of(taken.item, priority);
+        lane.touch(lease, Some(job.ttr))?;
+        Ok(Some(Reserved {
+            job,
+            deliveries: taken.deliveries,
+            lane,
+            lease,
+        }))
+    }
+}
+
+impl Jobs {
+    /// The most urgent ready job of `tubes`, now: by priority over every tube's
+    /// lanes, the first tube first among equals.
+    pub fn reserve_now(&self, tubes: &[Tube]) -> Result<Option<Reserved>> {
+        let mut lanes = Vec::new();
+        for (i, tube) in tubes.iter().enumerate() {
+            for (priority, queue) in tube.ready_lanes()? {
+                lanes.push((priority, i, queue));
+            }
+        }
+        lanes.sort_by_key(|(priority, i, _)| (*priority, *i));
+        for (priority, i, queue) in lanes {
+            let taken = queue.reader("")?.take_mode(TakeMode::Lease)?;
+            if let Some(taken) = taken {
+                if let Some(reserved) = tubes[i].hold(priority, &queue, taken)? {
+                    return Ok(Some(reserved));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Jobs::reserve_now`], waiting up to `timeout` for a job. Dropping the future
+    /// while it waits reserves nothing.
+    pub async fn reserve(&self, tubes: &[Tube], timeout: Duration) -> Result<Option<Reserved>> {
+        let now = tokio::time::Instant::now();
+        let deadline = now.checked_add(timeout).unwrap_or(now + WAIT_FOREVER);
+        loop {
+            // Registered before the look (see the module docs).
+            let signals = self.signals(tubes)?;
+            let mut waits: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> = signals
+                .notifies
+                .iter()
+                .map(|n| Box::pin(n.notified()))
+                .collect();
+            for w in &mut waits {
+                w.as_mut().enable();
+            }
+            if let Some(reserved) = self.reserve_now(tubes)? {
+                return Ok(Some(reserved));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            let any = std::future::poll_fn(|cx| {
+                for w in &mut waits {
+                    if w.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(());
+                    }
+                }
+                Poll::Pending
+            });
+            if tokio::time::timeout_at(deadline, any).await.is_err() {
+                drop(waits);
+                drop(signals);
+                return self.reserve_now(tubes);
+            }
+        }
+    }
+
+    /// What wakes a reserve of `tubes`: each lane's reader, and each tube's signal.
+    fn signals(&self, tubes: &[Tube]) -> Result<Signals> {
+        let mut notifies = Vec::new();
+        let mut guards = Vec::new();
+        for tube in tubes {
+            notifies.push(Arc::clone(&tube.lanes.appended));
+            for (_, queue) in tube.ready_lanes()? {
+                queue.reader("")?;
+                notifies.push(queue.core.reader_notify("")?);
+                guards.push(queue.core.waiter_guard(""));
+            }
+        }
+        Ok(Signals {
+            notifies,
+            _guards: guards,
+        })
+    }
+}
+
+/// The notifies a waiting reserve listens on, and its place in the waiters' counts.
+struct Signals {
+    notifies: Vec<Arc<Notify>>,
+    _guards: Vec<WaiterGuard>,
+}

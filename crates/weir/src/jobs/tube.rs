@@ -1,0 +1,278 @@
+//! The work-queue features' handles ([`Jobs`], [`Tube`]) and a job as stored and as
+//! reserved; putting a job in its lane, and the lanes of a tube (see the module docs
+//! of `jobs`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::ids;
+use super::lane_name;
+use super::shared::{JobsShared, TubeLanes};
+use crate::error::{Error, Result};
+use crate::item::{AppendOptions, Item, JobMeta, LeaseId};
+use crate::queue::Queue;
+use crate::reader::Reader;
+use crate::store::Store;
+
+/// The ttr of a job that has none (an item set through the memcache door into a
+/// tube whose queue has no `open_timeout`): beanstalkd clients' usual default.
+pub const TTR_DEFAULT: Duration = Duration::from_secs(120);
+
+/// Bit 63 of an id made from a plain item's seq ([`plain_id`]).
+const PLAIN_ID_BIT: u64 = 1 << 63;
+
+/// The work-queue features of a store: `store.jobs()`.
+#[derive(Clone)]
+pub struct Jobs {
+    pub(super) store: Store,
+    pub(super) shared: Arc<JobsShared>,
+}
+
+/// One tube: a queue and its lanes.
+#[derive(Clone)]
+pub struct Tube {
+    pub(super) jobs: Jobs,
+    pub(super) name: Arc<str>,
+    pub(super) queue: Queue,
+    pub(super) lanes: Arc<TubeLanes>,
+}
+
+/// A job as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub id: u64,
+    pub priority: u32,
+    pub ttr: Duration,
+    pub data: Bytes,
+    pub flags: u32,
+    pub enqueued_at_ms: u64,
+}
+
+/// A job handed out by `reserve`, held until deleted, released, buried or its ttr
+/// passes.
+#[derive(Clone, Debug)]
+pub struct Reserved {
+    pub job: Job,
+    /// How many times this lane handed the job out, this time included.
+    pub deliveries: u32,
+    pub(super) lane: Reader,
+    pub(super) lease: LeaseId,
+}
+
+impl Store {
+    /// The work-queue features of this store.
+    pub fn jobs(&self) -> Jobs {
+        Jobs {
+            store: self.clone(),
+            shared: self.jobs_shared(),
+        }
+    }
+}
+
+impl Jobs {
+    /// The tube `name` (its queue is created on first use).
+    pub fn tube(&self, name: &str) -> Result<Tube> {
+        if lane_name::tube_of_lane(name).is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "{name:?} is a lane's name, not a tube's"
+            )));
+        }
+        let queue = self.store.queue(name)?;
+        Ok(Tube {
+            jobs: self.clone(),
+            name: Arc::from(name),
+            lanes: self.shared.tube(name),
+            queue,
+        })
+    }
+}
+
+impl Tube {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tube's queue.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    /// Stores a job; returns its id. Durable as the tube's queue's appends are.
+    pub fn put(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
+        let ids = self
+            .jobs
+            .shared
+            .ids(self.jobs.store.dir())
+            .map_err(|e| Error::io("handing out a job id", e))?;
+        let counter = ids
+            .next()
+            .map_err(|e| Error::io("handing out a job id", e))?;
+        let id = ids::id_for(counter, &self.name);
+        let meta = JobMeta {
+            id,
+            priority,
+            ttr_s: ttr_seconds(ttr),
+        };
+        self.append(data, 0, meta)?;
+        self.lanes.put.fetch_add(1, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Appends `data` as the job `meta` to the ready lane of its priority.
+    pub(super) fn append(&self, data: &[u8], flags: u32, meta: JobMeta) -> Result<()> {
+        let options = AppendOptions {
+            flags,
+            job: Some(meta),
+            ..AppendOptions::default()
+        };
+        let lane = self.ready_lane(meta.priority)?;
+        match lane.append(data, options) {
+            // Deleted as empty by another put a moment ago: made again, once.
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => {
+                self.forget_lane(meta.priority);
+                self.ready_lane(meta.priority)?.append(data, options)
+            }
+            other => other,
+        }?;
+        self.lanes.appended.notify_waiters();
+        Ok(())
+    }
+
+    /// The queue holding ready jobs of `priority`, made when missing.
+    pub(super) fn ready_lane(&self, priority: u32) -> Result<Queue> {
+        if priority == self.queue.config().priority_default {
+            return Ok(self.queue.clone());
+        }
+        let known = self.priorities().contains(&priority);
+        if !known {
+            self.make_room_for_a_lane()?;
+        }
+        let lane = self
+            .jobs
+            .store
+            .queue(&lane_name::priority_lane(&self.name, priority))?;
+        if !known {
+            if let Some(p) = self.lanes.priorities.lock().as_mut() {
+                p.insert(priority);
+            }
+        }
+        Ok(lane)
+    }
+
+    /// The priorities with a lane, read from the store's queues the first time.
+    pub(super) fn priorities(&self) -> std::collections::BTreeSet<u32> {
+        let mut known = self.lanes.priorities.lock();
+        if let Some(p) = known.as_ref() {
+            return p.clone();
+        }
+        let found: std::collections::BTreeSet<u32> = self
+            .jobs
+            .store
+            .queue_names()
+            .iter()
+            .filter_map(|q| lane_name::lane_priority(&self.name, q))
+            .collect();
+        *known = Some(found.clone());
+        found
+    }
+
+    pub(super) fn forget_lane(&self, priority: u32) {
+        if let Some(p) = self.lanes.priorities.lock().as_mut() {
+            p.remove(&priority);
+        }
+    }
+
+    /// Under `priorities_max` lanes (the default priority's counts), deleting empty
+    /// lanes first when at it.
+    pub(super) fn make_room_for_a_lane(&self) -> Result<()> {
+        let max = self.queue.config().priorities_max.max(1) as usize;
+        let in_use = |p: &std::collections::BTreeSet<u32>| p.len() + 1;
+        let priorities = self.priorities();
+        if in_use(&priorities) < max {
+            return Ok(());
+        }
+        for p in priorities {
+            let name = lane_name::priority_lane(&self.name, p);
+            let Some(lane) = self.jobs.store.existing_queue(&name)? else {
+                self.forget_lane(p);
+                continue;
+            };
+            let stats = lane.stats();
+            if stats.items == 0 && stats.open_leases == 0 {
+                self.jobs.store.delete_queue(&name)?;
+                self.forget_lane(p);
+            }
+        }
+        if in_use(&self.priorities()) < max {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "tube {} has jobs of {max} priorities already (priorities_max); use one of those",
+            self.name
+        )))
+    }
+
+    /// The ready lanes, most urgent first.
+    pub(super) fn ready_lanes(&self) -> Result<Vec<(u32, Queue)>> {
+        let default = self.queue.config().priority_default;
+        let mut lanes = vec![(default, self.queue.clone())];
+        for p in self.priorities() {
+            let name = lane_name::priority_lane(&self.name, p);
+            match self.jobs.store.existing_queue(&name)? {
+                Some(q) => lanes.push((p, q)),
+                None => self.forget_lane(p),
+            }
+        }
+        lanes.sort_by_key(|(p, _)| *p);
+        Ok(lanes)
+    }
+
+    /// The lane of buried jobs, if it exists (`make`: made when missing).
+    pub(super) fn buried_lane(&self, make: bool) -> Result<Option<Queue>> {
+        let name = lane_name::buried_lane(&self.name);
+        if make {
+            return self.jobs.store.queue(&name).map(Some);
+        }
+        self.jobs.store.existing_queue(&name)
+    }
+
+    /// The job an item of a lane of this tube is.
+    pub(super) fn job_of(&self, item: Item, lane_priority: u32) -> Job {
+        let fallback_ttr = self.queue.config().open_timeout.unwrap_or(TTR_DEFAULT);
+        let (id, priority, ttr) = match item.job {
+            Some(meta) => (
+                meta.id,
+                meta.priority,
+                Duration::from_secs(meta.ttr_s.into()),
+            ),
+            None => (plain_id(item.seq, &self.name), lane_priority, fallback_ttr),
+        };
+        Job {
+            id,
+            priority,
+            ttr,
+            data: item.data,
+            flags: item.flags,
+            enqueued_at_ms: item.enqueued_at_ms,
+        }
+    }
+}
+
+/// The id of a plain item (no job extension) of a tube's queue: bit 63, its seq, and
+/// the tube's name hash; stable, and found by its seq without a read.
+pub(super) fn plain_id(seq: u64, tube: &str) -> u64 {
+    PLAIN_ID_BIT | ((seq & ((1 << 47) - 1)) << 16) | u64::from(ids::tube_hash(tube))
+}
+
+/// The seq of a plain item's id, if `id` is one.
+pub(super) fn plain_seq(id: u64) -> Option<u64> {
+    (id & PLAIN_ID_BIT != 0).then_some((id & !PLAIN_ID_BIT) >> 16)
+}
+
+/// A ttr in whole seconds, at least 1 (beanstalkd's rule: 0 means 1).
+fn ttr_seconds(ttr: Duration) -> u32 {
+    u32::try_from(ttr.as_secs()).unwrap_or(u32::MAX).max(1)
+}
