@@ -33,6 +33,8 @@ pub struct JobMeta {
     pub priority: u32,
     /// Seconds a reservation lasts before the job goes back (beanstalkd's ttr).
     pub ttr_s: u32,
+    /// When a delayed job becomes ready (Unix ms); 0 for a job ready when stored.
+    pub due_ms: u64,
 }
 
 impl Item {
@@ -60,7 +62,8 @@ pub struct AppendOptions {
     pub expires_at_ms: u64,
     /// Return only once the item is fdatasync'ed, whatever the queue's durability.
     pub sync: bool,
-    /// Store the item as a job with this id, priority and ttr (16 bytes more on disk).
+    /// Store the item as a job with this id, priority, ttr and due time (24 bytes more
+    /// on disk).
     /// Only for an append of one item: a batch with it is refused.
     pub job: Option<JobMeta>,
 }

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! A job extension ([`JOB_EXTENSION_BYTES`]: id u64, priority u32, ttr in seconds
-//! u32, little-endian) carries what the work-queue features keep with an item: its
+//! u32, due time in Unix ms u64, little-endian) carries what the work-queue features keep with an item: its
 //! id, which stays the same when the item moves between a queue's lanes, and its
 //! priority and time-to-run. It counts in the payload's length and CRC like the data
 //! after it; items appended without one (every item of the memcache door and of a
@@ -65,7 +65,7 @@ const BIT_MORE: u32 = 1;
 const BIT_JOB: u32 = 2;
 
 /// Bytes of a job extension at the start of a payload.
-pub(crate) const JOB_EXTENSION_BYTES: usize = 16;
+pub(crate) const JOB_EXTENSION_BYTES: usize = 24;
 
 /// Encodes a job extension.
 pub(crate) fn encode_job(job: &weir_types::JobMeta) -> [u8; JOB_EXTENSION_BYTES] {
@@ -73,6 +73,7 @@ pub(crate) fn encode_job(job: &weir_types::JobMeta) -> [u8; JOB_EXTENSION_BYTES]
     out[0..8].copy_from_slice(&job.id.to_le_bytes());
     out[8..12].copy_from_slice(&job.priority.to_le_bytes());
     out[12..16].copy_from_slice(&job.ttr_s.to_le_bytes());
+    out[16..24].copy_from_slice(&job.due_ms.to_le_bytes());
     out
 }
 
@@ -97,12 +98,16 @@ pub(crate) fn item(header: &RecordHeader, payload: bytes::Bytes) -> weir_types::
 pub(crate) fn decode_job(payload: &[u8]) -> Option<weir_types::JobMeta> {
     let ext = payload.get(..JOB_EXTENSION_BYTES)?;
     let u32_at = |i: usize| u32::from_le_bytes([ext[i], ext[i + 1], ext[i + 2], ext[i + 3]]);
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&ext[0..8]);
+    let u64_at = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&ext[i..i + 8]);
+        u64::from_le_bytes(b)
+    };
     Some(weir_types::JobMeta {
-        id: u64::from_le_bytes(id),
+        id: u64_at(0),
         priority: u32_at(8),
         ttr_s: u32_at(12),
+        due_ms: u64_at(16),
     })
 }
 
@@ -317,6 +322,7 @@ mod tests {
             id: 0x0102_0304_0506_0708,
             priority: 7,
             ttr_s: 60,
+            due_ms: 1_700_000_000_123,
         };
         let ext = encode_job(&job);
         let mut h = [0u8; RECORD_HEADER_BYTES];
@@ -325,7 +331,7 @@ mod tests {
         rec.extend_from_slice(&ext);
         rec.extend_from_slice(b"data");
         let d = decode_header(&rec).unwrap();
-        assert!(d.job && !d.more && d.len == 20);
+        assert!(d.job && !d.more && d.len == 28);
         assert!(verify(&d, &rec, 9));
         assert_eq!(decode_job(&rec[RECORD_HEADER_BYTES..]), Some(job));
         // The extension's bytes are under the CRC.

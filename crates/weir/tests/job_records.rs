@@ -18,6 +18,7 @@ fn job(id: u64) -> AppendOptions {
             id,
             priority: 10,
             ttr_s: 120,
+            due_ms: 0,
         }),
         ..AppendOptions::default()
     }
@@ -48,8 +49,8 @@ fn a_job_comes_back_with_its_extension_and_clean_data() {
         let l = r.take_leased().unwrap().unwrap();
         assert_eq!((l.item.job.map(|j| j.id), l.item.flags), (Some(77), 3));
         assert!(r.release(l.id).unwrap());
-        // The payload bytes counted are the data and the 16-byte extension.
-        assert_eq!(q.stats().bytes, 4 + 16 + 16);
+        // The payload bytes counted are the data and the 24-byte extension.
+        assert_eq!(q.stats().bytes, 4 + 24 + 24);
         drop((q, r));
         store.close().unwrap();
     }

@@ -26,7 +26,7 @@ pub(crate) const FLAGS_HEADER: &str = "Weir-Flags";
 /// The longest one publish attempt waits for its PubAck before trying again.
 const ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_millis(1_000);
 pub(crate) const EXPIRES_HEADER: &str = "Weir-Expires";
-/// A job's id, priority and ttr (`AppendOptions::job`): `ID PRIORITY TTR`.
+/// A job's id, priority, ttr and due time (`AppendOptions::job`): `ID PRIORITY TTR DUE`.
 pub(crate) const JOB_HEADER: &str = "Weir-Job";
 
 /// The job a message's headers carry, if any (a malformed header reads as none).
@@ -38,6 +38,7 @@ pub(crate) fn job_of(headers: Option<&async_nats::HeaderMap>) -> Option<weir_typ
         parts.next()?.ok()?,
         parts.next()?.ok()?,
     );
+    let due_ms = parts.next()?.ok()?;
     if parts.next().is_some() {
         return None;
     }
@@ -45,6 +46,7 @@ pub(crate) fn job_of(headers: Option<&async_nats::HeaderMap>) -> Option<weir_typ
         id,
         priority: u32::try_from(priority).ok()?,
         ttr_s: u32::try_from(ttr).ok()?,
+        due_ms,
     })
 }
 
@@ -86,7 +88,7 @@ pub(super) async fn append(
     if let Some(job) = options.job {
         headers.insert(
             JOB_HEADER,
-            format!("{} {} {}", job.id, job.priority, job.ttr_s),
+            format!("{} {} {} {}", job.id, job.priority, job.ttr_s, job.due_ms),
         );
     }
     let wire = data.len() + header_bytes(&headers);

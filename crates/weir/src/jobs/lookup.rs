@@ -74,6 +74,7 @@ impl Jobs {
             id,
             priority: found.job.priority,
             ttr_s: u32::try_from(found.job.ttr.as_secs()).unwrap_or(u32::MAX),
+            due_ms: 0,
         };
         tube.append(&found.job.data, found.job.flags, meta)?;
         // Appended first: a crash here leaves it in both lanes, never in neither.

@@ -86,6 +86,7 @@ impl Tube {
             id: reserved.job.id,
             priority,
             ttr_s: u32::try_from(reserved.job.ttr.as_secs()).unwrap_or(u32::MAX),
+            due_ms: 0,
         };
         put(self, meta)?;
         // Its holder's: only a ttr passing in between could end it, and then the job
@@ -111,6 +112,7 @@ impl Tube {
                 id: job.id,
                 priority: job.priority,
                 ttr_s: u32::try_from(job.ttr.as_secs()).unwrap_or(u32::MAX),
+                due_ms: 0,
             };
             if let Err(e) = self.append(&job.data, job.flags, meta) {
                 let _ = reader.release(lease.id);

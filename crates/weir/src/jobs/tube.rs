@@ -115,6 +115,7 @@ impl Tube {
             id,
             priority,
             ttr_s: ttr_seconds(ttr),
+            due_ms: 0,
         };
         self.append(data, 0, meta)?;
         self.lanes.put.fetch_add(1, Ordering::Relaxed);
