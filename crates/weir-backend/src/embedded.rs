@@ -286,7 +286,7 @@ pub(crate) async fn seek_reader(queue: &Queue, reader: &str, to: SeekTo) -> Resu
 }
 
 /// Runs engine file work on tokio's blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> weir::Result<T> + Send + 'static,
 ) -> Result<T> {
     match tokio::task::spawn_blocking(work).await {

@@ -57,6 +57,7 @@ pub mod exposition;
 #[cfg(feature = "jetstream")]
 pub mod jetstream;
 mod jetstream_config;
+pub mod jobs;
 mod local_map;
 mod map_entry;
 mod position;

@@ -46,3 +46,8 @@ async fn readers_move_back_and_forward() -> common::TestResult {
 async fn deliveries_and_dead_letters() -> common::TestResult {
     on_the_engine(common::deliveries_and_dead_letters).await
 }
+
+#[tokio::test]
+async fn tubes_of_jobs() -> common::TestResult {
+    on_the_engine(common::tubes_of_jobs).await
+}

@@ -319,3 +319,58 @@ pub async fn deliveries_and_dead_letters(backend: &Backend) -> TestResult {
     assert_eq!(stats.first().map(|s| s.dead_lettered), Some(1));
     Ok(())
 }
+
+/// Tubes through the backend: put with priorities, reserve by urgency across tubes,
+/// release, bury, kick, and jobs by id; on a backend without them, the refusal names
+/// the feature.
+pub async fn tubes_of_jobs(backend: &Backend) -> TestResult {
+    let ttr = Duration::from_secs(30);
+    let tube = match backend.tube("tube_a").await {
+        Ok(t) => t,
+        Err(e) => {
+            assert_eq!(e.kind(), weir_backend::Kind::Unsupported);
+            assert!(e.to_string().contains("tubes"), "{e}");
+            assert_eq!(
+                backend.find_job(1).await.err().map(|e| e.kind()),
+                Some(weir_backend::Kind::Unsupported)
+            );
+            return Ok(());
+        }
+    };
+    let other = backend.tube("tube_b").await?;
+    let low = tube.put(b"low", 9000, ttr).await?;
+    let urgent = other.put(b"urgent", 1, ttr).await?;
+    let both = [tube.clone(), other.clone()];
+    let r = backend.reserve(&both, Duration::from_secs(1)).await?;
+    let r = r.ok_or("a job")?;
+    assert_eq!(
+        (r.job.id, &r.job.data[..], r.deliveries),
+        (urgent, &b"urgent"[..], 1)
+    );
+    assert!(other.release(&r, 1).await?);
+    let r = backend
+        .reserve(&both, Duration::ZERO)
+        .await?
+        .ok_or("again")?;
+    assert_eq!((r.job.id, r.deliveries), (urgent, 2));
+    assert!(other.bury(&r).await?);
+    let found = backend.find_job(urgent).await?.ok_or("the buried job")?;
+    assert_eq!(
+        (found.state, found.tube.as_str()),
+        (weir_backend::jobs::JobState::Buried, "tube_b")
+    );
+    assert_eq!(other.stats()?.buried, 1);
+    assert_eq!(other.kick(5).await?, 1);
+    assert!(backend.delete_job(urgent).await?, "ready, deleted by id");
+    let r = backend.reserve(&both, Duration::ZERO).await?.ok_or("low")?;
+    assert_eq!(r.job.id, low);
+    assert!(tube.touch(&r)?);
+    assert!(tube.time_left(&r).is_some_and(|t| t <= ttr));
+    assert!(tube.delete(&r).await?);
+    assert!(backend
+        .reserve(&both, Duration::from_millis(50))
+        .await?
+        .is_none());
+    assert!(backend.find_job(low).await?.is_none());
+    Ok(())
+}

@@ -28,6 +28,17 @@ impl Tube {
         reserved.lane.confirm(reserved.lease)
     }
 
+    /// [`Tube::delete`] for async callers.
+    pub async fn delete_async(&self, reserved: &Reserved) -> Result<bool> {
+        reserved.lane.confirm_async(reserved.lease).await
+    }
+
+    /// [`Tube::release`] with the job's own priority, for async callers (another
+    /// priority moves the job: [`Tube::release`] off the event loop).
+    pub async fn release_async(&self, reserved: &Reserved) -> Result<bool> {
+        reserved.lane.release_async(reserved.lease).await
+    }
+
     /// Gives a reserved job back, ready, with `priority` (a lane of its own when it
     /// changes). False when the reservation had ended.
     pub fn release(&self, reserved: &Reserved, priority: u32) -> Result<bool> {

@@ -95,6 +95,11 @@ impl Tube {
         &self.name
     }
 
+    /// The work-queue features of the store this tube is in.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
+    }
+
     /// The tube's queue.
     pub fn queue(&self) -> &Queue {
         &self.queue
@@ -102,6 +107,37 @@ impl Tube {
 
     /// Stores a job; returns its id. Durable as the tube's queue's appends are.
     pub fn put(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
+        let meta = self.new_job(priority, ttr)?;
+        self.append(data, 0, meta)?;
+        self.lanes.put.fetch_add(1, Ordering::Relaxed);
+        Ok(meta.id)
+    }
+
+    /// [`Tube::put`] for async callers, when the priority's lane exists already
+    /// ([`Tube::has_ready_lane`]): the append's fsync wait (under `synced`) runs on
+    /// tokio's blocking pool. A new lane is file work: make it with [`Tube::put`] off
+    /// the event loop.
+    pub async fn put_async(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
+        let meta = self.new_job(priority, ttr)?;
+        let options = AppendOptions {
+            job: Some(meta),
+            ..AppendOptions::default()
+        };
+        self.ready_lane(priority)?
+            .append_async(data, options)
+            .await?;
+        self.lanes.appended.notify_waiters();
+        self.lanes.put.fetch_add(1, Ordering::Relaxed);
+        Ok(meta.id)
+    }
+
+    /// Whether jobs of `priority` have a lane already (no file work to put one).
+    pub fn has_ready_lane(&self, priority: u32) -> bool {
+        priority == self.queue.config().priority_default || self.priorities().contains(&priority)
+    }
+
+    /// A new job's id and settings.
+    fn new_job(&self, priority: u32, ttr: Duration) -> Result<JobMeta> {
         let ids = self
             .jobs
             .shared
@@ -110,16 +146,12 @@ impl Tube {
         let counter = ids
             .next()
             .map_err(|e| Error::io("handing out a job id", e))?;
-        let id = ids::id_for(counter, &self.name);
-        let meta = JobMeta {
-            id,
+        Ok(JobMeta {
+            id: ids::id_for(counter, &self.name),
             priority,
             ttr_s: ttr_seconds(ttr),
             due_ms: 0,
-        };
-        self.append(data, 0, meta)?;
-        self.lanes.put.fetch_add(1, Ordering::Relaxed);
-        Ok(id)
+        })
     }
 
     /// Appends `data` as the job `meta` to the ready lane of its priority.
