@@ -19,23 +19,25 @@
 //! Delivery counts: the model knows, per reader and item, how many times the item came
 //! back unconfirmed (released, or its lease timed out; a lease open when the store
 //! closes, is killed or loses power is not counted), and checks `deliveries` on every
-//! take, lease and peek. A reopen keeps every count; a power cut of a `synced` queue
-//! keeps every count a later fsync covered (a release or a confirm waits for one) and
-//! may lose the later ones, so the model then knows a count only within a range, until
-//! the next delivery shows it. The queue has `max_deliveries` (2 or 3, by case) and
-//! `dead_letter_to` (`POISON`): an item that came back that many times to a reader is
-//! never handed out to it again, and `POISON` holds it, intact, no more times than
-//! readers reached that count and at least as many times as takes surely moved it;
-//! each reader's `dead_lettered` (counted since the store opened) lies between the
-//! moves surely made since then and those that may have been.
+//! take, lease and peek that shows it. A reopen keeps every count; a power cut of a
+//! `synced` queue keeps every count a later fsync covered (a release or a confirm
+//! waits for one; `release_nowait` does not) and may lose the later ones, so the model
+//! then knows a count only within a range, until the next delivery shows it. The
+//! queue has `max_deliveries` (2 or 3, by case) and `dead_letter_to` (`POISON`): an
+//! item that came back that many times to a reader is never handed out to it again,
+//! and `POISON` holds it, intact, no more times than readers reached that count and at
+//! least as many times as takes surely moved it; each reader's `dead_lettered`
+//! (counted since the store opened) lies between the moves surely made since then and
+//! those that may have been.
 //!
 //! Time is the store's `ManualClock`, which moves only at an `Advance` step: the model
 //! knows to the millisecond when each lease times out (`open_timeout`, or the deadline
 //! a `touch` gave it; a case may run without `open_timeout`, where only touched leases
 //! time out) and when each item expires (its own expiry time, or the queue's
-//! `max_age`), with no sleeping and no race with a loaded machine. After an `Advance`, the model waits until the engine
-//! shows the leases it times out as gone (its background thread does that within a
-//! tick), so the next step starts from a state both agree on.
+//! `max_age`), with no sleeping and no race with a loaded machine. After an `Advance`,
+//! the model waits until the engine shows the leases it times out as gone (its
+//! background thread does that within a tick), so the next step starts from a state
+//! both agree on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
@@ -1117,7 +1119,8 @@ impl Runner {
 
     /// Confirms or releases lease `i` of reader `r` (counted round its open leases; the
     /// newest, for `None`); on a reader with none open, asks about an id never handed
-    /// out.
+    /// out. Every other step releases with `release_nowait`, which does not wait for
+    /// the count's fsync.
     fn end_lease(&mut self, r: usize, i: Option<usize>, confirm: bool) {
         let step = self.step;
         let name = self.name(r);
@@ -1130,10 +1133,13 @@ impl Runner {
             None => m.leases.keys().next_back().copied(),
         };
         let id = pick.unwrap_or(LeaseId(u64::MAX - i.unwrap_or(0) as u64));
+        let wait = confirm || step.is_multiple_of(2);
         let found = if confirm {
             reader.confirm(id)
-        } else {
+        } else if wait {
             reader.release(id)
+        } else {
+            reader.release_nowait(id)
         }
         .unwrap_or_else(|e| panic!("step {step}: confirm/release: {e}"));
         assert_eq!(
@@ -1149,8 +1155,10 @@ impl Runner {
             } else {
                 self.model.lease_ended(name, lease, true);
             }
-            // Under `synced`, the confirm or release waited for the journal's fsync.
-            self.model.journal_synced();
+            if wait {
+                // Under `synced`, the confirm or release waited for the journal's fsync.
+                self.model.journal_synced();
+            }
         }
     }
 
