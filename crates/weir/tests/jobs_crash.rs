@@ -110,11 +110,11 @@ fn run_and_kill(dir: &Path, seed: u64, lines: usize) -> Said {
         deleting: HashSet::new(),
         deleted: HashSet::new(),
     };
-    let mut reading = BufReader::new(stdout).lines();
+    let reading = BufReader::new(stdout).lines();
     let mut seen = 0;
     // After `lines` lines the child is killed; what it wrote before that is still in
     // the pipe, and read to the end: each line is an operation that returned.
-    while let Some(line) = reading.next() {
+    for line in reading {
         seen += 1;
         if seen == lines {
             child.kill().unwrap();
