@@ -308,13 +308,10 @@ fn touch_gives_a_deadline_where_the_queue_has_none() {
 /// With both queues `synced`, a dead-lettered item is on disk in `dead_letter_to`
 /// before its confirmation in the source is (docs/storage.md, "Moves to
 /// `expire_to`"): a power cut right after the take that moved it leaves it in one of
-/// the two queues. Seen instead: in neither. The move appends to the target without
-/// waiting for the target's fsync (`QueueCore::move_expired` drops the `Ticket` of
-/// `append_batch`), then the take waits only for the source's journal. The same holds
-/// for `expire_to`, and for a target the move creates (its directory is not on disk
-/// either).
+/// the two queues. It was in neither while the move did not wait for the target's
+/// fsync (`QueueCore::move_expired` dropped the `Ticket` of `append_batch`); the same
+/// held for `expire_to`, and for a target the move created.
 #[test]
-#[ignore = "engine bug: a move to a synced dead_letter_to/expire_to queue is not fsync'ed before the source confirms it; a power cut loses the item"]
 fn a_dead_letter_survives_a_power_cut_when_both_queues_are_synced() {
     let work = tempfile::tempdir().unwrap();
     let root = work.path().join("store");

@@ -61,14 +61,13 @@ const DEAD: &str = "dead";
 const POISON: &str = "poison";
 const READER_NAMES: [&str; 3] = ["", "a", "b"];
 /// Whether a move (to `DEAD` or `POISON`) that a call reported survives a power cut when
-/// both queues are `synced`, as docs/storage.md says. False while the engine does not
-/// wait for the target's fsync before confirming in the source (see the ignored
-/// `a_dead_letter_survives_a_power_cut_when_both_queues_are_synced` in
-/// `deliveries.rs`): a cut can lose such a move, so the model stops counting the
-/// moves it knows of. True once that is fixed (with it true, the model finds the bug
-/// at once: `Synced`, `TakeWait { reader: 0, append: false }`, an `Append` already
-/// expired, `Take(0)`, `PowerCut { seed: 0, keep: 0 }`: `DEAD` has lost the move).
-const MOVES_SURVIVE_SYNCED_CUTS: bool = false;
+/// both queues are `synced`, as docs/storage.md says: the engine meets the target's
+/// durability before it confirms in the source (`QueueCore::move_expired`). Before it
+/// did, the model found the loss at once: `Synced`, `TakeWait { reader: 0, append:
+/// false }`, an `Append` already expired, `Take(0)`, `PowerCut { seed: 0, keep: 0 }`
+/// left `DEAD` without the move (and `deliveries.rs`,
+/// `a_dead_letter_survives_a_power_cut_when_both_queues_are_synced`).
+const MOVES_SURVIVE_SYNCED_CUTS: bool = true;
 /// The queue's `open_timeout` (on the manual clock), in the cases that set one.
 const OPEN_TIMEOUT_MS: u64 = 300;
 
