@@ -164,7 +164,7 @@ impl BsServer {
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {} ({cmd:?})", self.kind.name()))?;
-        register_child(child.id(), None);
+        register_child(child.id(), Some(self.dir.path().to_path_buf()));
         self.child = Some(child);
         Ok(())
     }
