@@ -174,7 +174,13 @@ fn throughput(
                 bar.set_message(format!("beanstalk {} x{conns}", t.name));
                 let r = rt
                     .block_on(step(t, conns, p, &body, &request))
-                    .with_context(|| format!("beanstalk on {} with {conns} connections", t.name))?;
+                    .with_context(|| {
+                        format!(
+                            "beanstalk on {} with {conns} connections{}",
+                            t.name,
+                            server_output(t)
+                        )
+                    })?;
                 rounds.rows.push(step_row(t, conns, round, &r));
                 bar.inc(1);
                 std::thread::sleep(Duration::from_millis(100));
@@ -183,6 +189,15 @@ fn throughput(
     }
     let medians = medians_of(&rounds, targets, p);
     Ok((rounds, medians))
+}
+
+/// A spawned server's last output lines, for an error's context (a refusal such as
+/// `OUT_OF_MEMORY` is explained there: beanstalkd says so when its binlog cannot grow).
+fn server_output(t: &BsTarget) -> String {
+    match &t.server {
+        Some(s) => format!("; its output:\n{}", s.log_tail()),
+        None => String::new(),
+    }
 }
 
 fn step_row(t: &BsTarget, conns: usize, round: usize, r: &StepResult) -> Row {
@@ -430,7 +445,7 @@ fn backlog_on(
     fill.set_message(format!("{} {} jobs", t.name, state.word()));
     let started = Instant::now();
     rt.block_on(fill_backlog(t.addr, state, p, fill))
-        .with_context(ctx)?;
+        .with_context(|| format!("{}{}", ctx(), server_output(t)))?;
     let fill_s = started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(200));
     let status = |field: &str| {

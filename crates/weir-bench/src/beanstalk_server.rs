@@ -225,7 +225,8 @@ impl BsServer {
         Ok(())
     }
 
-    fn log_tail(&self) -> String {
+    /// The last lines of the server's output (for an error's context).
+    pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
