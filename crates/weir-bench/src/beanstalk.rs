@@ -409,6 +409,12 @@ fn backlog(
         }
     }
     for mut t in servers.externals() {
+        if t.pid.is_none() {
+            rss.notes.push(format!(
+                "{}: no RSS without its pid (give --pid {}=PID)",
+                t.name, t.name
+            ));
+        }
         for state in [JobState::Ready, JobState::Delayed] {
             backlog_on(rt, &mut t, state, p, fill, &mut rss, &mut restart)?;
             bar.inc(1);
@@ -417,6 +423,12 @@ fn backlog(
             "{}: a given server, so its delayed row counts the ready jobs too; the jobs stay in tubes weir-bench-ready and weir-bench-delayed",
             t.name
         ));
+    }
+    if restart.rows.is_empty() {
+        restart.notes.push(
+            "no restart measured: it needs a spawned server with a binlog (--spawn beanstalkd-f1000)"
+                .to_string(),
+        );
     }
     Ok((rss, restart))
 }

@@ -1261,6 +1261,16 @@ fn run_beanstalk(
             log_y: false,
         },
     ];
+    // Without a pid (a --target without --pid) there is no RSS to chart.
+    let has_rss = |r: &Report| {
+        r.rows
+            .iter()
+            .any(|row| row.get("rss_bytes").and_then(|c| c.as_f64()).is_some())
+    };
+    let charts: Vec<ChartSpec> = charts
+        .into_iter()
+        .filter(|c| c.file != "beanstalk-rss" || reports.iter().any(has_rss))
+        .collect();
     emit_all(common, &reports, &charts, failures)
 }
 
