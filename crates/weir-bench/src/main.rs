@@ -17,6 +17,7 @@
 #![allow(rustdoc::broken_intra_doc_links)]
 
 mod beanstalk;
+mod beanstalk_backlog;
 mod beanstalk_proto;
 mod beanstalk_server;
 mod bus;
