@@ -404,6 +404,73 @@ def test_sigterm_gives_held_jobs_back(weir):
         assert b"state: ready\n" in read_reply(c)
 
 
+@embedded
+def test_the_drain_script_of_the_docs_moves_every_job(weir, beanstalkd):
+    import greenstalk
+
+    old = greenstalk.Client((HOST, beanstalkd))
+    for tube, n in (("default", 3), ("mail.out", 2), ("x+y", 1)):
+        old.use(tube)
+        for i in range(n):
+            old.put(f"{tube}-{i}", priority=100 + i, ttr=30)
+    old.use("mail.out")
+    old.watch("mail.out")
+    old.bury(old.reserve_job(old.peek_ready().id))
+    old.close()
+    # The script of docs/beanstalk.md, "Moving from beanstalkd", as written there.
+    text = (harness.REPO_ROOT / "docs" / "beanstalk.md").read_text()
+    script = text.split("With greenstalk:\n\n```python\n", 1)[1].split("```", 1)[0]
+    script = script.replace("11300", str(beanstalkd)).replace("11301", str(weir.bport))
+    exec(compile(script, "beanstalk.md", "exec"), {})
+    new = greenstalk.Client((HOST, weir.bport))
+    moved = {}
+    for tube in ("default", "mail.out", "x+y"):
+        new.watch(tube)
+    while True:
+        try:
+            job = new.reserve(timeout=0)
+        except greenstalk.TimedOutError:
+            break
+        moved[job.body] = new.stats_job(job)["pri"]
+        new.delete(job)
+    assert moved == {
+        "default-0": 100, "default-1": 101, "default-2": 102,
+        # buried by greenstalk's `bury`, which gives it its default priority
+        "mail.out-0": 65536, "mail.out-1": 101, "x+y-0": 100,
+    }
+
+
+@embedded
+def test_the_limits_hold(make_server):
+    server = make_server()
+    server.bport = free_port()
+    server.config_toml = (server.config_toml or "") + beanstalk_toml(server.bport) + (
+        "connections_max = 3\nwatched_max = 2\nreserved_max = 1\n"
+    )
+    server.start()
+    wait_beanstalk(server.bport)
+    with Conn((HOST, server.bport)) as c:
+        assert c.request(b"watch a\r\n") == b"WATCHING 2\r\n"
+        assert c.request(b"watch b\r\n") == b"OUT_OF_MEMORY\r\n"
+        assert c.request(b"watch a\r\n") == b"WATCHING 2\r\n"
+        for _ in range(2):
+            c.send(b"put 0 0 30 1\r\nx\r\n")
+            assert c.read_line().startswith(b"INSERTED ")
+        c.send(b"reserve\r\n")
+        assert read_reply(c).startswith(b"RESERVED ")
+        assert c.request(b"reserve-with-timeout 0\r\n") == b"OUT_OF_MEMORY\r\n"
+        with Conn((HOST, server.bport)) as second, Conn((HOST, server.bport)) as third:
+            assert second.request(b"list-tube-used\r\n") == b"USING default\r\n"
+            fourth = socket.create_connection((HOST, server.bport), timeout=5)
+            fourth.sendall(b"list-tube-used\r\n")
+            try:
+                assert fourth.recv(100) == b"", "past connections_max: closed at once"
+            except ConnectionResetError:
+                pass
+            fourth.close()
+            assert third.request(b"list-tube-used\r\n") == b"USING default\r\n"
+
+
 @pytest.mark.jetstream_only
 def test_on_jetstream_the_door_refuses_to_start(make_server):
     server = make_server()
