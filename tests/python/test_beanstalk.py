@@ -389,6 +389,23 @@ def test_deadline_soon_and_ttr(weir):
 
 
 @embedded
+def test_a_waiting_reserve_is_told_deadline_soon_as_by_beanstalkd(weir, beanstalkd):
+    for port in (beanstalkd, weir.bport):
+        with Conn((HOST, port), 10.0) as c:
+            c.send(b"use soon\r\n")
+            c.read_line()
+            assert c.request(b"watch soon\r\n") == b"WATCHING 2\r\n"
+            c.send(b"put 0 0 3 1\r\nq\r\n")
+            id_ = c.read_line()[9:-2]
+            c.send(b"reserve\r\n")
+            assert read_reply(c) == b"RESERVED %s 1\r\nq\r\n" % id_
+            started = time.monotonic()
+            assert c.request(b"reserve-with-timeout 10\r\n", 8.0) == b"DEADLINE_SOON\r\n", port
+            assert 1.0 <= time.monotonic() - started <= 3.0
+            assert c.request(b"delete %s\r\n" % id_) == b"DELETED\r\n"
+
+
+@embedded
 def test_sigterm_gives_held_jobs_back(weir):
     with Conn((HOST, weir.bport)) as c:
         c.send(b"put 0 0 100 4\r\nhold\r\n")
