@@ -124,14 +124,20 @@ impl Tube {
         t.name()
     }
 
-    /// Stores a job; returns its id.
-    pub async fn put(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
+    /// Stores a job, ready `delay` from now (zero: at once); returns its id.
+    pub async fn put(
+        &self,
+        data: &[u8],
+        priority: u32,
+        ttr: Duration,
+        delay: Duration,
+    ) -> Result<u64> {
         let Tube::Embedded(t) = self;
-        if t.has_ready_lane(priority) {
+        if delay.is_zero() && t.has_ready_lane(priority) {
             return Ok(t.put_async(data, priority, ttr).await?);
         }
         let (t, data) = (t.clone(), data.to_vec());
-        blocking(move || t.put(&data, priority, ttr)).await
+        blocking(move || t.put_delayed(&data, priority, ttr, delay)).await
     }
 
     /// Deletes a reserved job; false when its reservation had ended.
@@ -140,14 +146,19 @@ impl Tube {
         Ok(t.delete_async(&reserved.inner).await?)
     }
 
-    /// Gives a reserved job back, ready, with `priority`.
-    pub async fn release(&self, reserved: &Reserved, priority: u32) -> Result<bool> {
+    /// Gives a reserved job back with `priority`, ready `delay` from now.
+    pub async fn release(
+        &self,
+        reserved: &Reserved,
+        priority: u32,
+        delay: Duration,
+    ) -> Result<bool> {
         let Tube::Embedded(t) = self;
-        if priority == reserved.job.priority {
+        if delay.is_zero() && priority == reserved.job.priority {
             return Ok(t.release_async(&reserved.inner).await?);
         }
         let (t, r) = (t.clone(), reserved.inner.clone());
-        blocking(move || t.release(&r, priority)).await
+        blocking(move || t.release_delayed(&r, priority, delay)).await
     }
 
     /// Parks a reserved job in the tube's buried lane.
@@ -169,7 +180,8 @@ impl Tube {
         t.time_left(&reserved.inner)
     }
 
-    /// Moves up to `count` buried jobs back to ready; how many moved.
+    /// Moves up to `count` buried jobs back to ready (with none buried, delayed
+    /// ones, earliest due first); how many moved.
     pub async fn kick(&self, count: u64) -> Result<u64> {
         let Tube::Embedded(t) = self;
         let t = t.clone();
@@ -183,6 +195,13 @@ impl Tube {
         blocking(move || t.peek_ready()).await
     }
 
+    /// The delayed job due first.
+    pub async fn peek_delayed(&self) -> Result<Option<Job>> {
+        let Tube::Embedded(t) = self;
+        let t = t.clone();
+        blocking(move || t.peek_delayed()).await
+    }
+
     /// The oldest buried job.
     pub async fn peek_buried(&self) -> Result<Option<Job>> {
         let Tube::Embedded(t) = self;
@@ -190,9 +209,11 @@ impl Tube {
         blocking(move || t.peek_buried()).await
     }
 
-    /// Ready, reserved and buried jobs now.
-    pub fn stats(&self) -> Result<TubeStats> {
+    /// Ready, reserved, buried and delayed jobs now (moves ripe delayed jobs to
+    /// ready first, which is file work).
+    pub async fn stats(&self) -> Result<TubeStats> {
         let Tube::Embedded(t) = self;
-        Ok(t.stats()?)
+        let t = t.clone();
+        blocking(move || t.stats()).await
     }
 }

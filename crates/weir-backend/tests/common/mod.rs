@@ -338,8 +338,11 @@ pub async fn tubes_of_jobs(backend: &Backend) -> TestResult {
         }
     };
     let other = backend.tube("tube_b").await?;
-    let low = tube.put(b"low", 9000, ttr).await?;
-    let urgent = other.put(b"urgent", 1, ttr).await?;
+    let low = tube.put(b"low", 9000, ttr, Duration::ZERO).await?;
+    let urgent = other.put(b"urgent", 1, ttr, Duration::ZERO).await?;
+    let later = tube
+        .put(b"later", 0, ttr, Duration::from_secs(3600))
+        .await?;
     let both = [tube.clone(), other.clone()];
     let r = backend.reserve(&both, Duration::from_secs(1)).await?;
     let r = r.ok_or("a job")?;
@@ -347,7 +350,7 @@ pub async fn tubes_of_jobs(backend: &Backend) -> TestResult {
         (r.job.id, &r.job.data[..], r.deliveries),
         (urgent, &b"urgent"[..], 1)
     );
-    assert!(other.release(&r, 1).await?);
+    assert!(other.release(&r, 1, Duration::ZERO).await?);
     let r = backend
         .reserve(&both, Duration::ZERO)
         .await?
@@ -359,7 +362,11 @@ pub async fn tubes_of_jobs(backend: &Backend) -> TestResult {
         (found.state, found.tube.as_str()),
         (weir_backend::jobs::JobState::Buried, "tube_b")
     );
-    assert_eq!(other.stats()?.buried, 1);
+    assert_eq!(other.stats().await?.buried, 1);
+    assert_eq!(tube.stats().await?.delayed, 1);
+    assert_eq!(tube.peek_delayed().await?.map(|j| j.id), Some(later));
+    let state = backend.find_job(later).await?.map(|f| f.state);
+    assert_eq!(state, Some(weir_backend::jobs::JobState::Delayed));
     assert_eq!(other.kick(5).await?, 1);
     assert!(backend.delete_job(urgent).await?, "ready, deleted by id");
     let r = backend.reserve(&both, Duration::ZERO).await?.ok_or("low")?;
@@ -367,10 +374,15 @@ pub async fn tubes_of_jobs(backend: &Backend) -> TestResult {
     assert!(tube.touch(&r)?);
     assert!(tube.time_left(&r).is_some_and(|t| t <= ttr));
     assert!(tube.delete(&r).await?);
-    assert!(backend
-        .reserve(&both, Duration::from_millis(50))
-        .await?
-        .is_none());
+    let none = backend.reserve(&both, Duration::from_millis(50)).await?;
+    assert!(none.is_none(), "later is delayed");
     assert!(backend.find_job(low).await?.is_none());
+    assert!(backend.kick_job(later).await?);
+    let r = backend
+        .reserve(&both, Duration::ZERO)
+        .await?
+        .ok_or("kicked")?;
+    assert_eq!(r.job.id, later);
+    assert!(tube.delete(&r).await?);
     Ok(())
 }

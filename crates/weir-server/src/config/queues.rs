@@ -36,6 +36,8 @@ pub struct QueueSection {
     pub open_timeout_ms: Option<u64>,
     pub deliveries_max: Option<u32>,
     pub dead_letter_to: Option<String>,
+    pub priority_default: Option<u32>,
+    pub priorities_max: Option<u32>,
     pub segment_size_bytes: Option<u64>,
 }
 
@@ -100,6 +102,9 @@ pub fn store_options(
         ..StoreOptions::default()
     })
 }
+
+/// The most priority lanes a tube may be given: each is a queue with files of its own.
+const PRIORITIES_MAX_MAX: u32 = 1024;
 
 /// A key naming a queue (`expire_to`, `dead_letter_to`): `""` for none.
 fn queue_name_or_none(key: &str, v: &str) -> Result<Option<String>, ConfigError> {
@@ -184,6 +189,18 @@ impl QueueSection {
         }
         if let Some(v) = &self.dead_letter_to {
             c.dead_letter_to = queue_name_or_none("dead_letter_to", v)?;
+        }
+        if let Some(v) = self.priority_default {
+            c.priority_default = v;
+        }
+        if let Some(v) = self.priorities_max {
+            if !(1..=PRIORITIES_MAX_MAX).contains(&v) {
+                return Err(ConfigError::new(
+                    "priorities_max",
+                    format!("must be 1 to {PRIORITIES_MAX_MAX}, not {v}"),
+                ));
+            }
+            c.priorities_max = v;
         }
         if let Some(v) = self.segment_size_bytes {
             if v < SEGMENT_SIZE_BYTES_MIN {

@@ -78,6 +78,8 @@ fn file_and_patterns() {
         expire_to = "dead"
         deliveries_max = 3
         dead_letter_to = "jobs_dead"
+        priority_default = 65536
+        priorities_max = 8
         [queues."*"]
         discard_old_when_full = true
         "#,
@@ -105,6 +107,8 @@ fn file_and_patterns() {
     assert_eq!(s.expire_to.as_deref(), Some("dead"));
     assert_eq!(s.max_deliveries, Some(3));
     assert_eq!(s.dead_letter_to.as_deref(), Some("jobs_dead"));
+    assert_eq!((s.priority_default, s.priorities_max), (65536, 8));
+    assert_eq!(j.priorities_max, 32);
     assert_eq!(j.max_deliveries, None);
     assert_eq!(
         s.durability,
@@ -121,6 +125,8 @@ fn refusals() {
         "[defaults]\nexpire_to = \"a/b\"",
         "[defaults]\ndead_letter_to = \"a b\"",
         "[defaults]\ndeliveries_max = -1",
+        "[defaults]\npriorities_max = 0",
+        "[defaults]\npriorities_max = 5000",
         "[queues.\"a/b\"]\nmax_items = 1",
         "[server]\nline_bytes_max = 10",
         "[server]\nmax_open_reads = 0",

@@ -17,6 +17,23 @@ pub(crate) fn buried_lane(tube: &str) -> String {
     format!("{LANE_PREFIX}{tube}:{BURIED}")
 }
 
+/// The queue holding `tube`'s delayed jobs due in the bucket of `level` that starts
+/// at `start_ms` (see `wheel.rs`).
+pub(crate) fn delay_lane(tube: &str, level: u8, start_ms: u64) -> String {
+    format!("{LANE_PREFIX}{tube}:d{level}-{start_ms}")
+}
+
+/// The bucket (level, start) of a delay lane of `tube` named `queue`.
+pub(crate) fn delay_bucket(tube: &str, queue: &str) -> Option<(u8, u64)> {
+    let rest = queue.strip_prefix(LANE_PREFIX)?.strip_prefix(tube)?;
+    let (level, start) = rest.strip_prefix(":d")?.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(level) || !digits(start) {
+        return None;
+    }
+    Some((level.parse().ok()?, start.parse().ok()?))
+}
+
 /// The tube a lane belongs to, when `queue` is a lane's name.
 pub fn tube_of_lane(queue: &str) -> Option<&str> {
     let rest = queue.strip_prefix(LANE_PREFIX)?;
@@ -53,5 +70,12 @@ mod tests {
         assert_eq!(lane_priority("t", "lane:t:p99999999999"), None);
         assert_eq!(lane_priority("t", "lane:t:p4294967295"), Some(u32::MAX));
         assert_eq!(lane_priority("t", "lane:t:p+1"), None);
+        let d = delay_lane("t", 2, 1_700_000_000_000);
+        assert_eq!(tube_of_lane(&d), Some("t"));
+        assert_eq!(delay_bucket("t", &d), Some((2, 1_700_000_000_000)));
+        assert_eq!(lane_priority("t", &d), None);
+        assert_eq!(delay_bucket("t", "lane:t:p5"), None);
+        assert_eq!(delay_bucket("t", "lane:t:d1-"), None);
+        assert_eq!(delay_bucket("t", "lane:t:dx-5"), None);
     }
 }

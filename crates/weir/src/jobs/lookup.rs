@@ -21,6 +21,7 @@ pub enum JobState {
     Ready,
     Reserved,
     Buried,
+    Delayed,
 }
 
 /// A job found by its id.
@@ -61,22 +62,21 @@ impl Jobs {
         Ok(found.lane.reader("")?.discard(found.seq)?.is_some())
     }
 
-    /// Moves the buried job `id` back to its ready lane; false when it is not buried.
+    /// Moves the buried or delayed job `id` to its ready lane; false when it is
+    /// neither.
     pub fn kick_job(&self, id: u64) -> Result<bool> {
         let Some(found) = self.find(id)? else {
             return Ok(false);
         };
-        if found.state != JobState::Buried {
+        if !matches!(found.state, JobState::Buried | JobState::Delayed) {
             return Ok(false);
         }
         let tube = self.tube(&found.tube)?;
-        let meta = crate::JobMeta {
-            id,
-            priority: found.job.priority,
-            ttr_s: u32::try_from(found.job.ttr.as_secs()).unwrap_or(u32::MAX),
-            due_ms: 0,
-        };
-        tube.append(&found.job.data, found.job.flags, meta)?;
+        // A delay bucket is emptied and removed under the wheel's lock.
+        let _wheel = tube.lanes.wheel.lock();
+        let mut job = found.job.clone();
+        job.due_ms = 0;
+        tube.append(&job.data, job.flags, super::delays::meta_of(&job))?;
         // Appended first: a crash here leaves it in both lanes, never in neither.
         Ok(found.lane.reader("")?.discard(found.seq)?.is_some())
     }
@@ -94,10 +94,16 @@ impl Tube {
             .into_iter()
             .map(|(p, q)| (p, q, false))
             .collect();
+        let default = self.queue.config().priority_default;
         if let Some(buried) = self.buried_lane(false)? {
-            lanes.push((self.queue.config().priority_default, buried, true));
+            lanes.push((default, buried, true));
         }
-        for (priority, lane, buried) in lanes {
+        let delayed_from = lanes.len();
+        for (_, lane) in self.delay_lanes()? {
+            lanes.push((default, lane, false));
+        }
+        for (i, (priority, lane, buried)) in lanes.into_iter().enumerate() {
+            let delayed = i >= delayed_from;
             let mut seqs = Vec::new();
             for item in lane.iter()? {
                 let item = item?;
@@ -108,7 +114,10 @@ impl Tube {
             // A job that left a lane and came back to it is there twice: the newest
             // copy is the live one (an older one was confirmed when it moved).
             for seq in seqs.into_iter().rev() {
-                if let Some(found) = self.found_at(&lane, seq, priority, buried)? {
+                if let Some(mut found) = self.found_at(&lane, seq, priority, buried)? {
+                    if delayed {
+                        found.state = JobState::Delayed;
+                    }
                     return Ok(Some(found));
                 }
             }

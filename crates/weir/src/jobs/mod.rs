@@ -27,6 +27,7 @@
 //! the default priority, the queue's `open_timeout` (or 120 s) as ttr, and an id made
 //! from their seq (`plain_id`), found without a read.
 
+mod delays;
 pub(crate) mod ids;
 pub mod lane_name;
 mod lookup;
@@ -34,6 +35,7 @@ mod moves;
 mod reserve;
 pub(crate) mod shared;
 mod tube;
+mod wheel;
 
 pub use self::lookup::{Found, JobState};
 pub use self::moves::TubeStats;

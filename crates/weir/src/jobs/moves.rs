@@ -16,6 +16,7 @@ pub struct TubeStats {
     pub ready: u64,
     pub reserved: u64,
     pub buried: u64,
+    pub delayed: u64,
     /// Jobs put through this store since it opened.
     pub total_put: u64,
     /// Lanes with jobs of a priority of their own.
@@ -80,7 +81,7 @@ impl Tube {
 
     /// Appends the reserved job where `put` says (with `priority`), then ends its
     /// reservation as confirmed. False, and nothing appended, when it had ended.
-    fn move_to(
+    pub(super) fn move_to(
         &self,
         reserved: &Reserved,
         put: impl FnOnce(&Tube, JobMeta) -> Result<()>,
@@ -106,11 +107,15 @@ impl Tube {
         Ok(true)
     }
 
-    /// Moves up to `count` buried jobs, oldest first, back to their ready lanes;
-    /// how many moved.
+    /// Moves up to `count` buried jobs, oldest first, back to their ready lanes, or,
+    /// with none buried, up to `count` delayed jobs, earliest due first (beanstalkd's
+    /// `kick`); how many moved.
     pub fn kick(&self, count: u64) -> Result<u64> {
-        let Some(buried) = self.buried_lane(false)? else {
-            return Ok(0);
+        let buried = self
+            .buried_lane(false)?
+            .filter(|b| default_reader_counts(&b.stats()).0 > 0);
+        let Some(buried) = buried else {
+            return self.kick_delayed(count);
         };
         let reader = buried.reader("")?;
         let mut kicked = 0;
@@ -137,6 +142,7 @@ impl Tube {
 
     /// The most urgent ready job, without reserving it.
     pub fn peek_ready(&self) -> Result<Option<Job>> {
+        self.promote_due()?;
         for (priority, lane) in self.ready_lanes()? {
             if let Some(t) = lane.reader("")?.take_mode(TakeMode::Peek)? {
                 return Ok(Some(self.job_of(t.item, priority)));
@@ -155,8 +161,9 @@ impl Tube {
         Ok(peeked.map(|t| self.job_of(t.item, default)))
     }
 
-    /// Ready, reserved and buried jobs now.
+    /// Ready, reserved, buried and delayed jobs now.
     pub fn stats(&self) -> Result<TubeStats> {
+        self.promote_due()?;
         let mut stats = TubeStats {
             total_put: self.lanes.put.load(std::sync::atomic::Ordering::Relaxed),
             ..TubeStats::default()
@@ -170,6 +177,7 @@ impl Tube {
         if let Some(buried) = self.buried_lane(false)? {
             stats.buried = default_reader_counts(&buried.stats()).0;
         }
+        stats.delayed = self.delayed_count()?;
         Ok(stats)
     }
 

@@ -59,6 +59,8 @@ impl Jobs {
     pub fn reserve_now(&self, tubes: &[Tube]) -> Result<Option<Reserved>> {
         let mut lanes = Vec::new();
         for (i, tube) in tubes.iter().enumerate() {
+            // Delayed jobs whose time came are ready first (see `delays.rs`).
+            tube.promote_due()?;
             for (priority, queue) in tube.ready_lanes()? {
                 lanes.push((priority, i, queue));
             }
@@ -105,12 +107,26 @@ impl Jobs {
                 }
                 Poll::Pending
             });
-            if tokio::time::timeout_at(deadline, any).await.is_err() {
+            // A delayed job's bucket ripening wakes the wait too.
+            let wake = self
+                .next_ripe(tubes)
+                .map_or(deadline, |at| at.min(deadline));
+            if tokio::time::timeout_at(wake, any).await.is_err() && wake == deadline {
                 drop(waits);
                 drop(signals);
                 return self.reserve_now(tubes);
             }
         }
+    }
+
+    /// When the first delay bucket of `tubes` ripens, on tokio's clock.
+    fn next_ripe(&self, tubes: &[Tube]) -> Option<tokio::time::Instant> {
+        let at = tubes.iter().filter_map(Tube::next_ripe_ms).min()?;
+        // Not sooner than 10 ms: a bucket that could not be emptied must not spin.
+        let ahead = at
+            .saturating_sub(self.store.clock().now_ms())
+            .clamp(10, 3_600_000);
+        Some(tokio::time::Instant::now() + Duration::from_millis(ahead))
     }
 
     /// What wakes a reserve of `tubes`: each lane's reader, and each tube's signal.

@@ -8,6 +8,8 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use super::wheel::Bucket;
+
 use parking_lot::Mutex;
 
 use super::ids::JobIds;
@@ -19,7 +21,6 @@ pub(crate) struct JobsShared {
 }
 
 /// One tube's lanes, as far as this process knows them.
-#[derive(Default)]
 pub(crate) struct TubeLanes {
     /// The priorities with a lane of their own (not the tube's default priority,
     /// whose lane is the tube's queue itself); `None` until read from the store.
@@ -29,6 +30,28 @@ pub(crate) struct TubeLanes {
     /// Signalled after every append into one of the tube's lanes, for reserves
     /// waiting on lanes made after they began to wait.
     pub appended: Arc<tokio::sync::Notify>,
+    /// The delay wheel's buckets that have a lane, by when they ripen; `None` until
+    /// read from the store. At most `wheel::LEVELS` x 65 of them.
+    pub buckets: Mutex<Option<BTreeSet<(u64, Bucket)>>>,
+    /// When the first bucket ripens (Unix ms; `u64::MAX`: none), read without a lock
+    /// on every reserve.
+    pub next_ripe_ms: AtomicU64,
+    /// Held while a delayed job goes into a bucket and while buckets are emptied
+    /// and removed, so that no job lands in a bucket's lane as it is deleted.
+    pub wheel: Mutex<()>,
+}
+
+impl Default for TubeLanes {
+    fn default() -> Self {
+        TubeLanes {
+            priorities: Mutex::default(),
+            put: AtomicU64::default(),
+            appended: Arc::default(),
+            buckets: Mutex::default(),
+            next_ripe_ms: AtomicU64::new(u64::MAX),
+            wheel: Mutex::default(),
+        }
+    }
 }
 
 impl JobsShared {

@@ -49,6 +49,8 @@ pub struct Job {
     pub data: Bytes,
     pub flags: u32,
     pub enqueued_at_ms: u64,
+    /// When a delayed job becomes ready (Unix ms); 0 for one that is not delayed.
+    pub due_ms: u64,
 }
 
 /// A job handed out by `reserve`, held until deleted, released, buried or its ttr
@@ -81,12 +83,14 @@ impl Jobs {
             )));
         }
         let queue = self.store.queue(name)?;
-        Ok(Tube {
+        let tube = Tube {
             jobs: self.clone(),
             name: Arc::from(name),
             lanes: self.shared.tube(name),
             queue,
-        })
+        };
+        tube.load_buckets();
+        Ok(tube)
     }
 }
 
@@ -137,7 +141,7 @@ impl Tube {
     }
 
     /// A new job's id and settings.
-    fn new_job(&self, priority: u32, ttr: Duration) -> Result<JobMeta> {
+    pub(super) fn new_job(&self, priority: u32, ttr: Duration) -> Result<JobMeta> {
         let ids = self
             .jobs
             .shared
@@ -275,13 +279,19 @@ impl Tube {
     /// The job an item of a lane of this tube is.
     pub(super) fn job_of(&self, item: Item, lane_priority: u32) -> Job {
         let fallback_ttr = self.queue.config().open_timeout.unwrap_or(TTR_DEFAULT);
-        let (id, priority, ttr) = match item.job {
+        let (id, priority, ttr, due_ms) = match item.job {
             Some(meta) => (
                 meta.id,
                 meta.priority,
                 Duration::from_secs(meta.ttr_s.into()),
+                meta.due_ms,
             ),
-            None => (plain_id(item.seq, &self.name), lane_priority, fallback_ttr),
+            None => (
+                plain_id(item.seq, &self.name),
+                lane_priority,
+                fallback_ttr,
+                0,
+            ),
         };
         Job {
             id,
@@ -290,6 +300,7 @@ impl Tube {
             data: item.data,
             flags: item.flags,
             enqueued_at_ms: item.enqueued_at_ms,
+            due_ms,
         }
     }
 }
