@@ -130,6 +130,33 @@ SCRIPT = [
     ("stats\r\n", "keys"),
     ("pause-tube t1 0\r\n", "exact"),
     ("pause-tube nosuch 1\r\n", "exact"),
+    # Delays: put and release with a delay, peek-delayed, kick of delayed jobs when
+    # none is buried, kick-job and reserve-job of a delayed job.
+    ("use t2\r\n", "exact"),
+    ("watch t2\r\n", "exact"),
+    ("put>d put 0 100 10 1\r\nd\r\n", "exact"),
+    ("peek-delayed\r\n", "exact"),
+    ("peek-ready\r\n", "exact"),
+    ("stats-job {d}\r\n", "keys"),
+    ("stats-tube t2\r\n", "keys"),
+    ("kick 5\r\n", "exact"),
+    ("peek-ready\r\n", "exact"),
+    ("peek-delayed\r\n", "exact"),
+    ("reserve-job {d}\r\n", "exact"),
+    ("release {d} 0 100\r\n", "exact"),
+    ("peek-delayed\r\n", "exact"),
+    ("kick-job {d}\r\n", "exact"),
+    ("kick-job {d}\r\n", "exact"),
+    ("delete {d}\r\n", "exact"),
+    ("put>e put 0 1 10 1\r\ne\r\n", "exact"),
+    ("reserve-with-timeout 0\r\n", "exact"),
+    ("reserve-with-timeout 3\r\n", "exact"),
+    ("delete {e}\r\n", "exact"),
+    ("put>f put 0 100 10 1\r\nf\r\n", "exact"),
+    ("reserve-job {f}\r\n", "exact"),
+    ("delete {f}\r\n", "exact"),
+    ("ignore t2\r\n", "exact"),
+    ("use t1\r\n", "exact"),
     ("put 0 0 10 70000\r\n" + "x" * 70000 + "\r\n", "exact"),
     ("put 0 0 10 2\r\nabcd", "exact"),
     ("foo\r\n", "exact"),
@@ -201,6 +228,11 @@ def test_greenstalk_does_everything_it_offers(weir):
         assert c.peek_ready().id == second
         with pytest.raises(greenstalk.NotFoundError):
             c.peek_delayed()
+        later = c.put("later", delay=100)
+        assert c.peek_delayed().id == later
+        assert c.stats_job(later)["state"] == "delayed"
+        assert c.stats_tube("g1")["current-jobs-delayed"] == 1
+        c.delete(later)
         job = c.reserve(timeout=1)
         assert (job.id, job.body) == (second, "two")
         c.touch(job)

@@ -164,7 +164,8 @@ async fn hold(
             // Cannot happen (the job came from one of `tubes`); give it back.
             tracing::warn!(id, "beanstalk reserve: the job's tube is not known");
             if let Some((_, first)) = tubes.first() {
-                let _ = first.release(&reserved, reserved.job.priority).await;
+                let priority = reserved.job.priority;
+                let _ = first.release(&reserved, priority, Duration::ZERO).await;
             }
             conn.out.extend_from_slice(reply::INTERNAL_ERROR);
             return;

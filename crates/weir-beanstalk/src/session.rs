@@ -109,7 +109,8 @@ impl Session {
     pub async fn end(mut self, shared: &Shared) {
         for (id, held) in self.held.drain() {
             let priority = held.reserved.job.priority;
-            if let Err(e) = held.tube.release(&held.reserved, priority).await {
+            let now = Duration::ZERO;
+            if let Err(e) = held.tube.release(&held.reserved, priority, now).await {
                 tracing::warn!(id, error = %e, "releasing a job at disconnect");
             }
         }

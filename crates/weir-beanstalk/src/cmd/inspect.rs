@@ -1,5 +1,6 @@
 //! Peeks and kicks: `peek <id>`, `peek-ready`, `peek-delayed`, `peek-buried` (of the
-//! used tube), `kick <bound>` (the used tube's buried jobs), `kick-job <id>`.
+//! used tube), `kick <bound>` (the used tube's buried jobs, or with none buried its
+//! delayed ones), `kick-job <id>` (a buried or delayed job).
 
 use weir_backend::jobs::{Job, JobState, Tube};
 
@@ -42,9 +43,15 @@ pub async fn peek_ready(ctx: &mut Ctx<'_>) {
     }
 }
 
-/// weir has no delayed jobs yet (docs/beanstalk.md): there is never one to show.
-pub fn peek_delayed(ctx: &mut Ctx<'_>) {
-    ctx.reply(reply::NOT_FOUND);
+/// The used tube's delayed job due first.
+pub async fn peek_delayed(ctx: &mut Ctx<'_>) {
+    let Some(tube) = used_tube(ctx).await else {
+        return;
+    };
+    match tube.peek_delayed().await {
+        Ok(job) => found_or_not(ctx, job),
+        Err(e) => ctx.failed("peek-delayed", &e),
+    }
 }
 
 pub async fn peek_buried(ctx: &mut Ctx<'_>) {
@@ -58,7 +65,7 @@ pub async fn peek_buried(ctx: &mut Ctx<'_>) {
 }
 
 /// `kick <bound>`: up to `bound` buried jobs of the used tube, oldest first, ready
-/// again.
+/// again; with none buried, up to `bound` delayed jobs, earliest due first.
 pub async fn kick(ctx: &mut Ctx<'_>, bound: u32) {
     let Some(tube) = used_tube(ctx).await else {
         return;
@@ -72,7 +79,7 @@ pub async fn kick(ctx: &mut Ctx<'_>, bound: u32) {
 pub async fn kick_job(ctx: &mut Ctx<'_>, id: u64) {
     let backend = &ctx.shared.backend;
     match backend.find_job(id).await {
-        Ok(Some(found)) if found.state == JobState::Buried => {}
+        Ok(Some(found)) if matches!(found.state, JobState::Buried | JobState::Delayed) => {}
         Ok(_) => return ctx.reply(reply::NOT_FOUND),
         Err(e) => return ctx.failed("kick-job", &e),
     }

@@ -49,12 +49,17 @@ impl Ctx<'_> {
 }
 
 /// The reply for a backend failure: a store that is stopping is `DRAINING`, one out
-/// of room (disk, queue or queue count) `OUT_OF_MEMORY`, anything else
+/// of room (disk, queue, queue count, or a tube's `priorities_max`, which the
+/// backend reports as an argument it cannot take) `OUT_OF_MEMORY`, anything else
 /// `INTERNAL_ERROR`.
 pub fn error_reply(e: &Error) -> &'static [u8] {
     match e.kind() {
         Kind::Closed => reply::DRAINING,
-        Kind::Full | Kind::DiskFull | Kind::TooManyQueues | Kind::TooLarge => reply::OUT_OF_MEMORY,
+        Kind::Full
+        | Kind::DiskFull
+        | Kind::TooManyQueues
+        | Kind::TooLarge
+        | Kind::InvalidArgument => reply::OUT_OF_MEMORY,
         _ => reply::INTERNAL_ERROR,
     }
 }
@@ -83,7 +88,7 @@ pub async fn execute(ctx: &mut Ctx<'_>, request: Request<'_>) -> Flow {
         Request::Ignore { tube } => worker::ignore(ctx, tube.as_str()),
         Request::Peek { id } => inspect::peek(ctx, id).await,
         Request::PeekReady => inspect::peek_ready(ctx).await,
-        Request::PeekDelayed => inspect::peek_delayed(ctx),
+        Request::PeekDelayed => inspect::peek_delayed(ctx).await,
         Request::PeekBuried => inspect::peek_buried(ctx).await,
         Request::Kick { bound } => inspect::kick(ctx, bound).await,
         Request::KickJob { id } => inspect::kick_job(ctx, id).await,

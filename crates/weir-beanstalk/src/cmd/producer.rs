@@ -21,9 +21,8 @@ pub async fn put(ctx: &mut Ctx<'_>, pri: u32, delay: u32, ttr: u32, data: &[u8])
         Ok(tube) => tube,
         Err(e) => return ctx.failed("put", &e),
     };
-    // weir has no delays yet (docs/beanstalk.md): a delayed job is ready at once.
-    let _ = delay;
-    match tube.put(data, pri, ttr).await {
+    let delay = Duration::from_secs(u64::from(delay));
+    match tube.put(data, pri, ttr, delay).await {
         Ok(id) => reply::inserted(ctx.out, id),
         Err(e) => ctx.failed("put", &e),
     }

@@ -1,6 +1,6 @@
 //! `stats-job`, `stats-tube`, `stats`, `list-tubes`, `list-tubes-watched`: the YAML
 //! documents of beanstalkd 1.12, key for key, in its order. Values weir does not
-//! keep are 0 (listed in docs/beanstalk.md): urgent and delayed counts, per-job
+//! keep are 0 (listed in docs/beanstalk.md): urgent counts, per-job
 //! timeout/release/bury/kick counts, per-tube `cmd-delete`, rusage, the binlog's.
 
 use std::collections::BTreeSet;
@@ -35,6 +35,7 @@ fn state_name(state: JobState) -> &'static str {
         JobState::Ready => "ready",
         JobState::Reserved => "reserved",
         JobState::Buried => "buried",
+        JobState::Delayed => "delayed",
     }
 }
 
@@ -49,20 +50,28 @@ pub async fn stats_job(ctx: &mut Ctx<'_>, id: u64) {
     };
     // What this connection knows of a job it holds; another's is not seen.
     let held = ctx.session.held.get(&id);
-    let time_left = held
-        .and_then(|h| h.tube.time_left(&h.reserved))
-        .map_or(0, |d| d.as_secs());
+    let now_ms = weir_backend::now_ms();
+    let job = &found.job;
+    let (delay_ms, time_left) = match held {
+        Some(h) => (0, h.tube.time_left(&h.reserved).map_or(0, |d| d.as_secs())),
+        None if job.due_ms > 0 => (
+            job.due_ms.saturating_sub(job.enqueued_at_ms),
+            job.due_ms.saturating_sub(now_ms) / 1000,
+        ),
+        None => (0, 0),
+    };
     let reserves = held.map_or(0, |h| h.reserved.deliveries);
-    let age_ms = weir_backend::now_ms().saturating_sub(found.job.enqueued_at_ms);
+    let age_ms = now_ms.saturating_sub(job.enqueued_at_ms);
     let mut y = String::from("---\n");
     let _ = write!(
         y,
-        "id: {id}\ntube: {tube}\nstate: {}\npri: {}\nage: {}\ndelay: 0\nttr: {}\n\
+        "id: {id}\ntube: {tube}\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\n\
          time-left: {time_left}\nfile: 0\nreserves: {reserves}\ntimeouts: 0\n\
          releases: 0\nburies: 0\nkicks: 0\n",
         state_name(found.state),
         found.job.priority,
         age_ms / 1000,
+        delay_ms / 1000,
         found.job.ttr.as_secs(),
     );
     reply::ok(ctx.out, y.as_bytes());
@@ -95,11 +104,12 @@ pub async fn stats_tube(ctx: &mut Ctx<'_>, tube: &str) {
     let _ = write!(
         y,
         "name: {tube}\ncurrent-jobs-urgent: 0\ncurrent-jobs-ready: {}\n\
-         current-jobs-reserved: {}\ncurrent-jobs-delayed: 0\ncurrent-jobs-buried: {}\n\
+         current-jobs-reserved: {}\ncurrent-jobs-delayed: {}\ncurrent-jobs-buried: {}\n\
          total-jobs: {}\ncurrent-using: {}\ncurrent-watching: {}\ncurrent-waiting: {}\n\
          cmd-delete: 0\ncmd-pause-tube: {}\npause: {pause}\npause-time-left: {left}\n",
         stats.ready,
         stats.reserved,
+        stats.delayed,
         stats.buried,
         stats.total_put,
         state.using,
@@ -111,7 +121,7 @@ pub async fn stats_tube(ctx: &mut Ctx<'_>, tube: &str) {
 }
 
 async fn tube_stats(ctx: &Ctx<'_>, queue: &str) -> Result<TubeStats, Error> {
-    ctx.shared.backend.tube(queue).await?.stats()
+    ctx.shared.backend.tube(queue).await?.stats().await
 }
 
 /// Every tube: `default`, each queue whose name is a tube's, and each tube a
@@ -165,6 +175,7 @@ async fn totals(ctx: &Ctx<'_>) -> Result<(TubeStats, usize), Error> {
         sum.ready += s.ready;
         sum.reserved += s.reserved;
         sum.buried += s.buried;
+        sum.delayed += s.delayed;
         sum.total_put += s.total_put;
     }
     Ok((sum, tubes.len()))
@@ -187,8 +198,8 @@ pub async fn stats(ctx: &mut Ctx<'_>) {
     let _ = write!(
         y,
         "current-jobs-urgent: 0\ncurrent-jobs-ready: {}\ncurrent-jobs-reserved: {}\n\
-         current-jobs-delayed: 0\ncurrent-jobs-buried: {}\n",
-        sum.ready, sum.reserved, sum.buried
+         current-jobs-delayed: {}\ncurrent-jobs-buried: {}\n",
+        sum.ready, sum.reserved, sum.delayed, sum.buried
     );
     for (key, command) in COUNTED {
         let _ = writeln!(y, "{key}: {}", c.of(command));

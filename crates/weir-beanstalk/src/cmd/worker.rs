@@ -41,9 +41,8 @@ pub async fn release(ctx: &mut Ctx<'_>, id: u64, pri: u32, delay: u32) {
         ctx.reply(reply::NOT_FOUND);
         return;
     };
-    // weir has no delays yet (docs/beanstalk.md): a delayed release is ready at once.
-    let _ = delay;
-    match held.tube.release(&held.reserved, pri).await {
+    let delay = Duration::from_secs(u64::from(delay));
+    match held.tube.release(&held.reserved, pri, delay).await {
         Ok(true) => ctx.reply(reply::RELEASED),
         Ok(false) => ctx.reply(reply::NOT_FOUND),
         Err(e) => ctx.failed("release", &e),
@@ -112,8 +111,8 @@ pub fn ignore(ctx: &mut Ctx<'_>, tube: &str) {
     reply::watching(ctx.out, count);
 }
 
-/// `reserve-job <id>`: reserves the job `id` when it is ready (a buried job is
-/// kicked first). weir's backend reserves by urgency, not by id, so the job is
+/// `reserve-job <id>`: reserves the job `id` when it is ready (a buried or delayed
+/// job is kicked first). weir's backend reserves by urgency, not by id, so the job is
 /// looked for among the first [`RESERVE_JOB_SCAN_MAX`] ready jobs of its tube, and
 /// those passed over are given back at once (docs/beanstalk.md).
 pub async fn reserve_job(ctx: &mut Ctx<'_>, id: u64) {
@@ -133,7 +132,7 @@ pub async fn reserve_job(ctx: &mut Ctx<'_>, id: u64) {
     if found.state == JobState::Reserved || names::tube_of(&found.tube).is_none() {
         return ctx.reply(reply::NOT_FOUND);
     }
-    if found.state == JobState::Buried {
+    if matches!(found.state, JobState::Buried | JobState::Delayed) {
         if let Err(e) = backend.kick_job(id).await {
             return ctx.failed("reserve-job", &e);
         }
@@ -160,7 +159,7 @@ pub async fn reserve_job(ctx: &mut Ctx<'_>, id: u64) {
         }
     }
     for r in passed {
-        if let Err(e) = tube.release(&r, r.job.priority).await {
+        if let Err(e) = tube.release(&r, r.job.priority, Duration::ZERO).await {
             tracing::warn!(id = r.job.id, error = %e, "beanstalk reserve-job: giving back");
         }
     }
