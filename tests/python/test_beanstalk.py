@@ -330,6 +330,8 @@ def test_kill_9_loses_nothing_acknowledged(weir):
         c.send(b"reserve-job %d\r\n" % ids[1])
         assert read_reply(c) == b"RESERVED %d 4\r\nheld\r\n" % ids[1]
         assert c.request(b"delete %d\r\n" % ids[2]) == b"DELETED\r\n"
+        c.send(b"put 0 300 60 5\r\nlater\r\n")
+        delayed = int(c.read_line()[9:-2])
         # A reserve waiting when the process dies.
         c.send(b"reserve-job %d\r\n" % ids[0])
         assert read_reply(c).startswith(b"RESERVED ")
@@ -345,6 +347,8 @@ def test_kill_9_loses_nothing_acknowledged(weir):
             c.send(b"peek %d\r\n" % id_)
             assert read_reply(c) == b"FOUND %d %d\r\n%s\r\n" % (id_, len(body), body)
         assert c.request(b"peek %d\r\n" % ids[2]) == b"NOT_FOUND\r\n", "deleted stays deleted"
+        c.send(b"peek-delayed\r\n")
+        assert read_reply(c) == b"FOUND %d 5\r\nlater\r\n" % delayed, "a delayed job stays delayed"
         c.send(b"put 0 0 60 3\r\nnew\r\n")
         new_id = int(c.read_line()[9:-2])
         assert new_id > max(ids), "ids do not start again after a restart"
@@ -494,7 +498,7 @@ def test_the_limits_hold(make_server):
     server = make_server()
     server.bport = free_port()
     server.config_toml = (server.config_toml or "") + beanstalk_toml(server.bport) + (
-        "connections_max = 3\nwatched_max = 2\nreserved_max = 1\n"
+        "connections_max = 3\nwatched_max = 2\nreserved_max = 1\n[defaults]\npriorities_max = 2\n"
     )
     server.start()
     wait_beanstalk(server.bport)
@@ -508,6 +512,10 @@ def test_the_limits_hold(make_server):
         c.send(b"reserve\r\n")
         assert read_reply(c).startswith(b"RESERVED ")
         assert c.request(b"reserve-with-timeout 0\r\n") == b"OUT_OF_MEMORY\r\n"
+        # The default priority (1024) and 0 are in use: a third priority is refused.
+        c.send(b"put 1024 0 30 1\r\nx\r\n")
+        assert c.read_line().startswith(b"INSERTED ")
+        assert c.request(b"put 8 0 30 1\r\nx\r\n") == b"OUT_OF_MEMORY\r\n"
         with Conn((HOST, server.bport)) as second, Conn((HOST, server.bport)) as third:
             assert second.request(b"list-tube-used\r\n") == b"USING default\r\n"
             fourth = socket.create_connection((HOST, server.bport), timeout=5)
