@@ -63,6 +63,25 @@ pub fn tube_of(queue: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every tube name the parser accepts maps to a valid weir queue name or is
+        /// refused, and maps back to itself; no two tubes share a queue.
+        #[test]
+        fn the_mapping_is_one_to_one(
+            name in "[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,80}",
+            other in "[A-Za-z0-9+/;.$_()][A-Za-z0-9+/;.$_()-]{0,80}",
+        ) {
+            if let Some(queue) = queue_of(&name) {
+                prop_assert!(weir_backend::validate_queue_name(&queue).is_ok());
+                prop_assert_eq!(tube_of(&queue), Some(name.clone()));
+                if name != other {
+                    prop_assert_ne!(queue_of(&other), Some(queue));
+                }
+            }
+        }
+    }
 
     #[test]
     fn names_map_both_ways() {
