@@ -442,6 +442,19 @@ def test_a_waiting_reserve_is_told_deadline_soon_as_by_beanstalkd(weir, beanstal
 
 
 @embedded
+def test_a_pause_holds_a_reserve_already_waiting(weir):
+    with Conn((HOST, weir.bport), 10.0) as waiting, Conn((HOST, weir.bport)) as c:
+        waiting.send(b"reserve-with-timeout 8\r\n")
+        time.sleep(0.3)
+        assert c.request(b"pause-tube default 2\r\n") == b"PAUSED\r\n"
+        c.send(b"put 0 0 10 1\r\np\r\n")
+        id_ = int(c.read_line()[9:-2])
+        started = time.monotonic()
+        assert read_reply(waiting) == b"RESERVED %d 1\r\np\r\n" % id_
+        assert time.monotonic() - started >= 1.0, "held until the pause ended"
+
+
+@embedded
 def test_sigterm_gives_held_jobs_back(weir):
     with Conn((HOST, weir.bport)) as c:
         c.send(b"put 0 0 100 4\r\nhold\r\n")

@@ -4,7 +4,8 @@
 //! holding a job whose ttr ends within a second gets `DEADLINE_SOON` (beanstalkd's
 //! rule). Then the most urgent ready job of the watched tubes that are not paused is
 //! reserved, waiting until the timeout, a paused tube's pause ending, or a held job
-//! entering its last second (`DEADLINE_SOON`), whichever comes first. While it waits
+//! entering its last second (`DEADLINE_SOON`), whichever comes first; a tube paused
+//! or unpaused meanwhile makes it look again. While it waits
 //! the socket is still read: a client that goes away ends the wait (dropping the
 //! backend's wait reserves nothing), and requests it sends meanwhile wait their turn
 //! in the buffer. A stop ends the wait too.
@@ -81,6 +82,10 @@ pub async fn reserve(
     let deadline = timeout.map(|t| Instant::now() + t);
     let _waiting = Waiting::new(shared, tubes.iter().map(|(n, _)| n.clone()).collect());
     loop {
+        // Registered before the look, so a pause in between is not missed.
+        let pauses_changed = shared.pauses_changed.notified();
+        tokio::pin!(pauses_changed);
+        pauses_changed.as_mut().enable();
         let (open, unpause) = open_tubes(shared, &tubes);
         let wake = [deadline, unpause, session.next_deadline_soon()]
             .into_iter()
@@ -94,6 +99,7 @@ pub async fn reserve(
                 Ok(_) => continue,
             },
             () = shared.stopped() => return Ok(Flow::Close),
+            () = &mut pauses_changed => continue,
         };
         match got {
             Ok(Some(reserved)) => {

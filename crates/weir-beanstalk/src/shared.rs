@@ -24,6 +24,8 @@ pub struct Shared {
     pub started: Instant,
     /// A random id for this process's run (`stats` `id`).
     pub instance_id: String,
+    /// Woken when a tube is paused or unpaused: waiting reserves look again.
+    pub pauses_changed: tokio::sync::Notify,
 }
 
 /// Counters of the whole door.
@@ -88,6 +90,7 @@ impl Shared {
             tubes: Mutex::new(HashMap::new()),
             started,
             instance_id: format!("{:016x}", seed as u64),
+            pauses_changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -149,6 +152,8 @@ impl Shared {
         state.pause = delay;
         state.paused_until = (!delay.is_zero()).then(|| Instant::now() + delay);
         state.pauses += 1;
+        drop(tubes);
+        self.pauses_changed.notify_waiters();
     }
 
     /// The tubes some connection uses, watches or waits on, or that are paused.
