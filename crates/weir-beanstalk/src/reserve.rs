@@ -57,26 +57,13 @@ pub async fn reserve(
     session: &mut Session,
     timeout: Option<Duration>,
 ) -> io::Result<Flow> {
-    session.forget_ended();
-    if session.held.len() >= shared.settings.reserved_max {
-        conn.out.extend_from_slice(reply::OUT_OF_MEMORY);
-        return Ok(Flow::Continue);
-    }
-    if session.deadline_soon() {
-        conn.out.extend_from_slice(reply::DEADLINE_SOON);
-        return Ok(Flow::Continue);
-    }
-    let mut tubes = Vec::with_capacity(session.watched.len());
-    for named in &session.watched {
-        match shared.backend.tube(&named.queue).await {
-            Ok(tube) => tubes.push((named.tube.clone(), tube)),
-            Err(e) => {
-                tracing::warn!(error = %e, "beanstalk reserve");
-                conn.out.extend_from_slice(error_reply(&e));
-                return Ok(Flow::Continue);
-            }
+    let tubes = match watched_tubes(shared, session).await {
+        Ok(tubes) => tubes,
+        Err(refusal) => {
+            conn.out.extend_from_slice(refusal);
+            return Ok(Flow::Continue);
         }
-    }
+    };
     session.mark_worker(shared);
     conn.flush().await?;
     let deadline = timeout.map(|t| Instant::now() + t);
@@ -122,6 +109,32 @@ pub async fn reserve(
             }
         }
     }
+}
+
+/// The watched tubes' handles, or the reply that refuses the reserve before it
+/// waits: `OUT_OF_MEMORY` at `reserved_max`, `DEADLINE_SOON`, a storage failure.
+async fn watched_tubes(
+    shared: &Shared,
+    session: &mut Session,
+) -> Result<Vec<(String, Tube)>, &'static [u8]> {
+    session.forget_ended();
+    if session.held.len() >= shared.settings.reserved_max {
+        return Err(reply::OUT_OF_MEMORY);
+    }
+    if session.deadline_soon() {
+        return Err(reply::DEADLINE_SOON);
+    }
+    let mut tubes = Vec::with_capacity(session.watched.len());
+    for named in &session.watched {
+        match shared.backend.tube(&named.queue).await {
+            Ok(tube) => tubes.push((named.tube.clone(), tube)),
+            Err(e) => {
+                tracing::warn!(error = %e, "beanstalk reserve");
+                return Err(error_reply(&e));
+            }
+        }
+    }
+    Ok(tubes)
 }
 
 /// Bytes a waiting connection buffers before it stops reading (one whole `put`).
