@@ -304,3 +304,65 @@ fn touch_gives_a_deadline_where_the_queue_has_none() {
     let again = r.take_leased().unwrap().unwrap();
     assert_eq!(again.deliveries, 2);
 }
+
+/// With both queues `synced`, a dead-lettered item is on disk in `dead_letter_to`
+/// before its confirmation in the source is (docs/storage.md, "Moves to
+/// `expire_to`"): a power cut right after the take that moved it leaves it in one of
+/// the two queues. It was in neither while the move did not wait for the target's
+/// fsync (`QueueCore::move_expired` dropped the `Ticket` of `append_batch`); the same
+/// held for `expire_to`, and for a target the move created.
+#[test]
+fn a_dead_letter_survives_a_power_cut_when_both_queues_are_synced() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("store");
+    std::fs::create_dir(&root).unwrap();
+    let power = common::power_cut::PowerCut::install(&root);
+    let config_for: weir::ConfigFn = Arc::new(move |name: &str| QueueConfig {
+        durability: weir::Durability::Synced,
+        max_deliveries: (name == "jobs").then_some(1),
+        dead_letter_to: (name == "jobs").then(|| "dead".to_string()),
+        ..QueueConfig::default()
+    });
+    let options = StoreOptions {
+        config_for: Some(config_for),
+        ..StoreOptions::default()
+    };
+    let store = open(&root, options.clone());
+    let dead = store.queue("dead").unwrap();
+    dead.reader("").unwrap();
+    dead.append(b"before", opts()).unwrap();
+    let q = store.queue("jobs").unwrap();
+    let r = q.reader("").unwrap();
+    q.append(b"poison", opts()).unwrap();
+    let l = r.take_leased().unwrap().unwrap();
+    assert!(r.release(l.id).unwrap());
+    // Cuts that keep nothing an fsync did not cover. Before the move, the item is there.
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
+    let before = work.path().join("before");
+    power.cut(&mut rng, 0.0, &before, || ()).unwrap();
+    {
+        // Opened without max_deliveries: what is there is handed out.
+        let cut = Store::open(&before).unwrap();
+        let r = cut.queue("jobs").unwrap().reader("").unwrap();
+        let l = r.take_leased().unwrap().expect("the item before the move");
+        assert_eq!((&l.item.data[..], l.deliveries), (&b"poison"[..], 2));
+    }
+    assert!(r.take().unwrap().is_none(), "moved to dead");
+    let image = work.path().join("image");
+    power.cut(&mut rng, 0.0, &image, || ()).unwrap();
+    let cut = open(&image, options);
+    let in_jobs = cut
+        .queue("jobs")
+        .unwrap()
+        .reader("")
+        .unwrap()
+        .take()
+        .unwrap();
+    let dead = cut.queue("dead").unwrap().reader("").unwrap();
+    assert_eq!(&dead.take().unwrap().unwrap().data[..], b"before");
+    let in_dead = dead.take().unwrap();
+    assert!(
+        in_jobs.is_some() || in_dead.is_some(),
+        "a dead-lettered item of a synced queue is in neither queue after a power cut"
+    );
+}

@@ -16,12 +16,28 @@
 //! item of the model's queue, intact, held no more times than readers had it to
 //! deliver when it expired, and at least as many times as takes surely moved it.
 //!
+//! Delivery counts: the model knows, per reader and item, how many times the item came
+//! back unconfirmed (released, or its lease timed out; a lease open when the store
+//! closes, is killed or loses power is not counted), and checks `deliveries` on every
+//! take, lease and peek that shows it. A reopen keeps every count; a power cut of a
+//! `synced` queue keeps every count a later fsync covered (a release or a confirm
+//! waits for one; `release_nowait` does not) and may lose the later ones, so the model
+//! then knows a count only within a range, until the next delivery shows it. The
+//! queue has `max_deliveries` (2 or 3, by case) and `dead_letter_to` (`POISON`): an
+//! item that came back that many times to a reader is never handed out to it again,
+//! and `POISON` holds it, intact, no more times than readers reached that count and at
+//! least as many times as takes surely moved it; each reader's `dead_lettered`
+//! (counted since the store opened) lies between the moves surely made since then and
+//! those that may have been.
+//!
 //! Time is the store's `ManualClock`, which moves only at an `Advance` step: the model
-//! knows to the millisecond when each lease times out (`open_timeout`) and when each
-//! item expires (its own expiry time, or the queue's `max_age`), with no sleeping and
-//! no race with a loaded machine. After an `Advance`, the model waits until the engine
-//! shows the leases it times out as gone (its background thread does that within a
-//! tick), so the next step starts from a state both agree on.
+//! knows to the millisecond when each lease times out (`open_timeout`, or the deadline
+//! a `touch` gave it; a case may run without `open_timeout`, where only touched leases
+//! time out) and when each item expires (its own expiry time, or the queue's
+//! `max_age`), with no sleeping and no race with a loaded machine. After an `Advance`,
+//! the model waits until the engine shows the leases it times out as gone (its
+//! background thread does that within a tick), so the next step starts from a state
+//! both agree on.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
 
 mod common;
@@ -41,8 +57,18 @@ use common::{is_payload, payload};
 const QUEUE: &str = "model";
 /// The model queue's `expire_to`.
 const DEAD: &str = "dead";
+/// The model queue's `dead_letter_to`.
+const POISON: &str = "poison";
 const READER_NAMES: [&str; 3] = ["", "a", "b"];
-/// Every lease in the model times out after this long (on the manual clock).
+/// Whether a move (to `DEAD` or `POISON`) that a call reported survives a power cut when
+/// both queues are `synced`, as docs/storage.md says: the engine meets the target's
+/// durability before it confirms in the source (`QueueCore::move_expired`). Before it
+/// did, the model found the loss at once: `Synced`, `TakeWait { reader: 0, append:
+/// false }`, an `Append` already expired, `Take(0)`, `PowerCut { seed: 0, keep: 0 }`
+/// left `DEAD` without the move (and `deliveries.rs`,
+/// `a_dead_letter_survives_a_power_cut_when_both_queues_are_synced`).
+const MOVES_SURVIVE_SYNCED_CUTS: bool = true;
+/// The queue's `open_timeout` (on the manual clock), in the cases that set one.
 const OPEN_TIMEOUT_MS: u64 = 300;
 
 #[derive(Clone, Debug)]
@@ -65,6 +91,12 @@ enum Op {
     TakeBatch(usize, usize),
     Confirm(usize, usize),
     Release(usize, usize),
+    /// `Reader::touch` on a lease (picked as `Confirm` picks one): its deadline moves to
+    /// that many milliseconds from now, or, with `None`, `open_timeout` from now.
+    Touch(usize, usize, Option<u64>),
+    /// A consumer that fails on an item: a lease of the reader's next item, released at
+    /// once (its count one up; what drives items to `max_deliveries`).
+    Bounce(usize),
     /// Moves the store's clock forward: leases time out, items expire.
     Advance(u64),
     /// Sets the queue's `max_age`, when it is shorter than the one in force (a longer
@@ -135,6 +167,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (r.clone(), 1usize..5).prop_map(|(r, n)| Op::TakeBatch(r, n)),
         5 => (r.clone(), 0usize..4).prop_map(|(r, i)| Op::Confirm(r, i)),
         3 => (r.clone(), 0usize..4).prop_map(|(r, i)| Op::Release(r, i)),
+        2 => (r.clone(), 0usize..4, prop_oneof![Just(None), Just(Some(50u64)), Just(Some(300)), Just(Some(1000))])
+            .prop_map(|(r, i, ms)| Op::Touch(r, i, ms)),
+        3 => r.clone().prop_map(Op::Bounce),
         3 => prop_oneof![Just(100u64), Just(299), Just(300), Just(301), Just(1000)]
             .prop_map(Op::Advance),
         1 => prop_oneof![Just(200u64), Just(500), Just(1500)].prop_map(Op::SetMaxAge),
@@ -167,8 +202,27 @@ struct ModelItem {
 #[derive(Clone, Debug)]
 struct ModelLease {
     seq: u64,
-    /// When it was taken, on the manual clock: it times out `OPEN_TIMEOUT_MS` later.
-    taken_ms: u64,
+    /// When it times out, on the manual clock (none: never).
+    deadline_ms: Option<u64>,
+}
+
+/// How many times an item came back unconfirmed to a reader: the engine's count lies
+/// in `lo..=hi` (one value but after a power cut), and at least `durable` of it
+/// survives a power cut (under `synced`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Count {
+    lo: u32,
+    hi: u32,
+    durable: u32,
+}
+
+/// An item that came back `max_deliveries` times to a reader: it is moved to `POISON`
+/// when the reader's next take reaches it. A full queue's discard can move it before
+/// (`moved_now`: maybe since the store opened; `moved_before`: maybe before).
+#[derive(Clone, Copy, Debug, Default)]
+struct Doomed {
+    moved_now: bool,
+    moved_before: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -183,6 +237,14 @@ struct ModelReader {
     /// The part of `expired` the engine surely had to deliver (not optional ones): when
     /// the cursor passes one, it has moved it to `DEAD`.
     expired_sure: BTreeSet<u64>,
+    /// Return counts of the items that came back unconfirmed, by seq.
+    returns: BTreeMap<u64, Count>,
+    /// Items that came back `max_deliveries` times, not yet passed by the cursor.
+    doomed: BTreeMap<u64, Doomed>,
+    /// The moves to `POISON` since the store opened: at least `dl_lo` (surely made),
+    /// at most `dl_hi` (what may have been); what `stats().dead_lettered` counts.
+    dl_lo: u64,
+    dl_hi: u64,
 }
 
 impl ModelReader {
@@ -192,7 +254,93 @@ impl ModelReader {
 
     /// The most items the engine may count for this reader.
     fn counted_max(&self) -> u64 {
-        self.unconfirmed() + (self.optional.len() + self.expired.len()) as u64
+        self.unconfirmed() + (self.optional.len() + self.expired.len() + self.doomed.len()) as u64
+    }
+
+    fn count(&self, seq: u64) -> Count {
+        self.returns.get(&seq).copied().unwrap_or_default()
+    }
+
+    /// The engine handed out item `seq` (or peeked at it) showing `returns` returns
+    /// (`deliveries` less one; a peek's `deliveries`): checks it, and knows it now.
+    /// `most`: the queue's `max_deliveries`.
+    fn observe(&mut self, seq: u64, returns: u32, most: u32, what: &str) {
+        let c = self.count(seq);
+        assert!(
+            (c.lo..=c.hi).contains(&returns),
+            "{what}: seq {seq} came back {returns} times, expected {}..={}",
+            c.lo,
+            c.hi
+        );
+        assert!(
+            returns < most,
+            "{what}: seq {seq} handed out after it came back {returns} times \
+             (max_deliveries {most})"
+        );
+        if returns > 0 || c.hi > 0 {
+            self.returns.insert(
+                seq,
+                Count {
+                    lo: returns,
+                    hi: returns,
+                    durable: c.durable.min(returns),
+                },
+            );
+        }
+    }
+
+    /// The item `seq` came back unconfirmed once more.
+    fn returned(&mut self, seq: u64) {
+        let c = self.count(seq);
+        self.returns.insert(
+            seq,
+            Count {
+                lo: c.lo + 1,
+                hi: c.hi + 1,
+                durable: c.durable,
+            },
+        );
+    }
+
+    /// Every count is on disk (a `synced` fsync of the queue's journal).
+    fn counts_durable(&mut self) {
+        for c in self.returns.values_mut() {
+            c.durable = c.lo;
+        }
+    }
+
+    /// The store opens again (`cut`: after a `synced` power cut, which can lose the
+    /// counts no fsync covered): doomed items whose count may be lost may come again.
+    fn reopened(&mut self, cut: bool, most: u32) {
+        if cut {
+            for c in self.returns.values_mut() {
+                c.lo = c.durable;
+            }
+            let doomed = std::mem::take(&mut self.doomed);
+            for (seq, d) in doomed {
+                if self.count(seq).lo >= most {
+                    self.doomed.insert(seq, d);
+                } else {
+                    self.optional.insert(seq);
+                }
+            }
+        }
+        for d in self.doomed.values_mut() {
+            d.moved_before |= d.moved_now;
+            d.moved_now = false;
+        }
+        self.dl_lo = 0;
+        // Each move from now on is of an item doomed now or doomed later.
+        self.dl_hi = (self.doomed.len() + self.optional.len()) as u64;
+    }
+
+    /// A reader flush: every item goes; the counters of moves stay.
+    fn flushed(&mut self) {
+        *self = ModelReader {
+            dl_lo: self.dl_lo,
+            dl_hi: self.dl_hi,
+            ..ModelReader::default()
+        };
     }
 
     /// The reader's cursor has passed every seq below `seq` (all, for `None`); returns
@@ -202,6 +350,21 @@ impl ModelReader {
         self.expired = self.expired.split_off(&seq);
         let kept = self.expired_sure.split_off(&seq);
         std::mem::replace(&mut self.expired_sure, kept)
+    }
+
+    /// The reader's cursor has passed every doomed item below `seq` (all, for `None`):
+    /// each was moved to `POISON` then, if not before. Returns them.
+    fn passed_doomed(&mut self, seq: Option<u64>) -> BTreeMap<u64, Doomed> {
+        let seq = seq.unwrap_or(u64::MAX);
+        let kept = self.doomed.split_off(&seq);
+        let gone = std::mem::replace(&mut self.doomed, kept);
+        for (s, d) in &gone {
+            self.returns.remove(s);
+            if !d.moved_before {
+                self.dl_lo += 1;
+            }
+        }
+        gone
     }
 
     /// Item `seq` expired while this reader had it to deliver (`sure`: not optional).
@@ -222,6 +385,7 @@ impl ModelReader {
             self.required.first().copied(),
             self.optional.first().copied(),
             self.expired.first().copied(),
+            self.doomed.keys().next().copied(),
             leased,
         ]
         .into_iter()
@@ -230,15 +394,25 @@ impl ModelReader {
     }
 }
 
-/// How many times an expired item was moved to `DEAD`: at least `min` (the moves a
-/// reader's take surely made), at most `max` (once per reader that had it to deliver
-/// when it expired; a queue with no reader drops expired items, moving none).
+/// How many times an expired item was moved to `DEAD`, or a doomed one to `POISON`: at
+/// least `min` (the moves a reader's take surely made), at most `max` (once per reader
+/// that had it to deliver when it expired, or that it came back to `max_deliveries`
+/// times; a queue with no reader drops expired items, moving none).
 #[derive(Debug, Default)]
 struct Moves {
     len: usize,
     flags: u32,
     min: u64,
     max: u64,
+}
+
+/// The moves of `item` in `moves`.
+fn moves_of<'a>(moves: &'a mut BTreeMap<u64, Moves>, item: &ModelItem) -> &'a mut Moves {
+    moves.entry(item.id).or_insert_with(|| Moves {
+        len: item.len,
+        flags: item.flags,
+        ..Moves::default()
+    })
 }
 
 /// Whether an append fits under the queue's limit (see [`Model::room_for`]).
@@ -263,12 +437,21 @@ struct Model {
     limit: Option<(u64, bool)>,
     /// Moves to `DEAD`, by item id.
     moves: BTreeMap<u64, Moves>,
+    /// Moves to `POISON`, by item id.
+    dead_letters: BTreeMap<u64, Moves>,
     /// The known moves (`Moves::min`) still hold: false after a power cut, which can
-    /// undo a move's confirmation (the item is moved again) or lose the move.
+    /// lose a move (but see [`MOVES_SURVIVE_SYNCED_CUTS`]).
     moves_exact: bool,
     /// The manual clock, in Unix milliseconds.
     now_ms: u64,
     max_age_ms: Option<u64>,
+    /// The queue's `open_timeout`.
+    open_timeout_ms: Option<u64>,
+    /// The queue's `max_deliveries`.
+    max_deliveries: u32,
+    /// The queue is `synced`: a power cut keeps what the fsyncs covered (else the
+    /// model's power cut is a kill, which keeps everything journaled).
+    synced: bool,
 }
 
 impl Model {
@@ -282,10 +465,30 @@ impl Model {
             appended_since_open: 0,
             limit: None,
             moves: BTreeMap::new(),
+            dead_letters: BTreeMap::new(),
             moves_exact: true,
             now_ms,
             max_age_ms: None,
+            open_timeout_ms: Some(OPEN_TIMEOUT_MS),
+            max_deliveries: 2,
+            synced: false,
         }
+    }
+
+    /// A fresh model for the same queue settings (a deleted queue used again): the
+    /// moves out of the old queue stay where they went.
+    fn renewed(&mut self) -> Model {
+        let mut fresh = Model::new(self.now_ms);
+        fresh.next_id = self.next_id;
+        fresh.max_age_ms = self.max_age_ms;
+        fresh.limit = self.limit;
+        fresh.moves = std::mem::take(&mut self.moves);
+        fresh.dead_letters = std::mem::take(&mut self.dead_letters);
+        fresh.moves_exact = self.moves_exact;
+        fresh.open_timeout_ms = self.open_timeout_ms;
+        fresh.max_deliveries = self.max_deliveries;
+        fresh.synced = self.synced;
+        fresh
     }
 
     /// Whether item `seq` has expired: the engine's rule, an item's expiry is the
@@ -353,6 +556,12 @@ impl Model {
         }
         for r in self.readers.values_mut() {
             let over = (r.counted_max() + n).saturating_sub(max) as usize;
+            if over > 0 {
+                // A discard that meets a doomed item moves it on its way.
+                for d in r.doomed.values_mut() {
+                    d.moved_now = true;
+                }
+            }
             let next: Vec<u64> = r
                 .required
                 .iter()
@@ -391,7 +600,10 @@ impl Model {
             let mut readers = 0;
             for r in self.readers.values_mut() {
                 let sure = r.required.remove(&seq);
-                if sure | r.optional.remove(&seq) {
+                // A doomed item expired is moved to `DEAD` when met, unless a discard
+                // moved it to `POISON` before: not sure.
+                let doomed = r.doomed.remove(&seq).is_some();
+                if sure | r.optional.remove(&seq) | doomed {
                     r.expire(seq, sure);
                     readers += 1;
                 }
@@ -403,30 +615,35 @@ impl Model {
     /// Counts `n` moves that may happen for the expired item `seq` (one per reader that
     /// will meet it expired).
     fn may_move(&mut self, seq: u64, n: u64) {
-        let item = &self.items[&seq];
-        let (id, len, flags) = (item.id, item.len, item.flags);
-        self.moves
-            .entry(id)
-            .or_insert_with(|| Moves {
-                len,
-                flags,
-                ..Moves::default()
-            })
-            .max += n;
+        moves_of(&mut self.moves, &self.items[&seq]).max += n;
     }
 
     /// Lease `lease` of reader `name` ended unconfirmed: its item is due again, unless
-    /// it has expired meanwhile.
-    fn lease_ended(&mut self, name: &str, lease: ModelLease) {
-        let expired = self.is_expired(lease.seq);
+    /// it has expired meanwhile, or (`counted`: it came back, its count one up) came
+    /// back `max_deliveries` times. A lease open when the store closes is not counted.
+    fn lease_ended(&mut self, name: &str, lease: ModelLease, counted: bool) {
+        let seq = lease.seq;
+        let expired = self.is_expired(seq);
         if expired {
-            self.may_move(lease.seq, 1);
+            self.may_move(seq, 1);
         }
         let r = self.readers.get_mut(name).expect("reader in model");
+        if counted {
+            r.returned(seq);
+        }
+        let count = r.count(seq);
         if expired {
-            r.expire(lease.seq, true);
+            r.expire(seq, true);
+        } else if count.hi >= self.max_deliveries {
+            r.dl_hi += 1;
+            if count.lo >= self.max_deliveries {
+                r.doomed.insert(seq, Doomed::default());
+            } else {
+                r.optional.insert(seq);
+            }
+            moves_of(&mut self.dead_letters, &self.items[&seq]).max += 1;
         } else {
-            r.required.insert(lease.seq);
+            r.required.insert(seq);
         }
     }
 
@@ -546,12 +763,29 @@ impl Model {
         }
     }
 
-    fn release_all_leases(&mut self) {
+    /// The store opened again after a close or a kill, or (`cut`) a power cut: the
+    /// leases ended without counting, and a `synced` power cut may lose counts.
+    fn reopened(&mut self, cut: bool) {
         let names: Vec<String> = self.readers.keys().cloned().collect();
         for name in names {
             let leases = std::mem::take(&mut self.readers.get_mut(&name).unwrap().leases);
             for (_, lease) in leases {
-                self.lease_ended(&name, lease);
+                self.lease_ended(&name, lease, false);
+            }
+        }
+        let lost = cut && self.synced;
+        for r in self.readers.values_mut() {
+            r.reopened(lost, self.max_deliveries);
+        }
+        self.appended_since_open = 0;
+    }
+
+    /// A release or a confirm waited for an fsync of the journal: under `synced`, every
+    /// count so far survives a power cut.
+    fn journal_synced(&mut self) {
+        if self.synced {
+            for r in self.readers.values_mut() {
+                r.counts_durable();
             }
         }
     }
@@ -562,13 +796,42 @@ impl Model {
             let m = self.readers.get_mut(name).unwrap();
             m.required.remove(&seq);
             m.optional.remove(&seq);
+            m.returns.remove(&seq);
         }
         self.take_passed(name, got);
+    }
+
+    /// Checks the `deliveries` a take or a lease of `seq` by `name` showed (or, `peek`,
+    /// a peek), and knows the item's count from then on.
+    fn delivered(&mut self, name: &str, seq: Option<u64>, deliveries: u32, peek: bool, what: &str) {
+        let Some(seq) = seq else {
+            return;
+        };
+        let returns = if peek {
+            deliveries
+        } else {
+            assert!(
+                deliveries >= 1,
+                "{what}: seq {seq} handed out with deliveries 0"
+            );
+            deliveries - 1
+        };
+        let r = self.readers.get_mut(name).expect("reader in model");
+        r.observe(seq, returns, self.max_deliveries, what);
+    }
+
+    /// The doomed items `name`'s take (or peek) passed on the way to `got`: moved.
+    fn doomed_passed(&mut self, name: &str, got: Option<u64>) {
+        let r = self.readers.get_mut(name).expect("reader in model");
+        for seq in r.passed_doomed(got).into_keys() {
+            moves_of(&mut self.dead_letters, &self.items[&seq]).min += 1;
+        }
     }
 
     /// A take on `name` returned `got` (a seq, or nothing): its cursor has passed
     /// every item below it (every item, for nothing), dropping the expired ones.
     fn take_passed(&mut self, name: &str, got: Option<u64>) {
+        self.doomed_passed(name, got);
         let r = self.readers.get_mut(name).expect("reader in model");
         for seq in r.passed(got) {
             let id = self.items[&seq].id;
@@ -588,11 +851,11 @@ impl Model {
             let r = self.readers.get_mut(&name).unwrap();
             let (due, open) = std::mem::take(&mut r.leases)
                 .into_iter()
-                .partition(|(_, l)| l.taken_ms + OPEN_TIMEOUT_MS <= now);
+                .partition(|(_, l)| l.deadline_ms.is_some_and(|d| d <= now));
             r.leases = open;
             let due: BTreeMap<LeaseId, ModelLease> = due;
             for lease in due.into_values() {
-                self.lease_ended(&name, lease);
+                self.lease_ended(&name, lease, true);
             }
         }
         self.drop_expired();
@@ -605,11 +868,13 @@ struct Engine {
     dir: tempfile::TempDir,
     root: std::path::PathBuf,
     /// The settings of the model's queue that steps change; `expire_to` is always
-    /// `DEAD`, and every other queue (`DEAD`) has the base settings.
+    /// `DEAD`, `dead_letter_to` always `POISON`, and every other queue (`DEAD`,
+    /// `POISON`) has the base settings.
     base: QueueConfig,
     max_age: Option<Duration>,
     /// `max_items` and `discard_old_when_full`.
     limit: Option<(u64, bool)>,
+    max_deliveries: u32,
     store: Option<Store>,
     queue: Option<Queue>,
     /// Records what the fsyncs make durable, for `Op::PowerCut` (synced only).
@@ -619,7 +884,12 @@ struct Engine {
 }
 
 impl Engine {
-    fn open(segment_size_bytes: u64, durability: Durability) -> Engine {
+    fn open(
+        segment_size_bytes: u64,
+        durability: Durability,
+        open_timeout: Option<u64>,
+        max_deliveries: u32,
+    ) -> Engine {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("store");
         std::fs::create_dir(&root).unwrap();
@@ -629,7 +899,7 @@ impl Engine {
         let base = QueueConfig {
             segment_size_bytes,
             durability,
-            open_timeout: Some(Duration::from_millis(OPEN_TIMEOUT_MS)),
+            open_timeout: open_timeout.map(Duration::from_millis),
             ..QueueConfig::default()
         };
         let mut engine = Engine {
@@ -638,6 +908,7 @@ impl Engine {
             base,
             max_age: None,
             limit: None,
+            max_deliveries,
             store: None,
             queue: None,
             power,
@@ -655,6 +926,8 @@ impl Engine {
             max_items,
             discard_old_when_full,
             expire_to: Some(DEAD.to_string()),
+            max_deliveries: Some(self.max_deliveries),
+            dead_letter_to: Some(POISON.to_string()),
             ..base.clone()
         };
         StoreOptions {
@@ -844,9 +1117,87 @@ impl Runner {
                 .take_timeout(TakeMode::Take, wait)
                 .unwrap_or_else(|e| panic!("step {step}: take_timeout: {e}"))
         };
+        let deliveries = got.as_ref().map_or(0, |t| t.deliveries);
         let item = got.map(|t| t.item);
         let seq = self.model.check_next(name, item.as_ref(), "take_timeout");
+        let what = format!("step {step}: take_timeout");
+        self.model.delivered(name, seq, deliveries, false, &what);
         self.model.taken(name, seq);
+    }
+
+    /// Confirms or releases lease `i` of reader `r` (counted round its open leases; the
+    /// newest, for `None`); on a reader with none open, asks about an id never handed
+    /// out. Every other step releases with `release_nowait`, which does not wait for
+    /// the count's fsync.
+    fn end_lease(&mut self, r: usize, i: Option<usize>, confirm: bool) {
+        let step = self.step;
+        let name = self.name(r);
+        let reader = self.engine.reader(name);
+        self.model.ensure_reader(name);
+        let m = self.model.readers.get_mut(name).unwrap();
+        let pick = match i {
+            _ if m.leases.is_empty() => None,
+            Some(i) => m.leases.keys().nth(i % m.leases.len()).copied(),
+            None => m.leases.keys().next_back().copied(),
+        };
+        let id = pick.unwrap_or(LeaseId(u64::MAX - i.unwrap_or(0) as u64));
+        let wait = confirm || step.is_multiple_of(2);
+        let found = if confirm {
+            reader.confirm(id)
+        } else if wait {
+            reader.release(id)
+        } else {
+            reader.release_nowait(id)
+        }
+        .unwrap_or_else(|e| panic!("step {step}: confirm/release: {e}"));
+        assert_eq!(
+            found,
+            pick.is_some(),
+            "step {step}: {} of lease {id:?} on reader {name:?}",
+            if confirm { "confirm" } else { "release" }
+        );
+        if let Some(id) = pick {
+            let lease = m.leases.remove(&id).unwrap();
+            if confirm {
+                m.returns.remove(&lease.seq);
+            } else {
+                self.model.lease_ended(name, lease, true);
+            }
+            if wait {
+                // Under `synced`, the confirm or release waited for the journal's fsync.
+                self.model.journal_synced();
+            }
+        }
+    }
+
+    /// `Op::Touch`: moves a lease's deadline (on a reader with none open, asks about an
+    /// id never handed out).
+    fn touch(&mut self, r: usize, i: usize, extend_ms: Option<u64>) {
+        let step = self.step;
+        let name = self.name(r);
+        let reader = self.engine.reader(name);
+        self.model.ensure_reader(name);
+        let deadline_ms = extend_ms
+            .or(self.model.open_timeout_ms)
+            .map(|t| self.model.now_ms + t);
+        let m = self.model.readers.get_mut(name).unwrap();
+        let pick = if m.leases.is_empty() {
+            None
+        } else {
+            m.leases.keys().nth(i % m.leases.len()).copied()
+        };
+        let id = pick.unwrap_or(LeaseId(u64::MAX - i as u64));
+        let found = reader
+            .touch(id, extend_ms.map(Duration::from_millis))
+            .unwrap_or_else(|e| panic!("step {step}: touch: {e}"));
+        assert_eq!(
+            found,
+            pick.is_some(),
+            "step {step}: touch of lease {id:?} on reader {name:?}"
+        );
+        if let Some(id) = pick {
+            m.leases.get_mut(&id).unwrap().deadline_ms = deadline_ms;
+        }
     }
 
     fn apply(&mut self, op: &Op) {
@@ -887,10 +1238,22 @@ impl Runner {
                 let name = self.name(*r);
                 let reader = self.engine.reader(name);
                 self.model.ensure_reader(name);
-                let got = reader
-                    .take()
-                    .unwrap_or_else(|e| panic!("step {step}: take: {e}"));
-                let seq = self.model.check_next(name, got.as_ref(), "take");
+                // Every other step through `take_mode`, which shows `deliveries`.
+                let got = if step.is_multiple_of(2) {
+                    reader.take().map(|i| i.map(|item| (item, None)))
+                } else {
+                    reader
+                        .take_mode(TakeMode::Take)
+                        .map(|t| t.map(|t| (t.item, Some(t.deliveries))))
+                }
+                .unwrap_or_else(|e| panic!("step {step}: take: {e}"));
+                let seq = self
+                    .model
+                    .check_next(name, got.as_ref().map(|g| &g.0), "take");
+                if let Some((_, Some(deliveries))) = got {
+                    let what = format!("step {step}: take");
+                    self.model.delivered(name, seq, deliveries, false, &what);
+                }
                 self.model.taken(name, seq);
             }
             Op::TakeBatch(r, n) => {
@@ -924,18 +1287,16 @@ impl Runner {
                 self.model.take_passed(name, seq);
                 if let Some(seq) = seq {
                     let lease = got.unwrap();
+                    let what = format!("step {step}: take_leased");
+                    self.model
+                        .delivered(name, Some(seq), lease.deliveries, false, &what);
+                    let deadline_ms = self.model.open_timeout_ms.map(|t| self.model.now_ms + t);
                     let m = self.model.readers.get_mut(name).unwrap();
                     m.required.remove(&seq);
                     m.optional.remove(&seq);
                     let fresh = m
                         .leases
-                        .insert(
-                            lease.id,
-                            ModelLease {
-                                seq,
-                                taken_ms: self.model.now_ms,
-                            },
-                        )
+                        .insert(lease.id, ModelLease { seq, deadline_ms })
                         .is_none();
                     assert!(
                         fresh,
@@ -948,10 +1309,25 @@ impl Runner {
                 let name = self.name(*r);
                 let reader = self.engine.reader(name);
                 self.model.ensure_reader(name);
-                let got = reader
-                    .peek()
-                    .unwrap_or_else(|e| panic!("step {step}: peek: {e}"));
-                if let Some(seq) = self.model.check_next(name, got.as_ref(), "peek") {
+                // Every other step through `take_mode`, which shows `deliveries`.
+                let got = if step.is_multiple_of(2) {
+                    reader.peek().map(|i| i.map(|item| (item, None)))
+                } else {
+                    reader
+                        .take_mode(TakeMode::Peek)
+                        .map(|t| t.map(|t| (t.item, Some(t.deliveries))))
+                }
+                .unwrap_or_else(|e| panic!("step {step}: peek: {e}"));
+                let seq = self
+                    .model
+                    .check_next(name, got.as_ref().map(|g| &g.0), "peek");
+                if let Some((_, Some(deliveries))) = got {
+                    let what = format!("step {step}: peek");
+                    self.model.delivered(name, seq, deliveries, true, &what);
+                }
+                // A peek moves the doomed items it meets as a take does.
+                self.model.doomed_passed(name, seq);
+                if let Some(seq) = seq {
                     // Peeked: the engine has committed to delivering it next.
                     let m = self.model.readers.get_mut(name).unwrap();
                     if m.optional.remove(&seq) {
@@ -959,38 +1335,13 @@ impl Runner {
                     }
                 }
             }
-            Op::Confirm(r, i) | Op::Release(r, i) => {
-                let confirm = matches!(op, Op::Confirm(..));
-                let name = self.name(*r);
-                let reader = self.engine.reader(name);
-                self.model.ensure_reader(name);
-                let m = self.model.readers.get_mut(name).unwrap();
-                let pick = if m.leases.is_empty() {
-                    None
-                } else {
-                    m.leases.keys().nth(i % m.leases.len()).copied()
-                };
-                // With no lease open, ask about an id the reader never handed out.
-                let id = pick.unwrap_or(LeaseId(u64::MAX - *i as u64));
-                let found = if confirm {
-                    reader.confirm(id)
-                } else {
-                    reader.release(id)
-                }
-                .unwrap_or_else(|e| panic!("step {step}: confirm/release: {e}"));
-                assert_eq!(
-                    found,
-                    pick.is_some(),
-                    "step {step}: {} of lease {id:?} on reader {name:?}",
-                    if confirm { "confirm" } else { "release" }
-                );
-                if let Some(id) = pick {
-                    let lease = m.leases.remove(&id).unwrap();
-                    if !confirm {
-                        self.model.lease_ended(name, lease);
-                    }
-                }
+            Op::Confirm(r, i) => self.end_lease(*r, Some(*i), true),
+            Op::Release(r, i) => self.end_lease(*r, Some(*i), false),
+            Op::Bounce(r) => {
+                self.apply(&Op::TakeLeased(*r));
+                self.end_lease(*r, None, false);
             }
+            Op::Touch(r, i, extend_ms) => self.touch(*r, *i, *extend_ms),
             Op::Advance(ms) => {
                 self.engine.clock.advance(Duration::from_millis(*ms));
                 self.model.advance(*ms);
@@ -1030,13 +1381,7 @@ impl Runner {
                     .unwrap_or_else(|e| panic!("step {step}: delete_queue: {e}"));
                 assert!(existed, "step {step}: delete_queue found no queue");
                 self.engine.queue = Some(store.queue(QUEUE).expect("queue after delete"));
-                let mut fresh = Model::new(self.model.now_ms);
-                fresh.next_id = self.model.next_id;
-                fresh.max_age_ms = self.model.max_age_ms;
-                fresh.limit = self.model.limit;
-                fresh.moves = std::mem::take(&mut self.model.moves);
-                fresh.moves_exact = self.model.moves_exact;
-                self.model = fresh;
+                self.model = self.model.renewed();
             }
             Op::FlushReader(r) => {
                 let name = self.name(*r);
@@ -1051,7 +1396,7 @@ impl Runner {
                     (low..=high).contains(&n),
                     "step {step}: flush of reader {name:?} dropped {n}, expected {low}..={high}"
                 );
-                *m = ModelReader::default();
+                m.flushed();
             }
             Op::FlushQueue => {
                 let n = self
@@ -1084,7 +1429,7 @@ impl Runner {
                     "step {step}: queue flush dropped {n}, expected {low}..={high}"
                 );
                 for r in self.model.readers.values_mut() {
-                    *r = ModelReader::default();
+                    r.flushed();
                 }
                 self.model.items.clear();
                 self.model.head = self.model.last_seq + 1;
@@ -1111,34 +1456,40 @@ impl Runner {
             }
             Op::PowerCut { seed, keep } => {
                 self.engine.power_cut(*seed, *keep);
-                self.model.moves_exact = false;
-                self.model.release_all_leases();
-                self.model.appended_since_open = 0;
+                // A move a call reported survives a kill; a power cut keeps it only
+                // between `synced` queues, once the engine waits for the target's fsync.
+                self.model.moves_exact &= MOVES_SURVIVE_SYNCED_CUTS && self.model.synced;
+                self.model.reopened(true);
             }
             Op::Reopen { close } => {
                 self.engine.reopen(*close);
-                self.model.release_all_leases();
-                self.model.appended_since_open = 0;
+                self.model.reopened(false);
             }
         }
         self.model.advance_head();
     }
 
-    /// `DEAD` holds only expired items of the model's queue, intact, each as many
-    /// times as it can have been moved (see [`Moves`]). Items are compared by what
-    /// can be told apart: content and flags (two empty items of a batch cannot).
+    /// `DEAD` holds only expired items of the model's queue, and `POISON` only doomed
+    /// ones, intact, each as many times as it can have been moved (see [`Moves`]).
+    /// Items are compared by what can be told apart: content and flags (two empty
+    /// items of a batch cannot).
     fn check_dead(&self, op: &Op) {
+        self.check_moved(op, DEAD, &self.model.moves);
+        self.check_moved(op, POISON, &self.model.dead_letters);
+    }
+
+    fn check_moved(&self, op: &Op, target: &str, moves: &BTreeMap<u64, Moves>) {
         let step = self.step;
         let store = self.engine.store.as_ref().unwrap();
         let mut held: BTreeMap<(Vec<u8>, u32), u64> = BTreeMap::new();
-        if let Some(dead) = store.existing_queue(DEAD).expect("dead queue") {
+        if let Some(dead) = store.existing_queue(target).expect("target queue") {
             for item in dead.iter().expect("iter dead") {
                 let item = item.unwrap_or_else(|e| panic!("step {step}: dead item: {e}"));
                 *held.entry((item.data.to_vec(), item.flags)).or_default() += 1;
             }
         }
         let mut bounds: BTreeMap<(Vec<u8>, u32), (u64, u64)> = BTreeMap::new();
-        for (&id, m) in &self.model.moves {
+        for (&id, m) in moves {
             let b = bounds.entry((payload(id, m.len), m.flags)).or_default();
             b.0 += if self.model.moves_exact { m.min } else { 0 };
             b.1 += m.max;
@@ -1146,20 +1497,20 @@ impl Runner {
         for (key, &n) in &held {
             let Some(&(_, max)) = bounds.get(key) else {
                 panic!(
-                    "step {step} ({op:?}): {DEAD} holds an item ({} bytes) that never expired",
+                    "step {step} ({op:?}): {target} holds an item ({} bytes) never moved there",
                     key.0.len()
                 );
             };
             assert!(
                 n <= max,
-                "step {step} ({op:?}): {DEAD} holds an item {n} times, at most {max} moves"
+                "step {step} ({op:?}): {target} holds an item {n} times, at most {max} moves"
             );
         }
         for (key, &(min, _)) in &bounds {
             let n = held.get(key).copied().unwrap_or(0);
             assert!(
                 n >= min,
-                "step {step} ({op:?}): {DEAD} holds an item {n} times, but {min} moves were made"
+                "step {step} ({op:?}): {target} holds an item {n} times, but {min} moves were made"
             );
         }
     }
@@ -1204,7 +1555,20 @@ impl Runner {
                 "step {step}: reader {:?} open_leases",
                 r.name
             );
+            assert!(
+                (m.dl_lo..=m.dl_hi).contains(&r.dead_lettered),
+                "step {step} ({op:?}): reader {:?} dead_lettered {}, expected {}..={}",
+                r.name,
+                r.dead_lettered,
+                m.dl_lo,
+                m.dl_hi
+            );
         }
+        assert_eq!(
+            stats.dead_lettered,
+            stats.readers.iter().map(|r| r.dead_lettered).sum::<u64>(),
+            "step {step}: queue dead_lettered"
+        );
         assert_eq!(
             stats.readers.len(),
             model.readers.len(),
@@ -1288,10 +1652,31 @@ impl Runner {
     }
 }
 
-fn run(segment_size_bytes: u64, durability: Durability, n_readers: usize, ops: &[Op]) {
-    let engine = Engine::open(segment_size_bytes, durability);
+/// How a case sets up the model's queue besides its steps.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    segment_size_bytes: u64,
+    durability: Durability,
+    /// The queue sets `open_timeout` (else only touched leases time out).
+    timeouts: bool,
+    max_deliveries: u32,
+}
+
+fn run(setup: Setup, n_readers: usize, ops: &[Op]) {
+    let Setup {
+        segment_size_bytes,
+        durability,
+        timeouts,
+        max_deliveries,
+    } = setup;
+    let open_timeout = timeouts.then_some(OPEN_TIMEOUT_MS);
+    let engine = Engine::open(segment_size_bytes, durability, open_timeout, max_deliveries);
+    let mut model = Model::new(engine.clock.now_ms());
+    model.open_timeout_ms = open_timeout;
+    model.max_deliveries = max_deliveries;
+    model.synced = durability == Durability::Synced;
     let mut runner = Runner {
-        model: Model::new(engine.clock.now_ms()),
+        model,
         engine,
         n_readers,
         step: 0,
@@ -1347,10 +1732,13 @@ proptest! {
             Just(Durability::Buffered),
             Just(Durability::Synced),
         ],
+        timeouts in proptest::bool::weighted(0.75),
+        max_deliveries in 2u32..=3,
         n_readers in 1usize..=3,
         ops in proptest::collection::vec(op(), 1..120),
     ) {
-        run(segment_size_bytes, durability, n_readers, &ops);
+        let setup = Setup { segment_size_bytes, durability, timeouts, max_deliveries };
+        run(setup, n_readers, &ops);
     }
 }
 
@@ -1371,10 +1759,13 @@ proptest! {
             Just(Durability::Buffered),
             Just(Durability::Synced),
         ],
+        timeouts in proptest::bool::weighted(0.75),
+        max_deliveries in 2u32..=3,
         n_readers in 1usize..=3,
         ops in proptest::collection::vec(op(), 1..120),
     ) {
-        run(segment_size_bytes, durability, n_readers, &ops);
+        let setup = Setup { segment_size_bytes, durability, timeouts, max_deliveries };
+        run(setup, n_readers, &ops);
     }
 }
 
@@ -1412,6 +1803,16 @@ fn fixed_sequence_with_rollover_and_reopen() {
     ops.push(Op::TakeBatch(0, 4));
     ops.push(Op::FlushReader(0));
     ops.push(Op::Peek(1));
-    run(4096, Durability::default(), 2, &ops.clone());
-    run(4096, Durability::Buffered, 2, &ops);
+    let setup = Setup {
+        segment_size_bytes: 4096,
+        durability: Durability::default(),
+        timeouts: true,
+        max_deliveries: 3,
+    };
+    run(setup, 2, &ops.clone());
+    let buffered = Setup {
+        durability: Durability::Buffered,
+        ..setup
+    };
+    run(buffered, 2, &ops);
 }

@@ -25,6 +25,10 @@
 //! `buffered`: all before the last completed `sync`); no confirmed item delivered
 //! again under the same rules; in `synced` mode, batches all or none.
 //!
+//! A second, fixed case cuts the power after an item came back twice to a reader, once
+//! fsync'ed and once not: every image counts the fsync'ed return, may lose the other,
+//! never counts more, and its journal still takes (and keeps) a confirmation.
+//!
 //! `WEIR_POWER_CUTS=N` sets the cuts per mode (default 80, so 240 per run);
 //! `scripts/soak` runs thousands.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)] // tests: a failure is a panic
@@ -381,4 +385,80 @@ fn power_cuts_periodic() {
 #[test]
 fn power_cuts_buffered() {
     power_cuts("buffered");
+}
+
+// --- Delivery counts ------------------------------------------------------------------
+
+/// Power cuts after an item came back twice: once fsync'ed (a `synced` release waits
+/// for it; the other modes by `Store::sync`), once not (`release_nowait`). Every image
+/// opens, hands the item out intact with the fsync'ed return counted and never more
+/// than the two (the second may be lost), and takes a confirmation that a reopen keeps:
+/// a torn count record does not corrupt the journal. Returns the deliveries seen.
+fn return_counts_across_cuts(mode: &str) -> HashSet<u32> {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("store");
+    fs::create_dir(&root).unwrap();
+    let power = PowerCut::install(&root);
+    let store = Store::open_with(&root, options(mode)).unwrap();
+    let q = store.queue(QUEUE).unwrap();
+    let r = q.reader("").unwrap();
+    let sync = AppendOptions {
+        sync: true,
+        ..AppendOptions::default()
+    };
+    q.append(&payload(1, 100), sync).unwrap();
+    store.sync().unwrap();
+    let first = r.take_leased().unwrap().unwrap();
+    assert!(r.release(first.id).unwrap());
+    if mode != "synced" {
+        store.sync().unwrap();
+    }
+    let second = r.take_leased().unwrap().unwrap();
+    assert_eq!(second.deliveries, 2);
+    assert!(r.release_nowait(second.id).unwrap());
+    let mut seen = HashSet::new();
+    let mut rng = StdRng::seed_from_u64(7);
+    for i in 0..24 {
+        let keep = [0.0, 0.5, 1.0][i % 3];
+        let image = work.path().join(format!("cut-{i}"));
+        power.cut(&mut rng, keep, &image, || ()).unwrap();
+        {
+            let cut = Store::open_with(&image, options(mode))
+                .unwrap_or_else(|e| panic!("{mode}: no store after a cut: {e}"));
+            let r = cut.queue(QUEUE).unwrap().reader("").unwrap();
+            let l = r.take_leased().unwrap().expect("the item after a cut");
+            assert!(is_payload(&l.item.data, 1, 100), "{mode}: item corrupted");
+            assert!(
+                (2..=3).contains(&l.deliveries),
+                "{mode}: keep {keep}: deliveries {} after a cut, expected 2 (the fsync'ed \
+                 return) or 3",
+                l.deliveries
+            );
+            seen.insert(l.deliveries);
+            assert!(r.confirm(l.id).unwrap());
+            drop(r);
+            cut.close().unwrap();
+        }
+        let again = Store::open_with(&image, options(mode)).unwrap();
+        let r = again.queue(QUEUE).unwrap().reader("").unwrap();
+        assert!(
+            r.take().unwrap().is_none(),
+            "{mode}: the confirmation after a cut did not hold"
+        );
+        drop(r);
+        again.close().unwrap();
+        fs::remove_dir_all(&image).unwrap();
+    }
+    drop((q, r));
+    store.close().unwrap();
+    drop(power);
+    seen
+}
+
+#[test]
+fn return_counts_survive_power_cuts_once_fsynced() {
+    for mode in ["synced", "periodic", "buffered"] {
+        let seen = return_counts_across_cuts(mode);
+        println!("{mode}: deliveries after a cut: {seen:?}");
+    }
 }

@@ -264,9 +264,13 @@ impl QueueCore {
                     // A `buffered` target writes what it staged before this queue
                     // confirms: the confirmation must not survive a kill that the
                     // moved item would not.
+                    // The target's own durability is met before this queue
+                    // confirms: a power cut must not keep the confirmation without
+                    // the item (a synced target fsyncs it here).
                     let appended = q
                         .append_batch(&[&m.item.data[..]], options)
-                        .and_then(|_| q.write_staged());
+                        .and_then(|(_, ticket)| q.wait_durable(ticket))
+                        .and_then(|()| q.write_staged());
                     match appended {
                         Ok(()) => true,
                         Err(e) => self.move_failed(target, &e),
