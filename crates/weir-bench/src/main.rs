@@ -3,7 +3,8 @@
 //!
 //! Subcommands: `flood`, `packing`, `packing-unpacking`, `mem-rss` (any memcache-protocol
 //! server, `--target NAME=HOST:PORT` or `--spawn weir|memcached`), `library` (the engine
-//! in-process), `all`, and `cluster` (weir front doors on a NATS JetStream cluster it
+//! in-process), `beanstalk` (any beanstalkd-protocol server, or Debian's beanstalkd
+//! spawned in its durability modes), `all`, and `cluster` (weir front doors on a NATS JetStream cluster it
 //! starts, against `nats bench` on the same cluster). Each prints a table per benchmark on stdout and leaves JSON,
 //! CSV and a PNG chart in `--out DIR`. Every knob is a flag whose default is the seeds'
 //! value; `--quick` scales everything down for a smoke run.
@@ -15,6 +16,10 @@
 // The flags' doc comments are clap's help, where `[1024]` is a default, not a link.
 #![allow(rustdoc::broken_intra_doc_links)]
 
+mod beanstalk;
+mod beanstalk_backlog;
+mod beanstalk_proto;
+mod beanstalk_server;
 mod bus;
 mod bus_http;
 mod bus_scale;
@@ -104,6 +109,14 @@ enum Cmd {
         #[command(flatten)]
         lib: LibraryArgs,
     },
+    /// beanstalkd's work queue: put + reserve + delete at 1, 10, 100 connections,
+    /// memory with 1,000,000 ready and delayed jobs, restart on the binlog.
+    Beanstalk {
+        #[command(flatten)]
+        common: BsCommon,
+        #[command(flatten)]
+        bs: BeanstalkArgs,
+    },
     /// Every benchmark above, in order (spawned servers are fresh for each).
     All {
         #[command(flatten)]
@@ -129,6 +142,10 @@ enum Cmd {
         /// Skip packing-unpacking (hours at the seeds' size).
         #[arg(long)]
         skip_packing_unpacking: bool,
+        /// Skip the beanstalk step (it runs on spawned beanstalkd servers, and says
+        /// so and is skipped when beanstalkd is not installed).
+        #[arg(long)]
+        skip_beanstalk: bool,
     },
     /// The event bus by the seed's method: ingestion vs a bare HTTP server, publish
     /// latency, delivery latency, the 240-connection run, memory with a backlog.
@@ -207,6 +224,90 @@ struct Common {
     /// TrueType font for the charts (default: DejaVu Sans from fonts-dejavu-core).
     #[arg(long, value_name = "FILE")]
     font: Option<PathBuf>,
+}
+
+/// The servers and output of `beanstalk` (its own: the kinds it spawns differ).
+#[derive(Args, Clone)]
+struct BsCommon {
+    /// A server that speaks beanstalkd's protocol, NAME=HOST:PORT (repeatable).
+    #[arg(long = "target", value_name = "NAME=HOST:PORT")]
+    targets: Vec<String>,
+    /// The pid of a --target's server, NAME=PID, for RSS and server CPU time.
+    #[arg(long = "pid", value_name = "NAME=PID")]
+    pids: Vec<String>,
+    /// Spawn beanstalkd on a free loopback port with a fresh binlog directory:
+    /// beanstalkd-f1000 (-f 1000), beanstalkd-f0 (-f 0), beanstalkd-nobinlog
+    /// (repeatable) [all three when no --target is given].
+    #[arg(long = "spawn", value_name = "KIND")]
+    spawn: Vec<beanstalk_server::BsKind>,
+    /// The beanstalkd binary (default: on PATH, else /usr/bin/beanstalkd).
+    #[arg(long, value_name = "PATH")]
+    beanstalkd_bin: Option<PathBuf>,
+    /// Where spawned servers' temporary directories go (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    work_dir: Option<PathBuf>,
+    /// Output directory for JSON, CSV and PNG files.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    out: PathBuf,
+    /// Scale everything down (a smoke run of seconds).
+    #[arg(long)]
+    quick: bool,
+    /// TrueType font for the charts (default: DejaVu Sans from fonts-dejavu-core).
+    #[arg(long, value_name = "FILE")]
+    font: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+struct BeanstalkArgs {
+    /// Connection counts [1,10,100; quick: 1,10].
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...")]
+    connections: Option<Vec<usize>>,
+    /// Jobs (put + reserve + delete) per step at most, split over the connections
+    /// [200000; quick: 2000].
+    #[arg(long, value_name = "N")]
+    jobs: Option<u64>,
+    /// Seconds per step at most (fsync-bound servers end here) [10; quick: 1].
+    #[arg(long, value_name = "S")]
+    seconds: Option<f64>,
+    /// Job size [100].
+    #[arg(long, value_name = "BYTES", default_value_t = 100)]
+    size: usize,
+    /// Rounds per connection count, the targets' order reversed every other round;
+    /// the summary is the median [3; quick: 1].
+    #[arg(long, value_name = "N")]
+    rounds: Option<usize>,
+    /// Jobs queued for the memory and restart steps; 0 skips them [1000000; quick: 10000].
+    #[arg(long, value_name = "N")]
+    backlog: Option<u64>,
+    /// Delay of the delayed jobs, seconds [3600].
+    #[arg(long, value_name = "S", default_value_t = 3600)]
+    delay: u32,
+    /// Skip the restart measurement.
+    #[arg(long)]
+    skip_restart: bool,
+}
+
+impl BeanstalkArgs {
+    fn resolve(&self, quick: bool) -> beanstalk::BeanstalkParams {
+        beanstalk::BeanstalkParams {
+            connections: self.connections.clone().unwrap_or_else(|| {
+                if quick {
+                    vec![1, 10]
+                } else {
+                    vec![1, 10, 100]
+                }
+            }),
+            jobs: self.jobs.unwrap_or(if quick { 2_000 } else { 200_000 }),
+            seconds: self.seconds.unwrap_or(if quick { 1.0 } else { 10.0 }),
+            size: self.size,
+            rounds: self.rounds.unwrap_or(if quick { 1 } else { 3 }).max(1),
+            backlog: self
+                .backlog
+                .unwrap_or(if quick { 10_000 } else { 1_000_000 }),
+            delay_seconds: self.delay,
+            skip_restart: self.skip_restart,
+        }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -841,6 +942,7 @@ fn run_all_command(
         skip_library,
         skip_queues,
         skip_packing_unpacking,
+        skip_beanstalk,
     } = command
     else {
         return Ok(());
@@ -853,6 +955,7 @@ fn run_all_command(
         rss: rss.resolve(q),
         lib: (!skip_library).then(|| lib.resolve(q)),
         queues: (!skip_queues).then(|| queues.resolve(q)),
+        beanstalk: (!skip_beanstalk).then(|| BeanstalkArgs::seeds().resolve(q)),
     };
     run_all(runtime, &common, &all, progress, failures)
 }
@@ -884,6 +987,18 @@ fn dispatch(
         Cmd::Library { common, lib } => {
             let p = lib.resolve(common.quick);
             run_library(&common, &p, progress, failures)?;
+        }
+        Cmd::Beanstalk { common, bs } => {
+            let p = bs.resolve(common.quick);
+            let servers = beanstalk_servers(&common)?;
+            run_beanstalk(
+                runtime,
+                &common.as_common(),
+                &servers,
+                &p,
+                progress,
+                failures,
+            )?;
         }
         Cmd::Queues { common, queues } => {
             let p = queues.resolve(common.quick);
@@ -970,6 +1085,7 @@ struct AllParams {
     rss: mem_rss::MemRssParams,
     lib: Option<library::LibraryParams>,
     queues: Option<queues::QueuesParams>,
+    beanstalk: Option<beanstalk::BeanstalkParams>,
 }
 
 /// `all`: every benchmark in turn.
@@ -992,6 +1108,22 @@ fn run_all(
     if let Some(queues) = &all.queues {
         run_queues(runtime, common, queues, progress)?;
     }
+    if let Some(p) = &all.beanstalk {
+        // Its servers are beanstalkd's (weir's door joins when it lands), spawned
+        // when installed; without beanstalkd the step says so and is skipped.
+        match beanstalk_server::find_beanstalkd(None) {
+            Ok(bin) => {
+                let servers = beanstalk::Servers {
+                    bin: Some(bin),
+                    kinds: beanstalk_server::DEFAULT_KINDS.to_vec(),
+                    work_dir: common.work_dir.clone(),
+                    external: Vec::new(),
+                };
+                run_beanstalk(runtime, common, &servers, p, progress, failures)?;
+            }
+            Err(e) => println!("== beanstalk: skipped: {e:#} ==\n"),
+        }
+    }
     Ok(())
 }
 
@@ -1011,6 +1143,136 @@ fn start_runtime() -> Result<tokio::runtime::Runtime> {
         }
     });
     Ok(runtime)
+}
+
+impl BeanstalkArgs {
+    /// The flags' defaults (for `all`, which does not take them).
+    fn seeds() -> BeanstalkArgs {
+        BeanstalkArgs {
+            connections: None,
+            jobs: None,
+            seconds: None,
+            size: 100,
+            rounds: None,
+            backlog: None,
+            delay: 3600,
+            skip_restart: false,
+        }
+    }
+}
+
+impl BsCommon {
+    /// The output options in the shape the report writers take.
+    fn as_common(&self) -> Common {
+        Common {
+            targets: Vec::new(),
+            pids: Vec::new(),
+            data_dirs: Vec::new(),
+            spawn: Vec::new(),
+            weir_bin: None,
+            memcached_bin: None,
+            weir_args: Vec::new(),
+            work_dir: self.work_dir.clone(),
+            out: self.out.clone(),
+            quick: self.quick,
+            font: self.font.clone(),
+        }
+    }
+}
+
+/// The servers of `beanstalk`: the kinds to spawn (all three beanstalkd modes when
+/// neither --spawn nor --target is given) and the given ones.
+fn beanstalk_servers(common: &BsCommon) -> Result<beanstalk::Servers> {
+    let kinds = if common.spawn.is_empty() && common.targets.is_empty() {
+        beanstalk_server::DEFAULT_KINDS.to_vec()
+    } else {
+        common.spawn.clone()
+    };
+    let bin = if kinds.is_empty() {
+        None
+    } else {
+        Some(beanstalk_server::find_beanstalkd(
+            common.beanstalkd_bin.as_deref(),
+        )?)
+    };
+    let mut external = Vec::new();
+    for t in &common.targets {
+        let (name, addr) = parse_named(t).map_err(anyhow::Error::msg)?;
+        let mut pid = None;
+        for item in &common.pids {
+            let (n, v) = parse_named(item).map_err(anyhow::Error::msg)?;
+            if n == name {
+                let p = v
+                    .parse::<u32>()
+                    .with_context(|| format!("--pid {name}={v}: not a pid"))?;
+                if !sys::process_exists(p) {
+                    bail!("--pid {name}={p}: no such process");
+                }
+                pid = Some(p);
+            }
+        }
+        external.push((name, resolve(&addr)?, pid));
+    }
+    let mut names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    names.extend(external.iter().map(|(n, _, _)| n.as_str()));
+    let count = names.len();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() != count {
+        bail!("two beanstalk targets share a name; spawn each kind once and give each --target a distinct NAME");
+    }
+    Ok(beanstalk::Servers {
+        bin,
+        kinds,
+        work_dir: common.work_dir.clone(),
+        external,
+    })
+}
+
+fn run_beanstalk(
+    runtime: &tokio::runtime::Runtime,
+    common: &Common,
+    servers: &beanstalk::Servers,
+    p: &beanstalk::BeanstalkParams,
+    progress: &Progress,
+    failures: &mut Vec<String>,
+) -> Result<()> {
+    let reports = beanstalk::run(runtime, servers, p, &progress.steps, &progress.fill)?;
+    let charts = [
+        ChartSpec {
+            file: "beanstalk",
+            title: "beanstalk: put + reserve + delete, 100 B jobs (median of rounds)",
+            x_label: "connections",
+            y_label: "jobs per second",
+            x_key: "connections",
+            y_key: "ops/s",
+            y_div: 1.0,
+            series_key: "target",
+            log_y: true,
+        },
+        ChartSpec {
+            file: "beanstalk-rss",
+            title: "beanstalk: server RSS with a backlog of jobs",
+            x_label: "jobs queued",
+            y_label: "RSS (MiB)",
+            x_key: "state",
+            y_key: "rss_bytes",
+            y_div: 1024.0 * 1024.0,
+            series_key: "target",
+            log_y: false,
+        },
+    ];
+    // Without a pid (a --target without --pid) there is no RSS to chart.
+    let has_rss = |r: &Report| {
+        r.rows
+            .iter()
+            .any(|row| row.get("rss_bytes").and_then(|c| c.as_f64()).is_some())
+    };
+    let charts: Vec<ChartSpec> = charts
+        .into_iter()
+        .filter(|c| c.file != "beanstalk-rss" || reports.iter().any(has_rss))
+        .collect();
+    emit_all(common, &reports, &charts, failures)
 }
 
 fn run_flood(

@@ -39,7 +39,7 @@ pub fn payload(size: usize) -> Vec<u8> {
     (0..size).map(|i| b'a' + (i % 26) as u8).collect()
 }
 
-fn preview(bytes: &[u8]) -> String {
+pub(crate) fn preview(bytes: &[u8]) -> String {
     let shown = &bytes[..bytes.len().min(120)];
     let mut s = String::from_utf8_lossy(shown).into_owned();
     if bytes.len() > shown.len() {
@@ -129,6 +129,43 @@ impl ReplyBuf {
             self.start = self.end;
             self.fill(r).await?;
         }
+    }
+
+    /// The next reply line without its `\r\n`; consumed. For the clients of other
+    /// line protocols (beanstalkd's).
+    pub(crate) async fn next_line<R: AsyncRead + Unpin>(&mut self, r: &mut R) -> Result<&[u8]> {
+        let (s, e) = self.line(r).await?;
+        Ok(&self.buf[s..e])
+    }
+
+    /// The next `n` bytes (a data block), in one piece; consumed. The buffer grows to
+    /// hold a block larger than itself.
+    pub(crate) async fn block<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        n: usize,
+    ) -> Result<&[u8]> {
+        while self.end - self.start < n {
+            if self.buf.len() - self.start < n {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+                if self.buf.len() < n {
+                    let grown = n.max(self.buf.len() * 2);
+                    self.buf.resize(grown, 0);
+                }
+            }
+            self.fill(r).await?;
+        }
+        let s = self.start;
+        self.start += n;
+        Ok(&self.buf[s..s + n])
+    }
+
+    /// Whether every byte read so far has been consumed.
+    #[cfg(test)]
+    pub(crate) fn is_drained(&self) -> bool {
+        self.start == self.end
     }
 
     /// Reads a `set` reply; anything but `STORED` is an error.
@@ -339,7 +376,7 @@ pub enum Pipelined {
     Get,
 }
 
-async fn write_repeated<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_repeated<W: AsyncWrite + Unpin>(
     w: &mut W,
     request: &[u8],
     count: u64,

@@ -37,6 +37,21 @@ pub fn kill_all_children() {
     }
 }
 
+/// Records a child spawned elsewhere (the beanstalk suite's servers) so that Ctrl-C
+/// and a failed run kill it and remove `dir`.
+pub fn register_child(pid: u32, dir: Option<PathBuf>) {
+    if let Ok(mut c) = CHILDREN.lock() {
+        c.push((pid, dir));
+    }
+}
+
+/// Forgets a child recorded by [`register_child`] (it was stopped).
+pub fn unregister_child(pid: u32) {
+    if let Ok(mut c) = CHILDREN.lock() {
+        c.retain(|(p, _)| *p != pid);
+    }
+}
+
 /// A server that can be spawned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -213,12 +228,12 @@ impl Drop for Spawned {
 }
 
 /// A loopback port nobody listens on right now.
-fn free_port() -> Result<u16> {
+pub fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(listener.local_addr().context("finding a free port")?.port())
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))

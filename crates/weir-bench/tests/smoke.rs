@@ -165,6 +165,18 @@ fn all_quick_against_spawned_servers() {
         assert!(rows_of(&v, "memcached").is_empty());
     }
 
+    // beanstalk: on the spawned beanstalkd servers when installed, every step done in
+    // full; otherwise the step says it was skipped.
+    if on_path("beanstalkd") || Path::new("/usr/bin/beanstalkd").is_file() {
+        check_beanstalk(out.path());
+    } else {
+        assert!(
+            stdout.contains("beanstalk: skipped"),
+            "no beanstalkd, yet no skip note:\n{stdout}"
+        );
+        eprintln!("note: beanstalkd is not installed: the beanstalk step was skipped");
+    }
+
     for title in [
         "flood",
         "packing",
@@ -175,6 +187,45 @@ fn all_quick_against_spawned_servers() {
         assert!(
             stdout.contains(title),
             "no {title} table on stdout:\n{stdout}"
+        );
+    }
+}
+
+/// The files of `all --quick`'s beanstalk step on the three spawned beanstalkd modes.
+fn check_beanstalk(out: &Path) {
+    let kinds = ["beanstalkd-f1000", "beanstalkd-f0", "beanstalkd-nobinlog"];
+    let rounds = load(out, "beanstalk");
+    for t in kinds {
+        let rows = rows_of(&rounds, t);
+        assert_eq!(rows.len(), 2, "beanstalk rows for {t}: {rows:?}");
+        for r in rows {
+            assert!(
+                r["ops/s"].as_f64().unwrap_or(0.0) > 0.0,
+                "beanstalk row {r}"
+            );
+        }
+    }
+    let rss = load(out, "beanstalk-rss");
+    for t in ["beanstalkd-f1000", "beanstalkd-nobinlog"] {
+        let rows = rows_of(&rss, t);
+        let states: Vec<&str> = rows.iter().filter_map(|r| r["state"].as_str()).collect();
+        assert_eq!(
+            states,
+            ["10000 ready", "10000 delayed"],
+            "beanstalk-rss for {t}"
+        );
+        for r in rows {
+            assert!(num(r, "rss_bytes") > 0, "beanstalk-rss row {r}");
+        }
+    }
+    let text = std::fs::read_to_string(out.join("beanstalk-restart.json")).unwrap();
+    let restart: Value = serde_json::from_str(&text).unwrap();
+    let rows = rows_of(&restart, "beanstalkd-f1000");
+    assert_eq!(rows.len(), 2, "beanstalk-restart rows: {restart}");
+    for r in rows {
+        assert!(
+            r["jobs_back_s"].as_f64().is_some(),
+            "beanstalk-restart row {r}"
         );
     }
 }

@@ -170,12 +170,25 @@ impl Default for StoreOptions {
 impl StoreOptions {
     /// The settings that apply to `queue`.
     pub fn config(&self, queue: &str) -> QueueConfig {
-        // A tube's lanes have its settings (see `crate::jobs`).
-        let queue = crate::jobs::lane_name::tube_of_lane(queue).unwrap_or(queue);
-        match &self.config_for {
-            Some(f) => f(queue),
+        // A tube's lanes have its settings (see `crate::jobs`), but for the lanes
+        // where jobs wait (buried, delayed): nothing expires, is dead-lettered or
+        // discarded there, and no lease of theirs times out.
+        let tube = crate::jobs::lane_name::tube_of_lane(queue).unwrap_or(queue);
+        let mut config = match &self.config_for {
+            Some(f) => f(tube),
             None => self.defaults.clone(),
+        };
+        if crate::jobs::lane_name::is_parking_lane(queue) {
+            config.max_age = None;
+            config.expire_to = None;
+            config.max_deliveries = None;
+            config.dead_letter_to = None;
+            config.max_items = u64::MAX;
+            config.max_bytes = u64::MAX;
+            config.discard_old_when_full = false;
+            config.open_timeout = None;
         }
+        config
     }
 }
 

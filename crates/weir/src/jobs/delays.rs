@@ -20,6 +20,10 @@ use crate::error::Result;
 use crate::item::{AppendOptions, JobMeta};
 use crate::queue::Queue;
 
+/// Delayed jobs one promotion moves at most, so that a reserve meeting a large ripe
+/// bucket does a bounded piece of it (the rest at the next call).
+pub(crate) const PROMOTED_PER_CALL: u64 = 1024;
+
 impl Tube {
     /// Stores a job that becomes ready `delay` from now; returns its id.
     pub fn put_delayed(
@@ -34,7 +38,7 @@ impl Tube {
         }
         let mut meta = self.new_job(priority, ttr)?;
         meta.due_ms = self.due_after(delay);
-        self.schedule(data, 0, meta)?;
+        self.schedule(data, 0, meta, false)?;
         self.lanes.put.fetch_add(1, Ordering::Relaxed);
         Ok(meta.id)
     }
@@ -54,7 +58,7 @@ impl Tube {
             reserved,
             |tube, mut meta| {
                 meta.due_ms = due_ms;
-                tube.schedule(&reserved.job.data, reserved.job.flags, meta)
+                tube.schedule(&reserved.job.data, reserved.job.flags, meta, true)
             },
             priority,
         )
@@ -67,11 +71,23 @@ impl Tube {
 
     /// Puts the job `meta` (with its `due_ms`) where it waits: a bucket, or its ready
     /// lane when it is due already.
-    pub(super) fn schedule(&self, data: &[u8], flags: u32, meta: JobMeta) -> Result<()> {
+    pub(super) fn schedule(
+        &self,
+        data: &[u8],
+        flags: u32,
+        meta: JobMeta,
+        moved: bool,
+    ) -> Result<()> {
         let now = self.jobs.store.clock().now_ms();
         let Some(bucket) = wheel::bucket_for(meta.due_ms, now) else {
-            return self.append(data, flags, JobMeta { due_ms: 0, ..meta });
+            return self.append(data, flags, JobMeta { due_ms: 0, ..meta }, moved);
         };
+        if !moved && meta.priority != self.queue.config().priority_default {
+            // Its lane is made now, so that a priority past `priorities_max` is
+            // refused at the put, not found out when the job comes due.
+            let _lanes = self.lanes.lanes.lock();
+            self.ready_lane(meta.priority)?;
+        }
         let _wheel = self.lanes.wheel.lock();
         let lane = self.jobs.store.queue(&lane_name::delay_lane(
             &self.name,
@@ -85,6 +101,13 @@ impl Tube {
         };
         lane.append(data, options)?;
         self.note_bucket(bucket);
+        // Ripe buckets move on with the puts too: a tube nobody reserves from does
+        // not gather a bucket for every 128 ms that has passed.
+        if self.has_ripe() {
+            if let Err(e) = self.promote_due_locked() {
+                tracing::warn!(tube = %self.name, error = %e, "could not move ripe delayed jobs on; the next reserve tries again");
+            }
+        }
         Ok(())
     }
 
@@ -98,13 +121,19 @@ impl Tube {
         self.buckets();
     }
 
-    /// Moves the jobs of every ripe bucket on (to ready, or a finer bucket) and
-    /// deletes the emptied buckets' lanes; how many jobs became ready.
+    /// Moves the jobs of the ripe buckets on (to ready, or a finer bucket), at most
+    /// 1,024 (`PROMOTED_PER_CALL`) of them, and deletes the emptied buckets' lanes; how many
+    /// jobs moved. What is left stays ripe for the next call.
     pub fn promote_due(&self) -> Result<u64> {
         if !self.has_ripe() {
             return Ok(0);
         }
         let _wheel = self.lanes.wheel.lock();
+        self.promote_due_locked()
+    }
+
+    /// [`Tube::promote_due`] under the wheel's lock.
+    fn promote_due_locked(&self) -> Result<u64> {
         let now = self.jobs.store.clock().now_ms();
         let ripe: Vec<Bucket> = self
             .buckets()
@@ -112,26 +141,28 @@ impl Tube {
             .take_while(|(at, _)| *at <= now)
             .map(|(_, b)| b)
             .collect();
-        let mut ready = 0;
+        let mut moved = 0;
         for bucket in ripe {
-            ready += self.empty_bucket(bucket, now, u64::MAX)?;
+            if moved >= PROMOTED_PER_CALL {
+                break;
+            }
+            moved += self.empty_bucket(bucket, now, PROMOTED_PER_CALL - moved, false)?;
         }
-        Ok(ready)
+        Ok(moved)
     }
 
     /// Moves up to `most` jobs of `bucket` on; when it is left empty, its lane goes.
-    /// Called under the wheel's lock. `most` below `u64::MAX` (a kick) sends every job
-    /// to ready, due or not.
-    fn empty_bucket(&self, bucket: Bucket, now: u64, most: u64) -> Result<u64> {
+    /// Called under the wheel's lock. A `kick` sends every job to ready, due or not;
+    /// returns how many became ready (a kick) or moved (a promotion).
+    fn empty_bucket(&self, bucket: Bucket, now: u64, most: u64, kick: bool) -> Result<u64> {
         let name = lane_name::delay_lane(&self.name, bucket.level, bucket.start_ms);
         let Some(lane) = self.jobs.store.existing_queue(&name)? else {
             self.forget_bucket(bucket);
             return Ok(0);
         };
         let reader = lane.reader("")?;
-        let kick = most != u64::MAX;
-        let mut ready = 0;
-        while ready < most {
+        let (mut ready, mut moved) = (0, 0);
+        while moved < most {
             let Some(lease) = reader.take_leased()? else {
                 break;
             };
@@ -141,26 +172,27 @@ impl Tube {
             } else {
                 wheel::bucket_for(job.due_ms, now)
             };
-            let moved = match finer {
+            let appended = match finer {
                 None => {
                     job.due_ms = 0;
-                    self.append(&job.data, job.flags, meta_of(&job))
+                    self.append(&job.data, job.flags, meta_of(&job), true)
                 }
                 Some(b) => self.append_to_bucket(b, &job),
             };
-            if let Err(e) = moved {
+            if let Err(e) = appended {
                 let _ = reader.release(lease.id);
                 return Err(e);
             }
             reader.confirm(lease.id)?;
             ready += u64::from(finer.is_none());
+            moved += 1;
         }
         let stats = lane.stats();
         if stats.items == 0 && stats.open_leases == 0 {
             self.jobs.store.delete_queue(&name)?;
             self.forget_bucket(bucket);
         }
-        Ok(ready)
+        Ok(if kick { ready } else { moved })
     }
 
     /// Appends `job` to `bucket`'s lane (under the wheel's lock).
@@ -184,13 +216,18 @@ impl Tube {
     /// many moved (beanstalkd's `kick` when no job is buried).
     pub fn kick_delayed(&self, count: u64) -> Result<u64> {
         let _wheel = self.lanes.wheel.lock();
+        self.kick_delayed_locked(count)
+    }
+
+    /// [`Tube::kick_delayed`] under the wheel's lock.
+    pub(super) fn kick_delayed_locked(&self, count: u64) -> Result<u64> {
         let now = self.jobs.store.clock().now_ms();
         let mut kicked = 0;
         for (_, bucket) in self.buckets() {
             if kicked >= count {
                 break;
             }
-            kicked += self.empty_bucket(bucket, now, count - kicked)?;
+            kicked += self.empty_bucket(bucket, now, count - kicked, true)?;
         }
         Ok(kicked)
     }
@@ -204,7 +241,7 @@ impl Tube {
             let mut first: Option<Job> = None;
             for item in lane.iter()? {
                 let item = item?;
-                if lane.core.inspect_seq("", item.seq)?.is_none() {
+                if lane.core.standing("", item.seq)?.is_none() {
                     continue;
                 }
                 let job = self.job_of(item, self.queue.config().priority_default);

@@ -34,6 +34,16 @@ pub(crate) fn delay_bucket(tube: &str, queue: &str) -> Option<(u8, u64)> {
     Some((level.parse().ok()?, start.parse().ok()?))
 }
 
+/// Whether `queue` is a lane where jobs wait to be made ready (buried, or a delay
+/// bucket): no expiry, no delivery limit, no size limit applies there, since a job
+/// there is not being delivered.
+pub fn is_parking_lane(queue: &str) -> bool {
+    let Some(tube) = tube_of_lane(queue) else {
+        return false;
+    };
+    queue.ends_with(&format!(":{BURIED}")) || delay_bucket(tube, queue).is_some()
+}
+
 /// The tube a lane belongs to, when `queue` is a lane's name.
 pub fn tube_of_lane(queue: &str) -> Option<&str> {
     let rest = queue.strip_prefix(LANE_PREFIX)?;
@@ -77,5 +87,7 @@ mod tests {
         assert_eq!(delay_bucket("t", "lane:t:p5"), None);
         assert_eq!(delay_bucket("t", "lane:t:d1-"), None);
         assert_eq!(delay_bucket("t", "lane:t:dx-5"), None);
+        assert!(is_parking_lane(&d) && is_parking_lane(&b));
+        assert!(!is_parking_lane(&p) && !is_parking_lane("emails"));
     }
 }

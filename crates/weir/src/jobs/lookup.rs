@@ -72,11 +72,21 @@ impl Jobs {
             return Ok(false);
         }
         let tube = self.tube(&found.tube)?;
-        // A delay bucket is emptied and removed under the wheel's lock.
+        // Kicks and a delay bucket's emptying take the wheel's lock: under it, the
+        // copy found must still be there and held by nobody (not being moved).
         let _wheel = tube.lanes.wheel.lock();
+        let standing = match found.lane.core.standing("", found.seq) {
+            Ok(standing) => standing,
+            // Its bucket was emptied and removed since it was found: made ready.
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if standing != Some(Standing::Ready) {
+            return Ok(false);
+        }
         let mut job = found.job.clone();
         job.due_ms = 0;
-        tube.append(&job.data, job.flags, super::delays::meta_of(&job))?;
+        tube.append(&job.data, job.flags, super::delays::meta_of(&job), true)?;
         // Appended first: a crash here leaves it in both lanes, never in neither.
         Ok(found.lane.reader("")?.discard(found.seq)?.is_some())
     }
@@ -87,7 +97,11 @@ impl Tube {
     fn find(&self, id: u64) -> Result<Option<Found>> {
         if let Some(seq) = plain_seq(id) {
             let default = self.queue.config().priority_default;
-            return self.found_at(&self.queue.clone(), seq, default, false);
+            if let Some(found) = self.found_at(&self.queue.clone(), seq, default, false)? {
+                return Ok(Some(found));
+            }
+            // Moved since (buried, delayed, released with another priority): its
+            // copy carries the id in its extension, found below.
         }
         let mut lanes: Vec<(u32, Queue, bool)> = self
             .ready_lanes()?

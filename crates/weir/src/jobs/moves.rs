@@ -48,7 +48,7 @@ impl Tube {
         }
         self.move_to(
             reserved,
-            |tube, meta| tube.append(&reserved.job.data, reserved.job.flags, meta),
+            |tube, meta| tube.append(&reserved.job.data, reserved.job.flags, meta, true),
             priority,
         )
     }
@@ -111,11 +111,13 @@ impl Tube {
     /// with none buried, up to `count` delayed jobs, earliest due first (beanstalkd's
     /// `kick`); how many moved.
     pub fn kick(&self, count: u64) -> Result<u64> {
+        // One kick at a time per tube, and none while `kick_job` moves a job.
+        let _wheel = self.lanes.wheel.lock();
         let buried = self
             .buried_lane(false)?
             .filter(|b| default_reader_counts(&b.stats()).0 > 0);
         let Some(buried) = buried else {
-            return self.kick_delayed(count);
+            return self.kick_delayed_locked(count);
         };
         let reader = buried.reader("")?;
         let mut kicked = 0;
@@ -130,7 +132,7 @@ impl Tube {
                 ttr_s: u32::try_from(job.ttr.as_secs()).unwrap_or(u32::MAX),
                 due_ms: 0,
             };
-            if let Err(e) = self.append(&job.data, job.flags, meta) {
+            if let Err(e) = self.append(&job.data, job.flags, meta, true) {
                 let _ = reader.release(lease.id);
                 return Err(e);
             }

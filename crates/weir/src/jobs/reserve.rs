@@ -43,7 +43,11 @@ impl Tube {
         };
         let lane = queue.reader("")?;
         let job = self.job_of(taken.item, priority);
-        lane.touch(lease, Some(job.ttr))?;
+        if !lane.touch(lease, Some(job.ttr))? {
+            // Timed out already (a queue `open_timeout` shorter than the moment since
+            // the take): it is back in the lane, someone else's to reserve.
+            return Ok(None);
+        }
         Ok(Some(Reserved {
             job,
             deliveries: taken.deliveries,
@@ -67,7 +71,12 @@ impl Jobs {
         }
         lanes.sort_by_key(|(priority, i, _)| (*priority, *i));
         for (priority, i, queue) in lanes {
-            let taken = queue.reader("")?.take_mode(TakeMode::Lease)?;
+            let taken = match queue.reader("").and_then(|r| r.take_mode(TakeMode::Lease)) {
+                Ok(taken) => taken,
+                // Deleted as empty (to make room for another priority) meanwhile.
+                Err(e) if e.kind() == crate::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             if let Some(taken) = taken {
                 if let Some(reserved) = tubes[i].hold(priority, &queue, taken)? {
                     return Ok(Some(reserved));

@@ -37,8 +37,12 @@ pub(crate) struct TubeLanes {
     /// on every reserve.
     pub next_ripe_ms: AtomicU64,
     /// Held while a delayed job goes into a bucket and while buckets are emptied
-    /// and removed, so that no job lands in a bucket's lane as it is deleted.
+    /// and removed, so that no job lands in a bucket's lane as it is deleted; and by
+    /// kicks, so that two never move one job.
     pub wheel: Mutex<()>,
+    /// Held while a job goes into a priority lane and while empty priority lanes are
+    /// removed to make room, so that no job lands in a lane as it is deleted.
+    pub lanes: Mutex<()>,
 }
 
 impl Default for TubeLanes {
@@ -50,6 +54,7 @@ impl Default for TubeLanes {
             buckets: Mutex::default(),
             next_ripe_ms: AtomicU64::new(u64::MAX),
             wheel: Mutex::default(),
+            lanes: Mutex::default(),
         }
     }
 }

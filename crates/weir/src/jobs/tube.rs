@@ -112,32 +112,36 @@ impl Tube {
     /// Stores a job; returns its id. Durable as the tube's queue's appends are.
     pub fn put(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
         let meta = self.new_job(priority, ttr)?;
-        self.append(data, 0, meta)?;
+        self.append(data, 0, meta, false)?;
         self.lanes.put.fetch_add(1, Ordering::Relaxed);
         Ok(meta.id)
     }
 
-    /// [`Tube::put`] for async callers, when the priority's lane exists already
+    /// [`Tube::put`] for async callers, for a job of the tube's default priority
     /// ([`Tube::has_ready_lane`]): the append's fsync wait (under `synced`) runs on
-    /// tokio's blocking pool. A new lane is file work: make it with [`Tube::put`] off
-    /// the event loop.
+    /// tokio's blocking pool. Another priority's lane may be made or deleted (file
+    /// work, under a lock): put those with [`Tube::put`] off the event loop.
     pub async fn put_async(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
         let meta = self.new_job(priority, ttr)?;
         let options = AppendOptions {
             job: Some(meta),
             ..AppendOptions::default()
         };
-        self.ready_lane(priority)?
-            .append_async(data, options)
-            .await?;
+        if !self.has_ready_lane(priority) {
+            return Err(Error::InvalidArgument(
+                "put_async is for the tube's default priority".into(),
+            ));
+        }
+        self.queue.append_async(data, options).await?;
         self.lanes.appended.notify_waiters();
         self.lanes.put.fetch_add(1, Ordering::Relaxed);
         Ok(meta.id)
     }
 
-    /// Whether jobs of `priority` have a lane already (no file work to put one).
+    /// Whether jobs of `priority` go to the tube's own queue (no lane to make or
+    /// lock: [`Tube::put_async`] takes them).
     pub fn has_ready_lane(&self, priority: u32) -> bool {
-        priority == self.queue.config().priority_default || self.priorities().contains(&priority)
+        priority == self.queue.config().priority_default
     }
 
     /// A new job's id and settings.
@@ -159,21 +163,31 @@ impl Tube {
     }
 
     /// Appends `data` as the job `meta` to the ready lane of its priority.
-    pub(super) fn append(&self, data: &[u8], flags: u32, meta: JobMeta) -> Result<()> {
+    /// Appends `data` as the job `meta` to the ready lane of its priority. A job
+    /// `moved` from another lane goes to the default lane when its priority can get
+    /// no lane of its own (`priorities_max`); a new put is refused then.
+    pub(super) fn append(&self, data: &[u8], flags: u32, meta: JobMeta, moved: bool) -> Result<()> {
         let options = AppendOptions {
             flags,
             job: Some(meta),
             ..AppendOptions::default()
         };
-        let lane = self.ready_lane(meta.priority)?;
-        match lane.append(data, options) {
-            // Deleted as empty by another put a moment ago: made again, once.
-            Err(e) if e.kind() == crate::ErrorKind::NotFound => {
-                self.forget_lane(meta.priority);
-                self.ready_lane(meta.priority)?.append(data, options)
-            }
-            other => other,
-        }?;
+        let default = self.queue.config().priority_default;
+        if meta.priority == default {
+            self.queue.append(data, options)?;
+        } else {
+            // Held across the append: an empty lane is deleted under it too.
+            let _lanes = self.lanes.lanes.lock();
+            let lane = match self.ready_lane(meta.priority) {
+                Ok(lane) => lane,
+                Err(e) if moved && e.kind() == crate::ErrorKind::InvalidArgument => {
+                    tracing::warn!(tube = %self.name, error = %e, "a moved job's priority has no lane; it is ready in the default one");
+                    self.queue.clone()
+                }
+                Err(e) => return Err(e),
+            };
+            lane.append(data, options)?;
+        }
         self.lanes.appended.notify_waiters();
         Ok(())
     }

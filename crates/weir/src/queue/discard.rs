@@ -77,6 +77,24 @@ impl State {
 }
 
 impl QueueCore {
+    /// Where item `seq` stands for `reader`, from memory alone (no read: an item
+    /// lost to damage looks pending here); `None` when it is not pending.
+    pub(crate) fn standing(&self, reader: &str, seq: u64) -> Result<Option<Standing>> {
+        let mut state = self.state.lock();
+        state.ready()?;
+        let Some(r) = state.readers.get(reader) else {
+            return Ok(None);
+        };
+        if seq < r.acked_below || seq >= state.next_seq || r.confirmed.contains(seq) {
+            return Ok(None);
+        }
+        Ok(Some(if r.leases.values().any(|l| l.seq == seq) {
+            Standing::Leased
+        } else {
+            Standing::Ready
+        }))
+    }
+
     /// Item `seq` and where it stands, when it is pending for `reader`.
     pub(crate) fn inspect_seq(&self, reader: &str, seq: u64) -> Result<Option<(Item, Standing)>> {
         let mut state = self.state.lock();

@@ -164,6 +164,9 @@ impl State {
             let mut r = new_reader(id, acked_below, cursor, bytes);
             r.confirmed = confirmed;
             r.returns = rec.returns.split_off(&acked_below);
+            // A count journaled for an item lost with the data (a kill under
+            // `buffered`, a power cut) must not pass to the next item given its seq.
+            r.returns.retain(|&seq, _| seq < next_seq);
             self.readers.insert(rec.name, r);
         }
         Ok(())
