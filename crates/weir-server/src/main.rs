@@ -121,6 +121,11 @@ struct ServeArgs {
     /// 127.0.0.1:22135]. Its root key comes from WEIR_BUS_ROOT_KEY, else the file.
     #[arg(long, value_name = "ADDR")]
     bus_listen: Option<String>,
+    /// Runs the beanstalkd door (beanstalkd 1.12's protocol, docs/beanstalk.md) on
+    /// this address; a `[beanstalk]` section in the config file also enables it
+    /// [default when enabled: 127.0.0.1:11300]. Embedded backend only.
+    #[arg(long, value_name = "ADDR")]
+    beanstalk_listen: Option<String>,
     /// Where the queues live: embedded (this process's data directory) or jetstream
     /// (a NATS JetStream cluster, docs/cluster.md) [default: the file's, else embedded]
     #[arg(long, value_name = "KIND", env = "WEIR_BACKEND")]
@@ -171,6 +176,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         threads: args.threads,
         connections_max: args.connections_max,
         bus_listen: args.bus_listen,
+        beanstalk_listen: args.beanstalk_listen,
         backend: args.backend,
         nats_servers: args.nats_servers,
         nats_stream: args.nats_stream,

@@ -1,9 +1,10 @@
 //! The composition root: opens the backend, starts the doors the settings ask for
-//! (the memcache door, the event bus, the proxy) and the HTTP port, waits for
+//! (the memcache door, the beanstalkd door, the event bus, the proxy) and the HTTP
+//! port, waits for
 //! SIGTERM, SIGINT or an enabled memcache `shutdown` command, and stops them in the
 //! order that loses nothing acknowledged: the backend is told first (an item a
-//! closing connection gives back is not handed to another), the memcache door
-//! drains its connections, the HTTP port ends, then the bus and the proxy stop (their
+//! closing connection gives back is not handed to another), the memcache and
+//! beanstalkd doors drain their connections, the HTTP port ends, then the bus and the proxy stop (their
 //! leased items go back to their queues), and the backend closes last.
 //!
 //! `weir serve` runs every configured door; `weir proxy` the proxy alone, with the
@@ -39,6 +40,7 @@ pub enum Plan {
 /// What a start opens after the store, before it serves the first client.
 struct Opened {
     memcache: Option<BoundListener>,
+    beanstalk: Option<weir_beanstalk::BoundListener>,
     http: Option<TcpListener>,
     bus: Option<weir_bus::BusHandle>,
     proxy: Option<weir_proxy::ProxyHandle>,
@@ -53,6 +55,10 @@ async fn open_doors(
     let memcache = match plan {
         Plan::Serve => Some(BoundListener::bind(&settings.listen).await?),
         Plan::ProxyOnly { .. } => None,
+    };
+    let beanstalk = match (plan, &settings.beanstalk) {
+        (Plan::Serve, Some(b)) => Some(weir_beanstalk::BoundListener::bind(&b.listen).await?),
+        _ => None,
     };
     let http = match plan {
         Plan::Serve | Plan::ProxyOnly { http: true } => Some(
@@ -69,6 +75,7 @@ async fn open_doors(
     let proxy = start_proxy(settings, backend).await?;
     Ok(Opened {
         memcache,
+        beanstalk,
         http,
         bus,
         proxy,
@@ -119,6 +126,7 @@ async fn start(
 struct Running {
     backend: Arc<weir_backend::Backend>,
     memcache: Option<Arc<MemcacheDoor>>,
+    beanstalk: Option<weir_beanstalk::BeanstalkDoor>,
     bus: Option<Arc<weir_bus::BusHandle>>,
     proxy: Option<Arc<weir_proxy::ProxyHandle>>,
     http: Option<tokio::task::JoinHandle<io::Result<()>>>,
@@ -183,6 +191,7 @@ fn compose(
                 let running = Running {
                     backend,
                     memcache: None,
+                    beanstalk: None,
                     bus,
                     proxy,
                     http: None,
@@ -220,6 +229,7 @@ fn compose(
         spawn_http(listener, port, settings)
     });
     let running = Running {
+        beanstalk: start_beanstalk(opened.beanstalk, &backend, settings),
         backend,
         memcache,
         bus,
@@ -228,6 +238,19 @@ fn compose(
         stopping,
     };
     (running, None)
+}
+
+/// Starts the beanstalkd door on its bound listener, when there is one.
+fn start_beanstalk(
+    listener: Option<weir_beanstalk::BoundListener>,
+    backend: &Arc<weir_backend::Backend>,
+    settings: &Settings,
+) -> Option<weir_beanstalk::BeanstalkDoor> {
+    let listener = listener?;
+    let door_settings = settings.beanstalk.clone().unwrap_or_default();
+    let door = weir_beanstalk::BeanstalkDoor::start(listener, Arc::clone(backend), door_settings);
+    tracing::info!(beanstalk = %door.local_addr(), "listening");
+    Some(door)
 }
 
 /// Serves the HTTP port on `listener` within the settings' limits.
@@ -267,9 +290,15 @@ async fn stop(running: Running, plan: Plan) -> anyhow::Result<()> {
     if let Some(memcache) = &running.memcache {
         Door::begin_shutdown(memcache.as_ref());
     }
+    if let Some(beanstalk) = &running.beanstalk {
+        beanstalk.begin_shutdown();
+    }
     running.stopping.send_replace(true);
     if let Some(memcache) = running.memcache {
         memcache.stopped().await;
+    }
+    if let Some(beanstalk) = running.beanstalk {
+        beanstalk.stopped().await;
     }
     // The HTTP port began its drain at the shutdown, and ends it within its grace.
     if let Some(http) = running.http {

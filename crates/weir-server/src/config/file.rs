@@ -25,6 +25,9 @@ pub struct FileConfig {
     pub queues: BTreeMap<String, QueueSection>,
     /// The event bus; it runs when this section is present or `--bus-listen` given.
     pub bus: Option<weir_bus::BusConfig>,
+    /// The beanstalkd door; it runs when this section is present or
+    /// `--beanstalk-listen` given.
+    pub beanstalk: Option<weir_beanstalk::BeanstalkConfig>,
     /// The HTTP proxy; it runs when this section has listeners.
     pub proxy: Option<weir_proxy::ProxyConfig>,
     /// Where the queues live: the embedded engine (default) or a JetStream cluster.

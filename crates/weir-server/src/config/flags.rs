@@ -14,6 +14,8 @@ pub struct Overrides {
     pub connections_max: Option<usize>,
     /// Enables the event bus on this address.
     pub bus_listen: Option<String>,
+    /// Enables the beanstalkd door on this address.
+    pub beanstalk_listen: Option<String>,
     /// `embedded` or `jetstream`.
     pub backend: Option<String>,
     /// JetStream servers, comma-separated.

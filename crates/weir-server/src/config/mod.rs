@@ -4,7 +4,7 @@
 //! `[server]` ([`server`]: addresses, limits of the memcache door and the HTTP
 //! port), `[defaults]` and `[queues."PATTERN"]` ([`queues`]: the engine's queue
 //! settings), `[backend]` ([`backend`]: the engine or a JetStream cluster), and the
-//! doors' own sections (`[bus]`, `[proxy]`), which their crates check. [`mod@file`] reads
+//! doors' own sections (`[bus]`, `[proxy]`, `[beanstalk]`), which their crates check. [`mod@file`] reads
 //! the file, [`settings`] resolves it with the flags ([`flags`]) and the environment
 //! into what the process runs with; a refused value is a [`ConfigError`] naming its
 //! key. Keys follow one naming scheme (the thing, its unit, then `_max` for a cap);

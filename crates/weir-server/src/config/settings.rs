@@ -45,6 +45,8 @@ pub struct Settings {
     pub store: StoreOptions,
     /// The event bus's settings when it is enabled.
     pub bus: Option<weir_bus::BusSettings>,
+    /// The beanstalkd door's settings when it is enabled.
+    pub beanstalk: Option<weir_beanstalk::BeanstalkSettings>,
     /// The proxy's settings when it is configured.
     pub proxy: Option<weir_proxy::ProxySettings>,
     pub backend: BackendSettings,
@@ -138,10 +140,12 @@ pub fn resolve_with_env(
             Some(p) => Some(p.resolve()?),
             None => None,
         },
+        beanstalk: resolve_beanstalk(file, overrides)?,
         backend: file.backend.resolve(overrides, file.queue_sections())?,
         ignored: file.backend.ignored(overrides, file.queue_sections()),
     };
     share_cores(file, overrides, &mut settings);
+    refuse_beanstalk_on_jetstream(&settings)?;
     Ok(settings)
 }
 
@@ -168,6 +172,34 @@ fn resolve_bus(
     let section = file.bus.clone().unwrap_or_default();
     let settings = section.resolve(overrides.bus_listen.as_deref(), env_key)?;
     Ok(Some(settings))
+}
+
+/// The beanstalkd door's settings when `[beanstalk]` is in the file or
+/// `--beanstalk-listen` was given.
+fn resolve_beanstalk(
+    file: &FileConfig,
+    overrides: &Overrides,
+) -> Result<Option<weir_beanstalk::BeanstalkSettings>, ConfigError> {
+    if file.beanstalk.is_none() && overrides.beanstalk_listen.is_none() {
+        return Ok(None);
+    }
+    let section = file.beanstalk.clone().unwrap_or_default();
+    Ok(Some(
+        section.resolve(overrides.beanstalk_listen.as_deref())?,
+    ))
+}
+
+/// The beanstalkd door needs tubes, which only the embedded engine has: with the
+/// JetStream backend it is refused before anything starts.
+fn refuse_beanstalk_on_jetstream(settings: &Settings) -> Result<(), ConfigError> {
+    let jetstream = !matches!(settings.backend, BackendSettings::Embedded);
+    if settings.beanstalk.is_some() && jetstream {
+        return Err(ConfigError::new(
+            "beanstalk",
+            "needs the embedded backend: tubes (priorities, bury, kick, jobs by id) are not supported on the jetstream backend",
+        ));
+    }
+    Ok(())
 }
 
 /// The CPU count this process may use (1 when it cannot be told).

@@ -362,3 +362,37 @@ fn the_bus_and_proxy_queues_get_no_delivery_limit_or_lease_timeout() {
         .config("q");
     assert_eq!((c.max_deliveries, c.dead_letter_to), (None, None));
 }
+
+/// `[beanstalk]` or `--beanstalk-listen` turns the beanstalkd door on (port 11300 by
+/// default, the flag winning over the file); a bad value is named with its section;
+/// with the JetStream backend the door is refused before anything starts.
+#[test]
+fn the_beanstalk_section_and_flag() {
+    let none = resolve(&FileConfig::default(), &Overrides::default()).unwrap();
+    assert!(none.beanstalk.is_none());
+    let file = FileConfig::parse("[beanstalk]\nreserved_max = 3\n").unwrap();
+    let s = resolve(&file, &Overrides::default()).unwrap();
+    let b = s.beanstalk.unwrap();
+    assert_eq!((b.listen.as_str(), b.reserved_max), ("127.0.0.1:11300", 3));
+    let flag = Overrides {
+        beanstalk_listen: Some("127.0.0.1:1".into()),
+        ..Overrides::default()
+    };
+    let s = resolve(&file, &flag).unwrap();
+    assert_eq!(s.beanstalk.unwrap().listen, "127.0.0.1:1");
+    let bad = FileConfig::parse("[beanstalk]\nwatched_max = 0\n").unwrap();
+    let e = resolve(&bad, &Overrides::default()).unwrap_err();
+    assert_eq!(e.key(), "beanstalk.watched_max");
+    assert!(FileConfig::parse("[beanstalk]\nnope = 1\n").is_err());
+    #[cfg(feature = "jetstream")]
+    {
+        let jetstream = Overrides {
+            backend: Some("jetstream".into()),
+            nats_servers: Some("nats://127.0.0.1:4222".into()),
+            ..flag
+        };
+        let e = resolve(&file, &jetstream).unwrap_err();
+        assert_eq!(e.key(), "beanstalk");
+        assert!(e.problem().contains("needs the embedded backend"));
+    }
+}
