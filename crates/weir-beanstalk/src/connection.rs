@@ -1,6 +1,6 @@
 //! One connection's socket and buffers, and the framing state between requests.
 //!
-//! The parser ([`crate::parse`]) says what to drop; this keeps what is left to drop
+//! The parser ([`crate::parse()`]) says what to drop; this keeps what is left to drop
 //! across reads ([`Discard`]: the rest of a refused `put` body, or a line too long
 //! whose end has not arrived) and writes the refusal's reply only once it is all
 //! dropped, as beanstalkd does. Replies collect in `out` and go in one write per

@@ -19,7 +19,6 @@
 //! memory are those of `-f 1000`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,8 +29,10 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::beanstalk_backlog;
+use crate::beanstalk_params::server_output;
+pub use crate::beanstalk_params::{BeanstalkParams, Servers};
 use crate::beanstalk_proto::{put_reserve_request, BsConn};
-use crate::beanstalk_server::{BsKind, BsServer, BsTarget};
+use crate::beanstalk_server::BsTarget;
 use crate::flood::median;
 use crate::proto::payload;
 use crate::report::{f, Report, Row};
@@ -39,68 +40,6 @@ use crate::sys::{process_cpu_time, CpuMeter};
 
 /// Connections opened at once while setting up a step.
 const CONNECTS_IN_FLIGHT_MAX: usize = 256;
-
-#[derive(Clone, Debug)]
-pub struct BeanstalkParams {
-    pub connections: Vec<usize>,
-    /// Ops per throughput step at most, split over the connections.
-    pub jobs: u64,
-    /// Seconds per throughput step at most.
-    pub seconds: f64,
-    /// Job body size.
-    pub size: usize,
-    pub rounds: usize,
-    /// Jobs of the memory and restart steps; 0 skips them.
-    pub backlog: u64,
-    /// Delay of the delayed jobs, seconds.
-    pub delay_seconds: u32,
-    pub skip_restart: bool,
-}
-
-/// Where the servers come from.
-#[derive(Clone, Debug, Default)]
-pub struct Servers {
-    /// The beanstalkd binary, when a kind is to be spawned.
-    pub bin: Option<PathBuf>,
-    pub kinds: Vec<BsKind>,
-    pub work_dir: Option<PathBuf>,
-    /// `--target`s: name, address, pid.
-    pub external: Vec<(String, SocketAddr, Option<u32>)>,
-}
-
-impl Servers {
-    pub(crate) fn fresh(&self, kind: BsKind) -> Result<BsTarget> {
-        let bin = self
-            .bin
-            .as_deref()
-            .context("no beanstalkd binary to spawn")?;
-        Ok(BsTarget::spawned(BsServer::spawn(
-            kind,
-            bin,
-            self.work_dir.as_deref(),
-        )?))
-    }
-
-    pub(crate) fn externals(&self) -> Vec<BsTarget> {
-        self.external
-            .iter()
-            .map(|(n, a, p)| BsTarget::external(n, *a, *p))
-            .collect()
-    }
-
-    /// Spawned servers first (fresh), then the given ones.
-    fn all(&self) -> Result<Vec<BsTarget>> {
-        let mut out = Vec::new();
-        for &k in &self.kinds {
-            out.push(self.fresh(k)?);
-        }
-        out.extend(self.externals());
-        if out.is_empty() {
-            bail!("no target: give --target NAME=HOST:PORT or --spawn beanstalkd-f1000|beanstalkd-f0|beanstalkd-nobinlog");
-        }
-        Ok(out)
-    }
-}
 
 /// The reports of a run: every round, the medians, memory, restart.
 pub fn run(
@@ -188,15 +127,6 @@ fn throughput(
     }
     let medians = medians_of(&rounds, targets, p);
     Ok((rounds, medians))
-}
-
-/// A spawned server's last output lines, for an error's context (a refusal such as
-/// `OUT_OF_MEMORY` is explained there: beanstalkd says so when its binlog cannot grow).
-pub(crate) fn server_output(t: &BsTarget) -> String {
-    match &t.server {
-        Some(s) => format!("; its output:\n{}", s.log_tail()),
-        None => String::new(),
-    }
 }
 
 fn step_row(t: &BsTarget, conns: usize, round: usize, r: &StepResult) -> Row {

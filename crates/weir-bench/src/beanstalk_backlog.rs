@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
 use tokio::runtime::Runtime;
 
-use crate::beanstalk::{server_output, BeanstalkParams, Servers};
+use crate::beanstalk_params::{server_output, BeanstalkParams, Servers};
 use crate::beanstalk_proto::{put_request, stat_u64, BsConn};
 use crate::beanstalk_server::{BsServer, BsTarget};
 use crate::proto::payload;

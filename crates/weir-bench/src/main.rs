@@ -18,6 +18,7 @@
 
 mod beanstalk;
 mod beanstalk_backlog;
+mod beanstalk_params;
 mod beanstalk_proto;
 mod beanstalk_server;
 mod bus;

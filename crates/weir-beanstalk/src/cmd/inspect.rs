@@ -4,7 +4,7 @@
 
 use weir_backend::jobs::{Job, JobState, Tube};
 
-use crate::cmd::Ctx;
+use crate::cmd::ctx::Ctx;
 use crate::reply;
 
 pub async fn peek(ctx: &mut Ctx<'_>, id: u64) {

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::cmd::ctx::Ctx;
 use crate::cmd::stats::tube_exists;
-use crate::cmd::Ctx;
 use crate::reply;
 use crate::session::Named;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::cmd::Ctx;
+use crate::cmd::ctx::Ctx;
 use crate::reply;
 use crate::session::Named;
 use crate::shared::Role;

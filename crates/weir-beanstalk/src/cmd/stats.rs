@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use weir_backend::jobs::{JobState, TubeStats};
 use weir_backend::Error;
 
-use crate::cmd::Ctx;
+use crate::cmd::ctx::Ctx;
 use crate::command::Command;
 use crate::names;
 use crate::reply;

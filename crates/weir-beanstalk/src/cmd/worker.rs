@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use weir_backend::jobs::JobState;
 
-use crate::cmd::Ctx;
+use crate::cmd::ctx::Ctx;
 use crate::names;
 use crate::reply;
 use crate::session::{Held, Named};
