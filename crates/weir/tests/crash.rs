@@ -636,13 +636,15 @@ fn verify(
         ledger.pending(),
         "{mode} round {round}: stats.items after reopen"
     );
-    // Release everything for the next child, or now and then drain the queue.
+    // Release everything for the next child, or now and then drain the queue. Without
+    // waiting for each return count's fsync under `synced` (thousands per round): the
+    // counts are not what this test checks, and the close below syncs them.
     for (seq, id) in delivered {
         if drain {
             assert!(r.confirm(id).unwrap());
             ledger.items.get_mut(&seq).unwrap().state = State::Confirmed;
         } else {
-            assert!(r.release(id).unwrap());
+            assert!(r.release_nowait(id).unwrap());
         }
     }
     ledger.prune();
