@@ -1,6 +1,6 @@
 //! beanstalk: the beanstalkd work-queue benchmark, against Debian's beanstalkd in its
-//! three durability modes and any server that speaks the protocol (weir's door, when
-//! it lands).
+//! three durability modes, weir's door in two, and any server that speaks the
+//! protocol.
 //!
 //! As docs/benchmarks.md defines it:
 //! - **throughput**: at each connection count, every connection works on a tube of
@@ -279,10 +279,11 @@ async fn connect_all(addr: SocketAddr, conns: usize) -> Result<Vec<BsConn>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::beanstalk_server::{find_beanstalkd, DEFAULT_KINDS};
+    use crate::beanstalk_server::{find_beanstalkd, BEANSTALKD_KINDS};
 
     /// The quick run against every spawned beanstalkd completes and reports sensible
-    /// rows; skipped, with a message, where beanstalkd is not installed.
+    /// rows; skipped, with a message, where beanstalkd is not installed. (weir's kinds
+    /// run in `tests/smoke.rs`, which has the weir binary.)
     #[test]
     fn quick_run_against_spawned_beanstalkd() {
         let Ok(bin) = find_beanstalkd(None) else {
@@ -292,7 +293,7 @@ mod tests {
         let rt = Runtime::new().unwrap();
         let servers = Servers {
             bin: Some(bin),
-            kinds: DEFAULT_KINDS.to_vec(),
+            kinds: BEANSTALKD_KINDS.to_vec(),
             ..Servers::default()
         };
         let p = BeanstalkParams {

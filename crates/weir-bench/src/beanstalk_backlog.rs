@@ -1,6 +1,6 @@
 //! The memory and restart steps of the `beanstalk` benchmark (docs/benchmarks.md):
 //! a backlog of ready or delayed jobs put pipelined into a fresh server, its VmRSS and
-//! VmHWM, then (spawned, with a binlog) SIGKILL, a start on the same binlog, and the
+//! VmHWM, then (spawned, with files) SIGKILL, a start on the same binlog or data directory, and the
 //! time until the server accepts and until `stats` counts every job again.
 
 use std::net::SocketAddr;
@@ -62,16 +62,17 @@ pub(crate) fn backlog(
     let mut restart = Report::new(
         "beanstalk-restart",
         format!(
-            "beanstalk: restart with {} jobs of {} B in the binlog (SIGKILL, then start on the same binlog)",
+            "beanstalk: restart with {} jobs of {} B on disk (SIGKILL, then start on the same binlog or data directory)",
             p.backlog, p.size
         ),
     );
     for &kind in &servers.kinds {
         if kind.syncs_every_write() {
             rss.notes.push(format!(
-                "{}: left out (an fsync per put: {} fsyncs to fill; its memory and binlog are those of -f 1000)",
+                "{}: left out (an fsync per put: {} fsyncs to fill; its memory and files are those of {})",
                 kind.name(),
-                p.backlog
+                p.backlog,
+                if kind.is_weir() { "weir-periodic" } else { "-f 1000" }
             ));
             continue;
         }
@@ -99,7 +100,7 @@ pub(crate) fn backlog(
     }
     if restart.rows.is_empty() {
         restart.notes.push(
-            "no restart measured: it needs a spawned server with a binlog (--spawn beanstalkd-f1000)"
+            "no restart measured: it needs a spawned server with files (--spawn beanstalkd-f1000 or weir-periodic)"
                 .to_string(),
         );
     }
@@ -145,7 +146,7 @@ fn backlog_on(
     let binlog = t
         .server
         .as_ref()
-        .and_then(BsServer::binlog_dir)
+        .and_then(BsServer::store_dir)
         .and_then(|d| sys::disk_usage_bytes(&d).ok());
     rss.rows.push(
         Row::new()
@@ -157,12 +158,12 @@ fn backlog_on(
             .with("bytes/job", per_job)
             .with("fill_s", f(fill_s, 2))
             .with("fill_jobs/s", f(p.backlog as f64 / fill_s.max(1e-9), 0))
-            .with("binlog_MiB", mib(binlog))
+            .with("disk_MiB", mib(binlog))
             .with("rss_bytes", now),
     );
     if !p.skip_restart && binlog.is_some() {
         let row = restart_on(rt, t, state, p).with_context(ctx)?;
-        restart.rows.push(row.with("binlog_MiB", mib(binlog)));
+        restart.rows.push(row.with("disk_MiB", mib(binlog)));
     }
     Ok(())
 }

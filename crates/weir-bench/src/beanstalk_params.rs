@@ -29,8 +29,10 @@ pub struct BeanstalkParams {
 /// Where the servers come from.
 #[derive(Clone, Debug, Default)]
 pub struct Servers {
-    /// The beanstalkd binary, when a kind is to be spawned.
+    /// The beanstalkd binary, when a beanstalkd kind is to be spawned.
     pub bin: Option<PathBuf>,
+    /// The weir binary, when a weir kind is to be spawned.
+    pub weir_bin: Option<PathBuf>,
     pub kinds: Vec<BsKind>,
     pub work_dir: Option<PathBuf>,
     /// `--target`s: name, address, pid.
@@ -39,10 +41,15 @@ pub struct Servers {
 
 impl Servers {
     pub(crate) fn fresh(&self, kind: BsKind) -> Result<BsTarget> {
-        let bin = self
-            .bin
-            .as_deref()
-            .context("no beanstalkd binary to spawn")?;
+        let bin = if kind.is_weir() {
+            self.weir_bin
+                .as_deref()
+                .context("no weir binary to spawn")?
+        } else {
+            self.bin
+                .as_deref()
+                .context("no beanstalkd binary to spawn")?
+        };
         Ok(BsTarget::spawned(BsServer::spawn(
             kind,
             bin,
@@ -65,7 +72,7 @@ impl Servers {
         }
         out.extend(self.externals());
         if out.is_empty() {
-            bail!("no target: give --target NAME=HOST:PORT or --spawn beanstalkd-f1000|beanstalkd-f0|beanstalkd-nobinlog");
+            bail!("no target: give --target NAME=HOST:PORT or --spawn KIND (beanstalkd-f1000, beanstalkd-f0, beanstalkd-nobinlog, weir-periodic, weir-synced)");
         }
         Ok(out)
     }

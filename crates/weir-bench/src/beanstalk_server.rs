@@ -1,12 +1,13 @@
 //! The servers of the `beanstalk` benchmark: Debian's beanstalkd spawned in its three
-//! durability modes, and servers somebody else runs (`--target NAME=HOST:PORT`).
+//! durability modes, weir's beanstalkd door spawned in two of its own, and servers
+//! somebody else runs (`--target NAME=HOST:PORT`).
 //!
 //! A spawned server gets a free loopback port and a fresh temporary directory for its
-//! binlog, and can be killed and started again on the same binlog (the restart
-//! measurement). It is stopped and its directory removed when its handle drops, and
-//! it is registered with the Ctrl-C handler of `target.rs`, so an interrupted or
-//! failed run leaves nothing behind. weir's beanstalkd door joins as one more
-//! [`BsKind`] when it lands; until then a running weir is a `--target`.
+//! binlog (beanstalkd) or data directory (weir, with a config file that sets every
+//! queue's durability), and can be killed and started again on the same files (the
+//! restart measurement). It is stopped and its directory removed when its handle
+//! drops, and it is registered with the Ctrl-C handler of `target.rs`, so an
+//! interrupted or failed run leaves nothing behind.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -32,26 +33,41 @@ pub enum BsKind {
     BeanstalkdF0,
     /// beanstalkd without a binlog: memory only, the upper bound.
     BeanstalkdNoBinlog,
+    /// weir's beanstalkd door, every queue `periodic` (written to the page cache
+    /// before `INSERTED`, fsync'ed once a second): beanstalkd `-f 1000`'s peer.
+    WeirPeriodic,
+    /// weir's beanstalkd door, every queue `synced` (`INSERTED` after fdatasync,
+    /// shared by concurrent puts): beanstalkd `-f 0`'s peer.
+    WeirSynced,
 }
 
-/// What `--spawn` spawns when no server is named.
-pub const DEFAULT_KINDS: [BsKind; 3] = [
+/// beanstalkd's kinds: what `all` and a bare `--spawn` run when there is no weir binary.
+pub const BEANSTALKD_KINDS: [BsKind; 3] = [
     BsKind::BeanstalkdF1000,
     BsKind::BeanstalkdF0,
     BsKind::BeanstalkdNoBinlog,
 ];
 
+/// Every kind, in report order: what runs when no server is named.
+pub const ALL_KINDS: [BsKind; 5] = [
+    BsKind::BeanstalkdF1000,
+    BsKind::WeirPeriodic,
+    BsKind::BeanstalkdF0,
+    BsKind::WeirSynced,
+    BsKind::BeanstalkdNoBinlog,
+];
+
+/// The names `--spawn` knows, for its error.
+const KIND_NAMES: &str =
+    "beanstalkd-f1000, beanstalkd-f0, beanstalkd-nobinlog, weir-periodic, weir-synced";
+
 impl std::str::FromStr for BsKind {
     type Err = String;
     fn from_str(s: &str) -> Result<BsKind, String> {
-        DEFAULT_KINDS
+        ALL_KINDS
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "cannot spawn {s:?}: known are beanstalkd-f1000, beanstalkd-f0, beanstalkd-nobinlog"
-                )
-            })
+            .ok_or_else(|| format!("cannot spawn {s:?}: known are {KIND_NAMES}"))
     }
 }
 
@@ -62,22 +78,38 @@ impl BsKind {
             BsKind::BeanstalkdF1000 => "beanstalkd-f1000",
             BsKind::BeanstalkdF0 => "beanstalkd-f0",
             BsKind::BeanstalkdNoBinlog => "beanstalkd-nobinlog",
+            BsKind::WeirPeriodic => "weir-periodic",
+            BsKind::WeirSynced => "weir-synced",
         }
     }
 
-    /// The fsync interval of its binlog in ms; `None` without a binlog.
+    /// weir's durability for every queue, for weir's kinds.
+    fn weir_durability(self) -> Option<&'static str> {
+        match self {
+            BsKind::WeirPeriodic => Some("periodic"),
+            BsKind::WeirSynced => Some("synced"),
+            _ => None,
+        }
+    }
+
+    pub fn is_weir(self) -> bool {
+        self.weir_durability().is_some()
+    }
+
+    /// The fsync interval of beanstalkd's binlog in ms; `None` without a binlog (and
+    /// for weir).
     fn fsync_ms(self) -> Option<u32> {
         match self {
             BsKind::BeanstalkdF1000 => Some(1000),
             BsKind::BeanstalkdF0 => Some(0),
-            BsKind::BeanstalkdNoBinlog => None,
+            _ => None,
         }
     }
 
-    /// Whether it syncs every write: filling a backlog of a million jobs then costs a
-    /// million fsyncs, so the backlog steps leave it out.
+    /// Whether every put waits for an fsync: filling a backlog of a million jobs on one
+    /// connection then costs up to a million fsyncs, so the backlog steps leave it out.
     pub fn syncs_every_write(self) -> bool {
-        self.fsync_ms() == Some(0)
+        matches!(self, BsKind::BeanstalkdF0 | BsKind::WeirSynced)
     }
 }
 
@@ -96,7 +128,7 @@ pub fn find_beanstalkd(explicit: Option<&Path>) -> Result<PathBuf> {
         )
 }
 
-/// A spawned server: its process, port and binlog directory.
+/// A spawned server: its process, port and binlog (or data) directory.
 pub struct BsServer {
     pub kind: BsKind,
     pub addr: SocketAddr,
@@ -129,8 +161,12 @@ impl BsServer {
         Ok(server)
     }
 
-    /// The binlog directory, for a kind with a binlog.
-    pub fn binlog_dir(&self) -> Option<PathBuf> {
+    /// Where its jobs are kept on disk: beanstalkd's binlog directory (for a kind
+    /// with a binlog), weir's data directory.
+    pub fn store_dir(&self) -> Option<PathBuf> {
+        if self.kind.is_weir() {
+            return Some(self.dir.path().join("data"));
+        }
         self.kind.fsync_ms().map(|_| self.dir.path().join("binlog"))
     }
 
@@ -151,13 +187,7 @@ impl BsServer {
             .open(&log_path)
             .with_context(|| format!("opening {}", log_path.display()))?;
         let log_err = log.try_clone().context("duplicating the log file")?;
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(["-l", "127.0.0.1", "-p", &self.addr.port().to_string()]);
-        if let (Some(ms), Some(binlog)) = (self.kind.fsync_ms(), self.binlog_dir()) {
-            std::fs::create_dir_all(&binlog)
-                .with_context(|| format!("creating {}", binlog.display()))?;
-            cmd.arg("-b").arg(&binlog).args(["-f", &ms.to_string()]);
-        }
+        let mut cmd = self.command()?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err));
@@ -169,13 +199,42 @@ impl BsServer {
         Ok(())
     }
 
+    /// The command line of the server's kind.
+    fn command(&self) -> Result<Command> {
+        let mut cmd = Command::new(&self.bin);
+        if let Some(durability) = self.kind.weir_durability() {
+            let config = self.dir.path().join("weir.toml");
+            std::fs::write(
+                &config,
+                format!("[defaults]\ndurability = \"{durability}\"\n"),
+            )
+            .with_context(|| format!("writing {}", config.display()))?;
+            cmd.arg("serve")
+                .arg("--config")
+                .arg(&config)
+                .arg("--data-dir")
+                .arg(self.dir.path().join("data"))
+                .args(["--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+                .args(["--log-level", "warn", "--beanstalk-listen"])
+                .arg(self.addr.to_string());
+            return Ok(cmd);
+        }
+        cmd.args(["-l", "127.0.0.1", "-p", &self.addr.port().to_string()]);
+        if let (Some(ms), Some(binlog)) = (self.kind.fsync_ms(), self.store_dir()) {
+            std::fs::create_dir_all(&binlog)
+                .with_context(|| format!("creating {}", binlog.display()))?;
+            cmd.arg("-b").arg(&binlog).args(["-f", &ms.to_string()]);
+        }
+        Ok(cmd)
+    }
+
     /// Waits until the server accepts connections (beanstalkd listens before it
     /// replays its binlog, so this is not yet "serving").
     pub fn wait_accepting(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(child) = self.child.as_mut() {
-                if let Some(status) = child.try_wait().context("waiting for beanstalkd")? {
+                if let Some(status) = child.try_wait().context("waiting for the server")? {
                     self.child = None;
                     bail!(
                         "{} exited at start ({status}); its output:\n{}",

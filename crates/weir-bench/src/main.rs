@@ -50,7 +50,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::chart::ChartSpec;
 use crate::report::Report;
-use crate::target::{parse_named, Binaries, Kind, Target};
+use crate::target::{find_weir, parse_named, Binaries, Kind, Target};
 
 #[derive(Parser)]
 #[command(
@@ -236,14 +236,18 @@ struct BsCommon {
     /// The pid of a --target's server, NAME=PID, for RSS and server CPU time.
     #[arg(long = "pid", value_name = "NAME=PID")]
     pids: Vec<String>,
-    /// Spawn beanstalkd on a free loopback port with a fresh binlog directory:
-    /// beanstalkd-f1000 (-f 1000), beanstalkd-f0 (-f 0), beanstalkd-nobinlog
-    /// (repeatable) [all three when no --target is given].
+    /// Spawn a server on a free loopback port with fresh files: beanstalkd-f1000
+    /// (-f 1000), beanstalkd-f0 (-f 0), beanstalkd-nobinlog, weir-periodic,
+    /// weir-synced (weir's beanstalkd door, every queue at that durability)
+    /// (repeatable) [all five when no --target is given].
     #[arg(long = "spawn", value_name = "KIND")]
     spawn: Vec<beanstalk_server::BsKind>,
     /// The beanstalkd binary (default: on PATH, else /usr/bin/beanstalkd).
     #[arg(long, value_name = "PATH")]
     beanstalkd_bin: Option<PathBuf>,
+    /// The weir binary (default: beside weir-bench, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    weir_bin: Option<PathBuf>,
     /// Where spawned servers' temporary directories go (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
@@ -1110,13 +1114,21 @@ fn run_all(
         run_queues(runtime, common, queues, progress)?;
     }
     if let Some(p) = &all.beanstalk {
-        // Its servers are beanstalkd's (weir's door joins when it lands), spawned
-        // when installed; without beanstalkd the step says so and is skipped.
+        // Its servers are beanstalkd's three modes, spawned when installed, and weir's
+        // door in two when weir is spawned too; without beanstalkd the step says so
+        // and is skipped.
         match beanstalk_server::find_beanstalkd(None) {
             Ok(bin) => {
+                let mut kinds = beanstalk_server::BEANSTALKD_KINDS.to_vec();
+                let mut weir_bin = None;
+                if common.spawn.contains(&Kind::Weir) {
+                    weir_bin = Some(find_weir(common.weir_bin.as_deref())?);
+                    kinds = beanstalk_server::ALL_KINDS.to_vec();
+                }
                 let servers = beanstalk::Servers {
                     bin: Some(bin),
-                    kinds: beanstalk_server::DEFAULT_KINDS.to_vec(),
+                    weir_bin,
+                    kinds,
                     work_dir: common.work_dir.clone(),
                     external: Vec::new(),
                 };
@@ -1181,15 +1193,29 @@ impl BsCommon {
     }
 }
 
-/// The servers of `beanstalk`: the kinds to spawn (all three beanstalkd modes when
-/// neither --spawn nor --target is given) and the given ones.
+/// The servers of `beanstalk`: the kinds to spawn (beanstalkd's three modes and
+/// weir's two when neither --spawn nor --target is given; beanstalkd's alone, with a
+/// note, when there is no weir binary) and the given ones.
 fn beanstalk_servers(common: &BsCommon) -> Result<beanstalk::Servers> {
+    let mut weir_bin = None;
     let kinds = if common.spawn.is_empty() && common.targets.is_empty() {
-        beanstalk_server::DEFAULT_KINDS.to_vec()
+        match find_weir(common.weir_bin.as_deref()) {
+            Ok(bin) => {
+                weir_bin = Some(bin);
+                beanstalk_server::ALL_KINDS.to_vec()
+            }
+            Err(e) => {
+                println!("note: beanstalkd only: {e:#}");
+                beanstalk_server::BEANSTALKD_KINDS.to_vec()
+            }
+        }
     } else {
         common.spawn.clone()
     };
-    let bin = if kinds.is_empty() {
+    if weir_bin.is_none() && kinds.iter().any(|k| k.is_weir()) {
+        weir_bin = Some(find_weir(common.weir_bin.as_deref())?);
+    }
+    let bin = if kinds.iter().all(|k| k.is_weir()) {
         None
     } else {
         Some(beanstalk_server::find_beanstalkd(
@@ -1224,6 +1250,7 @@ fn beanstalk_servers(common: &BsCommon) -> Result<beanstalk::Servers> {
     }
     Ok(beanstalk::Servers {
         bin,
+        weir_bin,
         kinds,
         work_dir: common.work_dir.clone(),
         external,

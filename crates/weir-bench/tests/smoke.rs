@@ -165,10 +165,11 @@ fn all_quick_against_spawned_servers() {
         assert!(rows_of(&v, "memcached").is_empty());
     }
 
-    // beanstalk: on the spawned beanstalkd servers when installed, every step done in
-    // full; otherwise the step says it was skipped.
+    // beanstalk: on the spawned beanstalkd servers (and weir's door, with weir) when
+    // beanstalkd is installed, every step done in full; otherwise the step says it was
+    // skipped.
     if on_path("beanstalkd") || Path::new("/usr/bin/beanstalkd").is_file() {
-        check_beanstalk(out.path());
+        check_beanstalk(out.path(), weir.is_some());
     } else {
         assert!(
             stdout.contains("beanstalk: skipped"),
@@ -191,11 +192,17 @@ fn all_quick_against_spawned_servers() {
     }
 }
 
-/// The files of `all --quick`'s beanstalk step on the three spawned beanstalkd modes.
-fn check_beanstalk(out: &Path) {
-    let kinds = ["beanstalkd-f1000", "beanstalkd-f0", "beanstalkd-nobinlog"];
+/// The files of `all --quick`'s beanstalk step on the three spawned beanstalkd modes
+/// and, with `weir`, weir's door in two.
+fn check_beanstalk(out: &Path, weir: bool) {
+    let mut kinds = vec!["beanstalkd-f1000", "beanstalkd-f0", "beanstalkd-nobinlog"];
+    let mut with_files = vec!["beanstalkd-f1000"];
+    if weir {
+        kinds.extend(["weir-periodic", "weir-synced"]);
+        with_files.push("weir-periodic");
+    }
     let rounds = load(out, "beanstalk");
-    for t in kinds {
+    for &t in &kinds {
         let rows = rows_of(&rounds, t);
         assert_eq!(rows.len(), 2, "beanstalk rows for {t}: {rows:?}");
         for r in rows {
@@ -206,7 +213,9 @@ fn check_beanstalk(out: &Path) {
         }
     }
     let rss = load(out, "beanstalk-rss");
-    for t in ["beanstalkd-f1000", "beanstalkd-nobinlog"] {
+    let mut in_memory = with_files.clone();
+    in_memory.push("beanstalkd-nobinlog");
+    for &t in &in_memory {
         let rows = rows_of(&rss, t);
         let states: Vec<&str> = rows.iter().filter_map(|r| r["state"].as_str()).collect();
         assert_eq!(
@@ -220,13 +229,15 @@ fn check_beanstalk(out: &Path) {
     }
     let text = std::fs::read_to_string(out.join("beanstalk-restart.json")).unwrap();
     let restart: Value = serde_json::from_str(&text).unwrap();
-    let rows = rows_of(&restart, "beanstalkd-f1000");
-    assert_eq!(rows.len(), 2, "beanstalk-restart rows: {restart}");
-    for r in rows {
-        assert!(
-            r["jobs_back_s"].as_f64().is_some(),
-            "beanstalk-restart row {r}"
-        );
+    for &t in &with_files {
+        let rows = rows_of(&restart, t);
+        assert_eq!(rows.len(), 2, "beanstalk-restart rows of {t}: {restart}");
+        for r in rows {
+            assert!(
+                r["jobs_back_s"].as_f64().is_some(),
+                "beanstalk-restart row {r}"
+            );
+        }
     }
 }
 

@@ -162,7 +162,6 @@ impl Tube {
         })
     }
 
-    /// Appends `data` as the job `meta` to the ready lane of its priority.
     /// Appends `data` as the job `meta` to the ready lane of its priority. A job
     /// `moved` from another lane goes to the default lane when its priority can get
     /// no lane of its own (`priorities_max`); a new put is refused then.
