@@ -65,6 +65,7 @@ mod readers_named;
 mod shared_map;
 mod taken;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use door_upkeep::{ForgottenReaders, LeaseTimeout, QueueOptions};
@@ -82,9 +83,9 @@ pub use taken::{Lease, Taken};
 pub use weir::StoreOptions;
 pub use weir_types::{
     expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
-    ConfigError, InvalidName, Item, LeaseId, QueueStats, ReaderStats, TakeMode, BUS_DEAD_PREFIX,
-    BUS_PREFIX, BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER, PROXY_CAPTURE_PREFIX,
-    READERS_PER_QUEUE_MAX,
+    ConfigError, InvalidName, Item, LeaseId, PendingLease, QueueStats, ReaderStats, TakeMode,
+    BUS_DEAD_PREFIX, BUS_PREFIX, BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER,
+    PENDING_LIST_MAX, PROXY_CAPTURE_PREFIX, READERS_PER_QUEUE_MAX,
 };
 
 /// Where the queues live.
@@ -589,6 +590,34 @@ impl Reader {
             (Reader::JetStream(r), Lease::JetStream(l)) => Box::pin(r.touch(l, extend)).await,
             #[cfg(feature = "jetstream")]
             _ => mismatch(),
+        }
+    }
+}
+
+impl Reader {
+    /// A handle on the same reader whose leases name `holder` as who holds them in
+    /// [`Reader::pending`] (a door names one per client connection, e.g.
+    /// `"memcache 10.0.0.7:51234"`). Name a handle once and keep it: each lease
+    /// shares the name, so a take allocates nothing for it. On JetStream, which
+    /// lists no leases, the handle is returned unnamed.
+    pub fn with_holder(&self, holder: Arc<str>) -> Reader {
+        match self {
+            Reader::Embedded(r) => Reader::Embedded(r.with_holder(holder)),
+            #[cfg(feature = "jetstream")]
+            Reader::JetStream(r) => Reader::JetStream(r.clone()),
+        }
+    }
+
+    /// The reader's open leases, lowest seq first, at most `limit` (and at most
+    /// [`PENDING_LIST_MAX`]), each with its holder, age, time left, delivery count and
+    /// length (Redis's `XPENDING`; see `weir::Reader::pending`). A listed lease is
+    /// [`Lease::Embedded`] of its `lease` id. Refused on JetStream
+    /// ([`Kind::Unsupported`]: `docs/cluster.md`).
+    pub async fn pending(&self, limit: usize) -> Result<Vec<PendingLease>> {
+        match self {
+            Reader::Embedded(r) => Ok(r.pending(limit)),
+            #[cfg(feature = "jetstream")]
+            Reader::JetStream(r) => r.pending(limit),
         }
     }
 }

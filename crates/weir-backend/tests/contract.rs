@@ -48,6 +48,11 @@ async fn deliveries_and_dead_letters() -> common::TestResult {
 }
 
 #[tokio::test]
+async fn pending_leases() -> common::TestResult {
+    on_the_engine(common::pending_leases).await
+}
+
+#[tokio::test]
 async fn tubes_of_jobs() -> common::TestResult {
     on_the_engine(common::tubes_of_jobs).await
 }

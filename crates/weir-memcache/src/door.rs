@@ -17,6 +17,7 @@
 //! in throughput: request/reply traffic has no long tasks to balance.
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use weir_backend::exposition::DescriptorEncoder;
 
 use crate::cmd::{self, Ctx, Flow, Session};
 use crate::connection::Connection;
+use crate::handles::Handles;
 use crate::inbound::Next;
 use crate::metrics::LoopMetrics;
 use crate::parse::{binary_error, CommandKind, ParseLimits};
@@ -247,8 +249,8 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
             _ = shared.shutdown.wait() => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -263,7 +265,7 @@ async fn accept_loop(
         }
         // Round robin over the event loops; index 0 is this one.
         next_loop = (next_loop + 1) % (workers.handles.len() + 1);
-        spawn_connection(shared, stream, workers, next_loop, done_tx.clone());
+        spawn_connection(shared, stream, peer, workers, next_loop, done_tx.clone());
     }
     drop(listener);
     drop(done_tx);
@@ -277,11 +279,12 @@ async fn accept_loop(
     }
 }
 
-/// Serves `stream` on event loop `loop_index` (0 is this one). `done` is dropped when
-/// the connection ends, however it ends.
+/// Serves `stream`, from `peer`, on event loop `loop_index` (0 is this one). `done` is
+/// dropped when the connection ends, however it ends.
 fn spawn_connection(
     shared: &Arc<Shared>,
     stream: TcpStream,
+    peer: SocketAddr,
     workers: &Workers,
     loop_index: usize,
     done: mpsc::Sender<()>,
@@ -297,7 +300,7 @@ fn spawn_connection(
             // Dropped in reverse: the slot goes back before `done` says so.
             let _done = done;
             let _slot = slot;
-            serve_connection(&shared, stream, 0).await;
+            serve_connection(&shared, stream, peer, 0).await;
         });
         return;
     }
@@ -313,7 +316,7 @@ fn spawn_connection(
         let _done = done;
         let _slot = slot;
         match TcpStream::from_std(stream) {
-            Ok(stream) => serve_connection(&shared, stream, loop_index).await,
+            Ok(stream) => serve_connection(&shared, stream, peer, loop_index).await,
             Err(e) => tracing::warn!(error = %e, "taking over a connection"),
         }
     });
@@ -350,14 +353,18 @@ async fn refuse(mut stream: TcpStream) {
     let _ = stream.write_all(reply::TOO_MANY_CONNECTIONS).await;
 }
 
-/// Serves one connection on event loop `loop_index` (0 is the accept loop's), whose
-/// counters it writes.
-async fn serve_connection(shared: &Shared, stream: TcpStream, loop_index: usize) {
+/// Serves one connection, from `peer`, on event loop `loop_index` (0 is the accept
+/// loop's), whose counters it writes. Its leases name it as their holder
+/// (`memcache PEER`, see [`Handles::held_by`]).
+async fn serve_connection(shared: &Shared, stream: TcpStream, peer: SocketAddr, loop_index: usize) {
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let mut conn = Connection::new(stream);
     // Declared after `conn`, so it is dropped (deregistered) before the socket closes.
     let registration = shared.shutdown.register(fd);
-    let mut session = Session::default();
+    let mut session = Session {
+        handles: Handles::held_by(peer),
+        ..Session::default()
+    };
     let metrics = shared.metrics.for_loop(loop_index);
     if let Err(e) = handle(shared, metrics, &mut conn, &mut session).await {
         tracing::debug!(error = %e, "connection ended with an error");

@@ -14,6 +14,15 @@
 //! [`Handles::evict`] and asks again, which creates the queue afresh. A miss goes
 //! to the [`Backend`], which creates what is missing without blocking the event loop
 //! (within `queues_max`).
+//!
+//! A connection's reader handles are named after it (`memcache PEER_ADDR`,
+//! [`Reader::with_holder`]), so a reader's pending leases (`Reader::pending`) say
+//! which client holds each. The name is made once per connection, at its first
+//! reader handle (a connection that only appends makes none), and shared by every
+//! handle and lease: no allocation per take.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use weir_backend::{Backend, Queue, Reader};
 
@@ -30,6 +39,10 @@ pub const HANDLES_CACHED_MAX: usize = 16;
 pub struct Handles {
     queues: Vec<(u64, Queue)>,
     readers: Vec<(u64, Reader)>,
+    /// The client's address, which names the leases its reader handles take.
+    peer: Option<SocketAddr>,
+    /// `memcache PEER`, made at the first reader handle.
+    holder: Option<Arc<str>>,
 }
 
 /// FNV-1a over the names, with a separator so ("ab", "c") and ("a", "bc") differ.
@@ -50,6 +63,25 @@ fn names_hash(queue: &str, reader: Option<&str>) -> u64 {
 }
 
 impl Handles {
+    /// The cache of a connection from `peer`: its leases name it as their holder.
+    pub fn held_by(peer: SocketAddr) -> Handles {
+        Handles {
+            peer: Some(peer),
+            ..Handles::default()
+        }
+    }
+
+    /// `handle` named after the connection's peer, when it has one.
+    fn named(&mut self, handle: Reader) -> Reader {
+        let Some(peer) = self.peer else {
+            return handle;
+        };
+        let holder = self
+            .holder
+            .get_or_insert_with(|| Arc::from(format!("memcache {peer}")));
+        handle.with_holder(Arc::clone(holder))
+    }
+
     /// The queue `name`, created on first use (within `queues_max`).
     pub async fn queue(&mut self, backend: &Backend, name: &str) -> weir_backend::Result<&Queue> {
         let hash = names_hash(name, None);
@@ -87,6 +119,7 @@ impl Handles {
             None => {
                 let q = self.queue(backend, queue).await?.clone();
                 let handle = backend.reader(&q, reader).await?;
+                let handle = self.named(handle);
                 if self.readers.len() == HANDLES_CACHED_MAX {
                     self.readers.remove(0);
                 }
@@ -117,6 +150,7 @@ impl Handles {
                 let Some(handle) = backend.reader_to_look(queue, reader).await? else {
                     return Ok(None);
                 };
+                let handle = self.named(handle);
                 if self.readers.len() == HANDLES_CACHED_MAX {
                     self.readers.remove(0);
                 }
@@ -183,6 +217,42 @@ mod tests {
         assert!(handles.readers.is_empty());
         assert_eq!(handles.reader(&queues, "a", "r").await?.name(), "r");
         assert_eq!(handles.reader(&queues, "a", "r").await?.queue_name(), "a");
+        Ok(())
+    }
+
+    /// A connection's reader handles, taken fresh or to look, name their leases after
+    /// its peer; a cache with no peer leaves them unnamed.
+    #[tokio::test]
+    async fn leases_name_the_connection() -> Result<(), Box<dyn std::error::Error>> {
+        use weir_backend::TakeMode;
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(dir.path())?;
+        let queues = Backend::Embedded(weir_backend::Embedded::new(store));
+        let peer: SocketAddr = "10.0.0.7:51234".parse()?;
+        let mut handles = Handles::held_by(peer);
+        let q = handles.queue(&queues, "a").await?.clone();
+        q.append_batch(&[b"1", b"2", b"3"], Default::default())
+            .await?;
+        let wait = std::time::Duration::ZERO;
+        let r = handles.reader(&queues, "a", "").await?;
+        r.take(TakeMode::Lease, wait).await?.ok_or("an item")?;
+        let look = handles.reader_to_look(&queues, "a", "x").await?;
+        let look = look.ok_or("a reader to look")?;
+        look.take(TakeMode::Lease, wait).await?.ok_or("an item")?;
+        let mut unnamed = Handles::default();
+        let plain = unnamed.reader(&queues, "a", "").await?;
+        plain.take(TakeMode::Lease, wait).await?.ok_or("an item")?;
+        let holders = |listed: Vec<weir_backend::PendingLease>| {
+            listed
+                .into_iter()
+                .map(|p| p.holder.map(|h| h.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let named = Some("memcache 10.0.0.7:51234".to_string());
+        assert_eq!(holders(plain.pending(10).await?), vec![named.clone(), None]);
+        let look = handles.reader_to_look(&queues, "a", "x").await?;
+        let look = look.ok_or("a reader to look")?;
+        assert_eq!(holders(look.pending(10).await?), vec![named]);
         Ok(())
     }
 }

@@ -66,3 +66,4 @@ pub use crate::reader::Reader;
 pub use crate::readers::READERS_PER_QUEUE_MAX;
 pub use crate::stats::{QueueStats, ReaderStats};
 pub use crate::store::Store;
+pub use weir_types::{PendingLease, PENDING_LIST_MAX};

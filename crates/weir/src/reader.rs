@@ -3,6 +3,13 @@
 //! Every reader sees every item (fanout); handles on the same reader compete for items
 //! (work queue). A lease is an item handed out but not yet confirmed; release returns it
 //! to the reader ahead of newer items.
+//!
+//! A handle may be named ([`Reader::with_holder`]): every lease it takes records that
+//! name as its holder, shown by [`Reader::pending`]. The name is set once per handle
+//! (a front door names one per client connection) and each lease keeps a clone of
+//! its `Arc`, so a take pays a reference count increment, never an allocation. A
+//! name is a handle's, not the reader's: handles on one reader with different names
+//! compete for its items as any handles do.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::item::{Item, Lease, LeaseId, TakeMode, Taken};
 use crate::queue::queue_core::QueueCore;
+use weir_types::PendingLease;
 
 /// What a timeout too large to add to the clock is cut to (about 30 years).
 const WAIT_FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
@@ -19,6 +27,8 @@ const WAIT_FOREVER: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 pub struct Reader {
     pub(crate) core: Arc<QueueCore>,
     pub(crate) name: Arc<str>,
+    /// Who takes through this handle ([`Reader::with_holder`]).
+    pub(crate) holder: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -26,6 +36,7 @@ impl std::fmt::Debug for Reader {
         f.debug_struct("Reader")
             .field("queue", &self.queue_name())
             .field("name", &self.name())
+            .field("holder", &self.holder())
             .finish()
     }
 }
@@ -39,6 +50,33 @@ impl Reader {
     /// The name of the queue it reads.
     pub fn queue_name(&self) -> &str {
         &self.core.name
+    }
+
+    /// A handle on the same reader whose leases record `holder` as who holds them
+    /// (see [`Reader::pending`]), e.g. `"memcache 10.0.0.7:51234"`. Name a handle
+    /// once and keep it: the name is shared, not copied, by every lease it takes.
+    pub fn with_holder(&self, holder: Arc<str>) -> Reader {
+        Reader {
+            core: Arc::clone(&self.core),
+            name: Arc::clone(&self.name),
+            holder: Some(holder),
+        }
+    }
+
+    /// Who this handle takes for ([`Reader::with_holder`]); `None` when unnamed.
+    pub fn holder(&self) -> Option<&str> {
+        self.holder.as_deref()
+    }
+
+    /// The reader's open leases, lowest seq first, at most `limit` (and at most
+    /// [`PENDING_LIST_MAX`](crate::PENDING_LIST_MAX)): each with its lease id, item
+    /// seq, holder, age, time left before it times out, delivery count and payload
+    /// length (Redis's `XPENDING`). Leases of every handle on the reader are listed;
+    /// the engine's own (items being moved to `expire_to` or `dead_letter_to`) are
+    /// not. Read from memory under the queue's lock; empty when the reader has none
+    /// or was deleted.
+    pub fn pending(&self, limit: usize) -> Vec<PendingLease> {
+        self.core.pending(&self.name, limit)
     }
 
     /// Takes the next item and confirms it at once; `None` when there is none.
@@ -64,7 +102,7 @@ impl Reader {
 
     /// Takes, leases or peeks, by `mode`, without waiting.
     pub fn take_mode(&self, mode: TakeMode) -> Result<Option<Taken>> {
-        let (taken, ticket) = self.core.take(&self.name, mode)?;
+        let (taken, ticket) = self.core.take(&self.name, mode, self.holder.as_ref())?;
         self.core.wait_durable(ticket)?;
         Ok(taken)
     }
@@ -108,7 +146,7 @@ impl Reader {
         if timeout.is_zero() {
             // No wait: one look under the queue's lock, without registering as a
             // waiter (which costs two more lock holds and a shared counter).
-            let (taken, ticket) = self.core.take(&self.name, mode)?;
+            let (taken, ticket) = self.core.take(&self.name, mode, self.holder.as_ref())?;
             self.core.wait_durable_async(ticket).await?;
             return Ok(taken);
         }
@@ -125,7 +163,7 @@ impl Reader {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let waiter = self.core.waiter_guard(&self.name);
-            let (taken, ticket) = self.core.take(&self.name, mode)?;
+            let (taken, ticket) = self.core.take(&self.name, mode, self.holder.as_ref())?;
             if taken.is_some() {
                 drop(waiter);
                 self.core.wait_durable_async(ticket).await?;
@@ -136,7 +174,7 @@ impl Reader {
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 drop(waiter);
-                let (taken, ticket) = self.core.take(&self.name, mode)?;
+                let (taken, ticket) = self.core.take(&self.name, mode, self.holder.as_ref())?;
                 self.core.wait_durable_async(ticket).await?;
                 return Ok(taken);
             }

@@ -380,6 +380,17 @@ impl Reader {
         result
     }
 
+    /// Refused ([`Kind::Unsupported`], see `docs/cluster.md`): a reader's leases are
+    /// spread over every instance, and this instance's registry (`leases.rs`) keeps
+    /// its leases by ack subject, for renewing them, not by reader, and without the
+    /// holder, age, delivery count or length a listing shows.
+    pub fn pending(&self, _limit: usize) -> Result<Vec<weir_types::PendingLease>> {
+        Err(Error::new(
+            Kind::Unsupported,
+            "listing a reader's open leases (pending) is not supported on the jetstream backend",
+        ))
+    }
+
     /// Gives the leased item back, ahead of newer ones (`-NAK`, sent by the nak pump).
     /// Never blocks or awaits.
     pub fn release(&self, lease: &Lease) -> Result<bool> {

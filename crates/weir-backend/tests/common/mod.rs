@@ -320,6 +320,46 @@ pub async fn deliveries_and_dead_letters(backend: &Backend) -> TestResult {
     Ok(())
 }
 
+/// A reader's open leases (`Reader::pending`): on the engine, lowest seq first, each
+/// with the holder its handle was named with, its delivery count and length, within
+/// the limit, and gone once confirmed; on JetStream, refused as unsupported, naming
+/// the feature.
+pub async fn pending_leases(backend: &Backend) -> TestResult {
+    let q = backend.queue("pending").await?;
+    let r = backend.reader(&q, "").await?;
+    let named = r.with_holder(std::sync::Arc::from("memcache 127.0.0.1:5000"));
+    if backend.kind_name() != "embedded" {
+        let e = named.pending(10).await.err().ok_or("refused")?;
+        assert_eq!(e.kind(), weir_backend::Kind::Unsupported);
+        assert!(e.to_string().contains("pending"), "{e}");
+        return Ok(());
+    }
+    q.append_batch(&[b"a", b"bb", b"ccc"], AppendOptions::default())
+        .await?;
+    let wait = Duration::from_secs(2);
+    let first = named.take(TakeMode::Lease, wait).await?.ok_or("a")?;
+    let second = r.take(TakeMode::Lease, wait).await?.ok_or("bb")?;
+    assert!(r.release(first.lease.as_ref().ok_or("a lease")?)?);
+    let again = named.take(TakeMode::Lease, wait).await?.ok_or("a again")?;
+    assert_eq!((&again.item.data[..], again.deliveries), (&b"a"[..], 2));
+    let listed = r.pending(10).await?;
+    let summary: Vec<_> = listed
+        .iter()
+        .map(|p| (p.seq, p.holder.as_deref(), p.deliveries, p.len))
+        .collect();
+    let (a, bb) = (again.item.seq, second.item.seq);
+    assert_eq!(
+        summary,
+        [(a, Some("memcache 127.0.0.1:5000"), 2, 1), (bb, None, 1, 2)]
+    );
+    assert_eq!(r.pending(1).await?.len(), 1, "the limit");
+    for t in [&again, &second] {
+        assert!(r.confirm(t.lease.as_ref().ok_or("a lease")?).await?);
+    }
+    assert!(r.pending(10).await?.is_empty(), "confirmed: gone");
+    Ok(())
+}
+
 /// Tubes through the backend: put with priorities, reserve by urgency across tubes,
 /// release, bury, kick, and jobs by id; on a backend without them, the refusal names
 /// the feature.

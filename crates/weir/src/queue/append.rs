@@ -282,7 +282,7 @@ impl State {
                     // Dropping (or moving) expired items on the way makes room too, even
                     // when no unexpired item follows them.
                     if self
-                        .take_inner(slot, Purpose::Discard, now, moves)?
+                        .take_inner(slot, Purpose::Discard, now, moves, None)?
                         .is_some()
                         || self.readers.at(slot).expired != expired_before
                     {

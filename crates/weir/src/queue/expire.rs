@@ -203,7 +203,7 @@ impl QueueCore {
                 for slot in slots {
                     let mut n = 0;
                     while state
-                        .take_inner(slot, Purpose::ExpireHead, now, &mut moves)?
+                        .take_inner(slot, Purpose::ExpireHead, now, &mut moves, None)?
                         .is_some()
                     {
                         n += 1;

@@ -77,6 +77,7 @@ impl Queue {
         Ok(Reader {
             core: Arc::clone(&self.core),
             name: Arc::from(name),
+            holder: None,
         })
     }
 
@@ -90,6 +91,7 @@ impl Queue {
         Ok(Reader {
             core: Arc::clone(&self.core),
             name: Arc::from(name),
+            holder: None,
         })
     }
 

@@ -19,8 +19,9 @@
 //! the segment files and reading records; `cursor.rs` the one walk over them;
 //! `state.rs` the state behind the lock and the helpers every operation shares;
 //! `append.rs`, `take.rs` (what a take is for: `purpose.rs`), `leases.rs` and
-//! `expire.rs` the operations; `lifecycle.rs` the configuration, readers' creation and
-//! deletion, flushing, deletion and closing; `reader_state.rs` one reader's position
+//! `expire.rs` the operations; `pending.rs` listing a reader's open leases;
+//! `lifecycle.rs` the configuration, readers' creation and deletion, flushing,
+//! deletion and closing; `reader_state.rs` one reader's position
 //! and leases; `commit.rs` group commit over `sync_state.rs`; `wake.rs` waiting
 //! readers; `open.rs` opening and recovery; `seek.rs` moving a reader and finding a
 //! seq by time; `idle.rs` the background tick and closing idle files; `stats.rs`
@@ -47,6 +48,7 @@ mod leases;
 mod lifecycle;
 mod log;
 mod open;
+mod pending;
 mod purpose;
 pub(crate) mod queue_core;
 mod reader_state;

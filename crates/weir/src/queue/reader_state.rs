@@ -17,6 +17,11 @@ pub(super) struct LeaseInfo {
     pub(super) loc: Loc,
     pub(super) len: u32,
     pub(super) deadline: Option<Instant>,
+    /// When it was taken, by the queue's clock: its age in a listing (`pending.rs`).
+    pub(super) taken_at: Instant,
+    /// Who took it, as the taking [`Reader`](crate::Reader) handle was named (a clone
+    /// of its `Arc`: no allocation); `None` for an unnamed taker and the engine.
+    pub(super) holder: Option<Arc<str>>,
     /// Held by the engine for an expired item being moved to `expire_to` (see
     /// [`Move`](super::expire::Move)), not by a caller: no timeout, and no caller may confirm or release it.
     pub(super) for_expire_to: bool,
@@ -223,6 +228,8 @@ mod tests {
             },
             len: 10,
             deadline: None,
+            taken_at: Instant::now(),
+            holder: None,
             for_expire_to: false,
         }
     }

@@ -5,6 +5,7 @@
 //! `dead_letter_to` like an expired item to `expire_to` (or dropped, with none).
 //! Released items come first, so that is the next take after its last return.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -145,13 +146,15 @@ impl State {
         Ok(())
     }
 
-    /// Takes (or leases, peeks, discards, expires) the reader's next item.
+    /// Takes (or leases, peeks, discards, expires) the reader's next item; a lease
+    /// records `holder` as who took it.
     pub(super) fn take_inner(
         &mut self,
         slot: Slot,
         purpose: Purpose,
         now: u64,
         moves: &mut Vec<Move>,
+        holder: Option<&Arc<str>>,
     ) -> Result<Option<Taken>> {
         // Expired items at the head are dropped as they are met, but at most
         // `EXPIRED_PER_CALL_MAX` per call, so one call never holds the lock (or the
@@ -171,7 +174,7 @@ impl State {
                     self.remember_head_expiry(slot, &c)?;
                     return Ok(None);
                 }
-                return self.consume(slot, c, purpose).map(Some);
+                return self.consume(slot, c, purpose, holder).map(Some);
             };
             if let Some(item) = self.drop_item(slot, c, moves, head, kind)? {
                 return Ok(Some(Taken {
@@ -207,8 +210,14 @@ impl State {
     }
 
     /// Consumes the unexpired item `c` for `purpose`: a take or a discard confirms it
-    /// (journaled), a lease holds it, a peek leaves it.
-    fn consume(&mut self, slot: Slot, c: Candidate, purpose: Purpose) -> Result<Taken> {
+    /// (journaled), a lease holds it (for `holder`), a peek leaves it.
+    fn consume(
+        &mut self,
+        slot: Slot,
+        c: Candidate,
+        purpose: Purpose,
+        holder: Option<&Arc<str>>,
+    ) -> Result<Taken> {
         debug_assert!(purpose != Purpose::ExpireHead);
         let returns = self.readers.at(slot).returns_of(c.header.seq);
         let deliveries = returns.saturating_add(1);
@@ -233,11 +242,14 @@ impl State {
                 })
             }
             Purpose::Lease => {
-                let deadline = self
-                    .config
-                    .open_timeout
-                    .and_then(|t| self.clock.instant().checked_add(t));
-                let lease = self.hold_lease(slot, &c, deadline, false)?;
+                let now = self.clock.instant();
+                let deadline = self.config.open_timeout.and_then(|t| now.checked_add(t));
+                let held = Held {
+                    taken_at: now,
+                    deadline,
+                    holder: holder.cloned(),
+                };
+                let lease = self.hold_lease(slot, &c, held, false)?;
                 self.readers.at_mut(slot).taken += 1;
                 Ok(Taken {
                     item: c.into_item(),
@@ -261,7 +273,12 @@ impl State {
     ) -> Result<Option<Item>> {
         let len = c.header.len as u64;
         if kind.target(&self.config, &self.name).is_some() {
-            let lease = self.hold_lease(slot, &c, None, true)?;
+            let held = Held {
+                taken_at: self.clock.instant(),
+                deadline: None,
+                holder: None,
+            };
+            let lease = self.hold_lease(slot, &c, held, true)?;
             let r = self.readers.at_mut(slot);
             r.expire_moves += 1;
             r.expire_moves_bytes += len;
@@ -305,7 +322,7 @@ impl State {
         &mut self,
         slot: Slot,
         c: &Candidate,
-        deadline: Option<Instant>,
+        held: Held,
         for_expire_to: bool,
     ) -> Result<u64> {
         let lease = self.next_lease_id;
@@ -317,13 +334,22 @@ impl State {
                 seq: c.header.seq,
                 loc: c.loc,
                 len: c.header.len,
-                deadline,
+                deadline: held.deadline,
+                taken_at: held.taken_at,
+                holder: held.holder,
                 for_expire_to,
             },
         );
         self.next_lease_id += 1;
         Ok(lease)
     }
+}
+
+/// When a new lease was taken, until when it lasts, and by whom.
+struct Held {
+    taken_at: Instant,
+    deadline: Option<Instant>,
+    holder: Option<Arc<str>>,
 }
 
 impl ReaderState {
@@ -343,10 +369,12 @@ impl ReaderState {
 }
 
 impl QueueCore {
+    /// Takes, leases or peeks the next item of `reader`; a lease records `holder`.
     pub(crate) fn take(
         &self,
         reader: &str,
         mode: TakeMode,
+        holder: Option<&Arc<str>>,
     ) -> Result<(Option<Taken>, Option<Ticket>)> {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
@@ -366,7 +394,7 @@ impl QueueCore {
                 let journal_before = state.journal.written;
                 let slot = state.usable_reader(reader)?;
                 state.expired_budget_spent = false;
-                let taken = state.take_inner(slot, purpose, now, &mut moves)?;
+                let taken = state.take_inner(slot, purpose, now, &mut moves, holder)?;
                 let wrote = state.journal.written != journal_before;
                 if wrote {
                     state.after_write();
@@ -409,7 +437,7 @@ impl QueueCore {
                 let mut items = Vec::new();
                 state.expired_budget_spent = false;
                 while items.len() < count_max {
-                    match state.take_inner(slot, Purpose::Take, now, &mut moves) {
+                    match state.take_inner(slot, Purpose::Take, now, &mut moves, None) {
                         Ok(Some(t)) => items.push(t.item),
                         Ok(None) => break,
                         Err(e) if items.is_empty() => return Err(e),
