@@ -140,8 +140,8 @@ impl Tube {
         delay: Duration,
     ) -> Result<u64> {
         let Tube::Embedded(t) = self;
-        if delay.is_zero() && t.has_ready_lane(priority) {
-            return Ok(t.put_async(data, priority, ttr).await?);
+        if let Some(id) = t.put_delayed_async(data, priority, ttr, delay).await? {
+            return Ok(id);
         }
         let (t, data) = (t.clone(), data.to_vec());
         blocking(move || t.put_delayed(&data, priority, ttr, delay)).await

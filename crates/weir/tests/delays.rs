@@ -208,3 +208,45 @@ async fn a_waiting_reserve_wakes_when_a_delayed_job_is_due() {
     assert!(waited >= Duration::from_millis(290), "early: {waited:?}");
     assert!(waited < Duration::from_secs(5), "not woken: {waited:?}");
 }
+
+/// `put_delayed_async` appends on the caller's thread to a bucket that exists and
+/// leaves the rest to `put_delayed`: `None`, with nothing stored and no bucket made;
+/// what it stores is delayed like any other put's, and becomes ready when due.
+#[test]
+fn put_delayed_async_goes_to_buckets_that_exist_and_leaves_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new();
+    let store = open(dir.path(), &clock);
+    let tube = store.jobs().tube("da").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let delay = Duration::from_secs(3600);
+    let put = |body: &'static [u8], pri: u32| {
+        rt.block_on(tube.put_delayed_async(body, pri, TTR, delay))
+            .unwrap()
+    };
+    assert_eq!(put(b"first", 1024), None, "no bucket yet");
+    assert!(lanes(&store).is_empty(), "no bucket made on the event loop");
+    assert_eq!(tube.stats().unwrap().delayed, 0);
+    let first = tube.put_delayed(b"first", 1024, TTR, delay).unwrap();
+    let second = put(b"second", 1024).expect("the bucket exists now");
+    assert_eq!(put(b"other", 3), None, "priority 3 has no lane yet");
+    assert_eq!(lanes(&store).len(), 1, "{:?}", lanes(&store));
+    let stats = tube.stats().unwrap();
+    assert_eq!((stats.delayed, stats.ready), (2, 0));
+    assert_eq!(
+        store.jobs().find(second).unwrap().unwrap().state,
+        JobState::Delayed
+    );
+    assert!(tube.reserve_now().unwrap().is_none(), "not due");
+    clock.advance(delay + Duration::from_secs(600));
+    let order: Vec<u64> = std::iter::from_fn(|| {
+        let r = tube.reserve_now().unwrap()?;
+        assert!(tube.delete(&r).unwrap());
+        Some(r.job.id)
+    })
+    .collect();
+    assert_eq!(order, [first, second]);
+}

@@ -250,3 +250,52 @@ async fn a_waiting_reserve_wakes_for_a_job_in_a_new_lane_and_times_out_empty() {
         "woken, not timed out"
     );
 }
+
+/// `put_async` appends on the caller's thread to a lane that exists (the tube's own
+/// queue, or a priority's lane an earlier put made) and leaves the rest to `put`:
+/// `None`, with nothing stored and no lane made.
+#[test]
+fn put_async_goes_to_lanes_that_exist_and_leaves_the_rest_to_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let tube = store.jobs().tube("async").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let own = rt.block_on(tube.put_async(b"own", 1024, TTR)).unwrap();
+    assert!(
+        own.is_some(),
+        "the default priority's lane is the tube's queue"
+    );
+    assert_eq!(rt.block_on(tube.put_async(b"new", 7, TTR)).unwrap(), None);
+    assert!(
+        !store.queue_names().contains(&"lane:async:p7".to_string()),
+        "no lane made on the event loop"
+    );
+    assert_eq!(
+        tube.stats().unwrap().ready,
+        1,
+        "nothing stored for the refusal"
+    );
+    let first7 = tube.put(b"seven-1", 7, TTR).unwrap();
+    let second7 = rt
+        .block_on(tube.put_async(b"seven-2", 7, TTR))
+        .unwrap()
+        .expect("the lane exists now");
+    assert!(second7 != first7 && Some(second7) != own);
+    let order: Vec<(Vec<u8>, u64)> = std::iter::from_fn(|| {
+        let r = tube.reserve_now().unwrap()?;
+        assert!(tube.delete(&r).unwrap());
+        Some((r.job.data.to_vec(), r.job.id))
+    })
+    .collect();
+    assert_eq!(
+        order,
+        [
+            (b"seven-1".to_vec(), first7),
+            (b"seven-2".to_vec(), second7),
+            (b"own".to_vec(), own.unwrap()),
+        ]
+    );
+}

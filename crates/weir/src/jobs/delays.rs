@@ -43,6 +43,52 @@ impl Tube {
         Ok(meta.id)
     }
 
+    /// [`Tube::put_delayed`] for async callers when it needs no file work: the job's
+    /// bucket of the delay wheel exists already (an earlier put made it), no bucket is
+    /// ripe (moving ripe jobs on is file work), and the job's priority is the tube's
+    /// default or has a lane. The append runs on the caller's thread, the fsync wait
+    /// (under `synced`) on tokio's blocking pool. `Ok(None)` otherwise: put that job
+    /// with [`Tube::put_delayed`] off the event loop.
+    pub async fn put_delayed_async(
+        &self,
+        data: &[u8],
+        priority: u32,
+        ttr: Duration,
+        delay: Duration,
+    ) -> Result<Option<u64>> {
+        if delay.is_zero() {
+            return self.put_async(data, priority, ttr).await;
+        }
+        if self.has_ripe() || (priority != self.priority_default() && !self.has_lane(priority)) {
+            return Ok(None);
+        }
+        let (core, ticket, id) = {
+            // Held across the append: an emptied bucket's lane is deleted under it.
+            let _wheel = self.lanes.wheel.lock();
+            let now = self.jobs.store.clock().now_ms();
+            let due_ms = self.due_after(delay);
+            let Some(bucket) = wheel::bucket_for(due_ms, now) else {
+                return Ok(None);
+            };
+            let name = lane_name::delay_lane(&self.name, bucket.level, bucket.start_ms);
+            let Some(lane) = self.jobs.store.existing_queue(&name)? else {
+                return Ok(None);
+            };
+            let mut meta = self.new_job(priority, ttr)?;
+            meta.due_ms = due_ms;
+            let options = AppendOptions {
+                job: Some(meta),
+                ..AppendOptions::default()
+            };
+            let (_, ticket) = lane.core.append_batch(&[data], options)?;
+            self.note_bucket(bucket);
+            (lane.core, ticket, meta.id)
+        };
+        core.wait_durable_async(ticket).await?;
+        self.lanes.put.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(id))
+    }
+
     /// Gives a reserved job back with `priority`, ready `delay` from now.
     pub fn release_delayed(
         &self,
@@ -82,7 +128,7 @@ impl Tube {
         let Some(bucket) = wheel::bucket_for(meta.due_ms, now) else {
             return self.append(data, flags, JobMeta { due_ms: 0, ..meta }, moved);
         };
-        if !moved && meta.priority != self.queue.config().priority_default {
+        if !moved && meta.priority != self.priority_default() {
             // Its lane is made now, so that a priority past `priorities_max` is
             // refused at the put, not found out when the job comes due.
             let _lanes = self.lanes.lanes.lock();
@@ -166,7 +212,7 @@ impl Tube {
             let Some(lease) = reader.take_leased()? else {
                 break;
             };
-            let mut job = self.job_of(lease.item, self.queue.config().priority_default);
+            let mut job = self.job_of(lease.item, self.priority_default());
             let finer = if kick {
                 None
             } else {
@@ -244,7 +290,7 @@ impl Tube {
                 if lane.core.standing("", item.seq)?.is_none() {
                     continue;
                 }
-                let job = self.job_of(item, self.queue.config().priority_default);
+                let job = self.job_of(item, self.priority_default());
                 if first.as_ref().is_none_or(|f| job.due_ms < f.due_ms) {
                     first = Some(job);
                 }

@@ -96,7 +96,7 @@ impl Tube {
     /// The job `id` in this tube's lanes.
     fn find(&self, id: u64) -> Result<Option<Found>> {
         if let Some(seq) = plain_seq(id) {
-            let default = self.queue.config().priority_default;
+            let default = self.priority_default();
             if let Some(found) = self.found_at(&self.queue.clone(), seq, default, false)? {
                 return Ok(Some(found));
             }
@@ -108,7 +108,7 @@ impl Tube {
             .into_iter()
             .map(|(p, q)| (p, q, false))
             .collect();
-        let default = self.queue.config().priority_default;
+        let default = self.priority_default();
         if let Some(buried) = self.buried_lane(false)? {
             lanes.push((default, buried, true));
         }

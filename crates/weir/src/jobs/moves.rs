@@ -125,7 +125,7 @@ impl Tube {
             let Some(lease) = reader.take_leased()? else {
                 break;
             };
-            let job = self.job_of(lease.item, self.queue.config().priority_default);
+            let job = self.job_of(lease.item, self.priority_default());
             let meta = JobMeta {
                 id: job.id,
                 priority: job.priority,
@@ -159,7 +159,7 @@ impl Tube {
             return Ok(None);
         };
         let peeked = buried.reader("")?.take_mode(TakeMode::Peek)?;
-        let default = self.queue.config().priority_default;
+        let default = self.priority_default();
         Ok(peeked.map(|t| self.job_of(t.item, default)))
     }
 

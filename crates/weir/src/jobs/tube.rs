@@ -117,31 +117,61 @@ impl Tube {
         Ok(meta.id)
     }
 
-    /// [`Tube::put`] for async callers, for a job of the tube's default priority
-    /// ([`Tube::has_ready_lane`]): the append's fsync wait (under `synced`) runs on
-    /// tokio's blocking pool. Another priority's lane may be made or deleted (file
-    /// work, under a lock): put those with [`Tube::put`] off the event loop.
-    pub async fn put_async(&self, data: &[u8], priority: u32, ttr: Duration) -> Result<u64> {
-        let meta = self.new_job(priority, ttr)?;
-        let options = AppendOptions {
-            job: Some(meta),
-            ..AppendOptions::default()
+    /// [`Tube::put`] for async callers, when the job's lane is there already (the
+    /// tube's own queue for `priority_default`, else a lane made by an earlier put):
+    /// the append runs on the caller's thread as any queue's does, and the fsync wait
+    /// (under `synced`) on tokio's blocking pool. `Ok(None)` when a lane would have to
+    /// be made or an empty one deleted first (file work, under the tube's lock): put
+    /// that job with [`Tube::put`] off the event loop.
+    pub async fn put_async(
+        &self,
+        data: &[u8],
+        priority: u32,
+        ttr: Duration,
+    ) -> Result<Option<u64>> {
+        let (core, ticket, id) = {
+            let own = priority == self.priority_default();
+            // Held across the append to another priority's lane, as in `append`: an
+            // empty lane is deleted under it. The tube's own queue needs no lock.
+            let _lanes = (!own).then(|| self.lanes.lanes.lock());
+            let lane = if own {
+                self.queue.clone()
+            } else if !self.has_lane(priority) {
+                return Ok(None);
+            } else {
+                let name = lane_name::priority_lane(&self.name, priority);
+                match self.jobs.store.existing_queue(&name)? {
+                    Some(lane) => lane,
+                    None => return Ok(None),
+                }
+            };
+            let meta = self.new_job(priority, ttr)?;
+            let options = AppendOptions {
+                job: Some(meta),
+                ..AppendOptions::default()
+            };
+            let (_, ticket) = lane.core.append_batch(&[data], options)?;
+            (lane.core, ticket, meta.id)
         };
-        if !self.has_ready_lane(priority) {
-            return Err(Error::InvalidArgument(
-                "put_async is for the tube's default priority".into(),
-            ));
-        }
-        self.queue.append_async(data, options).await?;
+        core.wait_durable_async(ticket).await?;
         self.lanes.appended.notify_waiters();
         self.lanes.put.fetch_add(1, Ordering::Relaxed);
-        Ok(meta.id)
+        Ok(Some(id))
     }
 
-    /// Whether jobs of `priority` go to the tube's own queue (no lane to make or
-    /// lock: [`Tube::put_async`] takes them).
-    pub fn has_ready_lane(&self, priority: u32) -> bool {
-        priority == self.queue.config().priority_default
+    /// The tube's default priority: its jobs live in the tube's own queue.
+    pub(super) fn priority_default(&self) -> u32 {
+        self.queue.core.priority_default()
+    }
+
+    /// Whether `priority` has a lane this process knows of (no lookup of the store's
+    /// queues: `false` until the lanes were read once).
+    pub(super) fn has_lane(&self, priority: u32) -> bool {
+        self.lanes
+            .priorities
+            .lock()
+            .as_ref()
+            .is_some_and(|p| p.contains(&priority))
     }
 
     /// A new job's id and settings.
@@ -171,8 +201,7 @@ impl Tube {
             job: Some(meta),
             ..AppendOptions::default()
         };
-        let default = self.queue.config().priority_default;
-        if meta.priority == default {
+        if meta.priority == self.priority_default() {
             self.queue.append(data, options)?;
         } else {
             // Held across the append: an empty lane is deleted under it too.
@@ -193,7 +222,7 @@ impl Tube {
 
     /// The queue holding ready jobs of `priority`, made when missing.
     pub(super) fn ready_lane(&self, priority: u32) -> Result<Queue> {
-        if priority == self.queue.config().priority_default {
+        if priority == self.priority_default() {
             return Ok(self.queue.clone());
         }
         let known = self.priorities().contains(&priority);
@@ -267,7 +296,7 @@ impl Tube {
 
     /// The ready lanes, most urgent first.
     pub(super) fn ready_lanes(&self) -> Result<Vec<(u32, Queue)>> {
-        let default = self.queue.config().priority_default;
+        let default = self.priority_default();
         let mut lanes = vec![(default, self.queue.clone())];
         for p in self.priorities() {
             let name = lane_name::priority_lane(&self.name, p);
@@ -291,7 +320,6 @@ impl Tube {
 
     /// The job an item of a lane of this tube is.
     pub(super) fn job_of(&self, item: Item, lane_priority: u32) -> Job {
-        let fallback_ttr = self.queue.config().open_timeout.unwrap_or(TTR_DEFAULT);
         let (id, priority, ttr, due_ms) = match item.job {
             Some(meta) => (
                 meta.id,
@@ -302,7 +330,8 @@ impl Tube {
             None => (
                 plain_id(item.seq, &self.name),
                 lane_priority,
-                fallback_ttr,
+                // Asked only for a plain item (the copy of the config is no cost then).
+                self.queue.config().open_timeout.unwrap_or(TTR_DEFAULT),
                 0,
             ),
         };

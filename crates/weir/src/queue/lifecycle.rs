@@ -17,6 +17,11 @@ impl QueueCore {
         self.state.lock().config.clone()
     }
 
+    /// `config().priority_default` without the copy (the jobs' hot path asks it).
+    pub(crate) fn priority_default(&self) -> u32 {
+        self.state.lock().config.priority_default
+    }
+
     pub(crate) fn set_config(&self, config: QueueConfig) {
         // Marked on the way out (after the state lock is released): see `tick`.
         let _active = MarkActiveOnDrop(self);
