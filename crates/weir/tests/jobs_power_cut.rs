@@ -83,9 +83,8 @@ const PERIODIC_INTERVAL: Duration = Duration::from_millis(50);
 #[derive(Clone, Default)]
 struct Ledger {
     next_key: u64,
-    /// Every put tried, by the key its data carries: the data's length, and whether
-    /// it was put with a delay.
-    attempted: HashMap<u64, (usize, bool)>,
+    /// Every put tried, by the key its data carries: the data's length.
+    attempted: HashMap<u64, usize>,
     /// Acknowledged puts: id to key, and key to id.
     put: HashMap<u64, u64>,
     id_of: HashMap<u64, u64>,
@@ -172,7 +171,7 @@ impl Worker {
             let key = l.next_key;
             l.next_key += 1;
             let data = payload(key, self.rng.gen_range(8..300));
-            l.attempted.insert(key, (data.len(), !delay.is_zero()));
+            l.attempted.insert(key, data.len());
             data
         };
         let id = {
@@ -352,7 +351,7 @@ fn drain(image: &Path, mode: &str, now_ms: u64, after: &Ledger) -> Drained {
     while let Some(r) = tube.reserve_now().unwrap() {
         let (id, priority) = (r.job.id, r.job.priority);
         let key = payload_id(&r.job.data).unwrap_or(u64::MAX);
-        let Some(&(len, _)) = after.attempted.get(&key) else {
+        let Some(&len) = after.attempted.get(&key) else {
             panic!("job {id} was never put (key {key})");
         };
         assert!(is_payload(&r.job.data, key, len), "job {id}'s data changed");
