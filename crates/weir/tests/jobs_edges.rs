@@ -312,3 +312,105 @@ fn a_lost_items_return_count_goes_to_the_next_item_with_its_seq() {
         "the new item, never delivered, was dead-lettered (dropped)"
     );
 }
+
+/// `delete <id>` racing `kick-job <id>` on a buried job: kick-job looks under the
+/// tube's wheel lock, appends the job to its ready lane, then discards the buried
+/// copy. A delete by id that discarded the buried copy in between answered "deleted"
+/// while the kicked copy lived on, ready. The delete now takes the wheel lock too.
+#[test]
+fn delete_by_id_racing_kick_job_never_leaves_a_deleted_job() {
+    use std::sync::{Arc, Barrier};
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        defaults: QueueConfig {
+            durability: weir::Durability::Synced,
+            ..QueueConfig::default()
+        },
+        ..StoreOptions::default()
+    };
+    let store = Store::open_with(dir.path(), options).unwrap();
+    let tube = store.jobs().tube("t").unwrap();
+    let (mut deleted, mut kicked) = (0, 0);
+    for round in 0..100 {
+        let id = tube.put(b"j", 1024, TTR).unwrap();
+        let r = tube.reserve_now().unwrap().unwrap();
+        assert!(tube.bury(&r).unwrap());
+        let barrier = Arc::new(Barrier::new(2));
+        let kick = {
+            let (jobs, barrier) = (store.jobs(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                jobs.kick_job(id).unwrap()
+            })
+        };
+        barrier.wait();
+        let gone = store.jobs().delete(id).unwrap();
+        let was_kicked = kick.join().unwrap();
+        let left = store.jobs().find(id).unwrap();
+        if gone {
+            deleted += 1;
+            assert!(
+                left.is_none(),
+                "round {round}: job {id} deleted (kick-job said {was_kicked}) is still there: {:?}",
+                left.map(|f| f.state)
+            );
+        } else {
+            kicked += 1;
+            assert!(was_kicked, "round {round}: neither deleted nor kicked");
+            let r = tube.reserve_now().unwrap().expect("the kicked job");
+            assert!(tube.delete(&r).unwrap());
+        }
+        assert!(tube.reserve_now().unwrap().is_none(), "round {round}");
+    }
+    println!("deleted first {deleted} times, kicked first {kicked} times");
+}
+
+/// A lookup by id racing the promotion of delayed jobs: the bucket lane it is reading
+/// is emptied and deleted under it. The lookup used to fail (`NotFound`, the lane's
+/// segment gone); it now reads the tube again and finds the job where it went.
+#[test]
+fn lookup_racing_a_promotion_finds_the_job() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = weir::ManualClock::new();
+    let options = StoreOptions {
+        clock: clock.clock(),
+        ..StoreOptions::default()
+    };
+    let store = Store::open_with(dir.path(), options).unwrap();
+    let tube = store.jobs().tube("t").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut lookups = 0;
+    for round in 0..15u64 {
+        // Jobs in many level-0 buckets (128 ms each), due within the next 4 s.
+        let ids: Vec<u64> = (0..32u64)
+            .map(|i| {
+                let delay = Duration::from_millis(1 + i * 128);
+                tube.put_delayed(b"d", 1024, TTR, delay).unwrap()
+            })
+            .collect();
+        stop.store(false, Ordering::Relaxed);
+        let promoter = {
+            let (tube, clock, stop) = (tube.clone(), clock.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) && tube.delayed_count().unwrap() > 0 {
+                    clock.advance(Duration::from_millis(128));
+                    tube.promote_due().unwrap();
+                }
+            })
+        };
+        for &id in ids.iter().rev().cycle().take(200) {
+            let found = store.jobs().find(id);
+            let found = found.unwrap_or_else(|e| panic!("round {round}: find({id}): {e}"));
+            assert!(found.is_some(), "round {round}: job {id} not found");
+            lookups += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        promoter.join().unwrap();
+        while let Some(r) = tube.reserve_now().unwrap() {
+            assert!(tube.delete(&r).unwrap());
+        }
+    }
+    println!("{lookups} lookups");
+}

@@ -6,7 +6,10 @@
 //! hash are looked at. A plain item's id carries its seq ([`super::plain_id`]): it
 //! is read where it is. A job's id is looked for in the tube's lanes, each read in
 //! order (`Queue::iter`) until it turns up: a lookup reads what the tube keeps, at
-//! worst; fine for the odd job an operator or a client names, not for a flow.
+//! worst; fine for the odd job an operator or a client names, not for a flow. A
+//! miss is read again under the tube's wheel lock (see `Tube::find`): a job the
+//! tube's own moves (promotion, kick) carry from a lane not yet read to one already
+//! read is found then; one its holder moves that way at that moment can be missed.
 
 use super::ids;
 use super::lane_name;
@@ -59,7 +62,19 @@ impl Jobs {
         if found.state == JobState::Reserved {
             return Ok(false);
         }
-        Ok(found.lane.reader("")?.discard(found.seq)?.is_some())
+        // A buried or delayed job is moved (kick, kick-job, promotion) under the
+        // tube's wheel lock, appended to its new lane before it leaves the old one: the
+        // copy found is discarded under that lock too, or a kick-job between its look
+        // and its discard would keep the job it appended while this says deleted.
+        let tube = self.tube(&found.tube)?;
+        let _wheel = matches!(found.state, JobState::Buried | JobState::Delayed)
+            .then(|| tube.lanes.wheel.lock());
+        match found.lane.reader("").and_then(|r| r.discard(found.seq)) {
+            Ok(discarded) => Ok(discarded.is_some()),
+            // Its delay bucket was emptied and removed since it was found: it moved.
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Moves the buried or delayed job `id` to its ready lane; false when it is
@@ -93,8 +108,23 @@ impl Jobs {
 }
 
 impl Tube {
-    /// The job `id` in this tube's lanes.
+    /// The job `id` in this tube's lanes. A miss, or a lane deleted while it was read,
+    /// is read again under the wheel lock: a promotion or a kick appends a job to a
+    /// ready lane the scan may have read already and confirms it in a lane read after
+    /// (or deletes that lane, emptied); with them held back, the job is where it is.
     fn find(&self, id: u64) -> Result<Option<Found>> {
+        match self.find_unlocked(id) {
+            Ok(Some(found)) => return Ok(Some(found)),
+            Ok(None) => {}
+            Err(e) if e.kind() == crate::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let _wheel = self.lanes.wheel.lock();
+        self.find_unlocked(id)
+    }
+
+    /// [`Tube::find`]'s scan: the ready lanes, the buried lane, the delay buckets.
+    fn find_unlocked(&self, id: u64) -> Result<Option<Found>> {
         if let Some(seq) = plain_seq(id) {
             let default = self.priority_default();
             if let Some(found) = self.found_at(&self.queue.clone(), seq, default, false)? {
