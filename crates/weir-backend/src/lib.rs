@@ -62,6 +62,7 @@ mod local_map;
 mod map_entry;
 mod position;
 mod readers_named;
+mod redrive;
 mod shared_map;
 mod taken;
 
@@ -85,7 +86,7 @@ pub use weir_types::{
     expiry_ms, is_reserved, now_ms, validate_queue_name, validate_reader_name, AppendOptions,
     ConfigError, InvalidName, Item, LeaseId, PendingLease, QueueStats, ReaderStats, TakeMode,
     BUS_DEAD_PREFIX, BUS_PREFIX, BUS_TOPIC_PREFIX, CREATIONS_AT_ONCE, NAME_LENGTH_MAX, NEVER,
-    PENDING_LIST_MAX, PROXY_CAPTURE_PREFIX, READERS_PER_QUEUE_MAX,
+    PENDING_LIST_MAX, PROXY_CAPTURE_PREFIX, READERS_PER_QUEUE_MAX, REDRIVE_PER_CALL_MAX,
 };
 
 /// Where the queues live.

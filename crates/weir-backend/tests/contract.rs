@@ -48,6 +48,11 @@ async fn deliveries_and_dead_letters() -> common::TestResult {
 }
 
 #[tokio::test]
+async fn redrive_moves_dead_letters_back() -> common::TestResult {
+    on_the_engine(common::redrive_moves_dead_letters_back).await
+}
+
+#[tokio::test]
 async fn pending_leases() -> common::TestResult {
     on_the_engine(common::pending_leases).await
 }

@@ -1584,6 +1584,7 @@ async fn the_contract_of_every_backend() -> TestResult {
     common::leases_and_deleted_readers(&backend).await?;
     common::a_map_writes_compare_and_set(&backend).await?;
     common::deliveries_and_dead_letters(&backend).await?;
+    common::redrive_moves_dead_letters_back(&backend).await?;
     common::pending_leases(&backend).await?;
     common::tubes_of_jobs(&backend).await?;
     backend.close().await?;

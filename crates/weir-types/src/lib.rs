@@ -28,7 +28,7 @@ pub use clock::now_ms;
 pub use config_error::ConfigError;
 pub use expiry::{expiry_ms, NEVER};
 pub use item::{AppendOptions, Item, JobMeta, Lease, LeaseId, TakeMode, Taken};
-pub use limits::{CREATIONS_AT_ONCE, READERS_PER_QUEUE_MAX};
+pub use limits::{CREATIONS_AT_ONCE, READERS_PER_QUEUE_MAX, REDRIVE_PER_CALL_MAX};
 pub use names::{validate_queue_name, validate_reader_name, InvalidName, NAME_LENGTH_MAX};
 pub use pending::{PendingLease, PENDING_LIST_MAX};
 pub use reserved::{

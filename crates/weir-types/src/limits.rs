@@ -10,3 +10,7 @@ pub const READERS_PER_QUEUE_MAX: usize = 256;
 /// (embedded) or cluster round trips (JetStream), and a client naming new queues in a
 /// loop must not take every worker or flood the cluster's metadata leader.
 pub const CREATIONS_AT_ONCE: usize = 4;
+
+/// Items one re-drive call moves at most (`Store::redrive`, `Backend::redrive`): a
+/// deep dead-letter queue is re-driven by calls in a loop, each bounded in time.
+pub const REDRIVE_PER_CALL_MAX: u64 = 100_000;

@@ -320,6 +320,70 @@ pub async fn deliveries_and_dead_letters(backend: &Backend) -> TestResult {
     Ok(())
 }
 
+/// Re-drive (`Backend::redrive`): dead letters go back to their queue, oldest first,
+/// with their data and flags, as new items there (delivered afresh); within `max`
+/// a call; nothing from a missing queue; never a queue to itself.
+pub async fn redrive_moves_dead_letters_back(backend: &Backend) -> TestResult {
+    let config_for: weir::ConfigFn = std::sync::Arc::new(|name: &str| weir::QueueConfig {
+        max_deliveries: (name == "redrive").then_some(1),
+        dead_letter_to: (name == "redrive").then(|| "redrive_dead".to_string()),
+        ..weir::QueueConfig::default()
+    });
+    backend
+        .set_options(weir_backend::StoreOptions {
+            config_for: Some(config_for),
+            ..weir_backend::StoreOptions::default()
+        })
+        .await?;
+    let q = backend.queue("redrive").await?;
+    let r = backend.reader(&q, "").await?;
+    for (data, flags) in [(&b"first"[..], 1), (b"second", 2), (b"third", 3)] {
+        let options = AppendOptions {
+            flags,
+            ..AppendOptions::default()
+        };
+        q.append(data, options).await?;
+    }
+    // Each of the first two is handed out once and given back: the next take moves
+    // it to the dead letters.
+    for _ in 0..2 {
+        let t = r.take(TakeMode::Lease, Duration::from_secs(5)).await?;
+        let lease = t.ok_or("an item")?.lease.ok_or("a lease")?;
+        assert!(r.release(&lease)?);
+    }
+    assert_eq!(next(&r).await?.as_deref(), Some("third"));
+    assert_eq!(next(&r).await?, None, "the other two are dead letters");
+    let refused = backend.redrive("redrive", "", "redrive", 10).await;
+    assert_eq!(
+        refused.err().map(|e| e.kind()),
+        Some(weir_backend::Kind::InvalidArgument)
+    );
+    assert_eq!(
+        backend.redrive("no_such_queue", "", "redrive", 10).await?,
+        0
+    );
+    assert_eq!(backend.redrive("redrive_dead", "", "redrive", 1).await?, 1);
+    assert_eq!(backend.redrive("redrive_dead", "", "redrive", 10).await?, 1);
+    assert_eq!(backend.redrive("redrive_dead", "", "redrive", 10).await?, 0);
+    let mut back = Vec::new();
+    while let Some(t) = r.take(TakeMode::Take, Duration::from_millis(500)).await? {
+        back.push((
+            String::from_utf8_lossy(&t.item.data).into_owned(),
+            t.item.flags,
+            t.deliveries,
+        ));
+    }
+    assert_eq!(
+        back,
+        [("first".to_string(), 1, 1), ("second".to_string(), 2, 1)],
+        "back in order, with their flags, delivered afresh"
+    );
+    let dead = backend.queue("redrive_dead").await?;
+    let dr = backend.reader(&dead, "").await?;
+    assert_eq!(next(&dr).await?, None, "moved, not copied");
+    Ok(())
+}
+
 /// A reader's open leases (`Reader::pending`): on the engine, lowest seq first, each
 /// with the holder its handle was named with, its delivery count and length, within
 /// the limit, and gone once confirmed; on JetStream, refused as unsupported, naming
