@@ -31,7 +31,7 @@ IDLE = 10_000
 # Descriptors the test needs besides the idle sockets: pytest, the working client.
 SPARE_FDS = 300
 OPEN_S = 8.0
-# Connections opened at once: under the door's listen backlog (tokio's, 1024).
+# Connections opened at once: under the door's listen backlog (4096, see door.rs).
 BATCH = 500
 
 

@@ -76,13 +76,7 @@ impl Backend {
             return Ok(None);
         };
         let Tube::Embedded(tube) = first;
-        // Ripe delayed jobs move on off the event loop (file work, bounded per call).
-        for Tube::Embedded(t) in tubes {
-            if t.has_ripe() {
-                let t = t.clone();
-                blocking(move || t.promote_due()).await?;
-            }
-        }
+        // The engine's async reserve moves ripe delayed jobs on off the event loop.
         let engine: Vec<weir::jobs::Tube> =
             tubes.iter().map(|Tube::Embedded(t)| t.clone()).collect();
         let reserved = tube.jobs().reserve(&engine, timeout).await?;

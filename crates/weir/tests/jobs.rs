@@ -253,7 +253,8 @@ async fn a_waiting_reserve_wakes_for_a_job_in_a_new_lane_and_times_out_empty() {
 
 /// `put_async` appends on the caller's thread to a lane that exists (the tube's own
 /// queue, or a priority's lane an earlier put made) and leaves the rest to `put`:
-/// `None`, with nothing stored and no lane made.
+/// `None`, with nothing stored and no lane made; so does a put that would write the
+/// id counter's file (the process's first).
 #[test]
 fn put_async_goes_to_lanes_that_exist_and_leaves_the_rest_to_put() {
     let dir = tempfile::tempdir().unwrap();
@@ -263,27 +264,29 @@ fn put_async_goes_to_lanes_that_exist_and_leaves_the_rest_to_put() {
         .enable_all()
         .build()
         .unwrap();
-    let own = rt.block_on(tube.put_async(b"own", 1024, TTR)).unwrap();
-    assert!(
-        own.is_some(),
-        "the default priority's lane is the tube's queue"
+    let put_async =
+        |body: &'static [u8], pri: u32| rt.block_on(tube.put_async(body, pri, TTR)).unwrap();
+    assert_eq!(
+        put_async(b"own", 1024),
+        None,
+        "the first id opens the counter's file"
     );
-    assert_eq!(rt.block_on(tube.put_async(b"new", 7, TTR)).unwrap(), None);
+    let own = tube.put(b"own", 1024, TTR).unwrap();
+    let own2 = put_async(b"own2", 1024).expect("the default priority's lane is the tube's queue");
+    assert_eq!(put_async(b"new", 7), None, "no lane for 7 yet");
     assert!(
         !store.queue_names().contains(&"lane:async:p7".to_string()),
         "no lane made on the event loop"
     );
     assert_eq!(
         tube.stats().unwrap().ready,
-        1,
-        "nothing stored for the refusal"
+        2,
+        "nothing stored for the refusals"
     );
     let first7 = tube.put(b"seven-1", 7, TTR).unwrap();
-    let second7 = rt
-        .block_on(tube.put_async(b"seven-2", 7, TTR))
-        .unwrap()
-        .expect("the lane exists now");
-    assert!(second7 != first7 && Some(second7) != own);
+    let second7 = put_async(b"seven-2", 7).expect("the lane exists now");
+    let ids: HashSet<u64> = [own, own2, first7, second7].into_iter().collect();
+    assert_eq!(ids.len(), 4, "ids are unique");
     let order: Vec<(Vec<u8>, u64)> = std::iter::from_fn(|| {
         let r = tube.reserve_now().unwrap()?;
         assert!(tube.delete(&r).unwrap());
@@ -295,7 +298,8 @@ fn put_async_goes_to_lanes_that_exist_and_leaves_the_rest_to_put() {
         [
             (b"seven-1".to_vec(), first7),
             (b"seven-2".to_vec(), second7),
-            (b"own".to_vec(), own.unwrap()),
+            (b"own".to_vec(), own),
+            (b"own2".to_vec(), own2),
         ]
     );
 }

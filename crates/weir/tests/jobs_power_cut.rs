@@ -90,8 +90,11 @@ struct Ledger {
     id_of: HashMap<u64, u64>,
     /// Jobs put straight to ready whose holder never tried to move them.
     direct: HashSet<u64>,
-    /// Deletes tried and not known to have done nothing; deletes acknowledged.
+    /// Deletes tried and not known to have done nothing; deletes under way (two
+    /// workers may try one job: a delete by id that did nothing says nothing of the
+    /// other's); deletes acknowledged.
     deleting: HashSet<u64>,
+    deletes_in_flight: HashMap<u64, u32>,
     deleted: HashSet<u64>,
     /// Moves by a job's holder: tried, and acknowledged, per job.
     moves_tried: HashMap<u64, u32>,
@@ -109,6 +112,20 @@ struct Ledger {
 }
 
 impl Ledger {
+    /// One delete of `id` is over; how many others are still under way.
+    fn delete_over(&mut self, id: u64) -> u32 {
+        let left = self
+            .deletes_in_flight
+            .get(&id)
+            .map_or(0, |n| n.saturating_sub(1));
+        if left == 0 {
+            self.deletes_in_flight.remove(&id);
+        } else {
+            self.deletes_in_flight.insert(id, left);
+        }
+        left
+    }
+
     fn tell(&mut self, id: u64, what: String) {
         self.story.entry(id).or_default().push(what);
         self.touched.insert(id, Instant::now());
@@ -236,10 +253,12 @@ impl Worker {
         {
             let mut l = lock(&self.ledger);
             l.deleting.insert(r.job.id);
+            *l.deletes_in_flight.entry(r.job.id).or_default() += 1;
             l.tell(r.job.id, "deleting".into());
         }
         assert!(self.tube.delete(r).unwrap());
         let mut l = lock(&self.ledger);
+        l.delete_over(r.job.id);
         l.deleted.insert(r.job.id);
         l.deleted_at.insert(r.job.id, Instant::now());
         l.tell(r.job.id, "deleted".into());
@@ -296,16 +315,19 @@ impl Worker {
         {
             let mut l = lock(&self.ledger);
             l.deleting.insert(id);
+            *l.deletes_in_flight.entry(id).or_default() += 1;
             l.tell(id, "deleting by id".into());
         }
         let done = jobs.delete(id).unwrap();
         let mut l = lock(&self.ledger);
         l.tell(id, format!("delete by id: {done}"));
+        let others = l.delete_over(id);
         if done {
             l.deleted.insert(id);
             l.deleted_at.insert(id, Instant::now());
             l.buried.remove(&id);
-        } else {
+        } else if others == 0 && !l.deleted.contains(&id) {
+            // Known to have done nothing, and no other delete of it under way or done.
             l.deleting.remove(&id);
         }
     }

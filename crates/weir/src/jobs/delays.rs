@@ -43,12 +43,15 @@ impl Tube {
         Ok(meta.id)
     }
 
-    /// [`Tube::put_delayed`] for async callers when it needs no file work: the job's
-    /// bucket of the delay wheel exists already (an earlier put made it), no bucket is
-    /// ripe (moving ripe jobs on is file work), and the job's priority is the tube's
-    /// default or has a lane. The append runs on the caller's thread, the fsync wait
-    /// (under `synced`) on tokio's blocking pool. `Ok(None)` otherwise: put that job
-    /// with [`Tube::put_delayed`] off the event loop.
+    /// [`Tube::put_delayed`] for async callers (an event loop) when it needs no file
+    /// work and no wait for a lock: the job's bucket of the delay wheel exists
+    /// already (an earlier put made it), no bucket is ripe (moving ripe jobs on is
+    /// file work), the job's priority is the tube's default or has a lane, nobody
+    /// holds the tube's `wheel` lock (promotions, kicks, a delete by id and a
+    /// lookup's second read hold it across fsyncs and scans), and the job id needs no
+    /// write of the id counter's file. The append runs on the caller's thread, the
+    /// fsync wait (under `synced`) on tokio's blocking pool. `Ok(None)` otherwise: put
+    /// that job with [`Tube::put_delayed`] off the event loop.
     pub async fn put_delayed_async(
         &self,
         data: &[u8],
@@ -64,7 +67,9 @@ impl Tube {
         }
         let (core, ticket, id) = {
             // Held across the append: an emptied bucket's lane is deleted under it.
-            let _wheel = self.lanes.wheel.lock();
+            let Some(_wheel) = self.lanes.wheel.try_lock() else {
+                return Ok(None);
+            };
             let now = self.jobs.store.clock().now_ms();
             let due_ms = self.due_after(delay);
             let Some(bucket) = wheel::bucket_for(due_ms, now) else {
@@ -74,7 +79,9 @@ impl Tube {
             let Some(lane) = self.jobs.store.existing_queue(&name)? else {
                 return Ok(None);
             };
-            let mut meta = self.new_job(priority, ttr)?;
+            let Some(mut meta) = self.new_job_in_block(priority, ttr) else {
+                return Ok(None);
+            };
             meta.due_ms = due_ms;
             let options = AppendOptions {
                 job: Some(meta),

@@ -92,6 +92,20 @@ impl JobIds {
         Ok(counter)
     }
 
+    /// The next counter value when the current block has one; `None` when taking it
+    /// would write the counter's file first (a caller on an event loop then leaves
+    /// the job to [`JobIds::next`] off the loop).
+    pub fn next_in_block(&self) -> Option<u64> {
+        let mut block = self.state.lock();
+        if block.next == block.end {
+            return None;
+        }
+        let counter = block.next;
+        block.next += 1;
+        debug_assert!(counter <= COUNTER_MAX && block.next <= block.end);
+        Some(counter)
+    }
+
     fn persist(&self, end: u64) -> io::Result<()> {
         let path = self.dir.join(FILE);
         let tmp = self.dir.join(format!("{FILE}.tmp"));

@@ -67,13 +67,19 @@ impl Jobs {
         // copy found is discarded under that lock too, or a kick-job between its look
         // and its discard would keep the job it appended while this says deleted.
         let tube = self.tube(&found.tube)?;
-        let _wheel = matches!(found.state, JobState::Buried | JobState::Delayed)
-            .then(|| tube.lanes.wheel.lock());
-        match found.lane.reader("").and_then(|r| r.discard(found.seq)) {
-            Ok(discarded) => Ok(discarded.is_some()),
-            // Its delay bucket was emptied and removed since it was found: it moved.
-            Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
+        let parked = matches!(found.state, JobState::Buried | JobState::Delayed);
+        let _wheel = parked.then(|| tube.lanes.wheel.lock());
+        if discard(&found)? {
+            return Ok(true);
+        }
+        if !parked {
+            return Ok(false);
+        }
+        // Moved on (kicked, promoted) between the look and the lock: with those moves
+        // held back now, it is where a second look finds it.
+        match tube.find_unlocked(id)? {
+            Some(again) if again.state != JobState::Reserved => discard(&again),
+            _ => Ok(false),
         }
     }
 
@@ -148,13 +154,13 @@ impl Tube {
         }
         for (i, (priority, lane, buried)) in lanes.into_iter().enumerate() {
             let delayed = i >= delayed_from;
-            let mut seqs = Vec::new();
-            for item in lane.iter()? {
-                let item = item?;
-                if item.job.is_some_and(|j| j.id == id) {
-                    seqs.push(item.seq);
-                }
-            }
+            let seqs = match seqs_of(&lane, id) {
+                Ok(seqs) => seqs,
+                // An empty priority lane deleted to make room (under the `lanes`
+                // lock, which a lookup does not hold): the job is not in it.
+                Err(e) if e.kind() == crate::ErrorKind::NotFound && !delayed && !buried => continue,
+                Err(e) => return Err(e),
+            };
             // A job that left a lane and came back to it is there twice: the newest
             // copy is the live one (an older one was confirmed when it moved).
             for seq in seqs.into_iter().rev() {
@@ -193,5 +199,27 @@ impl Tube {
             lane: lane.clone(),
             seq,
         }))
+    }
+}
+
+/// The seqs of the copies of job `id` in `lane`, oldest first.
+fn seqs_of(lane: &Queue, id: u64) -> Result<Vec<u64>> {
+    let mut seqs = Vec::new();
+    for item in lane.iter()? {
+        let item = item?;
+        if item.job.is_some_and(|j| j.id == id) {
+            seqs.push(item.seq);
+        }
+    }
+    Ok(seqs)
+}
+
+/// Discards the copy `found` names; false when it is no longer there (its delay
+/// bucket emptied and removed included).
+fn discard(found: &Found) -> Result<bool> {
+    match found.lane.reader("").and_then(|r| r.discard(found.seq)) {
+        Ok(discarded) => Ok(discarded.is_some()),
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }

@@ -61,10 +61,18 @@ impl Jobs {
     /// The most urgent ready job of `tubes`, now: by priority over every tube's
     /// lanes, the first tube first among equals.
     pub fn reserve_now(&self, tubes: &[Tube]) -> Result<Option<Reserved>> {
-        let mut lanes = Vec::new();
-        for (i, tube) in tubes.iter().enumerate() {
+        for tube in tubes {
             // Delayed jobs whose time came are ready first (see `delays.rs`).
             tube.promote_due()?;
+        }
+        self.reserve_ready(tubes)
+    }
+
+    /// [`Jobs::reserve_now`] without moving ripe delayed jobs on first (the async
+    /// reserve does that on tokio's blocking pool: it is file work).
+    fn reserve_ready(&self, tubes: &[Tube]) -> Result<Option<Reserved>> {
+        let mut lanes = Vec::new();
+        for (i, tube) in tubes.iter().enumerate() {
             for (priority, queue) in tube.ready_lanes()? {
                 lanes.push((priority, i, queue));
             }
@@ -87,7 +95,10 @@ impl Jobs {
     }
 
     /// [`Jobs::reserve_now`], waiting up to `timeout` for a job. Dropping the future
-    /// while it waits reserves nothing.
+    /// while it waits reserves nothing. Ripe delayed jobs move on on tokio's blocking
+    /// pool (they are appended, confirmed and their emptied buckets deleted: file
+    /// work, never on the caller's event loop), the look for a ready job on the
+    /// caller's thread.
     pub async fn reserve(&self, tubes: &[Tube], timeout: Duration) -> Result<Option<Reserved>> {
         let now = tokio::time::Instant::now();
         let deadline = now.checked_add(timeout).unwrap_or(now + WAIT_FOREVER);
@@ -102,7 +113,8 @@ impl Jobs {
             for w in &mut waits {
                 w.as_mut().enable();
             }
-            if let Some(reserved) = self.reserve_now(tubes)? {
+            promote_off_loop(tubes).await?;
+            if let Some(reserved) = self.reserve_ready(tubes)? {
                 return Ok(Some(reserved));
             }
             if tokio::time::Instant::now() >= deadline {
@@ -123,7 +135,8 @@ impl Jobs {
             if tokio::time::timeout_at(wake, any).await.is_err() && wake == deadline {
                 drop(waits);
                 drop(signals);
-                return self.reserve_now(tubes);
+                promote_off_loop(tubes).await?;
+                return self.reserve_ready(tubes);
             }
         }
     }
@@ -161,4 +174,24 @@ impl Jobs {
 struct Signals {
     notifies: Vec<Arc<Notify>>,
     _guards: Vec<WaiterGuard>,
+}
+
+/// Moves the ripe delayed jobs of `tubes` on, on tokio's blocking pool (a tube with
+/// none ripe costs one atomic read).
+async fn promote_off_loop(tubes: &[Tube]) -> Result<()> {
+    for tube in tubes.iter().filter(|t| t.has_ripe()) {
+        let tube = tube.clone();
+        match tokio::task::spawn_blocking(move || tube.promote_due()).await {
+            Ok(promoted) => {
+                promoted?;
+            }
+            Err(e) => {
+                return Err(crate::error::Error::io(
+                    "moving ripe delayed jobs on",
+                    std::io::Error::other(e.to_string()),
+                ))
+            }
+        }
+    }
+    Ok(())
 }

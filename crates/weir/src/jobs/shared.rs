@@ -71,6 +71,12 @@ impl JobsShared {
         Ok(opened)
     }
 
+    /// The counter, when it was opened already (no file read): for a caller on an
+    /// event loop.
+    pub fn ids_if_open(&self) -> Option<Arc<JobIds>> {
+        self.ids.lock().as_ref().map(Arc::clone)
+    }
+
     /// The lanes of `tube`, made on first use. Bounded by the store's queues: a tube
     /// is a queue.
     pub fn tube(&self, tube: &str) -> Arc<TubeLanes> {

@@ -117,27 +117,37 @@ impl Tube {
         Ok(meta.id)
     }
 
-    /// [`Tube::put`] for async callers, when the job's lane is there already (the
-    /// tube's own queue for `priority_default`, else a lane made by an earlier put):
-    /// the append runs on the caller's thread as any queue's does, and the fsync wait
-    /// (under `synced`) on tokio's blocking pool. `Ok(None)` when a lane would have to
-    /// be made or an empty one deleted first (file work, under the tube's lock): put
-    /// that job with [`Tube::put`] off the event loop.
+    /// [`Tube::put`] for async callers (an event loop), when it needs no file work
+    /// and no wait for a lock: the job's lane is there already (the tube's own queue
+    /// for `priority_default`, else a lane an earlier put made), nobody holds the
+    /// tube's `lanes` lock (a lane being made or deleted, a move into a lane waiting
+    /// for its fsync), and the job id needs no write of the id counter's file. The
+    /// append runs on the caller's thread as any queue's does, the fsync wait (under
+    /// `synced`) on tokio's blocking pool. `Ok(None)` otherwise: put that job with
+    /// [`Tube::put`] off the event loop.
     pub async fn put_async(
         &self,
         data: &[u8],
         priority: u32,
         ttr: Duration,
     ) -> Result<Option<u64>> {
+        let own = priority == self.priority_default();
+        if !own && !self.has_lane(priority) {
+            return Ok(None);
+        }
         let (core, ticket, id) = {
-            let own = priority == self.priority_default();
             // Held across the append to another priority's lane, as in `append`: an
             // empty lane is deleted under it. The tube's own queue needs no lock.
-            let _lanes = (!own).then(|| self.lanes.lanes.lock());
+            let _lanes = if own {
+                None
+            } else {
+                let Some(guard) = self.lanes.lanes.try_lock() else {
+                    return Ok(None);
+                };
+                Some(guard)
+            };
             let lane = if own {
                 self.queue.clone()
-            } else if !self.has_lane(priority) {
-                return Ok(None);
             } else {
                 let name = lane_name::priority_lane(&self.name, priority);
                 match self.jobs.store.existing_queue(&name)? {
@@ -145,7 +155,9 @@ impl Tube {
                     None => return Ok(None),
                 }
             };
-            let meta = self.new_job(priority, ttr)?;
+            let Some(meta) = self.new_job_in_block(priority, ttr) else {
+                return Ok(None);
+            };
             let options = AppendOptions {
                 job: Some(meta),
                 ..AppendOptions::default()
@@ -172,6 +184,18 @@ impl Tube {
             .lock()
             .as_ref()
             .is_some_and(|p| p.contains(&priority))
+    }
+
+    /// [`Tube::new_job`] when its id needs no write of the counter's file (the
+    /// counter open, its block not used up); `None` otherwise.
+    pub(super) fn new_job_in_block(&self, priority: u32, ttr: Duration) -> Option<JobMeta> {
+        let counter = self.jobs.shared.ids_if_open()?.next_in_block()?;
+        Some(JobMeta {
+            id: ids::id_for(counter, &self.name),
+            priority,
+            ttr_s: ttr_seconds(ttr),
+            due_ms: 0,
+        })
     }
 
     /// A new job's id and settings.
