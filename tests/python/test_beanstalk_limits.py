@@ -31,7 +31,7 @@ IDLE = 10_000
 # Descriptors the test needs besides the idle sockets: pytest, the working client.
 SPARE_FDS = 300
 OPEN_S = 8.0
-# Connections opened at once: under the door's listen backlog (4096, see door.rs).
+# Connections opened at once: under the door's listen backlog (4096: weir-backend's listen.rs).
 BATCH = 500
 
 

@@ -58,6 +58,7 @@ pub mod exposition;
 pub mod jetstream;
 mod jetstream_config;
 pub mod jobs;
+pub mod listen;
 mod local_map;
 mod map_entry;
 mod position;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use weir_backend::listen::listen;
 
 use crate::cmd::{execute, Ctx, Flow};
 use crate::connection::{Connection, Discard};
@@ -31,31 +32,6 @@ use crate::shared::Shared;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
-
-/// Pending connections the kernel queues for `accept` (capped by
-/// `net.core.somaxconn`), as the memcache door's. `TcpListener::bind` gives 128: a
-/// burst of connects past it waits for SYN retries, a second and more each (10,000
-/// connections took 17 s to open, against 0.4 s on Debian's beanstalkd).
-const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds `addr` with a [`LISTEN_BACKLOG`]-deep accept queue.
-async fn listen(addr: &str) -> io::Result<TcpListener> {
-    let mut last = None;
-    for sa in tokio::net::lookup_host(addr).await? {
-        let socket = if sa.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        match socket.bind(sa).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
-            Ok(listener) => return Ok(listener),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last
-        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
-}
 
 /// A listener bound before the door starts (the root binds every port first).
 pub struct BoundListener {

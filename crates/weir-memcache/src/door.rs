@@ -27,6 +27,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use weir_backend::exposition::DescriptorEncoder;
+use weir_backend::listen::listen;
 
 use crate::cmd::{self, Ctx, Flow, Session};
 use crate::connection::Connection;
@@ -40,30 +41,6 @@ use crate::shared::Shared;
 
 /// Pause after a failed accept (typically EMFILE), so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
-
-/// Pending connections the kernel queues for `accept` (capped by
-/// `net.core.somaxconn`). The default of `TcpListener::bind` is 128, which makes a
-/// burst of thousands of connects wait for SYN retries.
-pub const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds the memcache listener with a [`LISTEN_BACKLOG`]-deep accept queue.
-async fn listen(addr: &str) -> io::Result<TcpListener> {
-    let mut last = None;
-    for sa in tokio::net::lookup_host(addr).await? {
-        let socket = if sa.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        match socket.bind(sa).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
-            Ok(listener) => return Ok(listener),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last
-        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")))
-}
 
 /// A running memcache door: its listener bound, its event loops started, its accept
 /// loop on a task of the runtime that started it.
@@ -79,7 +56,7 @@ pub struct MemcacheDoor {
 pub struct BoundListener(TcpListener);
 
 impl BoundListener {
-    /// Binds the memcache port with a [`LISTEN_BACKLOG`]-deep accept queue.
+    /// Binds the memcache port with a deep accept queue ([`weir_backend::listen`]).
     pub async fn bind(addr: &str) -> anyhow::Result<BoundListener> {
         let listener = listen(addr)
             .await
