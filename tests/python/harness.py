@@ -179,11 +179,23 @@ def consumer_step_down(stream: str, consumer: str) -> None:
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
+# Ports free_port handed out in this process: the kernel may pick a port again as
+# soon as the probe socket closes, and two ports of one server (its memcache, HTTP
+# and proxy ports) must differ (a CI run once got the same port for --http-listen
+# and a proxy listener).
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago (the kernel picks it), never one
+    this process was handed before."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def raise_nofile_limit(wanted: int) -> int:
